@@ -1,0 +1,209 @@
+// Package natsconn shares NATS connections inside one process: one
+// connection per distinct set of Options, reference counted, so that every
+// module that talks to the same servers with the same credentials (audit
+// sinks, the fleet storage module, cache invalidation) uses one TCP
+// connection, one reconnect loop and one reconnect buffer.
+//
+// Connections are made with RetryOnFailedConnect, so Get succeeds even while
+// the servers are down: the connection keeps trying in the background and
+// publishes are buffered (up to ReconnectBufSize) meanwhile.
+package natsconn
+
+import (
+	"errors"
+	"fmt"
+	"sort"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+// Options identify a connection. Two Get calls with equal Options share one
+// connection.
+type Options struct {
+	// Servers are NATS URLs (nats://host:port, tls://host:port). Required.
+	Servers []string
+	// Name is the client name shown by the server (default "apigate").
+	Name string
+	// User and Password authenticate with a user name and password.
+	User, Password string
+	// Token authenticates with a token.
+	Token string
+	// CredsFile is a path to a .creds file (JWT + NKey seed).
+	CredsFile string
+	// ConnectTimeout bounds each dial (default 2s).
+	ConnectTimeout time.Duration
+	// ReconnectWait is the pause between reconnect attempts (default 500ms).
+	ReconnectWait time.Duration
+	// MaxReconnects is the number of reconnect attempts; 0 means the
+	// default, forever (-1).
+	MaxReconnects int
+	// ReconnectBufSize is how many bytes of publishes are buffered while
+	// disconnected (default 8 MiB).
+	ReconnectBufSize int
+}
+
+func (o Options) withDefaults() Options {
+	if o.Name == "" {
+		o.Name = "apigate"
+	}
+	if o.ConnectTimeout <= 0 {
+		o.ConnectTimeout = 2 * time.Second
+	}
+	if o.ReconnectWait <= 0 {
+		o.ReconnectWait = 500 * time.Millisecond
+	}
+	if o.MaxReconnects == 0 {
+		o.MaxReconnects = -1
+	}
+	if o.ReconnectBufSize <= 0 {
+		o.ReconnectBufSize = 8 << 20
+	}
+	return o
+}
+
+// key is a canonical string of the options (servers sorted).
+func (o Options) key() string {
+	s := append([]string(nil), o.Servers...)
+	sort.Strings(s)
+	return fmt.Sprintf("%q|%q|%q|%q|%q|%q|%s|%s|%d|%d", s, o.Name, o.User, o.Password,
+		o.Token, o.CredsFile, o.ConnectTimeout, o.ReconnectWait, o.MaxReconnects, o.ReconnectBufSize)
+}
+
+// Conn is a shared connection. Do not Close it: call the release function
+// returned by Get instead.
+type Conn struct {
+	nc   *nats.Conn
+	refs int
+	key  string
+
+	jsOnce sync.Once
+	js     jetstream.JetStream
+	jsErr  error
+}
+
+// NATS returns the underlying connection, for publishing and subscribing.
+func (c *Conn) NATS() *nats.Conn { return c.nc }
+
+// JetStream returns a JetStream context on the connection (made once).
+func (c *Conn) JetStream() (jetstream.JetStream, error) {
+	c.jsOnce.Do(func() { c.js, c.jsErr = jetstream.New(c.nc) })
+	return c.js, c.jsErr
+}
+
+var (
+	mu    sync.Mutex
+	conns = map[string]*Conn{}
+)
+
+// Get returns the shared connection for opts, connecting if it is the first
+// user. The release function must be called exactly once when the caller no
+// longer needs the connection; the last release drains and closes it.
+func Get(opts Options) (*Conn, func(), error) {
+	if len(opts.Servers) == 0 {
+		return nil, nil, errors.New("natsconn: no server URL")
+	}
+	for _, s := range opts.Servers {
+		if strings.TrimSpace(s) == "" {
+			return nil, nil, errors.New("natsconn: empty server URL")
+		}
+	}
+	opts = opts.withDefaults()
+	k := opts.key()
+
+	mu.Lock()
+	defer mu.Unlock()
+	c, ok := conns[k]
+	if !ok {
+		nc, err := connect(opts)
+		if err != nil {
+			return nil, nil, err
+		}
+		c = &Conn{nc: nc, key: k}
+		conns[k] = c
+	}
+	c.refs++
+	var once sync.Once
+	return c, func() { once.Do(func() { release(c) }) }, nil
+}
+
+func release(c *Conn) {
+	mu.Lock()
+	c.refs--
+	last := c.refs == 0
+	if last {
+		delete(conns, c.key)
+	}
+	mu.Unlock()
+	if last {
+		// Drain flushes what is buffered; bound it so that a dead server
+		// cannot hold a config reload.
+		done := make(chan struct{})
+		go func() {
+			_ = c.nc.Drain()
+			for c.nc.IsDraining() {
+				time.Sleep(10 * time.Millisecond)
+			}
+			close(done)
+		}()
+		select {
+		case <-done:
+		case <-time.After(3 * time.Second):
+		}
+		c.nc.Close()
+	}
+}
+
+// Count returns how many distinct connections are open (for tests).
+func Count() int {
+	mu.Lock()
+	defer mu.Unlock()
+	return len(conns)
+}
+
+func connect(o Options) (*nats.Conn, error) {
+	nopts := []nats.Option{
+		nats.Name(o.Name),
+		nats.Timeout(o.ConnectTimeout),
+		nats.ReconnectWait(o.ReconnectWait),
+		nats.MaxReconnects(o.MaxReconnects),
+		nats.ReconnectBufSize(o.ReconnectBufSize),
+		nats.RetryOnFailedConnect(true),
+		// Errors are reported by the users of the connection (failed
+		// publishes); do not let nats.go print them.
+		nats.ErrorHandler(func(*nats.Conn, *nats.Subscription, error) {}),
+	}
+	if o.User != "" || o.Password != "" {
+		nopts = append(nopts, nats.UserInfo(o.User, o.Password))
+	}
+	if o.Token != "" {
+		nopts = append(nopts, nats.Token(o.Token))
+	}
+	if o.CredsFile != "" {
+		nopts = append(nopts, nats.UserCredentials(o.CredsFile))
+	}
+	nc, err := nats.Connect(strings.Join(o.Servers, ","), nopts...)
+	if err != nil {
+		return nil, fmt.Errorf("natsconn: connecting to %s: %w", redact(o.Servers), err)
+	}
+	return nc, nil
+}
+
+// redact drops user info from URLs for error messages.
+func redact(servers []string) string {
+	out := make([]string, len(servers))
+	for i, s := range servers {
+		if at := strings.LastIndex(s, "@"); at >= 0 {
+			if p := strings.Index(s, "://"); p >= 0 && p < at {
+				s = s[:p+3] + "***@" + s[at+1:]
+			} else {
+				s = "***@" + s[at+1:]
+			}
+		}
+		out[i] = s
+	}
+	return strings.Join(out, ",")
+}

@@ -1,0 +1,91 @@
+package natsconn
+
+import (
+	"testing"
+	"time"
+
+	natstest "github.com/nats-io/nats-server/v2/test"
+)
+
+func TestGetSharesAndReleases(t *testing.T) {
+	s := natstest.RunRandClientPortServer()
+	defer s.Shutdown()
+	opts := Options{Servers: []string{s.ClientURL()}}
+
+	c1, rel1, err := Get(opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c2, rel2, err := Get(opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c1 != c2 {
+		t.Fatal("equal options must share one connection")
+	}
+	c3, rel3, err := Get(Options{Servers: []string{s.ClientURL()}, Name: "other"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c3 == c1 {
+		t.Fatal("different options must not share a connection")
+	}
+	if n := Count(); n != 2 {
+		t.Fatalf("Count = %d, want 2", n)
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	for !c1.NATS().IsConnected() && time.Now().Before(deadline) {
+		time.Sleep(10 * time.Millisecond)
+	}
+	if _, err := c1.JetStream(); err != nil {
+		t.Fatal(err)
+	}
+	rel1()
+	rel1() // idempotent
+	if c1.NATS().IsClosed() {
+		t.Fatal("closed while still referenced")
+	}
+	rel2()
+	rel3()
+	if !c1.NATS().IsClosed() || !c3.NATS().IsClosed() {
+		t.Fatal("last release must close the connection")
+	}
+	if n := Count(); n != 0 {
+		t.Fatalf("Count = %d, want 0", n)
+	}
+}
+
+func TestGetErrors(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		opts Options
+	}{
+		{"no servers", Options{}},
+		{"empty server", Options{Servers: []string{" "}}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if _, _, err := Get(tc.opts); err == nil {
+				t.Fatal("want error")
+			}
+		})
+	}
+}
+
+func TestGetServerDown(t *testing.T) {
+	// RetryOnFailedConnect: Get succeeds and the connection keeps trying.
+	c, rel, err := Get(Options{Servers: []string{"nats://127.0.0.1:1"}, ReconnectWait: 50 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rel()
+	if c.NATS().IsConnected() {
+		t.Fatal("connected to nothing")
+	}
+}
+
+func TestRedact(t *testing.T) {
+	got := redact([]string{"nats://u:p@h:4222", "h2:4222", "a:b@h3"})
+	if got != "nats://***@h:4222,h2:4222,***@h3" {
+		t.Fatal(got)
+	}
+}
