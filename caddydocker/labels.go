@@ -1,0 +1,432 @@
+package caddydocker
+
+import (
+	"fmt"
+	"net"
+	"sort"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// LabelPrefix starts every label the docker app reads.
+const LabelPrefix = "gateway."
+
+// Container is what the engine reports about one running container, reduced
+// to what routing needs. It is also the unit stored in the state file.
+type Container struct {
+	// ID is the engine's container ID.
+	ID string `json:"id"`
+	// Name is the container name, without the leading slash.
+	Name string `json:"name"`
+	// Labels are the container's labels (all of them; only gateway.* are read).
+	Labels map[string]string `json:"labels"`
+	// IP is the container's first network address, if it has one.
+	IP string `json:"ip,omitempty"`
+	// HostNetwork is true for containers sharing the host's network
+	// namespace; their default upstream address is 127.0.0.1.
+	HostNetwork bool `json:"host_network,omitempty"`
+	// Health is "healthy", "unhealthy", "starting" or "" (no health check).
+	Health string `json:"health,omitempty"`
+}
+
+// Service is the routing configuration that one container's labels describe.
+type Service struct {
+	// Name is gateway.name (default: the container name).
+	Name string `json:"name"`
+	// Upstream is the dial address, host:port.
+	Upstream string `json:"upstream"`
+	// Routers are the container's routers, sorted by name.
+	Routers []Router `json:"routers"`
+}
+
+// Router is one gateway.router.<name>.* group of labels.
+type Router struct {
+	Name         string   `json:"name"`
+	PathPrefix   string   `json:"path_prefix"`
+	Hosts        []string `json:"hosts,omitempty"`
+	Methods      []string `json:"methods,omitempty"`
+	StripPrefix  bool     `json:"strip_prefix,omitempty"`
+	AuthRequired bool     `json:"auth_required"`
+	Roles        []string `json:"roles,omitempty"`
+	RateLimit    *Rate    `json:"rate_limit,omitempty"`
+	Permission   bool     `json:"permission,omitempty"`
+	Audit        bool     `json:"audit"`
+}
+
+// Rate is a parsed rate_limit label: Events per Window.
+type Rate struct {
+	Events int           `json:"events"`
+	Window time.Duration `json:"window"`
+}
+
+// String formats the rate as in its label, e.g. "100/1m0s".
+func (r Rate) String() string { return fmt.Sprintf("%d/%s", r.Events, r.Window) }
+
+// LabelError says which label of a container is wrong and why.
+type LabelError struct {
+	// Label is the full label key (e.g. "gateway.port").
+	Label string `json:"label"`
+	// Value is the label's value as written (it is config, never a secret).
+	Value string `json:"value,omitempty"`
+	// Reason says what is wrong.
+	Reason string `json:"reason"`
+}
+
+func (e LabelError) Error() string {
+	if e.Value == "" {
+		return fmt.Sprintf("label %s: %s", e.Label, e.Reason)
+	}
+	return fmt.Sprintf("label %s=%q: %s", e.Label, e.Value, e.Reason)
+}
+
+// LabelOptions are the parts of the app's configuration that decide whether
+// labels are satisfiable: a route that requires auth needs a jwt_auth block.
+type LabelOptions struct {
+	// HaveJWT is true when the docker app has a jwt_auth block.
+	HaveJWT bool
+	// HavePermission is true when the docker app has a permission block.
+	HavePermission bool
+}
+
+// Enabled reports whether labels opt in with gateway.enable=true. A value
+// that is not a boolean counts as opting in, so that ParseLabels reports it.
+func Enabled(labels map[string]string) bool {
+	v, ok := labels[LabelPrefix+"enable"]
+	if !ok {
+		return false
+	}
+	b, err := strconv.ParseBool(strings.TrimSpace(v))
+	return err != nil || b
+}
+
+// router label keys (after gateway.router.<name>.)
+var routerKeys = map[string]bool{
+	"path_prefix":   true,
+	"host":          true,
+	"methods":       true,
+	"strip_prefix":  true,
+	"auth.required": true,
+	"auth.roles":    true,
+	"rate_limit":    true,
+	"permission":    true,
+	"audit":         true,
+}
+
+// ParseLabels turns a container's labels into a Service. Any error makes the
+// whole container unroutable (the caller skips it); errors are sorted by
+// label so that logs and golden files are stable. It never panics on any
+// input.
+func ParseLabels(c Container, opts LabelOptions) (*Service, []LabelError) {
+	var errs []LabelError
+	bad := func(label, value, format string, args ...any) {
+		errs = append(errs, LabelError{Label: label, Value: value, Reason: fmt.Sprintf(format, args...)})
+	}
+	get := func(key string) (string, bool) {
+		v, ok := c.Labels[LabelPrefix+key]
+		return strings.TrimSpace(v), ok
+	}
+
+	if v, ok := get("enable"); !ok {
+		bad(LabelPrefix+"enable", "", "missing: set gateway.enable=true to opt in")
+	} else if b, err := strconv.ParseBool(v); err != nil {
+		bad(LabelPrefix+"enable", v, "not a boolean")
+	} else if !b {
+		bad(LabelPrefix+"enable", v, "container did not opt in")
+	}
+
+	svc := &Service{}
+	name, ok := get("name")
+	if !ok || name == "" {
+		name = strings.TrimPrefix(c.Name, "/")
+		if !ok && !validName(name) {
+			bad(LabelPrefix+"name", "", "container name %q is not a valid service name; set gateway.name", name)
+		}
+	}
+	if ok && !validName(name) {
+		bad(LabelPrefix+"name", name, "must be 1-128 characters of letters, digits, '.', '_' or '-'")
+	}
+	svc.Name = name
+
+	port := 0
+	if v, ok := get("port"); !ok {
+		bad(LabelPrefix+"port", "", "missing: the upstream port is required")
+	} else if p, err := strconv.Atoi(v); err != nil || p < 1 || p > 65535 {
+		bad(LabelPrefix+"port", v, "must be a port number 1-65535")
+	} else {
+		port = p
+	}
+
+	addr := c.IP
+	if c.HostNetwork {
+		addr = "127.0.0.1"
+	}
+	if v, ok := get("address"); ok {
+		if !validHost(v) {
+			bad(LabelPrefix+"address", v, "must be a host name or IP address")
+		} else {
+			addr = strings.Trim(v, "[]")
+		}
+	} else if addr == "" {
+		bad(LabelPrefix+"address", "", "container has no IP address; set gateway.address")
+	}
+	if port > 0 && addr != "" {
+		svc.Upstream = net.JoinHostPort(addr, strconv.Itoa(port))
+	}
+
+	// Group the router labels by router name.
+	routers := map[string]map[string]string{}
+	for key, value := range c.Labels {
+		if !strings.HasPrefix(key, LabelPrefix) {
+			continue
+		}
+		rest := key[len(LabelPrefix):]
+		switch rest {
+		case "enable", "name", "port", "address":
+			continue
+		}
+		if !strings.HasPrefix(rest, "router.") {
+			bad(key, value, "unknown label")
+			continue
+		}
+		rest = rest[len("router."):]
+		rname, sub, found := strings.Cut(rest, ".")
+		if !found || !validName(rname) || strings.Contains(rname, ".") {
+			bad(key, value, "unknown label: expected gateway.router.<name>.<key> with a name of letters, digits, '_' or '-'")
+			continue
+		}
+		if !routerKeys[sub] {
+			bad(key, value, "unknown router key %q", sub)
+			continue
+		}
+		if routers[rname] == nil {
+			routers[rname] = map[string]string{}
+		}
+		routers[rname][sub] = strings.TrimSpace(value)
+	}
+	if len(routers) == 0 {
+		bad(LabelPrefix+"router.<name>.path_prefix", "", "no router: at least one gateway.router.<name>.path_prefix is required")
+	}
+
+	names := make([]string, 0, len(routers))
+	for n := range routers {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	for _, rname := range names {
+		kv := routers[rname]
+		label := func(sub string) string { return LabelPrefix + "router." + rname + "." + sub }
+		r := Router{Name: rname, AuthRequired: true, Audit: true}
+
+		if v, ok := kv["path_prefix"]; !ok {
+			bad(label("path_prefix"), "", "missing: every router needs a path_prefix")
+		} else if p, err := parsePathPrefix(v); err != nil {
+			bad(label("path_prefix"), v, "%v", err)
+		} else {
+			r.PathPrefix = p
+		}
+		if v, ok := kv["host"]; ok {
+			for _, h := range splitList(v) {
+				h = strings.ToLower(h)
+				if !validHost(h) || strings.Contains(h, ":") {
+					bad(label("host"), v, "%q is not a host name", h)
+					continue
+				}
+				r.Hosts = append(r.Hosts, h)
+			}
+			if len(splitList(v)) == 0 {
+				bad(label("host"), v, "empty host list")
+			}
+			r.Hosts = sortedUnique(r.Hosts)
+		}
+		if v, ok := kv["methods"]; ok {
+			for _, m := range splitList(v) {
+				m = strings.ToUpper(m)
+				if !validMethod(m) {
+					bad(label("methods"), v, "%q is not an HTTP method", m)
+					continue
+				}
+				r.Methods = append(r.Methods, m)
+			}
+			if len(splitList(v)) == 0 {
+				bad(label("methods"), v, "empty method list")
+			}
+			r.Methods = sortedUnique(r.Methods)
+		}
+		boolean := func(sub string, dst *bool) {
+			if v, ok := kv[sub]; ok {
+				b, err := strconv.ParseBool(v)
+				if err != nil {
+					bad(label(sub), v, "not a boolean (true or false)")
+					return
+				}
+				*dst = b
+			}
+		}
+		boolean("strip_prefix", &r.StripPrefix)
+		boolean("auth.required", &r.AuthRequired)
+		boolean("permission", &r.Permission)
+		boolean("audit", &r.Audit)
+		if v, ok := kv["auth.roles"]; ok {
+			roles := splitList(v)
+			for _, role := range roles {
+				if !validRole(role) {
+					bad(label("auth.roles"), v, "%q is not a valid role name", role)
+				}
+			}
+			if len(roles) == 0 {
+				bad(label("auth.roles"), v, "empty role list")
+			}
+			r.Roles = sortedUnique(roles)
+			if !r.AuthRequired {
+				bad(label("auth.roles"), v, "roles need auth.required=true")
+			}
+		}
+		if v, ok := kv["rate_limit"]; ok {
+			rate, err := ParseRate(v)
+			if err != nil {
+				bad(label("rate_limit"), v, "%v", err)
+			} else {
+				r.RateLimit = &rate
+			}
+		}
+		if r.AuthRequired && !opts.HaveJWT {
+			bad(label("auth.required"), kv["auth.required"], "auth is required (the default) but the docker app has no jwt_auth block; configure one or set auth.required=false")
+		}
+		if r.Permission && !opts.HavePermission {
+			bad(label("permission"), kv["permission"], "the docker app has no permission block")
+		}
+		svc.Routers = append(svc.Routers, r)
+	}
+
+	if len(errs) > 0 {
+		sort.SliceStable(errs, func(i, j int) bool { return errs[i].Label < errs[j].Label })
+		return nil, errs
+	}
+	return svc, nil
+}
+
+// ParseRate parses a rate_limit label, "<events>/<window>": "100/1m",
+// "10/1s", "5/30s", "1000/h". The window is a Go duration or a bare unit
+// (s, m, h); events must be positive.
+func ParseRate(s string) (Rate, error) {
+	n, w, ok := strings.Cut(strings.TrimSpace(s), "/")
+	if !ok {
+		return Rate{}, fmt.Errorf("must be <events>/<window>, e.g. 100/1m")
+	}
+	events, err := strconv.Atoi(strings.TrimSpace(n))
+	if err != nil || events < 1 || events > 1_000_000_000 {
+		return Rate{}, fmt.Errorf("events %q must be a positive integer", n)
+	}
+	w = strings.TrimSpace(w)
+	switch w {
+	case "s", "m", "h":
+		w = "1" + w
+	}
+	window, err := time.ParseDuration(w)
+	if err != nil || window < time.Millisecond || window > 7*24*time.Hour {
+		return Rate{}, fmt.Errorf("window %q must be a duration between 1ms and 168h, e.g. 1m", w)
+	}
+	return Rate{Events: events, Window: window}, nil
+}
+
+func parsePathPrefix(p string) (string, error) {
+	if !strings.HasPrefix(p, "/") {
+		return "", fmt.Errorf("must start with '/'")
+	}
+	if len(p) > 1024 {
+		return "", fmt.Errorf("too long")
+	}
+	for _, r := range p {
+		if r <= ' ' || r == 0x7f || strings.ContainsRune("*?#{}\\\"'%", r) {
+			return "", fmt.Errorf("must not contain %q", r)
+		}
+	}
+	if strings.Contains(p, "//") || strings.Contains(p, "/./") || strings.Contains(p, "/../") ||
+		strings.HasSuffix(p, "/..") || strings.HasSuffix(p, "/.") {
+		return "", fmt.Errorf("must be a clean path")
+	}
+	if len(p) > 1 {
+		p = strings.TrimSuffix(p, "/")
+	}
+	return p, nil
+}
+
+func splitList(s string) []string {
+	var out []string
+	for _, f := range strings.FieldsFunc(s, func(r rune) bool { return r == ',' || r == ' ' || r == '\t' }) {
+		if f != "" {
+			out = append(out, f)
+		}
+	}
+	return out
+}
+
+func sortedUnique(in []string) []string {
+	if len(in) == 0 {
+		return nil
+	}
+	out := append([]string(nil), in...)
+	sort.Strings(out)
+	j := 0
+	for i := range out {
+		if i == 0 || out[i] != out[j-1] {
+			out[j] = out[i]
+			j++
+		}
+	}
+	return out[:j]
+}
+
+func validName(s string) bool {
+	if s == "" || len(s) > 128 {
+		return false
+	}
+	for _, r := range s {
+		if !(r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || r == '.' || r == '_' || r == '-') {
+			return false
+		}
+	}
+	return true
+}
+
+func validHost(s string) bool {
+	if s == "" || len(s) > 253 {
+		return false
+	}
+	if ip := net.ParseIP(strings.Trim(s, "[]")); ip != nil {
+		return true
+	}
+	for i, r := range s {
+		ok := r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || r == '.' || r == '-' || r == '_' ||
+			(r == '*' && i == 0 && strings.HasPrefix(s, "*."))
+		if !ok {
+			return false
+		}
+	}
+	return true
+}
+
+func validMethod(s string) bool {
+	if s == "" || len(s) > 32 {
+		return false
+	}
+	for _, r := range s {
+		if r < 'A' || r > 'Z' {
+			return false
+		}
+	}
+	return true
+}
+
+func validRole(s string) bool {
+	if len(s) > 256 {
+		return false
+	}
+	for _, r := range s {
+		if r <= ' ' || r == 0x7f || strings.ContainsRune("{}\"'`\\;#", r) {
+			return false
+		}
+	}
+	return true
+}

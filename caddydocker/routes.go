@@ -1,0 +1,447 @@
+package caddydocker
+
+import (
+	"bytes"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"reflect"
+	"sort"
+	"strings"
+)
+
+// Discovered is one container the engine reported as opted in, with the
+// result of parsing its labels: either Service or Errors is set.
+type Discovered struct {
+	Container Container    `json:"container"`
+	Service   *Service     `json:"service,omitempty"`
+	Errors    []LabelError `json:"errors,omitempty"`
+}
+
+// Discover parses the labels of every opted-in container and returns them
+// sorted by container name, then ID. Containers that did not opt in, and
+// containers whose health check is failing or still starting, are left out.
+func Discover(containers []Container, opts LabelOptions) []Discovered {
+	out := make([]Discovered, 0, len(containers))
+	for _, c := range containers {
+		if !Enabled(c.Labels) {
+			continue
+		}
+		if c.Health == "unhealthy" || c.Health == "starting" {
+			continue
+		}
+		svc, errs := ParseLabels(c, opts)
+		out = append(out, Discovered{Container: c, Service: svc, Errors: errs})
+	}
+	sort.Slice(out, func(i, j int) bool {
+		if out[i].Container.Name != out[j].Container.Name {
+			return out[i].Container.Name < out[j].Container.Name
+		}
+		return out[i].Container.ID < out[j].Container.ID
+	})
+	return out
+}
+
+// BuildOptions are the app-wide inputs of route generation.
+type BuildOptions struct {
+	// Server is the name of the HTTP server the routes go to; it namespaces
+	// route IDs and rate limit zones.
+	Server string
+	// JWTAuth is the jwt_auth handler JSON used by routes that require auth.
+	JWTAuth json.RawMessage
+	// Permission is the permission handler JSON used by routes with permission=true.
+	Permission json.RawMessage
+	// RBAC returns the rbac handler JSON requiring any of roles. Nil uses
+	// DefaultRBAC.
+	RBAC func(roles []string) (json.RawMessage, error)
+	// Audit is the audit handler JSON. Nil uses {"handler":"audit"}.
+	Audit json.RawMessage
+	// Transport is the reverse_proxy transport JSON. Nil uses DefaultTransport.
+	Transport json.RawMessage
+}
+
+// DefaultTransport is the upstream transport of discovered routes: HTTP/1.1
+// with a keepalive pool sized for a gateway, and a short dial timeout so a
+// vanished upstream fails fast.
+var DefaultTransport = json.RawMessage(`{"protocol":"http","dial_timeout":"2s","keep_alive":{"enabled":true,"probe_interval":"30s","max_idle_conns":1024,"max_idle_conns_per_host":128,"idle_timeout":"90s"}}`)
+
+// DefaultRBAC builds {"handler":"rbac","require":[{"mode":"any","roles":[...]}]}.
+// The app replaces it with the rbac module's own Caddyfile parser.
+func DefaultRBAC(roles []string) (json.RawMessage, error) {
+	return json.Marshal(map[string]any{
+		"handler": "rbac",
+		"require": []map[string]any{{"mode": "any", "roles": roles}},
+	})
+}
+
+// NoRouteBody is the body of the catch-all 404.
+const NoRouteBody = `{"error":"no_route"}`
+
+// Plan is the generated route set for a server.
+type Plan struct {
+	// Routes are the discovered routes, most specific first. Each has an
+	// "@id" of RouteIDPrefix(server)+"<service>:<router>".
+	Routes []json.RawMessage `json:"routes"`
+	// Warnings are conflicts that were resolved (deterministically).
+	Warnings []string `json:"warnings,omitempty"`
+	// Services is the number of services with at least one route.
+	Services int `json:"services"`
+	// Upstreams is the number of upstreams over all services.
+	Upstreams int `json:"upstreams"`
+	// Hash identifies the route set (sha256 of the canonical routes).
+	Hash string `json:"hash"`
+}
+
+// RouteIDPrefix is the "@id" prefix of every route the app manages on server.
+func RouteIDPrefix(server string) string { return "docker:" + server + ":" }
+
+// NoRouteID is the "@id" of the catch-all 404 route.
+func NoRouteID(server string) string { return RouteIDPrefix(server) + "no_route" }
+
+// NoRouteRoute is the catch-all route that answers 404 {"error":"no_route"}.
+func NoRouteRoute(server string) json.RawMessage {
+	b, _ := json.Marshal(map[string]any{
+		"@id": NoRouteID(server),
+		"handle": []map[string]any{{
+			"handler":     "static_response",
+			"status_code": 404,
+			"headers":     map[string][]string{"Content-Type": {"application/json"}},
+			"body":        NoRouteBody,
+		}},
+		"terminal": true,
+	})
+	return b
+}
+
+type service struct {
+	name       string
+	upstreams  []string
+	routers    []Router
+	containers []string
+}
+
+type candidate struct {
+	svc    *service
+	router Router
+}
+
+// BuildRoutes generates the routes for the discovered containers. It is a
+// pure function of its inputs: the same containers give the same bytes.
+//
+// Containers sharing a service name are one load-balanced upstream pool. If
+// they disagree about a router, the first container (by name, then ID) wins.
+// Two services claiming the same host+path_prefix with the same or
+// overlapping method lists (or both without one) conflict: the service whose name sorts first keeps the route. Both cases
+// produce a warning. Routes are ordered most specific first: routes with a
+// host before those without, longer path prefixes first, routes with a
+// method list before those without.
+func BuildRoutes(ds []Discovered, opts BuildOptions) (Plan, error) {
+	var plan Plan
+	services := map[string]*service{}
+	var order []string
+	for _, d := range ds {
+		if d.Service == nil {
+			continue
+		}
+		s := services[d.Service.Name]
+		if s == nil {
+			s = &service{name: d.Service.Name}
+			services[s.name] = s
+			order = append(order, s.name)
+		}
+		s.upstreams = append(s.upstreams, d.Service.Upstream)
+		s.containers = append(s.containers, d.Container.Name)
+		for _, r := range d.Service.Routers {
+			i := sort.Search(len(s.routers), func(i int) bool { return s.routers[i].Name >= r.Name })
+			if i < len(s.routers) && s.routers[i].Name == r.Name {
+				if !reflect.DeepEqual(s.routers[i], r) {
+					plan.Warnings = append(plan.Warnings, fmt.Sprintf(
+						"service %s: container %s defines router %s differently from container %s; using %s's",
+						s.name, d.Container.Name, r.Name, s.containers[0], s.containers[0]))
+				}
+				continue
+			}
+			s.routers = append(s.routers, Router{})
+			copy(s.routers[i+1:], s.routers[i:])
+			s.routers[i] = r
+		}
+	}
+	sort.Strings(order)
+
+	var cands []candidate
+	for _, name := range order {
+		s := services[name]
+		s.upstreams = sortedUnique(s.upstreams)
+		for _, r := range s.routers {
+			cands = append(cands, candidate{svc: s, router: r})
+		}
+	}
+	sort.SliceStable(cands, func(i, j int) bool { return lessRoute(cands[i], cands[j]) })
+
+	// Resolve conflicts: the first claimant (by service name) keeps the route.
+	kept := cands[:0]
+	type claim struct {
+		svc, router string
+		methods     []string
+	}
+	claims := map[string][]claim{}
+	for _, c := range cands {
+		key := strings.Join(c.router.Hosts, ",") + " " + c.router.PathPrefix
+		conflict := ""
+		for _, other := range claims[key] {
+			if other.svc != c.svc.name && methodsOverlap(other.methods, c.router.Methods) {
+				conflict = other.svc + "/" + other.router
+				break
+			}
+		}
+		if conflict != "" {
+			plan.Warnings = append(plan.Warnings, fmt.Sprintf(
+				"route conflict on host=%q path_prefix=%q: service %s router %s is ignored; %s keeps the route",
+				strings.Join(c.router.Hosts, ","), c.router.PathPrefix, c.svc.name, c.router.Name, conflict))
+			continue
+		}
+		claims[key] = append(claims[key], claim{svc: c.svc.name, router: c.router.Name, methods: c.router.Methods})
+		kept = append(kept, c)
+	}
+	sort.Strings(plan.Warnings)
+
+	used := map[string]bool{}
+	for _, c := range kept {
+		rt, err := buildRoute(c.svc, c.router, opts)
+		if err != nil {
+			return Plan{}, fmt.Errorf("service %s router %s: %w", c.svc.name, c.router.Name, err)
+		}
+		plan.Routes = append(plan.Routes, rt)
+		if !used[c.svc.name] {
+			used[c.svc.name] = true
+			plan.Services++
+			plan.Upstreams += len(c.svc.upstreams)
+		}
+	}
+	plan.Hash = HashRoutes(plan.Routes)
+	return plan, nil
+}
+
+func lessRoute(a, b candidate) bool {
+	ah, bh := len(a.router.Hosts) > 0, len(b.router.Hosts) > 0
+	if ah != bh {
+		return ah
+	}
+	if len(a.router.PathPrefix) != len(b.router.PathPrefix) {
+		return len(a.router.PathPrefix) > len(b.router.PathPrefix)
+	}
+	if a.router.PathPrefix != b.router.PathPrefix {
+		return a.router.PathPrefix < b.router.PathPrefix
+	}
+	am, bm := len(a.router.Methods) > 0, len(b.router.Methods) > 0
+	if am != bm {
+		return am
+	}
+	if a.svc.name != b.svc.name {
+		return a.svc.name < b.svc.name
+	}
+	return a.router.Name < b.router.Name
+}
+
+// methodsOverlap reports whether two routers on one host+prefix fight for
+// the same requests: both match every method, or their method lists share
+// one. A router with a method list and one without do not conflict: the
+// former is ordered first and the latter takes the remaining methods.
+func methodsOverlap(a, b []string) bool {
+	if len(a) == 0 || len(b) == 0 {
+		return len(a) == len(b)
+	}
+	for _, x := range a {
+		for _, y := range b {
+			if x == y {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+type matchJSON struct {
+	Host   []string `json:"host,omitempty"`
+	Method []string `json:"method,omitempty"`
+	Path   []string `json:"path,omitempty"`
+}
+
+type routeJSON struct {
+	ID       string            `json:"@id"`
+	Match    []matchJSON       `json:"match,omitempty"`
+	Handle   []json.RawMessage `json:"handle"`
+	Terminal bool              `json:"terminal"`
+}
+
+type rateZoneJSON struct {
+	Key       string `json:"key"`
+	MaxEvents int    `json:"max_events"`
+	Window    string `json:"window"`
+}
+
+// ZoneName is the caddy-ratelimit zone of a router, unique per server,
+// service and router.
+func ZoneName(server, svc, router string) string {
+	return "docker_" + server + "_" + svc + "_" + router
+}
+
+func buildRoute(s *service, r Router, opts BuildOptions) (json.RawMessage, error) {
+	rt := routeJSON{ID: RouteIDPrefix(opts.Server) + s.name + ":" + r.Name, Terminal: true}
+	m := matchJSON{Host: r.Hosts, Method: r.Methods}
+	if r.PathPrefix != "/" {
+		m.Path = []string{r.PathPrefix, r.PathPrefix + "/*"}
+	}
+	if m.Host != nil || m.Method != nil || m.Path != nil {
+		rt.Match = []matchJSON{m}
+	}
+	add := func(raw json.RawMessage) { rt.Handle = append(rt.Handle, raw) }
+
+	if r.Audit {
+		if opts.Audit != nil {
+			add(opts.Audit)
+		} else {
+			add(json.RawMessage(`{"handler":"audit"}`))
+		}
+	}
+	if r.AuthRequired {
+		if len(opts.JWTAuth) == 0 {
+			return nil, fmt.Errorf("auth required but no jwt_auth handler configured")
+		}
+		add(opts.JWTAuth)
+	}
+	if len(r.Roles) > 0 {
+		f := opts.RBAC
+		if f == nil {
+			f = DefaultRBAC
+		}
+		raw, err := f(r.Roles)
+		if err != nil {
+			return nil, fmt.Errorf("building rbac handler: %w", err)
+		}
+		add(raw)
+	}
+	if r.RateLimit != nil {
+		key := "{http.vars.client_ip}"
+		if r.AuthRequired {
+			key = "{http.auth.user.id}"
+		}
+		raw, err := json.Marshal(map[string]any{
+			"handler": "rate_limit",
+			"rate_limits": map[string]rateZoneJSON{
+				ZoneName(opts.Server, s.name, r.Name): {Key: key, MaxEvents: r.RateLimit.Events, Window: r.RateLimit.Window.String()},
+			},
+		})
+		if err != nil {
+			return nil, err
+		}
+		add(raw)
+	}
+	if r.Permission {
+		if len(opts.Permission) == 0 {
+			return nil, fmt.Errorf("permission=true but no permission handler configured")
+		}
+		add(opts.Permission)
+	}
+	if r.StripPrefix && r.PathPrefix != "/" {
+		raw, _ := json.Marshal(map[string]string{"handler": "rewrite", "strip_path_prefix": r.PathPrefix})
+		add(raw)
+	}
+	transport := opts.Transport
+	if transport == nil {
+		transport = DefaultTransport
+	}
+	ups := make([]map[string]string, len(s.upstreams))
+	for i, u := range s.upstreams {
+		ups[i] = map[string]string{"dial": u}
+	}
+	rp := map[string]any{
+		"handler":   "reverse_proxy",
+		"transport": transport,
+		"upstreams": ups,
+	}
+	if len(ups) > 1 {
+		rp["load_balancing"] = map[string]any{
+			"selection_policy": map[string]string{"policy": "round_robin"},
+			"retries":          len(ups) - 1,
+		}
+	}
+	raw, err := json.Marshal(rp)
+	if err != nil {
+		return nil, err
+	}
+	add(raw)
+	return json.Marshal(rt)
+}
+
+// Canonical re-encodes JSON the way Caddy's admin API returns it (object
+// keys sorted, numbers normalized), so that generated and live routes can be
+// compared byte for byte.
+func Canonical(raw json.RawMessage) (json.RawMessage, error) {
+	var v any
+	dec := json.NewDecoder(bytes.NewReader(raw))
+	dec.UseNumber()
+	if err := dec.Decode(&v); err != nil {
+		return nil, err
+	}
+	return json.Marshal(v)
+}
+
+// HashRoutes returns a hex sha256 over the canonical form of routes.
+func HashRoutes(routes []json.RawMessage) string {
+	h := sha256.New()
+	for _, r := range routes {
+		c, err := Canonical(r)
+		if err != nil {
+			c = r
+		}
+		h.Write(c)
+		h.Write([]byte{'\n'})
+	}
+	return hex.EncodeToString(h.Sum(nil))
+}
+
+// RouteID returns the "@id" of a route, or "".
+func RouteID(raw json.RawMessage) string {
+	var v struct {
+		ID any `json:"@id"`
+	}
+	if json.Unmarshal(raw, &v) != nil {
+		return ""
+	}
+	s, _ := v.ID.(string)
+	return s
+}
+
+// MergeRoutes returns the server's route list with the discovered routes in
+// front of the server's own routes and the catch-all 404 last. Routes that an
+// earlier merge added (their "@id" starts with RouteIDPrefix(server)) are
+// replaced, so merging is idempotent.
+func MergeRoutes(server string, current, discovered []json.RawMessage) []json.RawMessage {
+	prefix := RouteIDPrefix(server)
+	out := make([]json.RawMessage, 0, len(current)+len(discovered)+1)
+	out = append(out, discovered...)
+	for _, r := range current {
+		if strings.HasPrefix(RouteID(r), prefix) {
+			continue
+		}
+		out = append(out, r)
+	}
+	return append(out, NoRouteRoute(server))
+}
+
+// SameRoutes reports whether two route lists are equal in canonical form.
+func SameRoutes(a, b []json.RawMessage) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for i := range a {
+		ca, err1 := Canonical(a[i])
+		cb, err2 := Canonical(b[i])
+		if err1 != nil || err2 != nil || !bytes.Equal(ca, cb) {
+			return false
+		}
+	}
+	return true
+}

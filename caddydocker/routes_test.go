@@ -1,0 +1,277 @@
+package caddydocker
+
+import (
+	"bytes"
+	"encoding/json"
+	"flag"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+var update = flag.Bool("update", false, "rewrite golden files in testdata/routes")
+
+var testOpts = BuildOptions{
+	Server:     "gateway",
+	JWTAuth:    json.RawMessage(`{"handler":"jwt_auth","hmac_secret":"{env.JWT_SECRET}"}`),
+	Permission: json.RawMessage(`{"handler":"permission","url":"http://127.0.0.1:9100/check"}`),
+}
+
+var fullLabels = LabelOptions{HaveJWT: true, HavePermission: true}
+
+func c(name string, labels ...string) Container {
+	m := map[string]string{}
+	for i := 0; i+1 < len(labels); i += 2 {
+		m[labels[i]] = labels[i+1]
+	}
+	return Container{ID: "id-" + name, Name: name, Labels: m, IP: "10.88.0.2"}
+}
+
+func hostNet(ct Container) Container { ct.HostNetwork = true; ct.IP = ""; return ct }
+
+// base labels of a valid, minimal container
+func base(extra ...string) []string {
+	return append([]string{"gateway.enable", "true", "gateway.port", "8080",
+		"gateway.router.api.path_prefix", "/api", "gateway.router.api.auth.required", "false",
+		"gateway.router.api.audit", "false"}, extra...)
+}
+
+type routeCase struct {
+	name       string
+	containers []Container
+	labelOpts  *LabelOptions
+}
+
+var routeCases = []routeCase{
+	// every label, one at a time
+	{name: "minimal", containers: []Container{c("orders", base()...)}},
+	{name: "defaults_auth_and_audit", containers: []Container{c("orders", "gateway.enable", "true", "gateway.port", "8080", "gateway.router.api.path_prefix", "/api")}},
+	{name: "name", containers: []Container{c("orders-1", base("gateway.name", "orders")...)}},
+	{name: "address", containers: []Container{c("orders", base("gateway.address", "orders.internal")...)}},
+	{name: "address_ipv6", containers: []Container{c("orders", base("gateway.address", "::1")...)}},
+	{name: "host_network", containers: []Container{hostNet(c("orders", base()...))}},
+	{name: "host", containers: []Container{c("orders", base("gateway.router.api.host", "API.example.com, www.example.com")...)}},
+	{name: "methods", containers: []Container{c("orders", base("gateway.router.api.methods", "get,POST")...)}},
+	{name: "strip_prefix", containers: []Container{c("orders", base("gateway.router.api.strip_prefix", "true")...)}},
+	{name: "path_prefix_root", containers: []Container{c("orders", "gateway.enable", "true", "gateway.port", "8080", "gateway.router.all.path_prefix", "/", "gateway.router.all.auth.required", "false", "gateway.router.all.audit", "false", "gateway.router.all.strip_prefix", "true")}},
+	{name: "path_prefix_trailing_slash", containers: []Container{c("orders", "gateway.enable", "true", "gateway.port", "8080", "gateway.router.api.path_prefix", "/api/", "gateway.router.api.auth.required", "false", "gateway.router.api.audit", "false")}},
+	{name: "auth_required", containers: []Container{c("orders", base("gateway.router.api.auth.required", "true")...)}},
+	{name: "auth_roles", containers: []Container{c("orders", base("gateway.router.api.auth.required", "true", "gateway.router.api.auth.roles", "admin, editor")...)}},
+	{name: "rate_limit_ip", containers: []Container{c("orders", base("gateway.router.api.rate_limit", "100/1m")...)}},
+	{name: "rate_limit_subject", containers: []Container{c("orders", base("gateway.router.api.rate_limit", "10/s", "gateway.router.api.auth.required", "true")...)}},
+	{name: "permission", containers: []Container{c("orders", base("gateway.router.api.permission", "true", "gateway.router.api.auth.required", "true")...)}},
+	{name: "audit", containers: []Container{c("orders", base("gateway.router.api.audit", "true")...)}},
+	{name: "full_chain", containers: []Container{c("orders", "gateway.enable", "true", "gateway.port", "8080",
+		"gateway.router.api.path_prefix", "/orders", "gateway.router.api.host", "api.example.com",
+		"gateway.router.api.methods", "GET,POST", "gateway.router.api.strip_prefix", "true",
+		"gateway.router.api.auth.roles", "admin,editor", "gateway.router.api.rate_limit", "100/1m",
+		"gateway.router.api.permission", "true")}},
+	{name: "several_routers", containers: []Container{c("orders", base(
+		"gateway.router.admin.path_prefix", "/admin", "gateway.router.admin.auth.roles", "admin",
+		"gateway.router.public.path_prefix", "/api/public", "gateway.router.public.auth.required", "false")...)}},
+	{name: "two_containers_one_name", containers: []Container{
+		c("orders-1", base("gateway.name", "orders")...),
+		hostNet(c("orders-2", base("gateway.name", "orders", "gateway.port", "8081")...))}},
+	{name: "ordering", containers: []Container{
+		c("a", base("gateway.router.api.path_prefix", "/a")...),
+		c("b", base("gateway.router.api.path_prefix", "/a/b/c")...),
+		c("h", base("gateway.router.api.path_prefix", "/", "gateway.router.api.host", "h.example")...),
+		c("m", base("gateway.router.api.path_prefix", "/a", "gateway.router.api.methods", "DELETE")...)}},
+	{name: "not_enabled", containers: []Container{c("off", "gateway.enable", "false", "gateway.port", "1"), c("none", "other", "x")}},
+	{name: "unhealthy_skipped", containers: []Container{func() Container { x := c("orders", base()...); x.Health = "unhealthy"; return x }()}},
+
+	// conflicts
+	{name: "conflict_same_prefix", containers: []Container{
+		c("zeta", base()...), c("alpha", base()...)}},
+	{name: "conflict_disjoint_methods", containers: []Container{
+		c("reader", base("gateway.router.api.methods", "GET")...), c("writer", base("gateway.router.api.methods", "POST")...)}},
+	{name: "conflict_same_service_routers_differ", containers: []Container{
+		c("orders-1", base("gateway.name", "orders")...),
+		c("orders-2", base("gateway.name", "orders", "gateway.router.api.strip_prefix", "true")...)}},
+
+	// every bad label, each beside a good container that still routes
+	{name: "bad_enable", containers: []Container{c("bad", base("gateway.enable", "yes please")...), c("good", base("gateway.router.api.path_prefix", "/good")...)}},
+	{name: "bad_unknown_key", containers: []Container{c("bad", base("gateway.prot", "80")...), c("good", base("gateway.router.api.path_prefix", "/good")...)}},
+	{name: "bad_unknown_router_key", containers: []Container{c("bad", base("gateway.router.api.timeout", "5s")...)}},
+	{name: "bad_router_name", containers: []Container{c("bad", base("gateway.router.a b.path_prefix", "/x")...)}},
+	{name: "bad_name", containers: []Container{c("bad", base("gateway.name", "orders/v1")...)}},
+	{name: "bad_port", containers: []Container{c("bad", base("gateway.port", "http")...), c("bad2", base("gateway.port", "70000")...)}},
+	{name: "missing_port", containers: []Container{c("bad", "gateway.enable", "true", "gateway.router.api.path_prefix", "/api", "gateway.router.api.auth.required", "false")}},
+	{name: "bad_address", containers: []Container{c("bad", base("gateway.address", "http://x:80")...)}},
+	{name: "no_ip", containers: []Container{func() Container { x := c("bad", base()...); x.IP = ""; return x }()}},
+	{name: "missing_path_prefix", containers: []Container{c("bad", "gateway.enable", "true", "gateway.port", "80", "gateway.router.api.host", "a.example", "gateway.router.api.auth.required", "false")}},
+	{name: "no_router", containers: []Container{c("bad", "gateway.enable", "true", "gateway.port", "80")}},
+	{name: "bad_path_prefix", containers: []Container{c("bad", base("gateway.router.api.path_prefix", "api/*")...), c("bad2", base("gateway.router.api.path_prefix", "/a/../b")...)}},
+	{name: "bad_host", containers: []Container{c("bad", base("gateway.router.api.host", "a.example:8080")...)}},
+	{name: "bad_methods", containers: []Container{c("bad", base("gateway.router.api.methods", "GET,P0ST")...)}},
+	{name: "bad_strip_prefix", containers: []Container{c("bad", base("gateway.router.api.strip_prefix", "maybe")...)}},
+	{name: "bad_auth_required", containers: []Container{c("bad", base("gateway.router.api.auth.required", "sure")...)}},
+	{name: "bad_auth_roles", containers: []Container{c("bad", base("gateway.router.api.auth.required", "true", "gateway.router.api.auth.roles", "admin,{evil}")...)}},
+	{name: "roles_without_auth", containers: []Container{c("bad", base("gateway.router.api.auth.roles", "admin")...)}},
+	{name: "bad_rate_limit", containers: []Container{
+		c("bad1", base("gateway.router.api.rate_limit", "100")...),
+		c("bad2", base("gateway.router.api.rate_limit", "0/1m")...),
+		c("bad3", base("gateway.router.api.rate_limit", "10/forever")...)}},
+	{name: "bad_permission", containers: []Container{c("bad", base("gateway.router.api.permission", "on-ish")...)}},
+	{name: "bad_audit", containers: []Container{c("bad", base("gateway.router.api.audit", "2")...)}},
+	{name: "auth_without_jwt_config", labelOpts: &LabelOptions{}, containers: []Container{
+		c("bad", "gateway.enable", "true", "gateway.port", "80", "gateway.router.api.path_prefix", "/api"),
+		c("good", base("gateway.router.api.path_prefix", "/good")...)}},
+	{name: "permission_without_config", labelOpts: &LabelOptions{HaveJWT: true}, containers: []Container{
+		c("bad", base("gateway.router.api.permission", "true")...)}},
+}
+
+type golden struct {
+	Errors   map[string][]LabelError `json:"errors,omitempty"`
+	Warnings []string                `json:"warnings,omitempty"`
+	Routes   []json.RawMessage       `json:"routes"`
+}
+
+func TestRoutesGolden(t *testing.T) {
+	seen := map[string]bool{}
+	for _, tc := range routeCases {
+		t.Run(tc.name, func(t *testing.T) {
+			if seen[tc.name] {
+				t.Fatalf("duplicate case name")
+			}
+			seen[tc.name] = true
+			lo := fullLabels
+			if tc.labelOpts != nil {
+				lo = *tc.labelOpts
+			}
+			ds := Discover(tc.containers, lo)
+			plan, err := BuildRoutes(ds, testOpts)
+			if err != nil {
+				t.Fatal(err)
+			}
+			g := golden{Warnings: plan.Warnings, Routes: plan.Routes}
+			for _, d := range ds {
+				if len(d.Errors) > 0 {
+					if g.Errors == nil {
+						g.Errors = map[string][]LabelError{}
+					}
+					g.Errors[d.Container.Name] = d.Errors
+				}
+			}
+			got, err := json.MarshalIndent(g, "", "\t")
+			if err != nil {
+				t.Fatal(err)
+			}
+			got = append(got, '\n')
+			path := filepath.Join("testdata", "routes", tc.name+".json")
+			if *update {
+				if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+					t.Fatal(err)
+				}
+				if err := os.WriteFile(path, got, 0o644); err != nil {
+					t.Fatal(err)
+				}
+			}
+			want, err := os.ReadFile(path)
+			if err != nil {
+				t.Fatalf("%v (run with -update to create)", err)
+			}
+			if !bytes.Equal(got, want) {
+				t.Errorf("generated routes differ from %s (run with -update after checking):\n%s", path, got)
+			}
+			// Every bad-label case names the label in its error.
+			if strings.HasPrefix(tc.name, "bad_") || strings.HasPrefix(tc.name, "missing_") {
+				if len(g.Errors) == 0 {
+					t.Errorf("expected a label error")
+				}
+			}
+			// Determinism: the reverse container order gives the same bytes.
+			rev := append([]Container(nil), tc.containers...)
+			for i, j := 0, len(rev)-1; i < j; i, j = i+1, j-1 {
+				rev[i], rev[j] = rev[j], rev[i]
+			}
+			plan2, _ := BuildRoutes(Discover(rev, lo), testOpts)
+			if plan2.Hash != plan.Hash {
+				t.Errorf("route hash depends on container order")
+			}
+		})
+	}
+}
+
+func TestMergeRoutes(t *testing.T) {
+	own := []json.RawMessage{json.RawMessage(`{"match":[{"host":["a"]}],"handle":[{"handler":"static_response","body":"own"}],"terminal":true}`)}
+	plan, err := BuildRoutes(Discover([]Container{c("orders", base()...)}, fullLabels), testOpts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	merged := MergeRoutes("gateway", own, plan.Routes)
+	if len(merged) != 3 || RouteID(merged[0]) != "docker:gateway:orders:api" || RouteID(merged[2]) != "docker:gateway:no_route" {
+		t.Fatalf("unexpected merge: %s", merged)
+	}
+	// Idempotent: merging into the merged list changes nothing.
+	again := MergeRoutes("gateway", merged, plan.Routes)
+	if !SameRoutes(merged, again) {
+		t.Fatalf("merge is not idempotent")
+	}
+	// Empty discovery keeps own routes and the 404.
+	empty := MergeRoutes("gateway", merged, nil)
+	if len(empty) != 2 || RouteID(empty[1]) != "docker:gateway:no_route" {
+		t.Fatalf("unexpected: %s", empty)
+	}
+	// Another server's managed routes are left alone.
+	other := MergeRoutes("other", merged, nil)
+	if len(other) != 4 {
+		t.Fatalf("routes of server gateway were touched by server other: %s", other)
+	}
+}
+
+func TestParseRate(t *testing.T) {
+	for _, tc := range []struct {
+		in   string
+		want string
+		ok   bool
+	}{
+		{"100/1m", "100/1m0s", true}, {"10/s", "10/1s", true}, {"5/30s", "5/30s", true}, {"1000/h", "1000/1h0m0s", true},
+		{" 7 / 2m ", "7/2m0s", true}, {"100", "", false}, {"0/1m", "", false}, {"-1/1m", "", false},
+		{"1/0s", "", false}, {"1/forever", "", false}, {"x/1m", "", false}, {"1/1000h", "", false},
+	} {
+		t.Run(tc.in, func(t *testing.T) {
+			r, err := ParseRate(tc.in)
+			if (err == nil) != tc.ok {
+				t.Fatalf("err = %v", err)
+			}
+			if tc.ok && r.String() != tc.want {
+				t.Fatalf("got %s want %s", r, tc.want)
+			}
+		})
+	}
+}
+
+func FuzzParseLabels(f *testing.F) {
+	f.Add("gateway.router.api.path_prefix", "/api", "gateway.port", "80")
+	f.Add("gateway.router.x.rate_limit", "10/1m", "gateway.address", "::1")
+	f.Add("gateway.router..host", "a,b", "gateway.name", "")
+	f.Fuzz(func(t *testing.T, k1, v1, k2, v2 string) {
+		ct := Container{ID: "x", Name: "x", IP: "10.0.0.1", Labels: map[string]string{"gateway.enable": "true", k1: v1, k2: v2}}
+		svc, errs := ParseLabels(ct, fullLabels)
+		if (svc == nil) == (len(errs) == 0) {
+			t.Fatalf("exactly one of service and errors must be set: %v %v", svc, errs)
+		}
+		if svc != nil {
+			if _, err := BuildRoutes([]Discovered{{Container: ct, Service: svc}}, testOpts); err != nil {
+				t.Fatalf("valid labels did not build: %v", err)
+			}
+		}
+	})
+}
+
+func BenchmarkBuildRoutes(b *testing.B) {
+	var cs []Container
+	for i := 0; i < 50; i++ {
+		name := "svc" + string(rune('a'+i%26)) + string(rune('a'+i/26))
+		cs = append(cs, c(name, base("gateway.router.api.path_prefix", "/"+name, "gateway.router.api.rate_limit", "100/1m")...))
+	}
+	b.ReportAllocs()
+	for b.Loop() {
+		plan, err := BuildRoutes(Discover(cs, fullLabels), testOpts)
+		if err != nil || len(plan.Routes) != 50 {
+			b.Fatal(err)
+		}
+	}
+}
