@@ -1,0 +1,201 @@
+package caddyjwt
+
+import (
+	"net/http"
+	"net/textproto"
+	"net/url"
+	"strings"
+)
+
+// SourceKind says where a token is looked for.
+type SourceKind uint8
+
+// Token source kinds.
+const (
+	FromHeader SourceKind = iota + 1
+	FromCookie
+	FromQuery
+)
+
+// TokenSource is one place a token may be: a header, a cookie or a query
+// parameter.
+type TokenSource struct {
+	Kind SourceKind
+	Name string
+}
+
+// DefaultSources is the token source used when none is configured: the
+// Authorization header with the Bearer scheme.
+var DefaultSources = []TokenSource{{Kind: FromHeader, Name: "Authorization"}}
+
+// OrderSources returns the sources in the documented lookup order: every
+// header (as configured), then every cookie, then every query parameter.
+// With no source it returns DefaultSources.
+func OrderSources(headers, cookies, query []string) []TokenSource {
+	var out []TokenSource
+	for _, h := range headers {
+		out = append(out, TokenSource{Kind: FromHeader, Name: textproto.CanonicalMIMEHeaderKey(h)})
+	}
+	for _, c := range cookies {
+		out = append(out, TokenSource{Kind: FromCookie, Name: c})
+	}
+	for _, q := range query {
+		out = append(out, TokenSource{Kind: FromQuery, Name: q})
+	}
+	if len(out) == 0 {
+		return DefaultSources
+	}
+	return out
+}
+
+// ExtractToken returns the first token found in r, looking at sources in
+// order, and the index of the source it came from (-1 if none). The
+// Authorization header must use the Bearer scheme (any case); other
+// headers hold the raw token, with an optional "Bearer " prefix. A token
+// longer than maxSize is reported with tooLarge, without being copied.
+func ExtractToken(r *http.Request, sources []TokenSource, maxSize int) (token string, index int, tooLarge bool) {
+	for i, src := range sources {
+		var v string
+		switch src.Kind {
+		case FromHeader:
+			v = firstHeader(r.Header, src.Name)
+			if v == "" {
+				continue
+			}
+			if t, ok := cutBearer(v); ok {
+				v = t
+			} else if src.Name == "Authorization" {
+				continue // another scheme (Basic, ...) is not a JWT
+			}
+		case FromCookie:
+			v = cookieValue(r.Header, src.Name)
+		case FromQuery:
+			v = queryValue(r.URL.RawQuery, src.Name)
+		}
+		v = strings.TrimSpace(v)
+		if v == "" {
+			continue
+		}
+		if len(v) > maxSize {
+			return "", i, true
+		}
+		return v, i, false
+	}
+	return "", -1, false
+}
+
+func firstHeader(h http.Header, canonical string) string {
+	if vs := h[canonical]; len(vs) > 0 {
+		return vs[0]
+	}
+	return ""
+}
+
+// cutBearer strips a case-insensitive "Bearer " scheme.
+func cutBearer(v string) (string, bool) {
+	const scheme = "bearer"
+	if len(v) > len(scheme) && strings.EqualFold(v[:len(scheme)], scheme) && (v[len(scheme)] == ' ' || v[len(scheme)] == '\t') {
+		return strings.TrimLeft(v[len(scheme):], " \t"), true
+	}
+	return "", false
+}
+
+// cookieValue finds a cookie without parsing every cookie of the request.
+func cookieValue(h http.Header, name string) string {
+	for _, line := range h["Cookie"] {
+		for len(line) > 0 {
+			var part string
+			part, line, _ = strings.Cut(line, ";")
+			part = strings.TrimSpace(part)
+			k, val, ok := strings.Cut(part, "=")
+			if !ok || k != name {
+				continue
+			}
+			if len(val) > 1 && val[0] == '"' && val[len(val)-1] == '"' {
+				val = val[1 : len(val)-1]
+			}
+			return val
+		}
+	}
+	return ""
+}
+
+// queryValue returns the first value of a query parameter, unescaped.
+func queryValue(raw, name string) string {
+	for len(raw) > 0 {
+		var part string
+		part, raw, _ = strings.Cut(raw, "&")
+		k, val, _ := strings.Cut(part, "=")
+		if k != name {
+			if !strings.ContainsAny(k, "%+") {
+				continue
+			}
+			if uk, err := url.QueryUnescape(k); err != nil || uk != name {
+				continue
+			}
+		}
+		if strings.ContainsAny(val, "%+") {
+			uv, err := url.QueryUnescape(val)
+			if err != nil {
+				return ""
+			}
+			return uv
+		}
+		return val
+	}
+	return ""
+}
+
+// StripToken removes the credential of every source from r, so that it is
+// not forwarded upstream.
+func StripToken(r *http.Request, sources []TokenSource) {
+	for _, src := range sources {
+		switch src.Kind {
+		case FromHeader:
+			if src.Name == "Authorization" {
+				// only a Bearer credential is ours
+				if _, ok := cutBearer(firstHeader(r.Header, src.Name)); !ok {
+					continue
+				}
+			}
+			r.Header.Del(src.Name)
+		case FromCookie:
+			removeCookie(r.Header, src.Name)
+		case FromQuery:
+			if r.URL.RawQuery == "" {
+				continue
+			}
+			q := r.URL.Query()
+			if _, ok := q[src.Name]; ok {
+				q.Del(src.Name)
+				r.URL.RawQuery = q.Encode()
+				r.RequestURI = r.URL.RequestURI()
+			}
+		}
+	}
+}
+
+func removeCookie(h http.Header, name string) {
+	lines := h["Cookie"]
+	if len(lines) == 0 {
+		return
+	}
+	var kept []string
+	for _, line := range lines {
+		for _, part := range strings.Split(line, ";") {
+			p := strings.TrimSpace(part)
+			if p == "" {
+				continue
+			}
+			if k, _, _ := strings.Cut(p, "="); k == name {
+				continue
+			}
+			kept = append(kept, p)
+		}
+	}
+	if len(kept) == 0 {
+		h.Del("Cookie")
+		return
+	}
+	h["Cookie"] = []string{strings.Join(kept, "; ")}
+}

@@ -1,0 +1,484 @@
+package caddyjwt
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"net/textproto"
+	"net/url"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/caddyserver/caddy/v2"
+	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
+	"go.uber.org/zap"
+
+	"github.com/apigate/gateway/internal/gwctx"
+)
+
+func init() {
+	caddy.RegisterModule(JWTAuth{})
+}
+
+// pools hold what outlives a config reload: JWKS fetchers (keyed by URL and
+// fetch settings) and verifiers with their token caches (keyed by the whole
+// verification config, secrets hashed).
+var (
+	jwksPool     = caddy.NewUsagePool()
+	verifierPool = caddy.NewUsagePool()
+)
+
+// DefaultRealm is the realm of the WWW-Authenticate challenge.
+const DefaultRealm = "gateway"
+
+// JWTAuth is an HTTP handler that authenticates requests with a JSON Web
+// Token. It verifies the token's signature with the configured keys (HMAC
+// secrets, PEM public keys, JWKS URLs), checks exp/nbf/iat, issuer,
+// audience and required claims, and then exposes the identity to later
+// handlers (caddyjwt.FromRequest) and placeholders:
+// `{http.auth.user.id}` (the `sub` claim) and
+// `{http.auth.jwt.claims.<path>}` (nested paths, arrays joined with ",").
+//
+// A request without a token gets 401 with `WWW-Authenticate: Bearer
+// realm="..."`; a bad token gets 401 with `WWW-Authenticate: Bearer
+// error="invalid_token", error_description="..."` and a JSON body
+// `{"error":"invalid_token","reason":"..."}`.
+type JWTAuth struct {
+	// HMACSecrets are secrets for HS256/384/512. Placeholders such as
+	// `{env.JWT_SECRET}` and `{file./run/secrets/jwt}` are expanded when
+	// the config loads.
+	HMACSecrets []string `json:"hmac_secrets,omitempty"`
+
+	// PublicKeys are paths of PEM files holding RSA, ECDSA or Ed25519
+	// public keys (PUBLIC KEY, RSA PUBLIC KEY or CERTIFICATE blocks).
+	PublicKeys []string `json:"public_keys,omitempty"`
+
+	// JWKSURLs are URLs of JWK Sets. Each is fetched when the config loads
+	// (a failure is logged, not fatal), refreshed in the background, and
+	// refreshed early when a token names an unknown kid.
+	JWKSURLs []string `json:"jwks_urls,omitempty"`
+
+	// JWKSRefresh is the background refresh interval. Default: 10m.
+	JWKSRefresh caddy.Duration `json:"jwks_refresh,omitempty"`
+
+	// JWKSCooldown is the shortest time between two early refreshes caused
+	// by unknown kids. Default: 30s.
+	JWKSCooldown caddy.Duration `json:"jwks_cooldown,omitempty"`
+
+	// JWKSTimeout bounds one JWKS fetch. Default: 5s.
+	JWKSTimeout caddy.Duration `json:"jwks_timeout,omitempty"`
+
+	// Algorithms is the allow-list of signature algorithms. Default: every
+	// algorithm the configured keys can verify. `none` is never accepted.
+	Algorithms []string `json:"algorithms,omitempty"`
+
+	// Issuers: when set, the `iss` claim must be one of them.
+	Issuers []string `json:"issuers,omitempty"`
+
+	// Audiences: when set, the `aud` claim (a string or an array) must
+	// contain one of them.
+	Audiences []string `json:"audiences,omitempty"`
+
+	// Leeway is the clock skew tolerated on exp, nbf and iat. Default: 0.
+	Leeway caddy.Duration `json:"leeway,omitempty"`
+
+	// RequireClaims are claims (dotted paths allowed) that must be present.
+	RequireClaims []string `json:"require_claims,omitempty"`
+
+	// FromHeaders are request headers that may carry the token, looked at
+	// first, in order. `Authorization` requires the Bearer scheme; other
+	// headers hold the raw token (a "Bearer " prefix is stripped).
+	// When no from_* source is configured: `Authorization`.
+	FromHeaders []string `json:"from_headers,omitempty"`
+
+	// FromCookies are cookies that may carry the token, looked at after
+	// the headers.
+	FromCookies []string `json:"from_cookies,omitempty"`
+
+	// FromQuery are query parameters that may carry the token, looked at
+	// last.
+	FromQuery []string `json:"from_query,omitempty"`
+
+	// ForwardClaims copy claims into upstream request headers. A header of
+	// the same name sent by the client is always removed first.
+	ForwardClaims []ForwardClaim `json:"forward_claims,omitempty"`
+
+	// StripToken removes the credential (the token's header, cookie or
+	// query parameter) from the request before it goes upstream.
+	StripToken bool `json:"strip_token,omitempty"`
+
+	// Optional lets requests without a token through, anonymous. A token
+	// that is present but invalid is still rejected.
+	Optional bool `json:"optional,omitempty"`
+
+	// Realm is the realm of the WWW-Authenticate challenge. Default: gateway.
+	Realm string `json:"realm,omitempty"`
+
+	// MaxTokenSize is the longest token accepted, in bytes; longer tokens
+	// are rejected without being parsed. Default: 8192.
+	MaxTokenSize int `json:"max_token_size,omitempty"`
+
+	// CacheSize bounds the cache of verified tokens (entries). Default:
+	// 10000. -1 disables the cache.
+	CacheSize int `json:"cache_size,omitempty"`
+
+	// CacheTTL caps how long a verified token stays cached; an entry never
+	// outlives the token's exp. Default: 5m.
+	CacheTTL caddy.Duration `json:"cache_ttl,omitempty"`
+
+	verifier    *Verifier
+	sources     []TokenSource
+	forward     []forward
+	spoofable   []string
+	challenge   string
+	metrics     *metrics
+	logger      *zap.Logger
+	jwksKeys    []string
+	verifierKey string
+}
+
+// ForwardClaim copies a claim into an upstream request header.
+type ForwardClaim struct {
+	// Claim is a claim path, e.g. `sub` or `realm_access.roles`.
+	Claim string `json:"claim"`
+	// Header is the request header to set.
+	Header string `json:"header"`
+}
+
+type forward struct {
+	path   ClaimPath
+	header string
+}
+
+// CaddyModule returns the Caddy module information.
+func (JWTAuth) CaddyModule() caddy.ModuleInfo {
+	return caddy.ModuleInfo{
+		ID:  "http.handlers.jwt_auth",
+		New: func() caddy.Module { return new(JWTAuth) },
+	}
+}
+
+type pooledVerifier struct{ *Verifier }
+
+func (pooledVerifier) Destruct() error { return nil }
+
+// Provision loads the keys, joins (or starts) the shared JWKS fetchers and
+// verifier, and registers the metrics.
+func (j *JWTAuth) Provision(ctx caddy.Context) error {
+	j.logger = ctx.Logger(j)
+	j.metrics = newMetrics(ctx.GetMetricsRegistry())
+	if j.Realm == "" {
+		j.Realm = DefaultRealm
+	}
+	j.challenge = `Bearer realm="` + quoteEscape(j.Realm) + `"`
+	if err := j.Validate(); err != nil {
+		return err
+	}
+	repl := caddy.NewReplacer()
+
+	var keys []*Key
+	fpHash := sha256.New()
+	for i, raw := range j.HMACSecrets {
+		secret := repl.ReplaceKnown(raw, "")
+		if secret == "" {
+			return fmt.Errorf("hmac_secret #%d is empty once placeholders are replaced (is the environment variable or file set?)", i+1)
+		}
+		if len(secret) < 32 {
+			j.logger.Warn("hmac_secret is shorter than 32 bytes; use a long random secret", zap.Int("index", i+1))
+		}
+		k, err := NewHMACKey([]byte(secret), "")
+		if err != nil {
+			return fmt.Errorf("hmac_secret #%d: %v", i+1, err)
+		}
+		keys = append(keys, k)
+	}
+	for _, raw := range j.PublicKeys {
+		path := repl.ReplaceKnown(raw, "")
+		data, err := os.ReadFile(path)
+		if err != nil {
+			return fmt.Errorf("public_key: %v", err)
+		}
+		ks, err := ParsePEMKeys(data, "public_key "+path)
+		if err != nil {
+			return err
+		}
+		keys = append(keys, ks...)
+	}
+	for _, k := range keys {
+		fpHash.Write(k.fp[:])
+	}
+
+	var sets []KeySet
+	refresh, cooldown, timeout := time.Duration(j.JWKSRefresh), time.Duration(j.JWKSCooldown), time.Duration(j.JWKSTimeout)
+	for _, raw := range j.JWKSURLs {
+		u := repl.ReplaceKnown(raw, "")
+		pu, err := url.Parse(u)
+		if err != nil || (pu.Scheme != "http" && pu.Scheme != "https") || pu.Host == "" {
+			return fmt.Errorf("invalid jwks_url %q: must be an absolute http or https URL", u)
+		}
+		poolKey := fmt.Sprintf("jwks|%s|%d|%d|%d", u, refresh, cooldown, timeout)
+		logger := j.logger
+		val, _, err := jwksPool.LoadOrNew(poolKey, func() (caddy.Destructor, error) {
+			s := NewJWKSet(JWKSConfig{URL: u, Refresh: refresh, Cooldown: cooldown, Timeout: timeout, Logger: logger})
+			s.Start()
+			return s, nil
+		})
+		if err != nil {
+			return err
+		}
+		j.jwksKeys = append(j.jwksKeys, poolKey)
+		s := val.(*JWKSet)
+		fetches := j.metrics.jwksFetches
+		s.OnFetch(func(result string) { fetches.WithLabelValues(u, result).Inc() })
+		sets = append(sets, s)
+		fpHash.Write([]byte(poolKey))
+		fpHash.Write([]byte{0})
+	}
+
+	opts := Options{
+		Algorithms:    j.Algorithms,
+		Issuers:       j.Issuers,
+		Audiences:     j.Audiences,
+		Leeway:        time.Duration(j.Leeway),
+		RequireClaims: j.RequireClaims,
+		MaxTokenSize:  j.MaxTokenSize,
+		CacheSize:     j.CacheSize,
+		CacheTTL:      time.Duration(j.CacheTTL),
+	}
+	optsJSON, err := json.Marshal(opts)
+	if err != nil {
+		return err
+	}
+	fpHash.Write(optsJSON)
+	j.verifierKey = "verifier|" + hex.EncodeToString(fpHash.Sum(nil))
+	val, _, err := verifierPool.LoadOrNew(j.verifierKey, func() (caddy.Destructor, error) {
+		v, err := NewVerifier(opts, keys, sets...)
+		if err != nil {
+			return nil, err
+		}
+		return pooledVerifier{v}, nil
+	})
+	if err != nil {
+		j.verifierKey = ""
+		return err
+	}
+	j.verifier = val.(pooledVerifier).Verifier
+
+	j.sources = OrderSources(j.FromHeaders, j.FromCookies, j.FromQuery)
+	for _, fc := range j.ForwardClaims {
+		p, err := ParseClaimPath(fc.Claim)
+		if err != nil {
+			return fmt.Errorf("forward_claim: %v", err)
+		}
+		h := textproto.CanonicalMIMEHeaderKey(fc.Header)
+		j.forward = append(j.forward, forward{path: p, header: h})
+		j.spoofable = append(j.spoofable, h)
+	}
+	return nil
+}
+
+// Validate checks the configuration's ranges.
+func (j *JWTAuth) Validate() error {
+	if len(j.HMACSecrets) == 0 && len(j.PublicKeys) == 0 && len(j.JWKSURLs) == 0 {
+		return fmt.Errorf("no key configured: set hmac_secret, public_key or jwks_url")
+	}
+	for name, d := range map[string]caddy.Duration{
+		"jwks_refresh": j.JWKSRefresh, "jwks_cooldown": j.JWKSCooldown, "jwks_timeout": j.JWKSTimeout,
+		"leeway": j.Leeway, "cache_ttl": j.CacheTTL,
+	} {
+		if d < 0 {
+			return fmt.Errorf("invalid %s %q: must not be negative", name, time.Duration(d))
+		}
+	}
+	if j.JWKSRefresh != 0 && time.Duration(j.JWKSRefresh) < time.Second {
+		return fmt.Errorf("invalid jwks_refresh %q: must be at least 1s", time.Duration(j.JWKSRefresh))
+	}
+	if j.MaxTokenSize < 0 {
+		return fmt.Errorf("invalid max_token_size %d: must be positive", j.MaxTokenSize)
+	}
+	if j.CacheSize < -1 {
+		return fmt.Errorf("invalid cache_size %d: must be positive, or -1 to disable the cache", j.CacheSize)
+	}
+	for _, fc := range j.ForwardClaims {
+		if fc.Claim == "" || fc.Header == "" {
+			return fmt.Errorf("invalid forward_claim %q -> %q: both a claim and a header are required", fc.Claim, fc.Header)
+		}
+		if !validHeaderName(fc.Header) {
+			return fmt.Errorf("invalid forward_claim header %q", fc.Header)
+		}
+	}
+	for _, h := range j.FromHeaders {
+		if !validHeaderName(h) {
+			return fmt.Errorf("invalid from_header %q", h)
+		}
+	}
+	return nil
+}
+
+func validHeaderName(h string) bool {
+	if h == "" {
+		return false
+	}
+	for i := 0; i < len(h); i++ {
+		c := h[i]
+		if c <= ' ' || c >= 0x7f || strings.IndexByte(`"(),/:;<=>?@[\]{}`, c) >= 0 {
+			return false
+		}
+	}
+	return true
+}
+
+// Cleanup releases this config's hold on the shared fetchers and verifier;
+// the last user stops them.
+func (j *JWTAuth) Cleanup() error {
+	if j.verifierKey != "" {
+		_, _ = verifierPool.Delete(j.verifierKey)
+	}
+	for _, k := range j.jwksKeys {
+		_, _ = jwksPool.Delete(k)
+	}
+	return nil
+}
+
+// Verifier returns the provisioned verifier (nil before Provision).
+func (j *JWTAuth) Verifier() *Verifier { return j.verifier }
+
+const claimsPrefix = "http.auth.jwt.claims."
+
+// ServeHTTP authenticates the request.
+func (j *JWTAuth) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyhttp.Handler) error {
+	// never let a client choose what the upstream believes came from a token
+	for _, h := range j.spoofable {
+		r.Header.Del(h)
+	}
+
+	token, _, tooLarge := ExtractToken(r, j.sources, j.verifier.MaxTokenSize())
+	if tooLarge {
+		return j.invalid(w, r, ErrTooLarge)
+	}
+	if token == "" {
+		if j.Optional {
+			j.metrics.verifications.WithLabelValues("anonymous", "missing token").Inc()
+			return next.ServeHTTP(w, r)
+		}
+		j.metrics.missing.Inc()
+		gwctx.SetDenial(r, "jwt_auth", "missing token")
+		h := w.Header()
+		h.Set("WWW-Authenticate", j.challenge)
+		writeJSON(w, http.StatusUnauthorized, "unauthorized", "missing token")
+		return nil
+	}
+
+	id, hit, err := j.verifier.VerifyCached(r.Context(), token)
+	if err != nil {
+		j.metrics.cacheMisses.Inc()
+		return j.invalid(w, r, err)
+	}
+	if hit {
+		j.metrics.cacheHits.Inc()
+	} else {
+		j.metrics.cacheMisses.Inc()
+	}
+	j.metrics.valid.Inc()
+
+	SetIdentity(r, id)
+	if repl, ok := r.Context().Value(caddy.ReplacerCtxKey).(*caddy.Replacer); ok {
+		repl.Set("http.auth.user.id", id.Subject)
+		repl.Map(func(key string) (any, bool) {
+			if !strings.HasPrefix(key, claimsPrefix) {
+				return nil, false
+			}
+			p, err := ParseClaimPath(key[len(claimsPrefix):])
+			if err != nil {
+				return "", true
+			}
+			v, ok := p.Lookup(id.Claims)
+			if !ok {
+				return "", true
+			}
+			return Stringify(v), true
+		})
+	}
+	for _, f := range j.forward {
+		if v, ok := f.path.Lookup(id.Claims); ok && v != nil {
+			r.Header.Set(f.header, headerSafe(Stringify(v)))
+		}
+	}
+	if j.StripToken {
+		StripToken(r, j.sources)
+	}
+	return next.ServeHTTP(w, r)
+}
+
+func (j *JWTAuth) invalid(w http.ResponseWriter, r *http.Request, err error) error {
+	e, ok := err.(*Error)
+	if !ok {
+		e = &Error{Reason: "invalid token", Label: "invalid token"}
+	}
+	j.metrics.verifications.WithLabelValues("invalid", e.Label).Inc()
+	if ce := j.logger.Check(zap.DebugLevel, "token rejected"); ce != nil {
+		ce.Write(zap.String("reason", e.Reason), zap.String("remote_addr", r.RemoteAddr))
+	}
+	gwctx.SetDenial(r, "jwt_auth", e.Reason)
+	w.Header().Set("WWW-Authenticate", `Bearer error="invalid_token", error_description="`+quoteEscape(e.Reason)+`"`)
+	writeJSON(w, http.StatusUnauthorized, "invalid_token", e.Reason)
+	return nil
+}
+
+func writeJSON(w http.ResponseWriter, status int, code, reason string) {
+	body, _ := json.Marshal(struct {
+		Error  string `json:"error"`
+		Reason string `json:"reason"`
+	}{code, reason})
+	h := w.Header()
+	h.Set("Content-Type", "application/json")
+	h.Set("Cache-Control", "no-store")
+	w.WriteHeader(status)
+	_, _ = w.Write(append(body, '\n'))
+}
+
+// quoteEscape makes s safe inside an HTTP quoted-string.
+func quoteEscape(s string) string {
+	if !strings.ContainsAny(s, "\"\\\r\n") {
+		return s
+	}
+	var b strings.Builder
+	for i := 0; i < len(s); i++ {
+		switch c := s[i]; c {
+		case '"', '\\':
+			b.WriteByte('\\')
+			b.WriteByte(c)
+		case '\r', '\n':
+			b.WriteByte(' ')
+		default:
+			b.WriteByte(c)
+		}
+	}
+	return b.String()
+}
+
+// headerSafe drops control characters a claim could smuggle into a header.
+func headerSafe(s string) string {
+	for i := 0; i < len(s); i++ {
+		if c := s[i]; c < ' ' && c != '\t' || c == 0x7f {
+			return strings.Map(func(r rune) rune {
+				if r < ' ' && r != '\t' || r == 0x7f {
+					return ' '
+				}
+				return r
+			}, s)
+		}
+	}
+	return s
+}
+
+// Interface guards
+var (
+	_ caddy.Provisioner           = (*JWTAuth)(nil)
+	_ caddy.Validator             = (*JWTAuth)(nil)
+	_ caddy.CleanerUpper          = (*JWTAuth)(nil)
+	_ caddyhttp.MiddlewareHandler = (*JWTAuth)(nil)
+)

@@ -1,0 +1,503 @@
+package caddyjwt
+
+import (
+	"context"
+	"encoding/base64"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+	"unsafe"
+)
+
+// Defaults of Options.
+const (
+	DefaultMaxTokenSize = 8 << 10
+	DefaultCacheSize    = 10000
+	DefaultCacheTTL     = 5 * time.Minute
+)
+
+// Options are the rules a Verifier applies besides the signature.
+type Options struct {
+	// Algorithms is the allow-list of algorithms; empty allows every
+	// supported algorithm that a configured key can verify. "none" is
+	// never accepted.
+	Algorithms []string
+	// Issuers: when set, `iss` must be one of them.
+	Issuers []string
+	// Audiences: when set, `aud` (a string or an array) must hold one of them.
+	Audiences []string
+	// Leeway is the clock skew tolerated on exp, nbf and iat.
+	Leeway time.Duration
+	// RequireClaims are claim paths (see ParseClaimPath) that must be present.
+	RequireClaims []string
+	// MaxTokenSize bounds the token length in bytes (0: DefaultMaxTokenSize).
+	MaxTokenSize int
+	// CacheSize bounds the verified-token cache (0: DefaultCacheSize;
+	// negative: no cache).
+	CacheSize int
+	// CacheTTL caps how long a verified token is cached; an entry never
+	// outlives the token's exp (0: DefaultCacheTTL).
+	CacheTTL time.Duration
+	// Now returns the current time (nil: time.Now). For tests.
+	Now func() time.Time `json:"-"`
+}
+
+// KeySet is a source of keys that can change, such as a JWKS URL.
+type KeySet interface {
+	// Keys returns the current keys; the slice must not be modified.
+	Keys() []*Key
+	// Generation changes whenever the keys change.
+	Generation() uint64
+	// RefreshEarly fetches the keys again now unless that was done less
+	// than a cooldown ago; it reports whether it fetched.
+	RefreshEarly(ctx context.Context) bool
+}
+
+// Error is a verification failure. Reason is safe to show to the client
+// and to log: it never holds key material or the token. Label is the
+// low-cardinality form of Reason used as a metrics label.
+type Error struct {
+	Reason string
+	Label  string
+}
+
+func (e *Error) Error() string { return e.Reason }
+
+func newErr(reason string) *Error { return &Error{Reason: reason, Label: reason} }
+
+// Verification failures.
+var (
+	ErrTooLarge         = newErr("token too large")
+	ErrMalformed        = newErr("malformed token")
+	ErrBadEncoding      = newErr("malformed token encoding")
+	ErrBadHeader        = newErr("malformed token header")
+	ErrBadClaims        = newErr("malformed token claims")
+	ErrAlgNone          = newErr("unsigned token")
+	ErrUnsupportedAlg   = newErr("unsupported algorithm")
+	ErrAlgNotAllowed    = newErr("algorithm not allowed")
+	ErrCritical         = newErr("unsupported critical header")
+	ErrUnknownKey       = newErr("unknown key")
+	ErrKeyMismatch      = newErr("algorithm does not match key")
+	ErrSignature        = newErr("invalid signature")
+	ErrExpired          = newErr("token expired")
+	ErrNotYetValid      = newErr("token not yet valid")
+	ErrIssuedInFuture   = newErr("token issued in the future")
+	ErrIssuer           = newErr("invalid issuer")
+	ErrAudience         = newErr("invalid audience")
+	errMissingClaimBase = "missing claim"
+	errClaimTypeBase    = "invalid claim"
+)
+
+func claimErr(base, name string) *Error {
+	return &Error{Reason: base + " " + name, Label: base}
+}
+
+// Verifier verifies JWTs against static keys and key sets, applies the
+// claim rules of its Options and caches verified tokens. It is safe for
+// concurrent use and has no Caddy dependency.
+type Verifier struct {
+	opts     Options
+	allowed  map[string]bool // nil: every algorithm
+	static   []*Key
+	sets     []KeySet
+	required []ClaimPath
+	leeway   float64
+	maxSize  int
+	ttl      time.Duration
+	cache    *Cache
+	now      func() time.Time
+}
+
+// NewVerifier builds a Verifier. At least one key or key set is required.
+func NewVerifier(opts Options, keys []*Key, sets ...KeySet) (*Verifier, error) {
+	if len(keys) == 0 && len(sets) == 0 {
+		return nil, errors.New("no key configured: set hmac_secret, public_key or jwks_url")
+	}
+	v := &Verifier{opts: opts, static: keys, sets: sets, now: opts.Now}
+	if v.now == nil {
+		v.now = time.Now
+	}
+	if len(opts.Algorithms) > 0 {
+		v.allowed = make(map[string]bool)
+		for _, name := range opts.Algorithms {
+			if strings.EqualFold(name, "none") {
+				return nil, errors.New(`algorithm "none" is never accepted`)
+			}
+			if lookupAlg(name) == nil {
+				return nil, fmt.Errorf("unsupported algorithm %q (supported: %s)", name, strings.Join(SupportedAlgorithms(), ", "))
+			}
+			v.allowed[name] = true
+		}
+		for _, k := range keys {
+			usable := false
+			for name := range v.allowed {
+				if k.Allows(name) {
+					usable = true
+				}
+			}
+			if !usable {
+				return nil, fmt.Errorf("%s: %s key can verify none of the allowed algorithms %v", k.Source, k.family, opts.Algorithms)
+			}
+		}
+	}
+	for _, rc := range opts.RequireClaims {
+		p, err := ParseClaimPath(rc)
+		if err != nil {
+			return nil, fmt.Errorf("require_claims: %v", err)
+		}
+		v.required = append(v.required, p)
+	}
+	if opts.Leeway < 0 {
+		return nil, fmt.Errorf("invalid leeway %s: must not be negative", opts.Leeway)
+	}
+	v.leeway = opts.Leeway.Seconds()
+	v.maxSize = opts.MaxTokenSize
+	if v.maxSize <= 0 {
+		v.maxSize = DefaultMaxTokenSize
+	}
+	v.ttl = opts.CacheTTL
+	if v.ttl <= 0 {
+		v.ttl = DefaultCacheTTL
+	}
+	switch {
+	case opts.CacheSize == 0:
+		v.cache = NewCache(DefaultCacheSize)
+	case opts.CacheSize > 0:
+		v.cache = NewCache(opts.CacheSize)
+	}
+	return v, nil
+}
+
+// MaxTokenSize returns the largest token accepted, in bytes.
+func (v *Verifier) MaxTokenSize() int { return v.maxSize }
+
+// Cache returns the verified-token cache, or nil when caching is off.
+func (v *Verifier) Cache() *Cache { return v.cache }
+
+func (v *Verifier) generation() uint64 {
+	var g uint64
+	for _, s := range v.sets {
+		g += s.Generation()
+	}
+	return g
+}
+
+// Verify checks token and returns its identity. Failures are *Error.
+func (v *Verifier) Verify(ctx context.Context, token string) (*Identity, error) {
+	id, _, err := v.VerifyCached(ctx, token)
+	return id, err
+}
+
+// VerifyCached is Verify that also reports whether the answer came from
+// the cache of verified tokens.
+func (v *Verifier) VerifyCached(ctx context.Context, token string) (*Identity, bool, error) {
+	if len(token) > v.maxSize {
+		return nil, false, ErrTooLarge
+	}
+	if v.cache == nil {
+		id, err := v.verify(ctx, token, v.now(), 0, nil)
+		return id, false, err
+	}
+	key := hashToken(token)
+	now := v.now()
+	gen := v.generation()
+	if id, ok := v.cache.get(&key, now.UnixNano(), gen); ok {
+		return id, true, nil
+	}
+	id, err := v.verify(ctx, token, now, gen, &key)
+	return id, false, err
+}
+
+type header struct {
+	Alg  string          `json:"alg"`
+	Kid  string          `json:"kid"`
+	Crit json.RawMessage `json:"crit"`
+}
+
+var b64url = base64.RawURLEncoding.Strict()
+
+// bytesOf views s as bytes without copying; the callee must not modify or
+// retain them.
+func bytesOf(s string) []byte { return unsafe.Slice(unsafe.StringData(s), len(s)) }
+
+func (v *Verifier) verify(ctx context.Context, token string, now time.Time, gen uint64, key *tokenKey) (*Identity, error) {
+	d1 := strings.IndexByte(token, '.')
+	if d1 <= 0 {
+		return nil, ErrMalformed
+	}
+	rest := token[d1+1:]
+	d2 := strings.IndexByte(rest, '.')
+	if d2 <= 0 || strings.IndexByte(rest[d2+1:], '.') >= 0 {
+		return nil, ErrMalformed
+	}
+	hSeg, pSeg, sSeg := token[:d1], rest[:d2], rest[d2+1:]
+
+	hLen, pLen, sLen := b64url.DecodedLen(len(hSeg)), b64url.DecodedLen(len(pSeg)), b64url.DecodedLen(len(sSeg))
+	buf := make([]byte, hLen+pLen+sLen)
+	n, err := b64url.Decode(buf[:hLen], bytesOf(hSeg))
+	if err != nil {
+		return nil, ErrBadEncoding
+	}
+	hdrJSON := buf[:n]
+	var h header
+	if err := json.Unmarshal(hdrJSON, &h); err != nil {
+		return nil, ErrBadHeader
+	}
+	if h.Alg == "" || strings.EqualFold(h.Alg, "none") {
+		return nil, ErrAlgNone
+	}
+	a := lookupAlg(h.Alg)
+	if a == nil {
+		return nil, ErrUnsupportedAlg
+	}
+	if v.allowed != nil && !v.allowed[a.name] {
+		return nil, ErrAlgNotAllowed
+	}
+	if len(h.Crit) > 0 && string(h.Crit) != "null" {
+		return nil, ErrCritical
+	}
+	if sSeg == "" {
+		return nil, ErrSignature
+	}
+	n, err = b64url.Decode(buf[hLen:hLen+pLen], bytesOf(pSeg))
+	if err != nil {
+		return nil, ErrBadEncoding
+	}
+	payload := buf[hLen : hLen+n]
+	n, err = b64url.Decode(buf[hLen+pLen:], bytesOf(sSeg))
+	if err != nil {
+		return nil, ErrBadEncoding
+	}
+	sig := buf[hLen+pLen : hLen+pLen+n]
+	signed := token[:d1+1+d2]
+
+	k, err := v.checkSignature(ctx, a, h.Kid, bytesOf(signed), sig)
+	if err != nil {
+		return nil, err
+	}
+
+	var claims map[string]any
+	if err := json.Unmarshal(payload, &claims); err != nil || claims == nil {
+		return nil, ErrBadClaims
+	}
+	id := &Identity{Algorithm: a.name, KeyID: h.Kid, Claims: claims}
+	if k.ID != "" {
+		id.KeyID = k.ID
+	}
+	exp, err := v.checkClaims(id, now)
+	if err != nil {
+		return nil, err
+	}
+	if key != nil {
+		deadline := now.Add(v.ttl).UnixNano()
+		if exp != 0 {
+			// entries die at exp even if the leeway would still accept it
+			if e := int64(exp * 1e9); e < deadline {
+				deadline = e
+			}
+		}
+		if deadline > now.UnixNano() {
+			v.cache.put(key, cacheEntry{id: id, expires: deadline, gen: gen}, now.UnixNano())
+		}
+	}
+	return id, nil
+}
+
+// checkSignature finds the key for kid and alg, and verifies sig with it.
+// The algorithm must fit the key's type (and the key's own alg if it has
+// one): the header alone never chooses how a key is used.
+func (v *Verifier) checkSignature(ctx context.Context, a *alg, kid string, signed, sig []byte) (*Key, error) {
+	var (
+		found    bool // a key answered to kid
+		mismatch bool // a candidate key cannot do alg
+		tried    bool // a signature check ran
+	)
+	try := func(k *Key) bool {
+		if !k.allows(a) {
+			mismatch = true
+			return false
+		}
+		tried = true
+		return k.verify(a, signed, sig) == nil
+	}
+	search := func() *Key {
+		if kid != "" {
+			for _, k := range v.static {
+				if k.ID == kid {
+					found = true
+					if try(k) {
+						return k
+					}
+				}
+			}
+			for _, s := range v.sets {
+				for _, k := range s.Keys() {
+					if k.ID == kid {
+						found = true
+						if try(k) {
+							return k
+						}
+					}
+				}
+			}
+			if found {
+				return nil
+			}
+		}
+		// no kid, or a kid no key claims: keys without an ID (plain
+		// secrets, PEM files) may verify it; a token without kid may
+		// also match any key of a set
+		for _, k := range v.static {
+			if k.ID == "" || kid == "" {
+				if try(k) {
+					return k
+				}
+			}
+		}
+		for _, s := range v.sets {
+			for _, k := range s.Keys() {
+				if kid == "" {
+					if try(k) {
+						return k
+					}
+				}
+			}
+		}
+		return nil
+	}
+	if k := search(); k != nil {
+		return k, nil
+	}
+	if kid != "" && !found && len(v.sets) > 0 {
+		// a key the sets do not know yet: maybe the issuer rotated
+		refreshed := false
+		for _, s := range v.sets {
+			if s.RefreshEarly(ctx) {
+				refreshed = true
+			}
+		}
+		if refreshed {
+			found, mismatch, tried = false, false, false
+			if k := search(); k != nil {
+				return k, nil
+			}
+		}
+	}
+	switch {
+	case tried:
+		return nil, ErrSignature
+	case mismatch:
+		return nil, ErrKeyMismatch
+	default:
+		return nil, ErrUnknownKey
+	}
+}
+
+func numClaim(claims map[string]any, name string) (float64, bool, *Error) {
+	v, ok := claims[name]
+	if !ok || v == nil {
+		return 0, false, nil
+	}
+	f, isNum := v.(float64)
+	if !isNum {
+		return 0, false, claimErr(errClaimTypeBase, name)
+	}
+	return f, true, nil
+}
+
+// checkClaims applies the time, issuer, audience and required-claim rules
+// and fills the identity's typed fields. It returns exp (0 if absent).
+func (v *Verifier) checkClaims(id *Identity, now time.Time) (float64, error) {
+	c := id.Claims
+	t := float64(now.UnixNano()) / 1e9
+	exp, hasExp, err := numClaim(c, "exp")
+	if err != nil {
+		return 0, err
+	}
+	if hasExp {
+		if t >= exp+v.leeway {
+			return 0, ErrExpired
+		}
+		sec := int64(exp)
+		id.ExpiresAt = time.Unix(sec, int64((exp-float64(sec))*1e9))
+	}
+	nbf, hasNbf, err := numClaim(c, "nbf")
+	if err != nil {
+		return 0, err
+	}
+	if hasNbf && t+v.leeway < nbf {
+		return 0, ErrNotYetValid
+	}
+	iat, hasIat, err := numClaim(c, "iat")
+	if err != nil {
+		return 0, err
+	}
+	if hasIat && t+v.leeway < iat {
+		return 0, ErrIssuedInFuture
+	}
+	if sub, ok := c["sub"]; ok && sub != nil {
+		s, isStr := sub.(string)
+		if !isStr {
+			return 0, claimErr(errClaimTypeBase, "sub")
+		}
+		id.Subject = s
+	}
+	if iss, ok := c["iss"]; ok && iss != nil {
+		s, isStr := iss.(string)
+		if !isStr {
+			return 0, claimErr(errClaimTypeBase, "iss")
+		}
+		id.Issuer = s
+	}
+	if len(v.opts.Issuers) > 0 {
+		ok := false
+		for _, want := range v.opts.Issuers {
+			if id.Issuer == want {
+				ok = true
+				break
+			}
+		}
+		if !ok {
+			return 0, ErrIssuer
+		}
+	}
+	switch aud := c["aud"].(type) {
+	case nil:
+	case string:
+		id.Audience = []string{aud}
+	case []any:
+		id.Audience = make([]string, 0, len(aud))
+		for _, e := range aud {
+			s, ok := e.(string)
+			if !ok {
+				return 0, claimErr(errClaimTypeBase, "aud")
+			}
+			id.Audience = append(id.Audience, s)
+		}
+	default:
+		return 0, claimErr(errClaimTypeBase, "aud")
+	}
+	if len(v.opts.Audiences) > 0 {
+		ok := false
+	outer:
+		for _, have := range id.Audience {
+			for _, want := range v.opts.Audiences {
+				if have == want {
+					ok = true
+					break outer
+				}
+			}
+		}
+		if !ok {
+			return 0, ErrAudience
+		}
+	}
+	for _, p := range v.required {
+		if val, ok := p.Lookup(c); !ok || val == nil {
+			return 0, claimErr(errMissingClaimBase, p.String())
+		}
+	}
+	return exp, nil
+}
