@@ -1,0 +1,47 @@
+package caddyrbac
+
+import (
+	"errors"
+
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// decisionsVec is global, so its counts survive config reloads; every
+// config's registry gets it registered (Caddy makes a new registry per
+// config load).
+var decisionsVec = prometheus.NewCounterVec(prometheus.CounterOpts{
+	Namespace: "gateway", Subsystem: "rbac", Name: "decisions_total",
+	Help: "rbac decisions by result: allow, deny_role, deny_scope, unauthenticated.",
+}, []string{"result"})
+
+func registerMetrics(reg *prometheus.Registry) error {
+	if reg == nil {
+		return nil
+	}
+	if err := reg.Register(decisionsVec); err != nil {
+		var are prometheus.AlreadyRegisteredError
+		if errors.As(err, &are) {
+			return nil // another rbac handler of this config did it
+		}
+		return err
+	}
+	return nil
+}
+
+// decisionCounters are the children of decisionsVec, resolved once so the
+// request path does no label lookups.
+type decisionCounters [len(resultNames)]prometheus.Counter
+
+func newDecisionCounters() decisionCounters {
+	var c decisionCounters
+	for i, name := range resultNames {
+		c[i] = decisionsVec.WithLabelValues(name)
+	}
+	return c
+}
+
+func (c *decisionCounters) inc(r Result) {
+	if int(r) < len(c) && c[r] != nil {
+		c[r].Inc()
+	}
+}
