@@ -66,12 +66,14 @@ type BuildOptions struct {
 // vanished upstream fails fast.
 var DefaultTransport = json.RawMessage(`{"protocol":"http","dial_timeout":"2s","keep_alive":{"enabled":true,"probe_interval":"30s","max_idle_conns":1024,"max_idle_conns_per_host":128,"idle_timeout":"90s"}}`)
 
-// DefaultRBAC builds {"handler":"rbac","require":[{"mode":"any","roles":[...]}]}.
-// The app replaces it with the rbac module's own Caddyfile parser.
+// DefaultRBAC builds {"handler":"rbac","require":[{"any":[...]}]}, the
+// rbac handler requiring any of roles. The app builds the handler with the
+// rbac module's own Caddyfile parser instead, starting from the docker
+// app's rbac block (e.g. its roles_claim).
 func DefaultRBAC(roles []string) (json.RawMessage, error) {
 	return json.Marshal(map[string]any{
 		"handler": "rbac",
-		"require": []map[string]any{{"mode": "any", "roles": roles}},
+		"require": []map[string]any{{"any": roles}},
 	})
 }
 

@@ -1,0 +1,136 @@
+package caddydocker
+
+import (
+	"encoding/json"
+	"time"
+
+	"github.com/caddyserver/caddy/v2"
+	"github.com/caddyserver/caddy/v2/caddyconfig"
+	"github.com/caddyserver/caddy/v2/caddyconfig/caddyfile"
+	"github.com/caddyserver/caddy/v2/caddyconfig/httpcaddyfile"
+)
+
+func init() {
+	httpcaddyfile.RegisterGlobalOption("docker", parseGlobalOption)
+}
+
+func parseGlobalOption(d *caddyfile.Dispenser, existing any) (any, error) {
+	if existing != nil {
+		return nil, d.Err("docker: the global option may be given only once")
+	}
+	app := new(App)
+	if err := app.UnmarshalCaddyfile(d); err != nil {
+		return nil, err
+	}
+	return httpcaddyfile.App{Name: "docker", Value: caddyconfig.JSON(app, nil)}, nil
+}
+
+// UnmarshalCaddyfile sets up the app from the `docker` global option:
+//
+//	docker {
+//		host            unix:///run/podman/podman.sock
+//		debounce        100ms
+//		resync_interval 30s
+//		state_file      /var/lib/gateway/docker-routes.json
+//		server          gateway
+//		admin           localhost:2019
+//		jwt_auth        { ... }   # as the jwt_auth directive
+//		rbac            { ... }   # base of auth.roles checks, e.g. roles_claim
+//		permission      { ... }   # as the permission directive
+//		audit           [{ ... }] # as the audit handler directive
+//	}
+//
+// jwt_auth, rbac, permission and audit are parsed by those modules' own
+// Caddyfile parsers, so they accept exactly what the directives accept.
+func (a *App) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
+	d.Next() // option name
+	if d.NextArg() {
+		return d.ArgErr()
+	}
+	for d.NextBlock(0) {
+		name := d.Val()
+		switch name {
+		case "host", "state_file", "server", "admin":
+			if !d.NextArg() {
+				return d.ArgErr()
+			}
+			v := d.Val()
+			if d.NextArg() {
+				return d.ArgErr()
+			}
+			switch name {
+			case "host":
+				a.Host = v
+			case "state_file":
+				a.StateFile = v
+			case "server":
+				a.Server = v
+			case "admin":
+				a.Admin = v
+			}
+		case "debounce", "resync_interval":
+			if !d.NextArg() {
+				return d.ArgErr()
+			}
+			dur, err := caddy.ParseDuration(d.Val())
+			if err != nil {
+				return d.Errf("invalid %s %q: %v", name, d.Val(), err)
+			}
+			if dur < 0 {
+				return d.Errf("invalid %s %q: must not be negative", name, d.Val())
+			}
+			if name == "resync_interval" && dur < time.Second {
+				return d.Errf("invalid resync_interval %q: must be at least 1s", d.Val())
+			}
+			if d.NextArg() {
+				return d.ArgErr()
+			}
+			if name == "debounce" {
+				a.Debounce = caddy.Duration(dur)
+			} else {
+				a.ResyncInterval = caddy.Duration(dur)
+			}
+		case "jwt_auth", "rbac", "permission", "audit":
+			raw, err := handlerFromCaddyfile(d, name)
+			if err != nil {
+				return err
+			}
+			switch name {
+			case "jwt_auth":
+				a.JWTAuth = raw
+			case "rbac":
+				a.RBAC = raw
+			case "permission":
+				a.Permission = raw
+			case "audit":
+				a.Audit = raw
+			}
+		default:
+			return d.Errf("unrecognized subdirective '%s'", name)
+		}
+	}
+	return nil
+}
+
+// handlerFromCaddyfile parses the segment at d (a handler directive and its
+// block) with the handler module's own Caddyfile parser.
+func handlerFromCaddyfile(d *caddyfile.Dispenser, name string) (json.RawMessage, error) {
+	id := "http.handlers." + name
+	seg := d.NewFromNextSegment()
+	mod, err := caddy.GetModule(id)
+	if err != nil {
+		return nil, d.Errf("%s: module %s is not compiled into this binary", name, id)
+	}
+	inst := mod.New()
+	u, ok := inst.(caddyfile.Unmarshaler)
+	if !ok {
+		return nil, d.Errf("%s: module %s has no Caddyfile syntax", name, id)
+	}
+	if err := u.UnmarshalCaddyfile(seg); err != nil {
+		return nil, err
+	}
+	return caddyconfig.JSONModuleObject(inst, "handler", name, nil), nil
+}
+
+// Interface guards
+var _ caddyfile.Unmarshaler = (*App)(nil)

@@ -1,0 +1,155 @@
+package caddydocker
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"sort"
+	"strings"
+
+	"github.com/docker/docker/api/types/container"
+	"github.com/docker/docker/api/types/events"
+	"github.com/docker/docker/api/types/filters"
+	"github.com/docker/docker/client"
+)
+
+// Engine is the container engine as the watcher sees it.
+type Engine interface {
+	// List returns the running containers that carry a gateway.enable label.
+	List(ctx context.Context) ([]Container, error)
+	// Events streams container events until ctx ends or the stream breaks;
+	// it calls fn for every event that may change the route set and returns
+	// the error that ended the stream (nil when ctx ended).
+	Events(ctx context.Context, fn func(action, id string)) error
+	// Close releases the client.
+	Close() error
+}
+
+// DefaultHost returns the engine address used when none is configured:
+// DOCKER_HOST, else the Docker socket.
+func DefaultHost() string {
+	if h := os.Getenv("DOCKER_HOST"); h != "" {
+		return h
+	}
+	return client.DefaultDockerHost
+}
+
+type dockerEngine struct {
+	cli *client.Client
+}
+
+// NewDockerEngine returns an Engine speaking the Docker API at host
+// (unix:///path, tcp://host:port), which Docker and Podman both serve.
+// No connection is made until the first call.
+func NewDockerEngine(host string) (Engine, error) {
+	cli, err := client.NewClientWithOpts(client.WithHost(host), client.WithAPIVersionNegotiation())
+	if err != nil {
+		return nil, fmt.Errorf("docker client for %q: %w", host, err)
+	}
+	return &dockerEngine{cli: cli}, nil
+}
+
+func (e *dockerEngine) Close() error { return e.cli.Close() }
+
+func (e *dockerEngine) List(ctx context.Context) ([]Container, error) {
+	list, err := e.cli.ContainerList(ctx, container.ListOptions{
+		Filters: filters.NewArgs(filters.Arg("label", LabelPrefix+"enable")),
+	})
+	if err != nil {
+		return nil, err
+	}
+	out := make([]Container, 0, len(list))
+	for _, s := range list {
+		out = append(out, fromSummary(s))
+	}
+	return out, nil
+}
+
+func fromSummary(s container.Summary) Container {
+	c := Container{ID: s.ID, Labels: s.Labels}
+	if len(s.Names) > 0 {
+		c.Name = strings.TrimPrefix(s.Names[0], "/")
+	}
+	if c.Name == "" {
+		c.Name = s.ID
+	}
+	mode := s.HostConfig.NetworkMode
+	c.HostNetwork = mode == "host"
+	if s.NetworkSettings != nil {
+		names := make([]string, 0, len(s.NetworkSettings.Networks))
+		for n := range s.NetworkSettings.Networks {
+			names = append(names, n)
+		}
+		sort.Strings(names)
+		for _, n := range names {
+			ep := s.NetworkSettings.Networks[n]
+			if n == "host" {
+				c.HostNetwork = true
+			}
+			if ep != nil && ep.IPAddress != "" && c.IP == "" {
+				c.IP = ep.IPAddress
+			}
+		}
+	}
+	if c.HostNetwork {
+		c.IP = ""
+	}
+	st := strings.ToLower(s.Status)
+	switch {
+	case strings.Contains(st, "(unhealthy)"):
+		c.Health = "unhealthy"
+	case strings.Contains(st, "starting)"):
+		c.Health = "starting"
+	case strings.Contains(st, "(healthy)"):
+		c.Health = "healthy"
+	}
+	return c
+}
+
+// relevantActions are the container events after which the route set may
+// differ. Other events (exec, attach, resize, top, ...) are ignored.
+var relevantActions = map[string]bool{
+	"start": true, "restart": true, "unpause": true, "pause": true,
+	"die": true, "died": true, "stop": true, "destroy": true, "remove": true,
+	"oom": true, "update": true, "rename": true, "cleanup": true,
+	"health_status": true, "kill": false,
+}
+
+// Relevant reports whether a container event action may change routes.
+func Relevant(action string) bool {
+	if strings.HasPrefix(action, "health_status") {
+		return true
+	}
+	return relevantActions[action]
+}
+
+func (e *dockerEngine) Events(ctx context.Context, fn func(action, id string)) error {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	msgs, errs := e.cli.Events(ctx, events.ListOptions{
+		Filters: filters.NewArgs(filters.Arg("type", string(events.ContainerEventType))),
+	})
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case err := <-errs:
+			if ctx.Err() != nil {
+				return nil
+			}
+			if err == nil {
+				err = errors.New("event stream closed")
+			}
+			return err
+		case m := <-msgs:
+			action := string(m.Action)
+			if action == "" {
+				action = m.Status
+			}
+			if Relevant(action) {
+				fn(action, m.Actor.ID)
+			}
+		}
+	}
+}

@@ -1,0 +1,76 @@
+package caddydocker
+
+import (
+	"errors"
+	"sync"
+
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// metrics are process-wide: the watcher they describe outlives config
+// reloads, so they are created once and registered on every new registry.
+type metrics struct {
+	containers    *prometheus.GaugeVec
+	routes        prometheus.Gauge
+	applies       *prometheus.CounterVec
+	applyDuration prometheus.Histogram
+	errors        *prometheus.CounterVec
+	events        prometheus.Counter
+}
+
+var (
+	metricsOnce sync.Once
+	gm          *metrics
+)
+
+func globalMetrics() *metrics {
+	metricsOnce.Do(func() {
+		ns, sub := "gateway", "docker"
+		gm = &metrics{
+			containers: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+				Namespace: ns, Subsystem: sub, Name: "containers",
+				Help: "Opted-in running containers seen at the last list, by state (routed, invalid).",
+			}, []string{"state"}),
+			routes: prometheus.NewGauge(prometheus.GaugeOpts{
+				Namespace: ns, Subsystem: sub, Name: "routes",
+				Help: "Discovered routes in the route set that applied last.",
+			}),
+			applies: prometheus.NewCounterVec(prometheus.CounterOpts{
+				Namespace: ns, Subsystem: sub, Name: "applies_total",
+				Help: "Route set applications through the admin API, by result (changed, unchanged, error).",
+			}, []string{"result"}),
+			applyDuration: prometheus.NewHistogram(prometheus.HistogramOpts{
+				Namespace: ns, Subsystem: sub, Name: "apply_duration_seconds",
+				Help:    "Time to apply a changed route set (admin API call including Caddy's reload).",
+				Buckets: []float64{.005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10},
+			}),
+			errors: prometheus.NewCounterVec(prometheus.CounterOpts{
+				Namespace: ns, Subsystem: sub, Name: "errors_total",
+				Help: "Errors by kind (list, events, apply, state_file, labels).",
+			}, []string{"kind"}),
+			events: prometheus.NewCounter(prometheus.CounterOpts{
+				Namespace: ns, Subsystem: sub, Name: "events_total",
+				Help: "Container events received that may change routes.",
+			}),
+		}
+	})
+	return gm
+}
+
+// register registers the collectors on reg, reusing collectors that are
+// already registered there.
+func (m *metrics) register(reg prometheus.Registerer) error {
+	if reg == nil {
+		return nil
+	}
+	for _, c := range []prometheus.Collector{m.containers, m.routes, m.applies, m.applyDuration, m.errors, m.events} {
+		if err := reg.Register(c); err != nil {
+			var are prometheus.AlreadyRegisteredError
+			if errors.As(err, &are) {
+				continue
+			}
+			return err
+		}
+	}
+	return nil
+}

@@ -1,0 +1,414 @@
+// Package caddydocker is the gateway's service discovery: the `docker` app
+// follows a Docker (or Podman) engine, turns the labels of opted-in
+// containers into routes and applies them to one HTTP server through
+// Caddy's admin API.
+package caddydocker
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"path/filepath"
+	"reflect"
+	"sort"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/caddyserver/caddy/v2"
+	"github.com/caddyserver/caddy/v2/caddyconfig"
+	"github.com/caddyserver/caddy/v2/caddyconfig/caddyfile"
+	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
+	"go.uber.org/zap"
+)
+
+func init() {
+	caddy.RegisterModule(App{})
+}
+
+// watchers holds the running watchers, keyed by the app's configuration, so
+// that a watcher survives config reloads (including the ones it causes).
+var watchers = caddy.NewUsagePool()
+
+// App is the `docker` app: service discovery from container labels.
+type App struct {
+	// Host is the engine's API address: unix:///run/podman/podman.sock,
+	// unix:///var/run/docker.sock or tcp://host:port. Default: the
+	// DOCKER_HOST environment variable, then unix:///var/run/docker.sock.
+	Host string `json:"host,omitempty"`
+
+	// Debounce is the minimum time between two re-lists of the engine: an
+	// isolated event is handled at once, a burst of events at most once per
+	// debounce. Default: 100ms.
+	Debounce caddy.Duration `json:"debounce,omitempty"`
+
+	// ResyncInterval is the interval of the periodic full re-list that
+	// catches missed events. Default: 30s.
+	ResyncInterval caddy.Duration `json:"resync_interval,omitempty"`
+
+	// StateFile is where the last route set that applied is written
+	// (atomically). It is applied at start when the engine is unreachable.
+	// Default: docker/routes-<server>.json under Caddy's data directory.
+	StateFile string `json:"state_file,omitempty"`
+
+	// Server is the name of the HTTP server (as in the `servers` global
+	// option's `name`, or the key under apps.http.servers) that receives
+	// the discovered routes, in front of its own routes. Default: the only
+	// HTTP server, when there is exactly one.
+	Server string `json:"server,omitempty"`
+
+	// Admin is the address of Caddy's admin endpoint through which routes
+	// are applied. Default: this config's admin listen address.
+	Admin string `json:"admin,omitempty"`
+
+	// JWTAuth is the jwt_auth handler (its JSON config) placed in routes
+	// that require auth. Without it, containers whose routers require auth
+	// (the default) are skipped with a label error.
+	JWTAuth json.RawMessage `json:"jwt_auth,omitempty"`
+
+	// RBAC is the base rbac handler config (e.g. its roles_claim); a
+	// router's auth.roles label adds `require any <roles>` to it.
+	RBAC json.RawMessage `json:"rbac,omitempty"`
+
+	// Permission is the permission handler placed in routes with
+	// permission=true.
+	Permission json.RawMessage `json:"permission,omitempty"`
+
+	// Audit is the audit handler placed in routes with audit=true (the
+	// default). Default: {"handler":"audit"}.
+	Audit json.RawMessage `json:"audit,omitempty"`
+
+	// Transport is the reverse_proxy transport of discovered routes.
+	// Default: HTTP with a keepalive pool tuned for a gateway (see docs).
+	Transport json.RawMessage `json:"transport,omitempty"`
+
+	key     string
+	watcher *Watcher
+	logger  *zap.Logger
+}
+
+// CaddyModule returns the Caddy module information.
+func (App) CaddyModule() caddy.ModuleInfo {
+	return caddy.ModuleInfo{
+		ID:  "docker",
+		New: func() caddy.Module { return new(App) },
+	}
+}
+
+// Provision sets defaults, builds the route options and gets (or creates)
+// the watcher for this configuration. It does not contact the engine or the
+// admin API.
+func (a *App) Provision(ctx caddy.Context) error {
+	a.logger = ctx.Logger(a)
+	if a.Host == "" {
+		a.Host = DefaultHost()
+	}
+	if a.Debounce == 0 {
+		a.Debounce = caddy.Duration(100 * time.Millisecond)
+	}
+	if a.ResyncInterval == 0 {
+		a.ResyncInterval = caddy.Duration(30 * time.Second)
+	}
+	if err := a.Validate(); err != nil {
+		return err
+	}
+	if err := a.resolveServer(ctx); err != nil {
+		return err
+	}
+	if a.StateFile == "" {
+		a.StateFile = filepath.Join(caddy.AppDataDir(), "docker", "routes-"+a.Server+".json")
+	}
+	network, address, err := a.adminEndpoint(ctx)
+	if err != nil {
+		return err
+	}
+
+	build := BuildOptions{Server: a.Server, Transport: a.Transport}
+	if build.JWTAuth, err = withHandler(a.JWTAuth, "jwt_auth"); err != nil {
+		return err
+	}
+	if build.Permission, err = withHandler(a.Permission, "permission"); err != nil {
+		return err
+	}
+	if build.Audit, err = withHandler(a.Audit, "audit"); err != nil {
+		return err
+	}
+	rbacBase, err := withHandler(a.RBAC, "rbac")
+	if err != nil {
+		return err
+	}
+	build.RBAC = rbacBuilder(rbacBase)
+	labels := LabelOptions{HaveJWT: len(build.JWTAuth) > 0, HavePermission: len(build.Permission) > 0}
+
+	if err := globalMetrics().register(ctx.GetMetricsRegistry()); err != nil {
+		return fmt.Errorf("docker: registering metrics: %w", err)
+	}
+
+	cfgJSON, err := json.Marshal(a)
+	if err != nil {
+		return err
+	}
+	sum := sha256.Sum256(append(cfgJSON, network+" "+address...))
+	a.key = hex.EncodeToString(sum[:])
+	logger := a.logger
+	val, _, err := watchers.LoadOrNew(a.key, func() (caddy.Destructor, error) {
+		engine, err := NewDockerEngine(a.Host)
+		if err != nil {
+			return nil, err
+		}
+		w := NewWatcher(WatcherConfig{
+			Server:    a.Server,
+			Debounce:  time.Duration(a.Debounce),
+			Resync:    time.Duration(a.ResyncInterval),
+			StateFile: a.StateFile,
+			Build:     build,
+			Labels:    labels,
+		}, engine, NewAdminClient(network, address), logger)
+		return watcherDestructor{w}, nil
+	})
+	if err != nil {
+		return fmt.Errorf("docker: %w", err)
+	}
+	a.watcher = val.(watcherDestructor).Watcher
+	setCurrent(a.Server, a.watcher)
+	return nil
+}
+
+// Validate checks the configuration.
+func (a *App) Validate() error {
+	if a.Debounce < 0 {
+		return fmt.Errorf("docker: invalid debounce %q: must not be negative", time.Duration(a.Debounce))
+	}
+	if a.ResyncInterval < 0 || (a.ResyncInterval > 0 && time.Duration(a.ResyncInterval) < time.Second) {
+		return fmt.Errorf("docker: invalid resync_interval %q: must be at least 1s", time.Duration(a.ResyncInterval))
+	}
+	if a.Host != "" && !strings.Contains(a.Host, "://") {
+		return fmt.Errorf("docker: invalid host %q: expected unix:///path/to.sock or tcp://host:port", a.Host)
+	}
+	return nil
+}
+
+// Start starts watching (first start) or asks the running watcher to check
+// that the reloaded config still holds its routes. It returns at once: the
+// engine and the admin API are only contacted from the watcher's goroutine.
+func (a *App) Start() error {
+	a.watcher.Start()
+	return nil
+}
+
+// Stop does nothing: the watcher outlives config reloads; Cleanup releases it.
+func (a *App) Stop() error { return nil }
+
+// Cleanup releases this config's reference to the watcher; the last
+// reference stops it.
+func (a *App) Cleanup() error {
+	if a.key != "" {
+		_, _ = watchers.Delete(a.key)
+	}
+	return nil
+}
+
+// Snapshot returns what the app discovered: the containers with their parsed
+// labels and label errors, the route set and the engine's reachability.
+func (a *App) Snapshot() Snapshot {
+	if a.watcher == nil {
+		return Snapshot{Server: a.Server}
+	}
+	return a.watcher.Snapshot()
+}
+
+// resolveServer defaults Server to the only HTTP server and checks that it
+// exists.
+func (a *App) resolveServer(ctx caddy.Context) error {
+	httpAppIface, err := ctx.AppIfConfigured("http")
+	if err != nil || httpAppIface == nil {
+		if a.Server == "" {
+			return fmt.Errorf("docker: no http app in this config, so there is no server to route to")
+		}
+		return nil
+	}
+	httpApp, ok := httpAppIface.(*caddyhttp.App)
+	if !ok {
+		return nil
+	}
+	names := make([]string, 0, len(httpApp.Servers))
+	for n := range httpApp.Servers {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	if a.Server == "" {
+		if len(names) != 1 {
+			return fmt.Errorf("docker: set server to one of the HTTP servers %v", names)
+		}
+		a.Server = names[0]
+		return nil
+	}
+	if _, ok := httpApp.Servers[a.Server]; !ok {
+		return fmt.Errorf("docker: invalid server %q: not an HTTP server of this config (servers: %v; name servers with the `servers { name ... }` global option)", a.Server, names)
+	}
+	return nil
+}
+
+// adminEndpoint returns the admin API's network and address: the Admin
+// field, else the admin listen address of the config being provisioned.
+func (a *App) adminEndpoint(ctx caddy.Context) (string, string, error) {
+	listen := a.Admin
+	if listen == "" {
+		disabled := false
+		listen, disabled = adminListen(ctx)
+		if disabled {
+			return "", "", fmt.Errorf("docker: routes are applied through the admin API, which this config disables; enable it or set the docker app's admin address")
+		}
+		if listen == "" {
+			listen = caddy.DefaultAdminListen
+		}
+	}
+	addr, err := caddy.ParseNetworkAddress(listen)
+	if err != nil {
+		return "", "", fmt.Errorf("docker: invalid admin address %q: %w", listen, err)
+	}
+	if addr.IsUnixNetwork() {
+		return "unix", addr.Host, nil
+	}
+	return "tcp", addr.JoinHostPort(0), nil
+}
+
+// adminListen reads the admin listen address of the config that ctx
+// provisions. Caddy does not export it, so it is read with reflection
+// (read-only); an unexpected layout yields "".
+func adminListen(ctx caddy.Context) (listen string, disabled bool) {
+	defer func() {
+		if recover() != nil {
+			listen, disabled = "", false
+		}
+	}()
+	cfg := reflect.ValueOf(ctx).FieldByName("cfg")
+	if !cfg.IsValid() || cfg.Kind() != reflect.Pointer || cfg.IsNil() {
+		return "", false
+	}
+	admin := cfg.Elem().FieldByName("Admin")
+	if !admin.IsValid() || admin.Kind() != reflect.Pointer || admin.IsNil() {
+		return "", false
+	}
+	if d := admin.Elem().FieldByName("Disabled"); d.IsValid() && d.Kind() == reflect.Bool && d.Bool() {
+		return "", true
+	}
+	if l := admin.Elem().FieldByName("Listen"); l.IsValid() && l.Kind() == reflect.String {
+		return l.String(), false
+	}
+	return "", false
+}
+
+// withHandler returns raw with "handler": name set (raw may hold the
+// handler's config with or without it); nil stays nil.
+func withHandler(raw json.RawMessage, name string) (json.RawMessage, error) {
+	if len(raw) == 0 || string(raw) == "null" {
+		return nil, nil
+	}
+	var obj map[string]json.RawMessage
+	if err := json.Unmarshal(raw, &obj); err != nil {
+		return nil, fmt.Errorf("docker: invalid %s: must be a JSON object: %w", name, err)
+	}
+	if h, ok := obj["handler"]; ok && string(h) != `"`+name+`"` {
+		return nil, fmt.Errorf("docker: invalid %s: handler is %s, expected %q", name, h, name)
+	}
+	obj["handler"] = json.RawMessage(`"` + name + `"`)
+	return json.Marshal(obj)
+}
+
+// rbacBuilder returns the function that builds a router's rbac handler:
+// the rbac module's own Caddyfile parser applied to `require any <roles>`,
+// on top of the app's rbac base config. Without the rbac module (in tests),
+// DefaultRBAC.
+func rbacBuilder(base json.RawMessage) func([]string) (json.RawMessage, error) {
+	return func(roles []string) (json.RawMessage, error) {
+		mod, err := caddy.GetModule("http.handlers.rbac")
+		if err != nil {
+			if len(base) == 0 {
+				return DefaultRBAC(roles)
+			}
+			return nil, fmt.Errorf("module http.handlers.rbac is not compiled in")
+		}
+		inst := mod.New()
+		if len(base) > 0 {
+			if err := json.Unmarshal(base, inst); err != nil {
+				return nil, fmt.Errorf("rbac base config: %w", err)
+			}
+		}
+		u, ok := inst.(caddyfile.Unmarshaler)
+		if !ok {
+			return DefaultRBAC(roles)
+		}
+		tokens, err := caddyfile.Tokenize([]byte("rbac {\n\trequire any "+strings.Join(roles, " ")+"\n}\n"), "docker-labels")
+		if err != nil {
+			return nil, err
+		}
+		if err := u.UnmarshalCaddyfile(caddyfile.NewDispenser(tokens)); err != nil {
+			return nil, err
+		}
+		return caddyconfig.JSONModuleObject(inst, "handler", "rbac", nil), nil
+	}
+}
+
+type watcherDestructor struct{ *Watcher }
+
+func (w watcherDestructor) Destruct() error {
+	w.Stop()
+	clearCurrent(w.Watcher)
+	return nil
+}
+
+var (
+	currentMu sync.RWMutex
+	current   = map[string]*Watcher{}
+)
+
+func setCurrent(server string, w *Watcher) {
+	currentMu.Lock()
+	current[server] = w
+	currentMu.Unlock()
+}
+
+func clearCurrent(w *Watcher) {
+	currentMu.Lock()
+	for k, v := range current {
+		if v == w {
+			delete(current, k)
+		}
+	}
+	currentMu.Unlock()
+}
+
+// Current returns the snapshot of the running docker app that routes to
+// server ("" = any one), and whether there is one. It is the read-only
+// accessor for status pages: the containers with their parsed labels and
+// label errors.
+func Current(server string) (Snapshot, bool) {
+	currentMu.RLock()
+	defer currentMu.RUnlock()
+	if server != "" {
+		w, ok := current[server]
+		if !ok {
+			return Snapshot{}, false
+		}
+		return w.Snapshot(), true
+	}
+	keys := make([]string, 0, len(current))
+	for k := range current {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	if len(keys) == 0 {
+		return Snapshot{}, false
+	}
+	return current[keys[0]].Snapshot(), true
+}
+
+// Interface guards
+var (
+	_ caddy.App          = (*App)(nil)
+	_ caddy.Provisioner  = (*App)(nil)
+	_ caddy.Validator    = (*App)(nil)
+	_ caddy.CleanerUpper = (*App)(nil)
+)

@@ -1,0 +1,79 @@
+package caddydocker
+
+import (
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+	"time"
+)
+
+// State is the content of the state file: the containers behind the last
+// route set that applied, and that route set, so that a gateway started while
+// the engine is down serves what it served before.
+type State struct {
+	// Version is the file format version (1).
+	Version int `json:"version"`
+	// Written is when the file was written.
+	Written time.Time `json:"written"`
+	// Server is the HTTP server the routes went to.
+	Server string `json:"server"`
+	// Hash is the hash of Routes.
+	Hash string `json:"hash"`
+	// Containers are the opted-in containers that were running.
+	Containers []Container `json:"containers"`
+	// Routes are the discovered routes that applied (without the server's own).
+	Routes []json.RawMessage `json:"routes"`
+}
+
+// WriteState writes st to path atomically: a temporary file in the same
+// directory, synced, then renamed over path.
+func WriteState(path string, st State) error {
+	st.Version = 1
+	b, err := json.MarshalIndent(st, "", "  ")
+	if err != nil {
+		return err
+	}
+	dir := filepath.Dir(path)
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return fmt.Errorf("state_file directory: %w", err)
+	}
+	f, err := os.CreateTemp(dir, "."+filepath.Base(path)+".tmp-*")
+	if err != nil {
+		return fmt.Errorf("state_file: %w", err)
+	}
+	tmp := f.Name()
+	defer os.Remove(tmp) // no-op after a successful rename
+	if _, err := f.Write(append(b, '\n')); err != nil {
+		f.Close()
+		return fmt.Errorf("state_file write: %w", err)
+	}
+	if err := f.Sync(); err != nil {
+		f.Close()
+		return fmt.Errorf("state_file sync: %w", err)
+	}
+	if err := f.Close(); err != nil {
+		return fmt.Errorf("state_file close: %w", err)
+	}
+	if err := os.Rename(tmp, path); err != nil {
+		return fmt.Errorf("state_file rename: %w", err)
+	}
+	return nil
+}
+
+// ReadState reads a state file written by WriteState. A missing file is
+// reported with an error satisfying errors.Is(err, fs.ErrNotExist).
+func ReadState(path string) (State, error) {
+	var st State
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return st, err
+	}
+	if err := json.Unmarshal(b, &st); err != nil {
+		return st, fmt.Errorf("state_file %s: %w", path, err)
+	}
+	if st.Version != 1 {
+		return st, fmt.Errorf("state_file %s: unsupported version %d", path, st.Version)
+	}
+	return st, nil
+}

@@ -1,0 +1,438 @@
+package caddydocker
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"io/fs"
+	"runtime/debug"
+	"strings"
+	"sync"
+	"time"
+
+	"go.uber.org/zap"
+)
+
+// WatcherConfig configures a Watcher.
+type WatcherConfig struct {
+	// Server is the HTTP server that receives the routes.
+	Server string
+	// Debounce is the minimum time between two re-lists; an isolated event
+	// is handled at once, a burst at most once per Debounce.
+	Debounce time.Duration
+	// Resync is the interval of the periodic full re-list.
+	Resync time.Duration
+	// StateFile is where the last applied route set is kept ("" = none).
+	StateFile string
+	// Build and Labels are the route generation options.
+	Build  BuildOptions
+	Labels LabelOptions
+}
+
+// Snapshot is a read-only view of what the watcher discovered, for status
+// pages and the dashboard. Its slices are never modified after publication.
+type Snapshot struct {
+	// Server is the HTTP server that receives the routes.
+	Server string `json:"server"`
+	// Containers are the opted-in running containers at the last list, with
+	// their parsed labels (Service) or label errors (Errors).
+	Containers []Discovered `json:"containers"`
+	// Warnings are route conflicts resolved at the last list.
+	Warnings []string `json:"warnings,omitempty"`
+	// Routes is the number of discovered routes in the desired set.
+	Routes int `json:"routes"`
+	// Hash identifies the desired route set; AppliedHash the set that last
+	// applied successfully.
+	Hash        string `json:"hash,omitempty"`
+	AppliedHash string `json:"applied_hash,omitempty"`
+	// EngineReachable is false while the engine cannot be listed.
+	EngineReachable bool `json:"engine_reachable"`
+	// FromStateFile is true while the routes come from the state file
+	// because the engine has not been reachable since start.
+	FromStateFile bool `json:"from_state_file,omitempty"`
+	// LastList and LastApply are the times of the last successful list and
+	// of the last successful apply.
+	LastList  time.Time `json:"last_list,omitzero"`
+	LastApply time.Time `json:"last_apply,omitzero"`
+	// LastError is the last error, if any ("" after a success).
+	LastError string `json:"last_error,omitempty"`
+}
+
+// RouteApplier applies discovered routes to a server (the admin API client).
+type RouteApplier interface {
+	ApplyRoutes(ctx context.Context, server string, discovered []json.RawMessage) (changed bool, err error)
+}
+
+// Watcher follows an engine and keeps a server's discovered routes in sync.
+// It lives in a caddy.UsagePool so that it survives the config reloads that
+// its own changes cause.
+type Watcher struct {
+	cfg     WatcherConfig
+	engine  Engine
+	applier RouteApplier
+	log     *zap.Logger
+	m       *metrics
+
+	ctx       context.Context
+	cancel    context.CancelFunc
+	wg        sync.WaitGroup
+	startOnce sync.Once
+	kick      chan struct{}
+	recheck   chan struct{}
+
+	mu   sync.RWMutex
+	snap Snapshot
+
+	// owned by the run loop
+	plan       *Plan
+	containers []Container
+	applied    string
+	written    string
+	reachable  bool
+	everListed bool
+	logged     map[string]string
+	warned     map[string]bool
+}
+
+// NewWatcher returns a watcher; Start begins watching.
+func NewWatcher(cfg WatcherConfig, engine Engine, applier RouteApplier, log *zap.Logger) *Watcher {
+	if log == nil {
+		log = zap.NewNop()
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	return &Watcher{
+		cfg: cfg, engine: engine, applier: applier, log: log, m: globalMetrics(),
+		ctx: ctx, cancel: cancel,
+		kick:    make(chan struct{}, 1),
+		recheck: make(chan struct{}, 1),
+		logged:  map[string]string{},
+		warned:  map[string]bool{},
+		snap:    Snapshot{Server: cfg.Server},
+	}
+}
+
+// Start starts the watcher's goroutines once; later calls ask it to check
+// that the live config still holds its routes (after a config reload).
+func (w *Watcher) Start() {
+	started := false
+	w.startOnce.Do(func() {
+		started = true
+		w.wg.Add(2)
+		go w.guard("loop", w.loop)
+		go w.guard("events", w.events)
+	})
+	if !started {
+		select {
+		case w.recheck <- struct{}{}:
+		default:
+		}
+	}
+}
+
+// Stop stops the goroutines and waits for them.
+func (w *Watcher) Stop() {
+	w.cancel()
+	w.wg.Wait()
+	if w.engine != nil {
+		_ = w.engine.Close()
+	}
+}
+
+// Snapshot returns the current read-only view.
+func (w *Watcher) Snapshot() Snapshot {
+	w.mu.RLock()
+	defer w.mu.RUnlock()
+	return w.snap
+}
+
+func (w *Watcher) guard(name string, fn func()) {
+	defer w.wg.Done()
+	for {
+		panicked := func() (p bool) {
+			defer func() {
+				if r := recover(); r != nil {
+					p = true
+					w.log.Error("docker watcher panic", zap.String("goroutine", name),
+						zap.Any("panic", r), zap.ByteString("stack", debug.Stack()))
+				}
+			}()
+			fn()
+			return false
+		}()
+		if !panicked || w.ctx.Err() != nil {
+			return
+		}
+		select {
+		case <-w.ctx.Done():
+			return
+		case <-time.After(time.Second):
+		}
+	}
+}
+
+func (w *Watcher) trigger() {
+	select {
+	case w.kick <- struct{}{}:
+	default:
+	}
+}
+
+func (w *Watcher) update(fn func(s *Snapshot)) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	fn(&w.snap)
+}
+
+func (w *Watcher) loop() {
+	w.sync()
+	resync := w.cfg.Resync
+	if resync <= 0 {
+		resync = 30 * time.Second
+	}
+	ticker := time.NewTicker(resync)
+	defer ticker.Stop()
+	timer := time.NewTimer(time.Hour)
+	timer.Stop()
+	defer timer.Stop()
+	pending := false
+	last := time.Now()
+	run := func() {
+		pending = false
+		last = time.Now()
+		w.sync()
+	}
+	for {
+		select {
+		case <-w.ctx.Done():
+			return
+		case <-w.kick:
+			if pending {
+				continue
+			}
+			if wait := w.cfg.Debounce - time.Since(last); wait > 0 {
+				pending = true
+				timer.Reset(wait)
+				continue
+			}
+			run()
+		case <-timer.C:
+			run()
+		case <-ticker.C:
+			if !pending {
+				run()
+			}
+		case <-w.recheck:
+			// A config (re)load happened: make sure the live config still
+			// holds the desired routes. After a reload that this watcher
+			// caused, this is one GET and no write.
+			if w.plan != nil {
+				w.apply(*w.plan, w.containers, !w.everListed)
+			}
+		}
+	}
+}
+
+func (w *Watcher) events() {
+	backoff := 100 * time.Millisecond
+	failing := false
+	for w.ctx.Err() == nil {
+		began := time.Now()
+		err := w.engine.Events(w.ctx, func(action, id string) {
+			w.m.events.Inc()
+			if ce := w.log.Check(zap.DebugLevel, "container event"); ce != nil {
+				ce.Write(zap.String("action", action), zap.String("container", shortID(id)))
+			}
+			w.trigger()
+		})
+		if w.ctx.Err() != nil {
+			return
+		}
+		w.m.errors.WithLabelValues("events").Inc()
+		if time.Since(began) > 10*time.Second {
+			backoff = 100 * time.Millisecond
+			failing = false
+		}
+		if !failing {
+			w.log.Warn("container event stream broke; reconnecting", zap.Error(err))
+			failing = true
+		}
+		select {
+		case <-w.ctx.Done():
+			return
+		case <-time.After(backoff):
+		}
+		backoff = min(backoff*2, 5*time.Second)
+		// Events may have been missed while disconnected: re-list.
+		w.trigger()
+	}
+}
+
+// sync lists the engine, regenerates the routes and applies them if they
+// changed. An engine error changes nothing: the current routes stay.
+func (w *Watcher) sync() {
+	containers, err := w.engine.List(w.ctx)
+	if err != nil {
+		if w.ctx.Err() != nil {
+			return
+		}
+		w.m.errors.WithLabelValues("list").Inc()
+		if w.reachable || !w.everListed && w.plan == nil {
+			w.log.Warn("container engine unreachable; keeping the current routes", zap.Error(err))
+		}
+		w.reachable = false
+		w.update(func(s *Snapshot) { s.EngineReachable = false; s.LastError = "list containers: " + err.Error() })
+		if !w.everListed && w.plan == nil {
+			w.loadState()
+		}
+		return
+	}
+	if !w.reachable && w.everListed {
+		w.log.Info("container engine reachable again")
+	}
+	w.reachable, w.everListed = true, true
+
+	ds := Discover(containers, w.cfg.Labels)
+	w.logLabelErrors(ds)
+	plan, err := BuildRoutes(ds, w.cfg.Build)
+	if err != nil {
+		w.m.errors.WithLabelValues("build").Inc()
+		w.log.Error("generating routes", zap.Error(err))
+		w.update(func(s *Snapshot) { s.LastError = err.Error() })
+		return
+	}
+	for _, warn := range plan.Warnings {
+		if !w.warned[warn] {
+			w.log.Warn("route conflict", zap.String("detail", warn))
+		}
+	}
+	w.warned = map[string]bool{}
+	for _, warn := range plan.Warnings {
+		w.warned[warn] = true
+	}
+	routed, invalid := 0, 0
+	for _, d := range ds {
+		if d.Service != nil {
+			routed++
+		} else {
+			invalid++
+		}
+	}
+	w.m.containers.WithLabelValues("routed").Set(float64(routed))
+	w.m.containers.WithLabelValues("invalid").Set(float64(invalid))
+	w.update(func(s *Snapshot) {
+		s.Containers, s.Warnings, s.Routes, s.Hash = ds, plan.Warnings, len(plan.Routes), plan.Hash
+		s.EngineReachable, s.FromStateFile, s.LastList = true, false, time.Now()
+	})
+	w.plan, w.containers = &plan, containers
+	if plan.Hash == w.applied {
+		return
+	}
+	w.apply(plan, containers, false)
+}
+
+func (w *Watcher) apply(plan Plan, containers []Container, fromState bool) {
+	start := time.Now()
+	changed, err := w.applier.ApplyRoutes(w.ctx, w.cfg.Server, plan.Routes)
+	if err != nil {
+		if w.ctx.Err() != nil {
+			return
+		}
+		w.m.errors.WithLabelValues("apply").Inc()
+		w.m.applies.WithLabelValues("error").Inc()
+		w.log.Error("applying discovered routes", zap.String("server", w.cfg.Server), zap.Error(err))
+		w.update(func(s *Snapshot) { s.LastError = "apply: " + err.Error() })
+		return
+	}
+	w.applied = plan.Hash
+	w.m.routes.Set(float64(len(plan.Routes)))
+	if changed {
+		d := time.Since(start)
+		w.m.applyDuration.Observe(d.Seconds())
+		w.m.applies.WithLabelValues("changed").Inc()
+		w.log.Info("discovered routes applied", zap.String("server", w.cfg.Server),
+			zap.Int("routes", len(plan.Routes)), zap.Int("services", plan.Services),
+			zap.Int("upstreams", plan.Upstreams), zap.Duration("duration", d),
+			zap.Bool("from_state_file", fromState))
+	} else {
+		w.m.applies.WithLabelValues("unchanged").Inc()
+	}
+	w.update(func(s *Snapshot) { s.AppliedHash, s.LastApply, s.LastError = plan.Hash, time.Now(), "" })
+	if fromState || w.cfg.StateFile == "" || w.written == plan.Hash {
+		return
+	}
+	err = WriteState(w.cfg.StateFile, State{
+		Written: time.Now().UTC(), Server: w.cfg.Server, Hash: plan.Hash,
+		Containers: containers, Routes: plan.Routes,
+	})
+	if err != nil {
+		w.m.errors.WithLabelValues("state_file").Inc()
+		w.log.Error("writing state_file", zap.String("path", w.cfg.StateFile), zap.Error(err))
+		return
+	}
+	w.written = plan.Hash
+}
+
+// loadState applies the state file's routes when the engine is unreachable
+// at start. The routes are regenerated from the stored containers with the
+// current options, falling back to the stored routes.
+func (w *Watcher) loadState() {
+	if w.cfg.StateFile == "" {
+		return
+	}
+	st, err := ReadState(w.cfg.StateFile)
+	if err != nil {
+		if !errors.Is(err, fs.ErrNotExist) {
+			w.m.errors.WithLabelValues("state_file").Inc()
+			w.log.Error("reading state_file", zap.String("path", w.cfg.StateFile), zap.Error(err))
+		} else {
+			w.log.Warn("no state_file yet; starting without discovered routes", zap.String("path", w.cfg.StateFile))
+		}
+		return
+	}
+	ds := Discover(st.Containers, w.cfg.Labels)
+	plan, err := BuildRoutes(ds, w.cfg.Build)
+	if err != nil || st.Server != w.cfg.Server {
+		plan = Plan{Routes: st.Routes, Hash: HashRoutes(st.Routes)}
+	}
+	w.log.Info("engine unreachable at start: applying routes from state_file",
+		zap.String("path", w.cfg.StateFile), zap.Time("written", st.Written), zap.Int("routes", len(plan.Routes)))
+	w.plan, w.containers, w.written = &plan, st.Containers, st.Hash
+	w.update(func(s *Snapshot) {
+		s.Containers, s.Warnings, s.Routes, s.Hash, s.FromStateFile = ds, plan.Warnings, len(plan.Routes), plan.Hash, true
+	})
+	w.apply(plan, st.Containers, true)
+}
+
+// logLabelErrors logs one line per container whose label errors are new or
+// changed, naming the container and the labels.
+func (w *Watcher) logLabelErrors(ds []Discovered) {
+	seen := make(map[string]string, len(ds))
+	for _, d := range ds {
+		if len(d.Errors) == 0 {
+			continue
+		}
+		msgs := make([]string, len(d.Errors))
+		labels := make([]string, len(d.Errors))
+		for i, e := range d.Errors {
+			msgs[i] = e.Error()
+			labels[i] = e.Label
+		}
+		text := strings.Join(msgs, "; ")
+		seen[d.Container.ID] = text
+		if w.logged[d.Container.ID] == text {
+			continue
+		}
+		w.m.errors.WithLabelValues("labels").Inc()
+		w.log.Error("container skipped: invalid labels",
+			zap.String("container", d.Container.Name), zap.String("id", shortID(d.Container.ID)),
+			zap.Strings("labels", labels), zap.String("error", text))
+	}
+	w.logged = seen
+}
+
+func shortID(id string) string {
+	if len(id) > 12 {
+		return id[:12]
+	}
+	return id
+}
