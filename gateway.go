@@ -1,0 +1,12 @@
+// Package gateway is what xcaddy compiles into the gateway binary: importing
+// it registers every module of this repository with Caddy.
+//
+//	xcaddy build v2.11.9 \
+//		--with github.com/apigate/gateway=. \
+//		--with github.com/mholt/caddy-ratelimit@v0.1.0
+package gateway
+
+import (
+	// the gateway's modules
+	_ "github.com/apigate/gateway/caddyjwt"
+)
