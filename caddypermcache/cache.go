@@ -48,7 +48,11 @@ type entry struct {
 // the same entries for CLOCK eviction (an approximation of LRU whose hits
 // only set a bit, so they need no write lock).
 type shard struct {
-	mu   sync.RWMutex
+	mu sync.RWMutex
+	// fresh hits by decision (0 deny, 1 allow); on the same cache line as
+	// mu, which every lookup writes anyway, so counting costs no extra
+	// cache-line traffic between cores
+	hits [2]atomic.Uint64
 	m    map[string]*entry
 	ring []*entry // len(ring) is the shard's capacity; nil = free slot
 	free []int32  // free ring slots
@@ -138,6 +142,13 @@ func (c *Cache) Get(key []byte, now int64) (allow bool, st State) {
 	if e.ref.Load() == 0 {
 		e.ref.Store(1)
 	}
+	if st == Fresh {
+		if e.allow {
+			s.hits[1].Add(1)
+		} else {
+			s.hits[0].Add(1)
+		}
+	}
 	return e.allow, st
 }
 
@@ -215,6 +226,15 @@ func (s *shard) remove(e *entry) {
 	delete(s.m, e.key)
 	s.ring[e.slot] = nil
 	s.free = append(s.free, e.slot)
+}
+
+// Hits returns how many lookups found a fresh allow and a fresh deny.
+func (c *Cache) Hits() (allow, deny uint64) {
+	for i := range c.shards {
+		allow += c.shards[i].hits[1].Load()
+		deny += c.shards[i].hits[0].Load()
+	}
+	return allow, deny
 }
 
 // Len returns the number of entries, expired ones included.

@@ -2,6 +2,7 @@ package caddypermcache
 
 import (
 	"errors"
+	"sync"
 
 	"github.com/prometheus/client_golang/prometheus"
 )
@@ -10,10 +11,6 @@ import (
 // config's registry gets them registered (Caddy makes a new registry per
 // config load).
 var (
-	hitsVec = prometheus.NewCounterVec(prometheus.CounterOpts{
-		Namespace: "gateway", Subsystem: "permission", Name: "cache_hits_total",
-		Help: "Permission checks answered from a fresh cached decision.",
-	}, []string{"route"})
 	missesVec = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Namespace: "gateway", Subsystem: "permission", Name: "cache_misses_total",
 		Help: "Permission checks that found no fresh decision and asked the service (or joined a call in flight).",
@@ -26,18 +23,25 @@ var (
 		Namespace: "gateway", Subsystem: "permission", Name: "service_errors_total",
 		Help: "Calls to the permission service that failed: timeout, unreachable, or an unusable answer.",
 	}, []string{"route"})
-	decisionsVec = prometheus.NewCounterVec(prometheus.CounterOpts{
-		Namespace: "gateway", Subsystem: "permission", Name: "decisions_total",
-		Help: "Requests by outcome: allow, deny, error_allow (on_error allow), error_deny (503).",
-	}, []string{"route", "decision"})
+	onErrorVec = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Namespace: "gateway", Subsystem: "permission", Name: "on_error_total",
+		Help: "Requests decided by on_error because the service failed and no stale decision could be served.",
+	}, []string{"route", "action"})
 	latencyVec = prometheus.NewHistogramVec(prometheus.HistogramOpts{
 		Namespace: "gateway", Subsystem: "permission", Name: "service_call_duration_seconds",
 		Help:    "Duration of calls to the permission service, failed ones included.",
 		Buckets: []float64{.0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5},
 	}, []string{"route"})
+
+	hitsDesc = prometheus.NewDesc("gateway_permission_cache_hits_total",
+		"Permission checks answered from a fresh cached decision, by decision (allow, deny).",
+		[]string{"route", "decision"}, nil)
+	entriesDesc = prometheus.NewDesc("gateway_permission_cache_entries",
+		"Decisions in the cache, expired ones included.",
+		[]string{"route"}, nil)
 )
 
-var collectors = []prometheus.Collector{hitsVec, missesVec, staleVec, errorsVec, decisionsVec, latencyVec}
+var collectors = []prometheus.Collector{missesVec, staleVec, errorsVec, onErrorVec, latencyVec, cacheCollector{}}
 
 func registerMetrics(reg *prometheus.Registry) error {
 	if reg == nil {
@@ -55,24 +59,117 @@ func registerMetrics(reg *prometheus.Registry) error {
 	return nil
 }
 
-// routeMetrics are one route's children, resolved once at Provision so the
-// request path does no label lookups.
+// routeMetrics are one route's children, resolved once at Provision so
+// requests do no label lookups. Hits are not here: the cache counts them
+// per shard (see cacheCollector).
 type routeMetrics struct {
-	hits, misses, stale, errors                prometheus.Counter
-	decAllow, decDeny, decErrAllow, decErrDeny prometheus.Counter
-	latency                                    prometheus.Observer
+	misses, stale, errors prometheus.Counter
+	onErrAllow, onErrDeny prometheus.Counter
+	latency               prometheus.Observer
 }
 
 func metricsFor(route string) routeMetrics {
 	return routeMetrics{
-		hits:        hitsVec.WithLabelValues(route),
-		misses:      missesVec.WithLabelValues(route),
-		stale:       staleVec.WithLabelValues(route),
-		errors:      errorsVec.WithLabelValues(route),
-		decAllow:    decisionsVec.WithLabelValues(route, "allow"),
-		decDeny:     decisionsVec.WithLabelValues(route, "deny"),
-		decErrAllow: decisionsVec.WithLabelValues(route, "error_allow"),
-		decErrDeny:  decisionsVec.WithLabelValues(route, "error_deny"),
-		latency:     latencyVec.WithLabelValues(route),
+		misses:     missesVec.WithLabelValues(route),
+		stale:      staleVec.WithLabelValues(route),
+		errors:     errorsVec.WithLabelValues(route),
+		onErrAllow: onErrorVec.WithLabelValues(route, "allow"),
+		onErrDeny:  onErrorVec.WithLabelValues(route, "deny"),
+		latency:    latencyVec.WithLabelValues(route),
+	}
+}
+
+// live tracks the shared states in use, for the hits collector and the
+// coarse clock. Hits of states that were destructed are kept in retired,
+// so the counter never goes back when a config change replaces a cache.
+var live struct {
+	sync.Mutex
+	set     map[*shared]struct{}
+	retired map[string][2]uint64 // route -> {allow, deny}
+	clock   *coarseClock
+}
+
+func addLive(s *shared) {
+	live.Lock()
+	defer live.Unlock()
+	if live.set == nil {
+		live.set = make(map[*shared]struct{})
+		live.retired = make(map[string][2]uint64)
+	}
+	if len(live.set) == 0 {
+		live.clock = startCoarseClock()
+	}
+	live.set[s] = struct{}{}
+}
+
+func removeLive(s *shared) {
+	live.Lock()
+	defer live.Unlock()
+	if _, ok := live.set[s]; !ok {
+		return
+	}
+	delete(live.set, s)
+	a, d := s.cache.Hits()
+	r := live.retired[s.route]
+	live.retired[s.route] = [2]uint64{r[0] + a, r[1] + d}
+	if len(live.set) == 0 && live.clock != nil {
+		live.clock.stop()
+		live.clock = nil
+	}
+}
+
+// routeHits returns the fresh hits of a route, over its live and retired caches.
+func routeHits(route string) (allow, deny uint64) {
+	live.Lock()
+	defer live.Unlock()
+	r := live.retired[route]
+	allow, deny = r[0], r[1]
+	for s := range live.set {
+		if s.route == route {
+			a, d := s.cache.Hits()
+			allow, deny = allow+a, deny+d
+		}
+	}
+	return allow, deny
+}
+
+// cacheCollector reports the per-shard hit counters and cache sizes.
+type cacheCollector struct{}
+
+func (cacheCollector) Describe(ch chan<- *prometheus.Desc) {
+	ch <- hitsDesc
+	ch <- entriesDesc
+}
+
+func (cacheCollector) Collect(ch chan<- prometheus.Metric) {
+	type agg struct {
+		allow, deny uint64
+		entries     int
+		live        bool
+	}
+	byRoute := map[string]*agg{}
+	live.Lock()
+	for route, r := range live.retired {
+		byRoute[route] = &agg{allow: r[0], deny: r[1]}
+	}
+	for s := range live.set {
+		a := byRoute[s.route]
+		if a == nil {
+			a = &agg{}
+			byRoute[s.route] = a
+		}
+		al, de := s.cache.Hits()
+		a.allow += al
+		a.deny += de
+		a.entries += s.cache.Len()
+		a.live = true
+	}
+	live.Unlock()
+	for route, a := range byRoute {
+		ch <- prometheus.MustNewConstMetric(hitsDesc, prometheus.CounterValue, float64(a.allow), route, "allow")
+		ch <- prometheus.MustNewConstMetric(hitsDesc, prometheus.CounterValue, float64(a.deny), route, "deny")
+		if a.live {
+			ch <- prometheus.MustNewConstMetric(entriesDesc, prometheus.GaugeValue, float64(a.entries), route)
+		}
 	}
 }

@@ -132,6 +132,7 @@ func (Handler) CaddyModule() caddy.ModuleInfo {
 // in-flight calls and the service's keepalive connections. It lives in
 // pool, keyed by everything that changes what a cached decision means.
 type shared struct {
+	route     string
 	cache     *Cache
 	group     singleflight.Group
 	client    *Client
@@ -142,6 +143,7 @@ type shared struct {
 // Destruct closes the idle connections when the last config using them
 // is unloaded.
 func (s *shared) Destruct() error {
+	removeLive(s)
 	s.transport.CloseIdleConnections()
 	return nil
 }
@@ -191,12 +193,15 @@ func (h *Handler) Provision(ctx caddy.Context) error {
 	h.poolKey = strings.Join([]string{h.url, h.tmpl.String(), h.Route, strconv.Itoa(h.CacheSize)}, "\x00")
 	val, _, err := pool.LoadOrNew(h.poolKey, func() (caddy.Destructor, error) {
 		tr := NewTransport()
-		return &shared{
+		s := &shared{
+			route:     h.Route,
 			cache:     NewCache(h.CacheSize),
 			client:    &Client{URL: h.url, HTTP: &http.Client{Transport: tr}},
 			transport: tr,
-			clock:     Now,
-		}, nil
+			clock:     coarseNowFunc,
+		}
+		addLive(s)
+		return s, nil
 	})
 	if err != nil {
 		return err
@@ -280,8 +285,7 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyht
 	key := h.appendKey(buf[:0], r, id)
 	s := h.shared
 	allow, st := s.cache.Get(key, s.clock())
-	if st == Fresh {
-		h.m.hits.Inc()
+	if st == Fresh { // counted by the cache
 		return h.decide(w, r, next, allow)
 	}
 	h.m.misses.Inc()
@@ -298,12 +302,12 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyht
 			return h.decide(w, r, next, allow)
 		}
 		if h.allowOnErr {
-			h.m.decErrAllow.Inc()
+			h.m.onErrAllow.Inc()
 			h.logger.Warn("permission service failed; allowing (on_error allow)",
 				zap.String("route", h.Route), zap.Error(err))
 			return next.ServeHTTP(w, r)
 		}
-		h.m.decErrDeny.Inc()
+		h.m.onErrDeny.Inc()
 		h.logger.Error("permission service failed; denying (on_error deny)",
 			zap.String("route", h.Route), zap.Error(err))
 		gwctx.SetDenial(r, "permission", unavailReason)
@@ -315,10 +319,8 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyht
 
 func (h *Handler) decide(w http.ResponseWriter, r *http.Request, next caddyhttp.Handler, allow bool) error {
 	if allow {
-		h.m.decAllow.Inc()
 		return next.ServeHTTP(w, r)
 	}
-	h.m.decDeny.Inc()
 	gwctx.SetDenial(r, "permission", deniedReason)
 	writeJSON(w, http.StatusForbidden, deniedBody)
 	return nil
