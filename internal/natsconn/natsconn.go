@@ -34,6 +34,12 @@ type Options struct {
 	Token string
 	// CredsFile is a path to a .creds file (JWT + NKey seed).
 	CredsFile string
+	// TLSCA is a PEM file of CA certificates that verify the servers
+	// (default: the system pool when a tls:// URL is used).
+	TLSCA string
+	// TLSCert and TLSKey are a PEM client certificate and its key, for
+	// servers that require mutual TLS. Both or neither.
+	TLSCert, TLSKey string
 	// ConnectTimeout bounds each dial (default 2s).
 	ConnectTimeout time.Duration
 	// ReconnectWait is the pause between reconnect attempts (default 500ms).
@@ -69,8 +75,9 @@ func (o Options) withDefaults() Options {
 func (o Options) key() string {
 	s := append([]string(nil), o.Servers...)
 	sort.Strings(s)
-	return fmt.Sprintf("%q|%q|%q|%q|%q|%q|%s|%s|%d|%d", s, o.Name, o.User, o.Password,
-		o.Token, o.CredsFile, o.ConnectTimeout, o.ReconnectWait, o.MaxReconnects, o.ReconnectBufSize)
+	return fmt.Sprintf("%q|%q|%q|%q|%q|%q|%q|%q|%q|%s|%s|%d|%d", s, o.Name, o.User, o.Password,
+		o.Token, o.CredsFile, o.TLSCA, o.TLSCert, o.TLSKey,
+		o.ConnectTimeout, o.ReconnectWait, o.MaxReconnects, o.ReconnectBufSize)
 }
 
 // Conn is a shared connection. Do not Close it: call the release function
@@ -110,6 +117,9 @@ func Get(opts Options) (*Conn, func(), error) {
 		if strings.TrimSpace(s) == "" {
 			return nil, nil, errors.New("natsconn: empty server URL")
 		}
+	}
+	if (opts.TLSCert == "") != (opts.TLSKey == "") {
+		return nil, nil, errors.New("natsconn: a TLS client certificate needs both a cert and a key file")
 	}
 	opts = opts.withDefaults()
 	k := opts.key()
@@ -184,6 +194,12 @@ func connect(o Options) (*nats.Conn, error) {
 	}
 	if o.CredsFile != "" {
 		nopts = append(nopts, nats.UserCredentials(o.CredsFile))
+	}
+	if o.TLSCA != "" {
+		nopts = append(nopts, nats.RootCAs(o.TLSCA))
+	}
+	if o.TLSCert != "" {
+		nopts = append(nopts, nats.ClientCert(o.TLSCert, o.TLSKey))
 	}
 	nc, err := nats.Connect(strings.Join(o.Servers, ","), nopts...)
 	if err != nil {

@@ -62,6 +62,8 @@ func TestGetErrors(t *testing.T) {
 	}{
 		{"no servers", Options{}},
 		{"empty server", Options{Servers: []string{" "}}},
+		{"tls cert without key", Options{Servers: []string{"nats://127.0.0.1:1"}, TLSCert: "c.pem"}},
+		{"missing tls ca file", Options{Servers: []string{"nats://127.0.0.1:1"}, TLSCA: "/nonexistent/ca.pem"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			if _, _, err := Get(tc.opts); err == nil {

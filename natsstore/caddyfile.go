@@ -1,0 +1,102 @@
+package natsstore
+
+import (
+	"strconv"
+
+	"github.com/caddyserver/caddy/v2"
+	"github.com/caddyserver/caddy/v2/caddyconfig/caddyfile"
+)
+
+// UnmarshalCaddyfile sets up the storage from the global `storage` option:
+//
+//	storage nats [<server>...] {
+//		servers    nats://n1:4222 nats://n2:4222 nats://n3:4222
+//		creds_file /etc/gateway/nats.creds
+//		user       gateway
+//		password   {env.NATS_PASSWORD}
+//		token      {env.NATS_TOKEN}
+//		tls_ca     /etc/gateway/nats-ca.pem
+//		tls_cert   /etc/gateway/nats-client.pem
+//		tls_key    /etc/gateway/nats-client.key
+//		bucket     caddy_storage
+//		replicas   3
+//		lock_ttl   30s
+//		timeout    5s
+//	}
+//
+// Servers may be given as arguments, in the block, or both.
+func (s *Storage) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
+	d.Next() // "nats"
+	s.Servers = append(s.Servers, d.RemainingArgs()...)
+	for d.NextBlock(0) {
+		name := d.Val()
+		switch name {
+		case "servers":
+			args := d.RemainingArgs()
+			if len(args) == 0 {
+				return d.ArgErr()
+			}
+			s.Servers = append(s.Servers, args...)
+		case "creds_file", "user", "password", "token", "tls_ca", "tls_cert", "tls_key", "bucket":
+			if !d.NextArg() {
+				return d.ArgErr()
+			}
+			v := d.Val()
+			if d.NextArg() {
+				return d.ArgErr()
+			}
+			switch name {
+			case "creds_file":
+				s.CredsFile = v
+			case "user":
+				s.User = v
+			case "password":
+				s.Password = v
+			case "token":
+				s.Token = v
+			case "tls_ca":
+				s.TLSCA = v
+			case "tls_cert":
+				s.TLSCert = v
+			case "tls_key":
+				s.TLSKey = v
+			case "bucket":
+				s.Bucket = v
+			}
+		case "replicas":
+			if !d.NextArg() {
+				return d.ArgErr()
+			}
+			n, err := strconv.Atoi(d.Val())
+			if err != nil || n < 1 || n > 5 {
+				return d.Errf("invalid replicas %q: must be 1 to 5", d.Val())
+			}
+			s.Replicas = n
+			if d.NextArg() {
+				return d.ArgErr()
+			}
+		case "lock_ttl", "timeout":
+			if !d.NextArg() {
+				return d.ArgErr()
+			}
+			dur, err := caddy.ParseDuration(d.Val())
+			if err != nil || dur <= 0 {
+				return d.Errf("invalid %s %q: must be a positive duration", name, d.Val())
+			}
+			if name == "lock_ttl" {
+				s.LockTTL = caddy.Duration(dur)
+			} else {
+				s.Timeout = caddy.Duration(dur)
+			}
+			if d.NextArg() {
+				return d.ArgErr()
+			}
+		default:
+			return d.Errf("unrecognized subdirective '%s'", name)
+		}
+	}
+	return nil
+}
+
+// Interface guards
+var _ caddyfile.Unmarshaler = (*Storage)(nil)
