@@ -7,6 +7,7 @@ import (
 	"os"
 	"sort"
 	"strings"
+	"sync"
 
 	"github.com/docker/docker/api/types/container"
 	"github.com/docker/docker/api/types/events"
@@ -37,6 +38,17 @@ func DefaultHost() string {
 
 type dockerEngine struct {
 	cli *client.Client
+
+	// net caches the network facts of running containers that the list
+	// does not report (Podman's compat list has no HostConfig or
+	// networks), from one inspect per container.
+	mu  sync.Mutex
+	net map[string]netInfo
+}
+
+type netInfo struct {
+	host bool
+	ip   string
 }
 
 // NewDockerEngine returns an Engine speaking the Docker API at host
@@ -60,9 +72,50 @@ func (e *dockerEngine) List(ctx context.Context) ([]Container, error) {
 		return nil, err
 	}
 	out := make([]Container, 0, len(list))
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	seen := make(map[string]netInfo, len(list))
 	for _, s := range list {
-		out = append(out, fromSummary(s))
+		c := fromSummary(s)
+		if !c.HostNetwork && c.IP == "" && Enabled(c.Labels) {
+			ni, ok := e.net[s.ID]
+			if !ok {
+				insp, err := e.cli.ContainerInspect(ctx, s.ID)
+				if err != nil {
+					if client.IsErrNotFound(err) {
+						continue // gone since the list
+					}
+					return nil, err
+				}
+				if insp.HostConfig != nil {
+					ni.host = insp.HostConfig.NetworkMode.IsHost()
+				}
+				if insp.NetworkSettings != nil {
+					names := make([]string, 0, len(insp.NetworkSettings.Networks))
+					for n := range insp.NetworkSettings.Networks {
+						names = append(names, n)
+					}
+					sort.Strings(names)
+					for _, n := range names {
+						if ep := insp.NetworkSettings.Networks[n]; ep != nil && ep.IPAddress != "" {
+							ni.ip = ep.IPAddress
+							break
+						}
+					}
+					if ni.ip == "" && insp.NetworkSettings.IPAddress != "" {
+						ni.ip = insp.NetworkSettings.IPAddress
+					}
+				}
+			}
+			seen[s.ID] = ni
+			c.HostNetwork = ni.host
+			if !ni.host {
+				c.IP = ni.ip
+			}
+		}
+		out = append(out, c)
 	}
+	e.net = seen
 	return out, nil
 }
 

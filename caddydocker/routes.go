@@ -430,7 +430,31 @@ func MergeRoutes(server string, current, discovered []json.RawMessage) []json.Ra
 		}
 		out = append(out, r)
 	}
+	if n := len(out); n > len(discovered) {
+		out[n-1] = withoutTerminal(out[n-1])
+	}
 	return append(out, NoRouteRoute(server))
+}
+
+// withoutTerminal drops "terminal" from the server's last own route. A
+// Caddyfile site block becomes one terminal route; a request that it leaves
+// unhandled would get Caddy's empty 200. Without the flag, such a request
+// reaches the catch-all 404 instead; a request the site handles never
+// reaches it, since handlers that respond do not call the next one.
+func withoutTerminal(raw json.RawMessage) json.RawMessage {
+	var obj map[string]json.RawMessage
+	if json.Unmarshal(raw, &obj) != nil || obj == nil {
+		return raw
+	}
+	if _, ok := obj["terminal"]; !ok {
+		return raw
+	}
+	delete(obj, "terminal")
+	b, err := json.Marshal(obj)
+	if err != nil {
+		return raw
+	}
+	return b
 }
 
 // SameRoutes reports whether two route lists are equal in canonical form.

@@ -83,6 +83,13 @@ type Watcher struct {
 	mu   sync.RWMutex
 	snap Snapshot
 
+	// gone holds containers the event stream reported dead (die, oom,
+	// destroy, remove) and not started since. The engine may still list a
+	// container as running for a moment after its die event; trusting the
+	// event removes its routes at once.
+	goneMu sync.Mutex
+	gone   map[string]bool
+
 	// owned by the run loop
 	plan       *Plan
 	containers []Container
@@ -106,6 +113,7 @@ func NewWatcher(cfg WatcherConfig, engine Engine, applier RouteApplier, log *zap
 		kick:    make(chan struct{}, 1),
 		recheck: make(chan struct{}, 1),
 		logged:  map[string]string{},
+		gone:    map[string]bool{},
 		warned:  map[string]bool{},
 		snap:    Snapshot{Server: cfg.Server},
 	}
@@ -239,6 +247,7 @@ func (w *Watcher) events() {
 		began := time.Now()
 		err := w.engine.Events(w.ctx, func(action, id string) {
 			w.m.events.Inc()
+			w.noteEvent(action, id)
 			if ce := w.log.Check(zap.DebugLevel, "container event"); ce != nil {
 				ce.Write(zap.String("action", action), zap.String("container", shortID(id)))
 			}
@@ -267,6 +276,44 @@ func (w *Watcher) events() {
 	}
 }
 
+func (w *Watcher) noteEvent(action, id string) {
+	if id == "" {
+		return
+	}
+	w.goneMu.Lock()
+	defer w.goneMu.Unlock()
+	switch action {
+	case "die", "died", "oom", "destroy", "remove":
+		w.gone[id] = true
+	case "start", "restart", "unpause":
+		delete(w.gone, id)
+	}
+}
+
+// dropGone removes the containers reported dead from a fresh list, and
+// forgets dead containers the engine no longer lists.
+func (w *Watcher) dropGone(list []Container) []Container {
+	w.goneMu.Lock()
+	defer w.goneMu.Unlock()
+	if len(w.gone) == 0 {
+		return list
+	}
+	listed := make(map[string]bool, len(list))
+	out := list[:0:0]
+	for _, c := range list {
+		listed[c.ID] = true
+		if !w.gone[c.ID] {
+			out = append(out, c)
+		}
+	}
+	for id := range w.gone {
+		if !listed[id] {
+			delete(w.gone, id)
+		}
+	}
+	return out
+}
+
 // sync lists the engine, regenerates the routes and applies them if they
 // changed. An engine error changes nothing: the current routes stay.
 func (w *Watcher) sync() {
@@ -290,6 +337,7 @@ func (w *Watcher) sync() {
 		w.log.Info("container engine reachable again")
 	}
 	w.reachable, w.everListed = true, true
+	containers = w.dropGone(containers)
 
 	ds := Discover(containers, w.cfg.Labels)
 	w.logLabelErrors(ds)

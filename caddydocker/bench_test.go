@@ -1,0 +1,105 @@
+package caddydocker
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+	"sort"
+	"strconv"
+	"testing"
+	"time"
+)
+
+// TestDiscoveryLatency measures, against real Podman, the time from
+// `podman run` returning to the first 200 through the gateway, and from
+// `podman stop` / `podman kill` returning to the first non-200 and to the
+// first 404 no_route (route removed). Off by default:
+//
+//	GATEWAY_DISCOVERY_BENCH=1 go test ./caddydocker/ -run TestDiscoveryLatency -v
+//
+// GATEWAY_DISCOVERY_BENCH_N sets the number of containers (default 12).
+func TestDiscoveryLatency(t *testing.T) {
+	if os.Getenv("GATEWAY_DISCOVERY_BENCH") == "" {
+		t.Skip("set GATEWAY_DISCOVERY_BENCH=1 to run the discovery latency benchmark")
+	}
+	n := 12
+	if v, err := strconv.Atoi(os.Getenv("GATEWAY_DISCOVERY_BENCH_N")); err == nil && v >= 10 {
+		n = v
+	}
+	p := getPodman(t)
+	t.Cleanup(p.RemoveAll)
+	startGateway(t, gatewayConfig(p, filepath.Join(t.TempDir(), "routes.json")))
+	t.Cleanup(func() { stopGateway(t) })
+	eventually(t, "gateway up", 20*time.Second, expect("/nothing", 404, NoRouteBody))
+
+	// poll until cond(status, body) holds; 2 ms between requests
+	until := func(path string, cond func(int, string) bool) (time.Duration, error) {
+		start := time.Now()
+		for time.Since(start) < 30*time.Second {
+			code, body, err := get(path)
+			if err == nil && cond(code, body) {
+				return time.Since(start), nil
+			}
+			time.Sleep(2 * time.Millisecond)
+		}
+		return 0, fmt.Errorf("timeout on %s", path)
+	}
+	var add, gone, removed []time.Duration
+	for i := 0; i < n; i++ {
+		name := fmt.Sprintf("bench%d", i)
+		path := "/" + name
+		pt := port(t)
+		if err := p.Run(name, pt, labels(name, pt, path)); err != nil {
+			t.Fatal(err)
+		}
+		d, err := until(path+"/x", func(c int, _ string) bool { return c == 200 })
+		if err != nil {
+			t.Fatal(err)
+		}
+		add = append(add, d)
+
+		how := "stop"
+		if i%2 == 1 {
+			how = "kill"
+			err = p.Kill(name)
+		} else {
+			err = p.Stop(name)
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		begin := time.Now()
+		d, err = until(path+"/x", func(c int, _ string) bool { return c != 200 })
+		if err != nil {
+			t.Fatal(err)
+		}
+		gone = append(gone, d)
+		if _, err := until(path+"/x", func(c int, b string) bool { return c == 404 && b == NoRouteBody }); err != nil {
+			t.Fatal(err)
+		}
+		removed = append(removed, time.Since(begin))
+		t.Logf("%-8s %s: run->200 %v, %s->non-200 %v, %s->404 no_route %v", name, how, add[i].Round(time.Millisecond), how, gone[i].Round(time.Millisecond), how, removed[i].Round(time.Millisecond))
+		_ = p.Remove(name)
+	}
+	report := fmt.Sprintf("discovery latency over %d containers (debounce 100ms):\n"+
+		"  podman run  -> first 200:            p50 %v  p95 %v  max %v\n"+
+		"  stop/kill   -> first non-200:        p50 %v  p95 %v  max %v\n"+
+		"  stop/kill   -> first 404 no_route:   p50 %v  p95 %v  max %v",
+		n, pct(add, 50), pct(add, 95), pct(add, 100), pct(gone, 50), pct(gone, 95), pct(gone, 100),
+		pct(removed, 50), pct(removed, 95), pct(removed, 100))
+	t.Log(report)
+	fmt.Println(report)
+}
+
+func pct(ds []time.Duration, p int) time.Duration {
+	s := append([]time.Duration(nil), ds...)
+	sort.Slice(s, func(i, j int) bool { return s[i] < s[j] })
+	i := (len(s)*p + 99) / 100
+	if i < 1 {
+		i = 1
+	}
+	if i > len(s) {
+		i = len(s)
+	}
+	return s[i-1].Round(time.Millisecond)
+}
