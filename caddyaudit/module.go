@@ -1,0 +1,487 @@
+// Package caddyaudit records one audit event per request and delivers the
+// events in batches to HTTP webhooks, NATS (core or JetStream) and files,
+// without losing any silently: bounded queues per sink, an optional disk
+// spool, backpressure, and counted, logged drops.
+package caddyaudit
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/url"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/caddyserver/caddy/v2"
+	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
+	"go.uber.org/zap"
+
+	"github.com/apigate/gateway/caddyjwt"
+	"github.com/apigate/gateway/internal/gwctx"
+	"github.com/apigate/gateway/internal/natsconn"
+)
+
+func init() {
+	caddy.RegisterModule(App{})
+	caddy.RegisterModule(Handler{})
+}
+
+// workers are shared between configs, keyed by their full configuration,
+// so an unchanged sink keeps its queue (and in-flight events) across
+// config reloads; a changed or removed one is drained when the last config
+// using it is cleaned up.
+var workerPool = caddy.NewUsagePool()
+
+type pooledWorker struct{ *worker }
+
+func (p pooledWorker) Destruct() error {
+	p.worker.stop()
+	return nil
+}
+
+// App is the audit app: the sinks that audit events are delivered to.
+type App struct {
+	// QueueSize is the capacity, in events, of each sink's in-memory queue.
+	// Default: 65536.
+	QueueSize int `json:"queue_size,omitempty"`
+	// SpoolDir, when set, is a directory where events go when a sink's
+	// queue is full (and at shutdown, when they could not be delivered in
+	// time); they are replayed in order when the sink recovers and after a
+	// restart. Each sink has its own subdirectory.
+	SpoolDir string `json:"spool_dir,omitempty"`
+	// BlockTimeout is how long a request waits for room in a full queue
+	// when there is no spool, before its event is counted as dropped and
+	// logged. Default: 1s.
+	BlockTimeout caddy.Duration `json:"block_timeout,omitempty"`
+	// ShutdownTimeout bounds how long stopping (or reloading away) a sink
+	// may take to deliver what is queued. Default: 5s.
+	ShutdownTimeout caddy.Duration `json:"shutdown_timeout,omitempty"`
+	// Sinks are where events are delivered; each has its own queue.
+	Sinks []SinkConfig `json:"sinks,omitempty"`
+
+	workers []*worker
+	keys    []string
+	logger  *zap.Logger
+}
+
+// SinkConfig configures one sink.
+type SinkConfig struct {
+	// Type is "http", "nats" or "file".
+	Type string `json:"type"`
+	// Name labels the sink in metrics, logs and Stats. Default: the type
+	// and the URL's host (or the file path), without credentials.
+	Name string `json:"name,omitempty"`
+	// URL is the webhook URL (http) or the NATS server URLs, comma
+	// separated (nats).
+	URL string `json:"url,omitempty"`
+	// Path is the JSON-lines file (file).
+	Path string `json:"path,omitempty"`
+	// BatchSize is the most events per batch. Default: 500.
+	BatchSize int `json:"batch_size,omitempty"`
+	// FlushInterval is the longest a batch waits to fill. Default: 200ms.
+	FlushInterval caddy.Duration `json:"flush_interval,omitempty"`
+	// Timeout bounds one delivery attempt. Default: 5s.
+	Timeout caddy.Duration `json:"timeout,omitempty"`
+	// MaxRetries is how many times a failed batch is retried before it is
+	// spooled (with spool_dir) or dropped (counted and logged). Default: 0,
+	// retry until delivered or until shutdown.
+	MaxRetries int `json:"max_retries,omitempty"`
+	// QueueSize overrides the app's queue_size for this sink.
+	QueueSize int `json:"queue_size,omitempty"`
+	// Headers are added to each webhook request (http). Global
+	// placeholders such as {env.AUDIT_TOKEN} are expanded.
+	Headers http.Header `json:"headers,omitempty"`
+	// Subject is the NATS subject (nats). Default: "gateway.audit".
+	Subject string `json:"subject,omitempty"`
+	// JetStream publishes with acknowledgements (nats).
+	JetStream bool `json:"jetstream,omitempty"`
+	// Stream, when set, is a JetStream stream created for Subject if it
+	// does not exist (implies jetstream).
+	Stream string `json:"stream,omitempty"`
+	// User and Password authenticate to NATS.
+	User     string `json:"user,omitempty"`
+	Password string `json:"password,omitempty"`
+	// Token authenticates to NATS.
+	Token string `json:"token,omitempty"`
+	// CredsFile is a NATS .creds file.
+	CredsFile string `json:"creds_file,omitempty"`
+}
+
+// CaddyModule returns the Caddy module information.
+func (App) CaddyModule() caddy.ModuleInfo {
+	return caddy.ModuleInfo{ID: "audit", New: func() caddy.Module { return new(App) }}
+}
+
+// Provision starts (or reuses, across reloads) one worker per sink.
+func (a *App) Provision(ctx caddy.Context) error {
+	a.logger = ctx.Logger()
+	if err := registerMetrics(ctx.GetMetricsRegistry()); err != nil {
+		return fmt.Errorf("registering audit metrics: %w", err)
+	}
+	repl := caddy.NewReplacer()
+	a.SpoolDir = repl.ReplaceAll(a.SpoolDir, "")
+	names := map[string]bool{}
+	for i := range a.Sinks {
+		sc := a.Sinks[i].expand(repl)
+		if err := sc.validate(); err != nil {
+			return fmt.Errorf("sink %d: %w", i, err)
+		}
+		name := sc.defaultName()
+		if names[name] {
+			return fmt.Errorf("sink %d: duplicate sink name %q (set a distinct name)", i, name)
+		}
+		names[name] = true
+		wc := a.workerConfig(sc, name)
+		keyb, _ := json.Marshal(struct {
+			S SinkConfig
+			W workerConfig
+		}{sc, wc})
+		key := string(keyb)
+		v, _, err := workerPool.LoadOrNew(key, func() (caddy.Destructor, error) {
+			sink, err := newSink(sc)
+			if err != nil {
+				return nil, err
+			}
+			w, err := newWorker(wc, sink, a.logger.Named("sink"))
+			if err != nil {
+				sink.Close()
+				return nil, err
+			}
+			return pooledWorker{w}, nil
+		})
+		if err != nil {
+			return fmt.Errorf("sink %s: %w", name, err)
+		}
+		a.keys = append(a.keys, key)
+		a.workers = append(a.workers, v.(pooledWorker).worker)
+	}
+	return nil
+}
+
+func (a *App) workerConfig(sc SinkConfig, name string) workerConfig {
+	wc := workerConfig{
+		Name: name, Type: sc.Type,
+		QueueSize:       a.QueueSize,
+		BatchSize:       sc.BatchSize,
+		FlushInterval:   time.Duration(sc.FlushInterval),
+		BlockTimeout:    time.Duration(a.BlockTimeout),
+		MaxRetries:      sc.MaxRetries,
+		ShutdownTimeout: time.Duration(a.ShutdownTimeout),
+	}
+	if sc.QueueSize > 0 {
+		wc.QueueSize = sc.QueueSize
+	}
+	if wc.BatchSize <= 0 && sc.Type == "nats" {
+		wc.BatchSize = 100
+	}
+	if a.SpoolDir != "" {
+		wc.SpoolDir = filepath.Join(a.SpoolDir, spoolSubdir(sc))
+	}
+	wc.setDefaults()
+	return wc
+}
+
+// spoolSubdir names a sink's spool directory from what identifies its
+// destination, so that it stays the same across restarts and tuning
+// changes.
+func spoolSubdir(sc SinkConfig) string {
+	h := sha256.Sum256([]byte(sc.Type + "\x00" + sc.URL + "\x00" + sc.Path + "\x00" + sc.Subject + "\x00" + sc.Name))
+	return sc.Type + "-" + hex.EncodeToString(h[:6])
+}
+
+func (sc SinkConfig) expand(repl *caddy.Replacer) SinkConfig {
+	sc.URL = repl.ReplaceAll(sc.URL, "")
+	sc.Path = repl.ReplaceAll(sc.Path, "")
+	sc.Subject = repl.ReplaceAll(sc.Subject, "")
+	sc.User = repl.ReplaceAll(sc.User, "")
+	sc.Password = repl.ReplaceAll(sc.Password, "")
+	sc.Token = repl.ReplaceAll(sc.Token, "")
+	sc.CredsFile = repl.ReplaceAll(sc.CredsFile, "")
+	if sc.Type == "nats" && sc.Subject == "" {
+		sc.Subject = "gateway.audit"
+	}
+	if len(sc.Headers) > 0 {
+		h := make(http.Header, len(sc.Headers))
+		for k, vs := range sc.Headers {
+			for _, v := range vs {
+				h.Add(k, repl.ReplaceAll(v, ""))
+			}
+		}
+		sc.Headers = h
+	}
+	return sc
+}
+
+func (sc SinkConfig) validate() error {
+	switch sc.Type {
+	case "http":
+		u, err := url.Parse(sc.URL)
+		if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+			return fmt.Errorf("invalid http sink url %q: must be an http:// or https:// URL", redactURL(sc.URL))
+		}
+	case "nats":
+		if strings.TrimSpace(sc.URL) == "" {
+			return errors.New("nats sink needs a server url")
+		}
+		if strings.ContainsAny(sc.Subject, " \t*>") {
+			return fmt.Errorf("invalid nats subject %q: must not contain spaces or wildcards", sc.Subject)
+		}
+	case "file":
+		if sc.Path == "" {
+			return errors.New("file sink needs a path")
+		}
+	default:
+		return fmt.Errorf("invalid sink type %q: must be http, nats or file", sc.Type)
+	}
+	switch {
+	case sc.BatchSize < 0:
+		return fmt.Errorf("invalid batch_size %d: must be positive", sc.BatchSize)
+	case sc.FlushInterval < 0:
+		return fmt.Errorf("invalid flush_interval %q: must be positive", time.Duration(sc.FlushInterval))
+	case sc.Timeout < 0:
+		return fmt.Errorf("invalid timeout %q: must be positive", time.Duration(sc.Timeout))
+	case sc.MaxRetries < 0:
+		return fmt.Errorf("invalid max_retries %d: must be 0 (forever) or positive", sc.MaxRetries)
+	case sc.QueueSize < 0:
+		return fmt.Errorf("invalid queue_size %d: must be positive", sc.QueueSize)
+	}
+	return nil
+}
+
+func (sc SinkConfig) defaultName() string {
+	if sc.Name != "" {
+		return sc.Name
+	}
+	switch sc.Type {
+	case "file":
+		return "file:" + sc.Path
+	case "nats":
+		return "nats:" + redactURL(strings.Split(sc.URL, ",")[0]) + "/" + sc.Subject
+	}
+	return sc.Type + ":" + redactURL(sc.URL)
+}
+
+// redactURL keeps scheme, host and path: no user info, no query.
+func redactURL(s string) string {
+	u, err := url.Parse(s)
+	if err != nil || u.Host == "" {
+		if at := strings.LastIndex(s, "@"); at >= 0 {
+			return s[at+1:]
+		}
+		return s
+	}
+	return u.Scheme + "://" + u.Host + u.Path
+}
+
+func newSink(sc SinkConfig) (Sink, error) {
+	switch sc.Type {
+	case "http":
+		return newHTTPSink(sc.URL, sc.Headers, time.Duration(sc.Timeout)), nil
+	case "nats":
+		var servers []string
+		for _, s := range strings.Split(sc.URL, ",") {
+			if s = strings.TrimSpace(s); s != "" {
+				servers = append(servers, s)
+			}
+		}
+		return newNATSSink(natsconn.Options{Servers: servers, User: sc.User, Password: sc.Password,
+			Token: sc.Token, CredsFile: sc.CredsFile}, sc.Subject, sc.JetStream, sc.Stream, time.Duration(sc.Timeout))
+	case "file":
+		return newFileSink(sc.Path)
+	}
+	return nil, fmt.Errorf("invalid sink type %q", sc.Type)
+}
+
+// Validate checks the app-level settings.
+func (a *App) Validate() error {
+	switch {
+	case a.QueueSize < 0:
+		return fmt.Errorf("invalid queue_size %d: must be positive", a.QueueSize)
+	case a.BlockTimeout < 0:
+		return fmt.Errorf("invalid block_timeout %q: must be positive", time.Duration(a.BlockTimeout))
+	case a.ShutdownTimeout < 0:
+		return fmt.Errorf("invalid shutdown_timeout %q: must be positive", time.Duration(a.ShutdownTimeout))
+	}
+	return nil
+}
+
+// Start is a no-op: workers start in Provision.
+func (a *App) Start() error { return nil }
+
+// Stop is a no-op: requests may still be finishing while the HTTP app
+// stops, so the sinks are released in Cleanup, after every app stopped.
+func (a *App) Stop() error { return nil }
+
+// Cleanup releases this config's sinks; a sink no longer used by any
+// config delivers what it holds (within shutdown_timeout), spools or
+// counts the rest, and stops.
+func (a *App) Cleanup() error {
+	for _, k := range a.keys {
+		if _, err := workerPool.Delete(k); err != nil {
+			a.logger.Error("stopping audit sink", zap.Error(err))
+		}
+	}
+	a.keys, a.workers = nil, nil
+	return nil
+}
+
+// Record hands ev to every sink (copying it) and to the Recent ring.
+func (a *App) Record(ev *Event) {
+	remember(ev)
+	for _, w := range a.workers {
+		w.Enqueue(ev)
+	}
+}
+
+// Handler records an audit event for every request that passes through it,
+// after the rest of the chain has answered (denials included).
+type Handler struct {
+	// Route names the route in events.
+	Route string `json:"route,omitempty"`
+	// RequestIDHeader, when set, takes the request id from this request
+	// header; when the header is absent (or this is empty) the id is
+	// Caddy's {http.request.uuid}.
+	RequestIDHeader string `json:"request_id_header,omitempty"`
+
+	app *App
+}
+
+// CaddyModule returns the Caddy module information.
+func (Handler) CaddyModule() caddy.ModuleInfo {
+	return caddy.ModuleInfo{ID: "http.handlers.audit", New: func() caddy.Module { return new(Handler) }}
+}
+
+// Provision finds the audit app (loading an empty one when the config has
+// none, in which case events only reach Recent).
+func (h *Handler) Provision(ctx caddy.Context) error {
+	v, err := ctx.App("audit")
+	if err != nil {
+		return fmt.Errorf("loading audit app: %w", err)
+	}
+	h.app = v.(*App)
+	if len(h.app.Sinks) == 0 {
+		ctx.Logger().Warn("audit handler used but the audit app has no sink; events are not delivered anywhere")
+	}
+	return nil
+}
+
+// ServeHTTP runs the chain, then records the event.
+func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyhttp.Handler) error {
+	start := time.Now()
+	rec := &recorder{ResponseWriterWrapper: caddyhttp.ResponseWriterWrapper{ResponseWriter: w}}
+	err := next.ServeHTTP(rec, r)
+	status := rec.status
+	if err != nil {
+		var he caddyhttp.HandlerError
+		if errors.As(err, &he) && he.StatusCode != 0 {
+			status = he.StatusCode
+		} else {
+			status = http.StatusInternalServerError
+		}
+	}
+	if status == 0 {
+		status = http.StatusOK
+	}
+	ev := Event{
+		Time:       start,
+		Route:      h.Route,
+		Method:     r.Method,
+		Host:       r.Host,
+		Path:       r.URL.Path,
+		Status:     status,
+		DurationMS: float64(time.Since(start).Microseconds()) / 1000,
+		BytesOut:   rec.bytes,
+		Roles:      gwctx.Roles(r),
+	}
+	if h.RequestIDHeader != "" {
+		ev.RequestID = r.Header.Get(h.RequestIDHeader)
+	}
+	if ev.RequestID == "" {
+		if repl, ok := r.Context().Value(caddy.ReplacerCtxKey).(*caddy.Replacer); ok {
+			ev.RequestID, _ = repl.GetString("http.request.uuid")
+		}
+	}
+	if ip, ok := caddyhttp.GetVar(r.Context(), caddyhttp.ClientIPVarKey).(string); ok && ip != "" {
+		ev.RemoteIP = ip
+	} else if host, _, serr := net.SplitHostPort(r.RemoteAddr); serr == nil {
+		ev.RemoteIP = host
+	} else {
+		ev.RemoteIP = r.RemoteAddr
+	}
+	if id, ok := caddyjwt.FromRequest(r); ok {
+		ev.Subject = id.Subject
+	}
+	by, reason := gwctx.Denial(r)
+	ev.Decision, ev.Reason = decide(status, by, reason)
+	h.app.Record(&ev)
+	return err
+}
+
+// decide derives the decision and reason from the status and the denial a
+// module recorded.
+func decide(status int, by, reason string) (decision, why string) {
+	switch {
+	case by != "" || reason != "":
+		if reason == "" {
+			reason = by
+		}
+		return "deny", reason
+	case status == http.StatusTooManyRequests:
+		return "deny", "rate limited"
+	case status == http.StatusUnauthorized:
+		return "deny", "unauthorized"
+	case status == http.StatusForbidden:
+		return "deny", "forbidden"
+	}
+	return "allow", ""
+}
+
+// recorder notes the status and the body size of a response.
+type recorder struct {
+	caddyhttp.ResponseWriterWrapper
+	status int
+	bytes  int64
+}
+
+func (r *recorder) WriteHeader(code int) {
+	if r.status == 0 && (code >= 200 || code == http.StatusSwitchingProtocols) {
+		r.status = code
+	}
+	r.ResponseWriterWrapper.WriteHeader(code)
+}
+
+func (r *recorder) Write(b []byte) (int, error) {
+	if r.status == 0 {
+		r.status = http.StatusOK
+	}
+	n, err := r.ResponseWriterWrapper.Write(b)
+	r.bytes += int64(n)
+	return n, err
+}
+
+// ReadFrom keeps the sendfile fast path of the wrapped writer while
+// counting bytes.
+func (r *recorder) ReadFrom(src io.Reader) (int64, error) {
+	if r.status == 0 {
+		r.status = http.StatusOK
+	}
+	n, err := r.ResponseWriterWrapper.ReadFrom(src)
+	r.bytes += n
+	return n, err
+}
+
+// Interface guards
+var (
+	_ caddy.App                   = (*App)(nil)
+	_ caddy.Provisioner           = (*App)(nil)
+	_ caddy.Validator             = (*App)(nil)
+	_ caddy.CleanerUpper          = (*App)(nil)
+	_ caddy.Provisioner           = (*Handler)(nil)
+	_ caddyhttp.MiddlewareHandler = (*Handler)(nil)
+)

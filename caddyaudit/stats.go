@@ -1,0 +1,124 @@
+package caddyaudit
+
+import (
+	"encoding/json"
+	"sort"
+	"sync"
+	"time"
+)
+
+// SinkStats is a snapshot of one sink, for dashboards. Counters are totals
+// since the process started (they survive config reloads).
+type SinkStats struct {
+	Name        string    `json:"name"`
+	Type        string    `json:"type"`
+	QueueDepth  int       `json:"queue_depth"`
+	QueueSize   int       `json:"queue_size"`
+	Spooling    bool      `json:"spooling"`
+	Enqueued    int64     `json:"enqueued"`
+	Sent        int64     `json:"sent"`
+	Retried     int64     `json:"retried"`
+	Spooled     int64     `json:"spooled"`
+	Dropped     int64     `json:"dropped"`
+	Poisoned    int64     `json:"poisoned"`
+	LastError   string    `json:"last_error,omitempty"`
+	LastErrorAt time.Time `json:"last_error_at,omitzero"`
+}
+
+var (
+	workersMu sync.Mutex
+	workers   = map[*worker]struct{}{}
+)
+
+func registerWorker(w *worker) {
+	workersMu.Lock()
+	workers[w] = struct{}{}
+	workersMu.Unlock()
+}
+
+func unregisterWorker(w *worker) {
+	workersMu.Lock()
+	delete(workers, w)
+	workersMu.Unlock()
+}
+
+func liveWorkers() []*worker {
+	workersMu.Lock()
+	defer workersMu.Unlock()
+	out := make([]*worker, 0, len(workers))
+	for w := range workers {
+		out = append(out, w)
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].cfg.Name < out[j].cfg.Name })
+	return out
+}
+
+// Stats returns a snapshot of every running sink, sorted by name. It is
+// read-only and safe to call at any time.
+func Stats() []SinkStats {
+	ws := liveWorkers()
+	out := make([]SinkStats, 0, len(ws))
+	for _, w := range ws {
+		s := SinkStats{
+			Name: w.cfg.Name, Type: w.cfg.Type,
+			QueueDepth: len(w.q), QueueSize: cap(w.q),
+			Spooling: w.spooling.Load(),
+			Enqueued: w.m.enqueuedN.Load(), Sent: w.m.sentN.Load(), Retried: w.m.retriedN.Load(),
+			Spooled: w.m.spooledN.Load(), Dropped: w.m.droppedN.Load(), Poisoned: w.m.poisonedN.Load(),
+		}
+		if e := w.lastErr.Load(); e != nil {
+			s.LastError, s.LastErrorAt = e.msg, e.at
+		}
+		out = append(out, s)
+	}
+	return out
+}
+
+// recentSize is how many events Recent keeps.
+const recentSize = 256
+
+var recent struct {
+	mu   sync.Mutex
+	buf  [recentSize]Event
+	next int
+	n    int
+}
+
+func remember(ev *Event) {
+	recent.mu.Lock()
+	recent.buf[recent.next] = *ev
+	recent.next = (recent.next + 1) % recentSize
+	if recent.n < recentSize {
+		recent.n++
+	}
+	recent.mu.Unlock()
+}
+
+// Recent returns up to n of the most recent audit events, newest first.
+// Events never hold tokens or claims beyond the subject and roles.
+func Recent(n int) []Event {
+	recent.mu.Lock()
+	defer recent.mu.Unlock()
+	if n > recent.n {
+		n = recent.n
+	}
+	if n < 0 {
+		n = 0
+	}
+	out := make([]Event, 0, n)
+	for i := 1; i <= n; i++ {
+		ev := recent.buf[(recent.next-i+recentSize)%recentSize]
+		ev.Roles = append([]string(nil), ev.Roles...)
+		out = append(out, ev)
+	}
+	return out
+}
+
+// extractRequestID reads request_id from an encoded event.
+func extractRequestID(data []byte) string {
+	var v struct {
+		RequestID string `json:"request_id"`
+	}
+	_ = json.Unmarshal(data, &v)
+	return v.RequestID
+}
