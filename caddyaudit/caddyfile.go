@@ -258,7 +258,6 @@ func (h *Handler) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 	return nil
 }
 
-
 // Interface guards
 var (
 	_ caddyfile.Unmarshaler = (*App)(nil)
