@@ -277,6 +277,9 @@ func ParseLabels(c Container, opts LabelOptions) (*Service, []LabelError) {
 			if len(roles) == 0 {
 				bad(label("auth.roles"), v, "empty role list")
 			}
+			if len(roles) > 64 {
+				bad(label("auth.roles"), v, "more than 64 roles")
+			}
 			r.Roles = sortedUnique(roles)
 			if !r.AuthRequired {
 				bad(label("auth.roles"), v, "roles need auth.required=true")

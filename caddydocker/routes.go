@@ -212,7 +212,9 @@ func BuildRoutes(ds []Discovered, opts BuildOptions) (Plan, error) {
 	for _, c := range kept {
 		rt, err := buildRoute(c.svc, c.router, opts)
 		if err != nil {
-			return Plan{}, fmt.Errorf("service %s router %s: %w", c.svc.name, c.router.Name, err)
+			// One router that cannot be built never takes the others down.
+			plan.Warnings = append(plan.Warnings, fmt.Sprintf("service %s router %s skipped: %v", c.svc.name, c.router.Name, err))
+			continue
 		}
 		plan.Routes = append(plan.Routes, rt)
 		if !used[c.svc.name] {
@@ -221,6 +223,7 @@ func BuildRoutes(ds []Discovered, opts BuildOptions) (Plan, error) {
 			plan.Upstreams += len(c.svc.upstreams)
 		}
 	}
+	sort.Strings(plan.Warnings)
 	plan.Hash = HashRoutes(plan.Routes)
 	return plan, nil
 }
