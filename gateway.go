@@ -2,11 +2,15 @@
 // it registers every module of this repository with Caddy.
 //
 //	xcaddy build v2.11.9 \
-//		--with github.com/apigate/gateway=. \
+//		--with github.com/apigate/gateway@v0.0.0=. \
 //		--with github.com/mholt/caddy-ratelimit@v0.1.0
 package gateway
 
 import (
 	// the gateway's modules
+	_ "github.com/apigate/gateway/caddyaudit"
+	_ "github.com/apigate/gateway/caddydocker"
 	_ "github.com/apigate/gateway/caddyjwt"
+	_ "github.com/apigate/gateway/caddypermcache"
+	_ "github.com/apigate/gateway/caddyrbac"
 )

@@ -1,0 +1,573 @@
+// Package e2e tests the assembled gateway: the bin/caddy binary that
+// build/build.sh makes, started as a process, with every duty on one route
+// and real peers around it (a JWKS server, a permission service, an audit
+// webhook receiver, a NATS server with JetStream, an upstream).
+package e2e
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"crypto/rand"
+	"crypto/rsa"
+	"encoding/base64"
+	"encoding/json"
+	"fmt"
+	"io"
+	"math/big"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/golang-jwt/jwt/v5"
+	natsserver "github.com/nats-io/nats-server/v2/server"
+	"github.com/nats-io/nats.go"
+)
+
+// Ports of this package (see the team's port plan): admin 2906, HTTP 19600-19699.
+const (
+	adminAddr = "localhost:2906"
+	gwPort    = 19600
+)
+
+var gwBase = fmt.Sprintf("http://127.0.0.1:%d", gwPort)
+
+// caddyBin finds bin/caddy. Without it the suite fails under CI and skips
+// loudly by hand.
+func caddyBin(t testing.TB) string {
+	t.Helper()
+	_, file, _, _ := runtime.Caller(0)
+	bin := filepath.Join(filepath.Dir(file), "..", "bin", "caddy")
+	if _, err := os.Stat(bin); err != nil {
+		msg := "e2e: bin/caddy not found; build it with build/build.sh (scripts/test does)"
+		if os.Getenv("CI") != "" {
+			t.Fatal(msg)
+		}
+		t.Skip("!!! SKIPPING END-TO-END TESTS: " + msg)
+	}
+	return bin
+}
+
+// switchable is an HTTP server whose behaviour a test can change, and that
+// can be taken down and brought back on the same address.
+type switchable struct {
+	mu      sync.Mutex
+	handler http.HandlerFunc
+	addr    string
+	srv     *http.Server
+	ln      net.Listener
+}
+
+func newSwitchable(t testing.TB, h http.HandlerFunc) *switchable {
+	t.Helper()
+	s := &switchable{handler: h}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.addr = ln.Addr().String()
+	s.serve(ln)
+	t.Cleanup(s.down)
+	return s
+}
+
+func (s *switchable) serve(ln net.Listener) {
+	s.ln = ln
+	s.srv = &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		s.mu.Lock()
+		h := s.handler
+		s.mu.Unlock()
+		h(w, r)
+	})}
+	go s.srv.Serve(ln)
+}
+
+func (s *switchable) URL() string { return "http://" + s.addr }
+
+func (s *switchable) set(h http.HandlerFunc) {
+	s.mu.Lock()
+	s.handler = h
+	s.mu.Unlock()
+}
+
+// down closes the listener and every connection: the peer is gone.
+func (s *switchable) down() {
+	if s.srv != nil {
+		s.srv.Close()
+		s.srv = nil
+	}
+}
+
+// up listens again on the same address.
+func (s *switchable) up(t testing.TB) {
+	t.Helper()
+	var ln net.Listener
+	var err error
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		ln, err = net.Listen("tcp", s.addr)
+		if err == nil || time.Now().After(deadline) {
+			break
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if err != nil {
+		t.Fatalf("listening again on %s: %v", s.addr, err)
+	}
+	s.serve(ln)
+}
+
+// auditEvent is the contract's event.
+type auditEvent struct {
+	Time       string   `json:"time"`
+	RequestID  string   `json:"request_id"`
+	Route      string   `json:"route"`
+	Method     string   `json:"method"`
+	Host       string   `json:"host"`
+	Path       string   `json:"path"`
+	Status     int      `json:"status"`
+	DurationMS float64  `json:"duration_ms"`
+	RemoteIP   string   `json:"remote_ip"`
+	Subject    string   `json:"subject"`
+	Roles      []string `json:"roles"`
+	Decision   string   `json:"decision"`
+	Reason     string   `json:"reason"`
+	BytesOut   int64    `json:"bytes_out"`
+}
+
+// eventLog collects audit events by request id (deliveries are
+// at-least-once; duplicates are counted separately).
+type eventLog struct {
+	mu     sync.Mutex
+	byID   map[string]auditEvent
+	copies int
+}
+
+func newEventLog() *eventLog { return &eventLog{byID: map[string]auditEvent{}} }
+
+func (l *eventLog) add(evs ...auditEvent) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	for _, e := range evs {
+		if _, dup := l.byID[e.RequestID]; dup {
+			l.copies++
+		}
+		l.byID[e.RequestID] = e
+	}
+}
+
+func (l *eventLog) count() int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return len(l.byID)
+}
+
+// byPath returns the events whose path starts with prefix.
+func (l *eventLog) byPath(prefix string) []auditEvent {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	var out []auditEvent
+	for _, e := range l.byID {
+		if strings.HasPrefix(e.Path, prefix) {
+			out = append(out, e)
+		}
+	}
+	return out
+}
+
+// waitPath waits until n events with the path prefix arrived.
+func (l *eventLog) waitPath(t testing.TB, prefix string, n int, within time.Duration) []auditEvent {
+	t.Helper()
+	deadline := time.Now().Add(within)
+	for {
+		evs := l.byPath(prefix)
+		if len(evs) >= n {
+			return evs
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("audit: %d events for %s after %s, want %d", len(evs), prefix, within, n)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// stack is everything around one gateway process.
+type stack struct {
+	t        testing.TB
+	dir      string
+	key      *rsa.PrivateKey
+	kid      string
+	jwks     *switchable
+	perm     *switchable
+	permHits atomic.Int64
+	permDeny sync.Map // subject -> true
+	receiver *switchable
+	recvDown atomic.Bool
+	webhook  *eventLog
+	natsLog  *eventLog
+	nats     *natsserver.Server
+	natsOpts *natsserver.Options
+	natsPort int
+	natsURL  string
+	upstream *httptest.Server
+	upHeads  chan http.Header
+	cmd      *exec.Cmd
+	logs     *bytes.Buffer
+	logsMu   sync.Mutex
+}
+
+func newStack(t *testing.T) *stack {
+	t.Helper()
+	caddyBin(t)
+	s := &stack{t: t, dir: t.TempDir(), webhook: newEventLog(), natsLog: newEventLog(),
+		upHeads: make(chan http.Header, 1024)}
+	var err error
+	s.key, err = rsa.GenerateKey(rand.Reader, 2048)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.kid = "e2e-key-1"
+	jwksBody := s.jwksJSON()
+	s.jwks = newSwitchable(t, func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		w.Write(jwksBody)
+	})
+	s.perm = newSwitchable(t, s.permission)
+	s.receiver = newSwitchable(t, s.receive)
+	s.upstream = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		select {
+		case s.upHeads <- r.Header.Clone():
+		default:
+		}
+		w.Header().Set("Content-Type", "application/json")
+		fmt.Fprintf(w, `{"upstream":true,"path":%q}`, r.URL.Path)
+	}))
+	t.Cleanup(s.upstream.Close)
+	s.startNATS()
+	return s
+}
+
+func (s *stack) jwksJSON() []byte {
+	b, _ := json.Marshal(map[string]any{"keys": []any{map[string]string{
+		"kty": "RSA", "use": "sig", "alg": "RS256", "kid": s.kid,
+		"n": base64.RawURLEncoding.EncodeToString(s.key.N.Bytes()),
+		"e": base64.RawURLEncoding.EncodeToString(big.NewInt(int64(s.key.E)).Bytes()),
+	}}})
+	return b
+}
+
+func (s *stack) permission(w http.ResponseWriter, r *http.Request) {
+	s.permHits.Add(1)
+	var body struct {
+		Subject string `json:"subject"`
+	}
+	json.NewDecoder(io.LimitReader(r.Body, 1<<16)).Decode(&body)
+	if _, deny := s.permDeny.Load(body.Subject); deny {
+		w.WriteHeader(http.StatusForbidden)
+		return
+	}
+	w.WriteHeader(http.StatusOK)
+}
+
+func (s *stack) receive(w http.ResponseWriter, r *http.Request) {
+	if s.recvDown.Load() {
+		http.Error(w, "down", http.StatusServiceUnavailable)
+		return
+	}
+	var evs []auditEvent
+	if err := json.NewDecoder(r.Body).Decode(&evs); err != nil {
+		http.Error(w, err.Error(), http.StatusBadRequest)
+		return
+	}
+	s.webhook.add(evs...)
+	w.WriteHeader(http.StatusNoContent)
+}
+
+func (s *stack) startNATS() {
+	t := s.t
+	opts := &natsserver.Options{Host: "127.0.0.1", Port: natsserver.RANDOM_PORT, JetStream: true,
+		StoreDir: filepath.Join(s.dir, "nats"), NoLog: true, NoSigs: true}
+	ns, err := natsserver.NewServer(opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	go ns.Start()
+	if !ns.ReadyForConnections(10 * time.Second) {
+		t.Fatal("nats server not ready")
+	}
+	s.nats = ns
+	s.natsOpts = opts
+	s.natsPort = ns.Addr().(*net.TCPAddr).Port
+	s.natsURL = ns.ClientURL()
+	t.Cleanup(ns.Shutdown)
+
+	nc, err := nats.Connect(s.natsURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(nc.Close)
+	js, err := nc.JetStream()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := js.AddStream(&nats.StreamConfig{Name: "AUDIT", Subjects: []string{"gateway.audit"}}); err != nil {
+		t.Fatal(err)
+	}
+	sub, err := js.Subscribe("gateway.audit", func(m *nats.Msg) {
+		var e auditEvent
+		if json.Unmarshal(m.Data, &e) == nil {
+			s.natsLog.add(e)
+		}
+		m.Ack()
+	}, nats.Durable("e2e"), nats.DeliverAll(), nats.ManualAck())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { sub.Unsubscribe() })
+}
+
+// restartNATS starts the NATS server again on the same port and store
+// (after s.nats.Shutdown): the stream and the durable consumer come back and
+// the clients reconnect.
+func (s *stack) restartNATS() {
+	t := s.t
+	opts := *s.natsOpts
+	opts.Port = s.natsPort
+	ns, err := natsserver.NewServer(&opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	go ns.Start()
+	if !ns.ReadyForConnections(10 * time.Second) {
+		t.Fatal("nats server not ready after restart")
+	}
+	s.nats = ns
+	t.Cleanup(ns.Shutdown)
+}
+
+func b64(s string) string { return base64.RawURLEncoding.EncodeToString([]byte(s)) }
+
+func jsonUnmarshal(b []byte, v any) error { return json.Unmarshal(b, v) }
+
+// token signs an RS256 token with the JWKS key.
+func (s *stack) token(sub string, roles []string, ttl time.Duration, extra map[string]any) string {
+	claims := jwt.MapClaims{"sub": sub, "iss": "https://idp.e2e", "aud": "orders-api",
+		"exp": time.Now().Add(ttl).Unix(), "iat": time.Now().Unix(),
+		"realm_access": map[string]any{"roles": roles}}
+	for k, v := range extra {
+		claims[k] = v
+	}
+	tok := jwt.NewWithClaims(jwt.SigningMethodRS256, claims)
+	tok.Header["kid"] = s.kid
+	signed, err := tok.SignedString(s.key)
+	if err != nil {
+		s.t.Fatal(err)
+	}
+	return signed
+}
+
+// caddyfile is the gateway's config for this stack: every duty on one route.
+func (s *stack) caddyfile() string {
+	return fmt.Sprintf(`{
+	admin %[1]s
+	storage file_system %[2]s/data
+	audit {
+		queue_size 256
+		spool_dir %[2]s/spool
+		sink http %[3]s/events {
+			batch_size 50
+			flush_interval 50ms
+			timeout 2s
+		}
+		sink nats %[4]s {
+			subject gateway.audit
+			jetstream
+		}
+	}
+}
+
+http://127.0.0.1:%[5]d {
+	handle /api/* {
+		audit
+		jwt_auth {
+			jwks_url %[6]s/jwks.json
+			jwks_refresh 1m
+			algorithms RS256
+			issuer https://idp.e2e
+			audience orders-api
+			forward_claim sub X-User-Id
+			forward_claim realm_access.roles X-User-Roles
+			strip_token
+		}
+		rbac {
+			roles_claim realm_access.roles
+			require any reader admin
+		}
+		rate_limit {
+			zone e2e_api_per_user {
+				key {http.auth.user.id}
+				events 5
+				window 1m
+			}
+		}
+		permission {
+			url %[7]s/check
+			timeout 500ms
+			cache_ttl 60s
+			negative_ttl 60s
+			stale_if_error 5m
+			on_error deny
+		}
+		reverse_proxy %[8]s
+	}
+	handle /bulk/* {
+		audit
+		jwt_auth {
+			jwks_url %[6]s/jwks.json
+			algorithms RS256
+		}
+		reverse_proxy %[8]s
+	}
+	handle {
+		respond `+"`"+`{"error":"no_route"}`+"`"+` 404
+	}
+}
+`, adminAddr, s.dir, s.receiver.URL(), s.natsURL, gwPort, s.jwks.URL(), s.perm.URL(),
+		strings.TrimPrefix(s.upstream.URL, "http://"))
+}
+
+// start runs bin/caddy on the stack's Caddyfile and waits for it to serve.
+func (s *stack) start() {
+	t := s.t
+	t.Helper()
+	cfg := filepath.Join(s.dir, "Caddyfile")
+	if err := os.WriteFile(cfg, []byte(s.caddyfile()), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	s.logsMu.Lock()
+	s.logs = new(bytes.Buffer)
+	s.logsMu.Unlock()
+	cmd := exec.Command(caddyBin(t), "run", "--config", cfg, "--adapter", "caddyfile")
+	cmd.Env = append(os.Environ(), "HOME="+s.dir, "XDG_DATA_HOME="+s.dir+"/xdg", "XDG_CONFIG_HOME="+s.dir+"/xdg")
+	cmd.Stdout = &lockedWriter{mu: &s.logsMu, w: func() io.Writer { return s.logs }}
+	cmd.Stderr = cmd.Stdout
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	s.cmd = cmd
+	t.Cleanup(func() { s.stop(false) })
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		resp, err := http.Get(gwBase + "/nothing-here")
+		if err == nil {
+			resp.Body.Close()
+			if resp.StatusCode == http.StatusNotFound {
+				return
+			}
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("gateway did not start: %v\n%s", err, s.logText())
+		}
+		if cmd.ProcessState != nil {
+			t.Fatalf("gateway exited:\n%s", s.logText())
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// stop ends the gateway: kill=true sends SIGKILL (a crash), else SIGTERM
+// and a wait for the graceful shutdown.
+func (s *stack) stop(kill bool) {
+	if s.cmd == nil || s.cmd.Process == nil {
+		return
+	}
+	sig := syscall.SIGTERM
+	if kill {
+		sig = syscall.SIGKILL
+	}
+	s.cmd.Process.Signal(sig)
+	done := make(chan struct{})
+	go func() { s.cmd.Wait(); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(20 * time.Second):
+		s.cmd.Process.Kill()
+		<-done
+	}
+	s.cmd = nil
+}
+
+func (s *stack) logText() string {
+	s.logsMu.Lock()
+	defer s.logsMu.Unlock()
+	if s.logs == nil {
+		return ""
+	}
+	return s.logs.String()
+}
+
+type lockedWriter struct {
+	mu *sync.Mutex
+	w  func() io.Writer
+}
+
+func (l *lockedWriter) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.w().Write(p)
+}
+
+// rawGet sends a GET with the request target exactly as written (Go's
+// client would rewrite "//x" into an absolute URI).
+func rawGet(t testing.TB, target, token string) (*http.Response, []byte) {
+	t.Helper()
+	c, err := net.DialTimeout("tcp", fmt.Sprintf("127.0.0.1:%d", gwPort), 5*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	c.SetDeadline(time.Now().Add(10 * time.Second))
+	fmt.Fprintf(c, "GET %s HTTP/1.1\r\nHost: 127.0.0.1:%d\r\nAuthorization: Bearer %s\r\nConnection: close\r\n\r\n", target, gwPort, token)
+	resp, err := http.ReadResponse(bufio.NewReader(c), nil)
+	if err != nil {
+		t.Fatalf("GET %s: %v", target, err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	return resp, body
+}
+
+// do sends a request to the gateway.
+func do(t testing.TB, method, path, token string, header http.Header) (*http.Response, string) {
+	t.Helper()
+	req, err := http.NewRequest(method, gwBase+path, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for k, vs := range header {
+		req.Header[k] = vs
+	}
+	if token != "" {
+		req.Header.Set("Authorization", "Bearer "+token)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	resp, err := http.DefaultClient.Do(req.WithContext(ctx))
+	if err != nil {
+		t.Fatalf("%s %s: %v", method, path, err)
+	}
+	b, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	return resp, string(b)
+}
