@@ -209,6 +209,16 @@ func (j *JWTAuth) Provision(ctx caddy.Context) error {
 	}
 	for _, k := range keys {
 		fpHash.Write(k.fp[:])
+		if len(j.Algorithms) > 0 {
+			usable := false
+			for _, a := range j.Algorithms {
+				usable = usable || k.Allows(a)
+			}
+			if !usable {
+				j.logger.Warn("key can verify none of the allowed algorithms; it will reject every token",
+					zap.String("source", k.Source), zap.String("key_type", k.Family()), zap.Strings("algorithms", j.Algorithms))
+			}
+		}
 	}
 
 	var sets []KeySet

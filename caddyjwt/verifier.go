@@ -130,17 +130,6 @@ func NewVerifier(opts Options, keys []*Key, sets ...KeySet) (*Verifier, error) {
 			}
 			v.allowed[name] = true
 		}
-		for _, k := range keys {
-			usable := false
-			for name := range v.allowed {
-				if k.Allows(name) {
-					usable = true
-				}
-			}
-			if !usable {
-				return nil, fmt.Errorf("%s: %s key can verify none of the allowed algorithms %v", k.Source, k.family, opts.Algorithms)
-			}
-		}
 	}
 	for _, rc := range opts.RequireClaims {
 		p, err := ParseClaimPath(rc)

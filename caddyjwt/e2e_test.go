@@ -1,0 +1,327 @@
+package caddyjwt_test
+
+import (
+	"crypto/rand"
+	"crypto/rsa"
+	"encoding/base64"
+	"encoding/json"
+	"fmt"
+	"io"
+	"math/big"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/caddyserver/caddy/v2/caddytest"
+	"github.com/golang-jwt/jwt/v5"
+)
+
+// Ports of this package (see the team brief): admin 2901, listeners
+// 19100-19199.
+const (
+	adminPort = 2901
+	listen    = 19102
+)
+
+// idp is a real JWKS endpoint whose keys a test rotates.
+type idp struct {
+	srv  *httptest.Server
+	mu   sync.Mutex
+	doc  []byte
+	down bool
+	hits atomic.Int32
+}
+
+func newIDP(t *testing.T) *idp {
+	p := &idp{}
+	p.srv = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		p.hits.Add(1)
+		p.mu.Lock()
+		doc, down := p.doc, p.down
+		p.mu.Unlock()
+		if down {
+			http.Error(w, "down", http.StatusServiceUnavailable)
+			return
+		}
+		w.Header().Set("Content-Type", "application/jwk-set+json")
+		w.Write(doc)
+	}))
+	t.Cleanup(p.srv.Close)
+	return p
+}
+
+func (p *idp) serve(keys map[string]*rsa.PrivateKey) {
+	var list []map[string]any
+	for kid, k := range keys {
+		list = append(list, map[string]any{
+			"kty": "RSA", "kid": kid, "use": "sig", "alg": "RS256",
+			"n": base64.RawURLEncoding.EncodeToString(k.N.Bytes()),
+			"e": base64.RawURLEncoding.EncodeToString(big.NewInt(int64(k.E)).Bytes()),
+		})
+	}
+	doc, _ := json.Marshal(map[string]any{"keys": list})
+	p.mu.Lock()
+	p.doc, p.down = doc, false
+	p.mu.Unlock()
+}
+
+func (p *idp) setDown() {
+	p.mu.Lock()
+	p.down = true
+	p.mu.Unlock()
+}
+
+// upstream is a real HTTP server that records the headers it received.
+type upstream struct {
+	srv  *httptest.Server
+	mu   sync.Mutex
+	last http.Header
+	uri  string
+}
+
+func newUpstream(t *testing.T) *upstream {
+	u := &upstream{}
+	u.srv = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		u.mu.Lock()
+		u.last = r.Header.Clone()
+		u.uri = r.RequestURI
+		u.mu.Unlock()
+		io.WriteString(w, "upstream ok")
+	}))
+	t.Cleanup(u.srv.Close)
+	return u
+}
+
+func (u *upstream) seen() (http.Header, string) {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	return u.last, u.uri
+}
+
+func rsaSign(t *testing.T, k *rsa.PrivateKey, kid string, claims jwt.MapClaims) string {
+	t.Helper()
+	tok := jwt.NewWithClaims(jwt.SigningMethodRS256, claims)
+	tok.Header["kid"] = kid
+	s, err := tok.SignedString(k)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
+func TestEndToEnd(t *testing.T) {
+	k1, err := rsa.GenerateKey(rand.Reader, 2048)
+	if err != nil {
+		t.Fatal(err)
+	}
+	k2, err := rsa.GenerateKey(rand.Reader, 2048)
+	if err != nil {
+		t.Fatal(err)
+	}
+	secret := "e2e-secret-0123456789abcdef0123456789"
+	t.Setenv("CADDYJWT_E2E_SECRET", secret)
+
+	p := newIDP(t)
+	p.serve(map[string]*rsa.PrivateKey{"k1": k1})
+	up := newUpstream(t)
+	upAddr := strings.TrimPrefix(up.srv.URL, "http://")
+
+	tester := caddytest.NewTester(t).WithDefaultOverrides(caddytest.Config{AdminPort: adminPort})
+	tester.InitServer(fmt.Sprintf(`
+{
+	admin localhost:%[1]d
+	http_port 19100
+	https_port 19101
+	skip_install_trust
+	grace_period 1ms
+}
+:%[2]d {
+	route /api/* {
+		jwt_auth {
+			jwks_url %[3]s
+			jwks_cooldown 100ms
+			algorithms RS256
+			issuer https://idp.test
+			audience orders-api
+			forward_claim sub X-User-Id
+			forward_claim realm_access.roles X-Roles
+			strip_token
+		}
+		reverse_proxy %[4]s
+	}
+	route /whoami {
+		jwt_auth {
+			jwks_url %[3]s
+			jwks_cooldown 100ms
+			from_query access_token
+		}
+		respond "{http.auth.user.id} roles={http.auth.jwt.claims.realm_access.roles}"
+	}
+	route /hmac/* {
+		jwt_auth {
+			hmac_secret {env.CADDYJWT_E2E_SECRET}
+			realm hmac-demo
+		}
+		reverse_proxy %[4]s
+	}
+	route /public/* {
+		jwt_auth {
+			hmac_secret {env.CADDYJWT_E2E_SECRET}
+			optional
+			forward_claim sub X-User-Id
+		}
+		reverse_proxy %[4]s
+	}
+}
+`, adminPort, listen, p.srv.URL, upAddr), "caddyfile")
+	if t.Failed() {
+		return
+	}
+	base := fmt.Sprintf("http://127.0.0.1:%d", listen)
+
+	claims := func(extra ...any) jwt.MapClaims {
+		c := jwt.MapClaims{
+			"sub": "user-1", "iss": "https://idp.test", "aud": []string{"orders-api"},
+			"exp": time.Now().Add(time.Hour).Unix(), "iat": time.Now().Unix(),
+			"realm_access": map[string]any{"roles": []string{"admin", "editor"}},
+		}
+		for i := 0; i+1 < len(extra); i += 2 {
+			c[extra[i].(string)] = extra[i+1]
+		}
+		return c
+	}
+	get := func(path, token string, hdr ...string) (*http.Response, string) {
+		t.Helper()
+		req, _ := http.NewRequest("GET", base+path, nil)
+		if token != "" {
+			req.Header.Set("Authorization", "Bearer "+token)
+		}
+		for i := 0; i+1 < len(hdr); i += 2 {
+			req.Header.Set(hdr[i], hdr[i+1])
+		}
+		resp, err := tester.Client.Do(req)
+		if err != nil {
+			t.Fatalf("GET %s: %v", path, err)
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return resp, string(b)
+	}
+	expect := func(name string, resp *http.Response, body string, status int, bodyPart string) {
+		t.Helper()
+		if resp.StatusCode != status || !strings.Contains(body, bodyPart) {
+			t.Fatalf("%s: got %d %q, want %d containing %q", name, resp.StatusCode, body, status, bodyPart)
+		}
+	}
+
+	t1 := rsaSign(t, k1, "k1", claims())
+
+	t.Run("valid token reaches upstream with forwarded claims", func(t *testing.T) {
+		resp, body := get("/api/orders?x=1", t1, "X-User-Id", "spoofed-admin", "X-Roles", "root")
+		expect("valid", resp, body, 200, "upstream ok")
+		h, _ := up.seen()
+		if h.Get("X-User-Id") != "user-1" || h.Get("X-Roles") != "admin,editor" {
+			t.Fatalf("upstream saw X-User-Id %q X-Roles %q", h.Get("X-User-Id"), h.Get("X-Roles"))
+		}
+		if h.Get("Authorization") != "" {
+			t.Fatal("token not stripped before proxying")
+		}
+	})
+	t.Run("missing token", func(t *testing.T) {
+		resp, body := get("/api/orders", "")
+		expect("missing", resp, body, 401, `"error":"unauthorized"`)
+		if got := resp.Header.Get("WWW-Authenticate"); got != `Bearer realm="gateway"` {
+			t.Fatalf("WWW-Authenticate %q", got)
+		}
+	})
+	t.Run("expired token", func(t *testing.T) {
+		resp, body := get("/api/orders", rsaSign(t, k1, "k1", claims("exp", time.Now().Add(-time.Hour).Unix())))
+		expect("expired", resp, body, 401, `{"error":"invalid_token","reason":"token expired"}`)
+		if got := resp.Header.Get("WWW-Authenticate"); got != `Bearer error="invalid_token", error_description="token expired"` {
+			t.Fatalf("WWW-Authenticate %q", got)
+		}
+	})
+	t.Run("wrong audience", func(t *testing.T) {
+		resp, body := get("/api/orders", rsaSign(t, k1, "k1", claims("aud", "other")))
+		expect("aud", resp, body, 401, "invalid audience")
+	})
+	t.Run("HS256 token on the RS256 route", func(t *testing.T) {
+		hs := jwt.NewWithClaims(jwt.SigningMethodHS256, claims())
+		s, _ := hs.SignedString([]byte(secret))
+		resp, body := get("/api/orders", s)
+		expect("hs on rs", resp, body, 401, "algorithm not allowed")
+	})
+	t.Run("placeholders", func(t *testing.T) {
+		resp, body := get("/whoami?access_token="+t1, "")
+		expect("whoami", resp, body, 200, "user-1 roles=admin,editor")
+	})
+
+	t.Run("key rotation mid-test", func(t *testing.T) {
+		// the IdP rotates to k2 and drops k1
+		p.serve(map[string]*rsa.PrivateKey{"k2": k2})
+		t2 := rsaSign(t, k2, "k2", claims("sub", "user-2"))
+		// the first request after the cooldown (100ms) refreshes early
+		resp, body := eventually(t, func() (*http.Response, string) { return get("/api/orders", t2) }, 200)
+		expect("new kid triggers an early refresh", resp, body, 200, "upstream ok")
+		if h, _ := up.seen(); h.Get("X-User-Id") != "user-2" {
+			t.Fatalf("upstream saw %q", h.Get("X-User-Id"))
+		}
+		// k1 is gone: its token, although cached before, is refused now
+		resp, body = get("/api/orders", t1)
+		expect("token of the removed key", resp, body, 401, "invalid_token")
+
+		// the IdP goes down: the last good keys stay in use
+		p.setDown()
+		hits := p.hits.Load()
+		t3 := rsaSign(t, k1, "k3-unknown", claims())
+		deadline := time.Now().Add(10 * time.Second)
+		for p.hits.Load() == hits { // until an unknown kid made a (failing) early refresh
+			resp, body = get("/api/orders", t3)
+			expect("unknown kid while IdP down", resp, body, 401, "unknown key")
+			if time.Now().After(deadline) {
+				t.Fatal("no early refresh attempted")
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+		resp, body = get("/api/orders", t2)
+		expect("last good keys while IdP down", resp, body, 200, "upstream ok")
+	})
+
+	t.Run("hmac route with env secret", func(t *testing.T) {
+		hs := jwt.NewWithClaims(jwt.SigningMethodHS256, jwt.MapClaims{"sub": "svc", "exp": time.Now().Add(time.Minute).Unix()})
+		s, _ := hs.SignedString([]byte(secret))
+		resp, body := get("/hmac/x", s)
+		expect("hmac", resp, body, 200, "upstream ok")
+		resp, _ = get("/hmac/x", "")
+		if got := resp.Header.Get("WWW-Authenticate"); got != `Bearer realm="hmac-demo"` {
+			t.Fatalf("WWW-Authenticate %q", got)
+		}
+	})
+
+	t.Run("optional route", func(t *testing.T) {
+		resp, body := get("/public/x", "", "X-User-Id", "spoofed")
+		expect("anonymous", resp, body, 200, "upstream ok")
+		if h, _ := up.seen(); h.Get("X-User-Id") != "" {
+			t.Fatalf("spoofed header reached upstream: %q", h.Get("X-User-Id"))
+		}
+		resp, body = get("/public/x", "not.a.token")
+		expect("bad token on optional route", resp, body, 401, "invalid_token")
+	})
+}
+
+// eventually repeats req until it answers status, for at most 10s.
+func eventually(t *testing.T, req func() (*http.Response, string), status int) (*http.Response, string) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		resp, body := req()
+		if resp.StatusCode == status || time.Now().After(deadline) {
+			return resp, body
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}

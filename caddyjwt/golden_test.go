@@ -1,0 +1,124 @@
+// The golden and end-to-end tests live in an external test package, so that
+// caddy-ratelimit (which they import) is initialized after caddyjwt, as in
+// the real binary, and the directive order is the production one.
+package caddyjwt_test
+
+import (
+	"bytes"
+	"encoding/json"
+	"flag"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/caddyserver/caddy/v2/caddyconfig"
+	"github.com/caddyserver/caddy/v2/caddyconfig/caddyfile"
+	_ "github.com/caddyserver/caddy/v2/caddyconfig/httpcaddyfile"
+	_ "github.com/caddyserver/caddy/v2/modules/standard"
+	_ "github.com/mholt/caddy-ratelimit"
+
+	"github.com/apigate/gateway/caddyjwt"
+)
+
+var update = flag.Bool("update", false, "rewrite the expected JSON of testdata/*.caddyfiletest")
+
+const goldenSeparator = "----------"
+
+// TestCaddyfileAdapt adapts each testdata/*.caddyfiletest Caddyfile and
+// compares the JSON with the part after the separator line. Run with
+// -update to rewrite the expected JSON after a deliberate change.
+func TestCaddyfileAdapt(t *testing.T) {
+	files, err := filepath.Glob(filepath.Join("testdata", "*.caddyfiletest"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(files) == 0 {
+		t.Fatal("no testdata/*.caddyfiletest files")
+	}
+	adapter := caddyconfig.GetAdapter("caddyfile")
+	for _, file := range files {
+		t.Run(filepath.Base(file), func(t *testing.T) {
+			data, err := os.ReadFile(file)
+			if err != nil {
+				t.Fatal(err)
+			}
+			input, expected, ok := strings.Cut(string(data), "\n"+goldenSeparator+"\n")
+			if !ok {
+				t.Fatalf("%s: no %q line", file, goldenSeparator)
+			}
+			out, warnings, err := adapter.Adapt([]byte(input+"\n"), nil)
+			if err != nil {
+				t.Fatalf("adapting: %v", err)
+			}
+			for _, w := range warnings {
+				if strings.Contains(w.Message, "not formatted") {
+					// contract.caddyfiletest keeps the contract's aligned comments
+					t.Logf("%s: %s", file, w.Message)
+					continue
+				}
+				t.Errorf("warning: %s:%d: %s: %s", file, w.Line, w.Directive, w.Message)
+			}
+			var pretty bytes.Buffer
+			if err := json.Indent(&pretty, out, "", "\t"); err != nil {
+				t.Fatal(err)
+			}
+			got := pretty.String() + "\n"
+			if *update {
+				if err := os.WriteFile(file, []byte(input+"\n"+goldenSeparator+"\n"+got), 0o644); err != nil {
+					t.Fatal(err)
+				}
+				return
+			}
+			if got != expected {
+				t.Errorf("%s: adapted JSON differs (run with -update to accept)\n--- got\n%s--- want\n%s", file, got, expected)
+			}
+		})
+	}
+}
+
+func TestUnmarshalCaddyfileErrors(t *testing.T) {
+	cases := []struct {
+		name, input, want string
+	}{
+		{"argument on directive", `jwt_auth foo`, "wrong argument count"},
+		{"unknown subdirective", "jwt_auth {\n\tbogus 1\n}", "unrecognized subdirective 'bogus'"},
+		{"hmac_secret without value", "jwt_auth {\n\thmac_secret\n}", "wrong argument count"},
+		{"bad duration", "jwt_auth {\n\tleeway soon\n}", `invalid leeway "soon"`},
+		{"two durations", "jwt_auth {\n\tjwks_refresh 1m 2m\n}", "wrong argument count"},
+		{"forward_claim one arg", "jwt_auth {\n\tforward_claim sub\n}", "wrong argument count"},
+		{"forward_claim three args", "jwt_auth {\n\tforward_claim sub X-A X-B\n}", "wrong argument count"},
+		{"optional with arg", "jwt_auth {\n\toptional yes\n}", "wrong argument count"},
+		{"bad cache_size", "jwt_auth {\n\tcache_size many\n}", `invalid cache_size "many"`},
+		{"zero max_token_size", "jwt_auth {\n\tmax_token_size 0\n}", `invalid max_token_size "0"`},
+		{"realm twice", "jwt_auth {\n\trealm a b\n}", "wrong argument count"},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			var j caddyjwt.JWTAuth
+			err := j.UnmarshalCaddyfile(caddyfile.NewTestDispenser(tc.input))
+			if err == nil || !strings.Contains(err.Error(), tc.want) {
+				t.Fatalf("err = %v, want %q", err, tc.want)
+			}
+		})
+	}
+}
+
+func TestUnmarshalCaddyfile(t *testing.T) {
+	var j caddyjwt.JWTAuth
+	err := j.UnmarshalCaddyfile(caddyfile.NewTestDispenser(`jwt_auth {
+		hmac_secret a b
+		hmac_secret c
+		forward_claim sub X-User-Id
+		cache_size off
+		optional
+		strip_token
+	}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(j.HMACSecrets) != 3 || j.CacheSize != -1 || !j.Optional || !j.StripToken ||
+		len(j.ForwardClaims) != 1 || j.ForwardClaims[0] != (caddyjwt.ForwardClaim{Claim: "sub", Header: "X-User-Id"}) {
+		t.Fatalf("%+v", j)
+	}
+}
