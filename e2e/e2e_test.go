@@ -6,7 +6,9 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"os"
 	"path"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -388,7 +390,11 @@ func TestReloadUnderLoad(t *testing.T) {
 		}(i)
 	}
 	base := s.caddyfile()
-	for i := 0; i < 10; i++ {
+	reloads := 10
+	if v := os.Getenv("E2E_RELOADS"); v != "" {
+		reloads, _ = strconv.Atoi(v)
+	}
+	for i := 0; i < reloads; i++ {
 		time.Sleep(500 * time.Millisecond)
 		cfg := strings.Replace(base, "handle {", fmt.Sprintf("handle /reload-%d {\n\t\trespond \"v%d\"\n\t}\n\thandle {", i, i), 1)
 		req, _ := http.NewRequest("POST", "http://"+adminAddr+"/load", strings.NewReader(cfg))
@@ -415,12 +421,19 @@ func TestReloadUnderLoad(t *testing.T) {
 	if failed.Load() != 0 {
 		t.Errorf("%d client requests got a wrong answer during reloads (first: %v)", failed.Load(), firstErr.Load())
 	}
-	// Caddy closes the old server's keep-alive connections at each reload;
-	// a request racing onto such a connection sees EOF (a known property of
-	// Caddy's graceful reload, see docs/operations.md). Report it, and fail
-	// if it becomes more than a rare race.
-	if connErrs.Load()*200 > total {
-		t.Errorf("%d of %d requests hit connection errors during reloads (more than 0.5%%)", connErrs.Load(), total)
+	// Caddy binds each config's listener with SO_REUSEPORT; when a reload
+	// closes the old socket, Linux resets the connections still in its
+	// accept queue unless net.ipv4.tcp_migrate_req=1 moves them to the new
+	// socket (docs/operations.md). scripts/test sets it when run as root.
+	if migrateReq() {
+		if connErrs.Load() != 0 {
+			t.Errorf("%d of %d requests hit connection errors during reloads, with tcp_migrate_req=1", connErrs.Load(), total)
+		}
+	} else {
+		t.Logf("!!! net.ipv4.tcp_migrate_req=0: connections queued on the old listener at a reload are reset; set it to 1 (docs/operations.md)")
+		if connErrs.Load()*50 > total {
+			t.Errorf("%d of %d requests hit connection errors during reloads (more than 2%%)", connErrs.Load(), total)
+		}
 	}
 	if ok.Load() == 0 {
 		t.Error("no request succeeded")
@@ -456,4 +469,11 @@ func load(t testing.TB, prefix, token string, workers, n int) int {
 	}
 	wg.Wait()
 	return int(done.Load())
+}
+
+// migrateReq reports whether Linux migrates queued connections of a closed
+// SO_REUSEPORT listener to another listener of the group.
+func migrateReq() bool {
+	b, err := os.ReadFile("/proc/sys/net/ipv4/tcp_migrate_req")
+	return err == nil && strings.TrimSpace(string(b)) == "1"
 }

@@ -222,15 +222,18 @@ type stack struct {
 	upstream *httptest.Server
 	upHeads  chan http.Header
 	cmd      *exec.Cmd
-	logs     *bytes.Buffer
-	logsMu   sync.Mutex
+	// rateEvents is the per-user limit of the /api route (default 5).
+	rateEvents int
+	rateWindow string
+	logs       *bytes.Buffer
+	logsMu     sync.Mutex
 }
 
 func newStack(t *testing.T) *stack {
 	t.Helper()
 	caddyBin(t)
 	s := &stack{t: t, dir: t.TempDir(), webhook: newEventLog(), natsLog: newEventLog(),
-		upHeads: make(chan http.Header, 1024)}
+		upHeads: make(chan http.Header, 1024), rateEvents: 5, rateWindow: "1m"}
 	var err error
 	s.key, err = rsa.GenerateKey(rand.Reader, 2048)
 	if err != nil {
@@ -416,8 +419,8 @@ http://127.0.0.1:%[5]d {
 		rate_limit {
 			zone e2e_api_per_user {
 				key {http.auth.user.id}
-				events 5
-				window 1m
+				events %[9]d
+				window %[10]s
 			}
 		}
 		permission {
@@ -443,7 +446,7 @@ http://127.0.0.1:%[5]d {
 	}
 }
 `, adminAddr, s.dir, s.receiver.URL(), s.natsURL, gwPort, s.jwks.URL(), s.perm.URL(),
-		strings.TrimPrefix(s.upstream.URL, "http://"))
+		strings.TrimPrefix(s.upstream.URL, "http://"), s.rateEvents, s.rateWindow)
 }
 
 // start runs bin/caddy on the stack's Caddyfile and waits for it to serve.
