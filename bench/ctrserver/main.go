@@ -1,0 +1,31 @@
+// Command ctrserver is the program inside the discovery benchmark's
+// containers: ctrserver <port> <name> listens on 127.0.0.1:<port> (the
+// containers use the host network) and answers every request with
+// "<name> <path>". As PID 1 it exits at once on SIGTERM or SIGINT.
+package main
+
+import (
+	"fmt"
+	"net/http"
+	"os"
+	"os/signal"
+	"syscall"
+)
+
+func main() {
+	if len(os.Args) != 3 {
+		fmt.Fprintln(os.Stderr, "usage: ctrserver <port> <name>")
+		os.Exit(2)
+	}
+	port, name := os.Args[1], os.Args[2]
+	sig := make(chan os.Signal, 1)
+	signal.Notify(sig, syscall.SIGTERM, syscall.SIGINT)
+	go func() { <-sig; os.Exit(0) }()
+	http.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
+		fmt.Fprintf(w, "%s %s", name, r.URL.Path)
+	})
+	if err := http.ListenAndServe("127.0.0.1:"+port, nil); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+}

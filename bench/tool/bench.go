@@ -1,0 +1,311 @@
+package main
+
+import (
+	"fmt"
+	"os"
+	"os/exec"
+	"os/signal"
+	"path/filepath"
+	"runtime"
+	"sort"
+	"strings"
+	"syscall"
+	"time"
+)
+
+// Run is the whole benchmark.
+func (b *Bench) Run(containers int, skip, note string) error {
+	b.started = time.Now()
+	var err error
+	if b.Root, err = filepath.Abs(b.Root); err != nil {
+		return err
+	}
+	abs := func(p string) string {
+		if filepath.IsAbs(p) {
+			return p
+		}
+		return filepath.Join(b.Root, p)
+	}
+	b.Gateway, b.Caddy, b.CDP, b.CtrServer = abs(b.Gateway), abs(b.Caddy), abs(b.CDP), abs(b.CtrServer)
+	b.Work = filepath.Join(b.Root, "bench", "work")
+	b.Results = filepath.Join(b.Root, "bench", "results")
+	b.confDir = filepath.Join(b.Work, "conf")
+	b.logDir = filepath.Join(b.Work, "logs")
+	for _, d := range []string{b.confDir, b.logDir, b.Results, filepath.Join(b.Work, "caddyhome")} {
+		if err := os.MkdirAll(d, 0o755); err != nil {
+			return err
+		}
+	}
+	if b.Tool, err = os.Executable(); err != nil {
+		return err
+	}
+	skips := map[string]bool{}
+	for _, s := range strings.Split(skip, ",") {
+		if s = strings.TrimSpace(s); s != "" {
+			skips[s] = true
+		}
+	}
+	for _, bin := range []string{b.Gateway, b.Caddy} {
+		if _, err := os.Stat(bin); err != nil {
+			return fmt.Errorf("missing binary %s (bench/run builds it)", bin)
+		}
+	}
+	for _, l := range []string{"rotate-tokens.lua", "rotate-paths.lua"} {
+		src, err := os.ReadFile(filepath.Join(b.Root, "bench", "configs", l))
+		if err != nil {
+			return err
+		}
+		if err := os.WriteFile(filepath.Join(b.Work, l), src, 0o644); err != nil {
+			return err
+		}
+	}
+
+	stopOnSignal()
+	defer stopAll()
+
+	r := &Report{
+		Date: b.started.UTC().Format("2006-01-02"), Started: b.started.UTC(), Quick: b.Quick,
+		Rounds: b.Rounds, DurationS: b.Dur.Seconds(), Note: note,
+		Command: os.Getenv("BENCH_COMMAND"), Samples: map[string][]Sample{},
+	}
+	if r.Command == "" {
+		r.Command = "bench/run"
+	}
+	b.report = r
+	r.Machine = machineInfo()
+	r.Versions = b.versions()
+	progress("machine: %s, %s cores, load %s", r.Machine["cpu"], r.Machine["cores"], r.Machine["load_before"])
+
+	if b.Keys, err = loadOrCreateKeys(filepath.Join(b.Work, "keys")); err != nil {
+		return err
+	}
+	b.tokens, b.pools = map[string]string{}, map[string]string{}
+	for _, alg := range []string{"HS256", "RS256"} {
+		t, err := b.Keys.Sign(alg, "bench-user", time.Now())
+		if err != nil {
+			return err
+		}
+		b.tokens[alg] = t
+	}
+	poolSize := map[string]int{"HS256": 100000, "RS256": 30000}
+	for _, alg := range []string{"HS256", "RS256"} {
+		p, err := b.Keys.tokenPool(alg, poolSize[alg])
+		if err != nil {
+			return err
+		}
+		b.pools[alg] = p
+		first, err := firstLine(p)
+		if err != nil {
+			return err
+		}
+		b.tokens[alg+"-pool0"] = first
+	}
+	r.PoolSizes = poolSize
+
+	list := scenarios()
+	if b.Only != "" {
+		want := map[string]bool{}
+		for _, n := range strings.Split(b.Only, ",") {
+			want[strings.TrimSpace(n)] = true
+		}
+		var keep []Scenario
+		for _, s := range list {
+			if want[s.Name] {
+				keep = append(keep, s)
+			}
+		}
+		list = keep
+	}
+	r.Scenarios = list
+
+	progress("starting backend, auth, permission and audit services and nats-server on core %s", coreLoad)
+	if err := b.startServices(); err != nil {
+		return err
+	}
+	defer b.stopServices()
+
+	if !skips["load"] && len(list) > 0 {
+		b.loadRounds(list)
+	} else {
+		r.NotRun = append(r.NotRun, "load scenarios: skipped by -skip load")
+	}
+	r.evaluate()
+	if !skips["profile"] && !skips["load"] {
+		b.profiles()
+	}
+	if !skips["ops"] {
+		b.operations()
+	} else {
+		r.NotRun = append(r.NotRun, "operations: skipped by -skip ops")
+	}
+	b.stopServices()
+	if !skips["discovery"] {
+		b.discovery(containers)
+	} else {
+		r.NotRun = append(r.NotRun, "discovery: skipped by -skip discovery")
+	}
+	r.evaluate()
+	r.Finished = time.Now().UTC()
+	r.Machine["load_after"] = loadAvg()
+	return b.write()
+}
+
+// loadRounds runs every scenario once per round; each round starts at a
+// different place in the list, so no scenario always runs first or last.
+func (b *Bench) loadRounds(list []Scenario) {
+	index := map[string]int{}
+	for i, s := range list {
+		index[s.Name] = i
+	}
+	perRun := 2*time.Second + time.Duration(len(connLevels))*b.Dur + 3*time.Second
+	total := time.Duration(b.Rounds*len(list)) * perRun
+	progress("%d scenarios x %d rounds x %d connection levels x %s: about %s", len(list), b.Rounds, len(connLevels), b.Dur, total.Round(time.Minute))
+	done := 0
+	t0 := time.Now()
+	for round := 1; round <= b.Rounds; round++ {
+		shift := ((round - 1) * len(list) / b.Rounds)
+		for k := range list {
+			s := list[(k+shift)%len(list)]
+			smp := b.runScenario(s, index[s.Name], round)
+			b.report.Samples[s.Name] = append(b.report.Samples[s.Name], smp)
+			done++
+			eta := time.Duration(float64(time.Since(t0)) / float64(done) * float64(b.Rounds*len(list)-done))
+			if smp.Err != "" {
+				progress("round %d/%d [%2d/%d] %-24s ERROR: %s", round, b.Rounds, k+1, len(list), s.Name, oneLine(smp.Err))
+				continue
+			}
+			var parts []string
+			for _, c := range connLevels {
+				w := smp.At[c]
+				bad := ""
+				if w.Non2xx > 0 || w.Errors > 0 {
+					bad = fmt.Sprintf(" (!%d non-2xx, %d errors)", w.Non2xx, w.Errors)
+				}
+				parts = append(parts, fmt.Sprintf("c%d %7.0f rps p99 %6.1fms%s", c, w.RPS, w.P99ms, bad))
+			}
+			mem := ""
+			if smp.PeakRSS > 0 {
+				mem = fmt.Sprintf("  peak %5.1f MB", float64(smp.PeakRSS)/1e6)
+			}
+			progress("round %d/%d [%2d/%d] %-24s %s%s  (eta %s)", round, b.Rounds, k+1, len(list), s.Name, strings.Join(parts, " | "), mem, eta.Round(time.Second))
+		}
+	}
+}
+
+func oneLine(s string) string {
+	s = strings.ReplaceAll(s, "\n", " | ")
+	if len(s) > 300 {
+		s = s[:300] + "..."
+	}
+	return s
+}
+
+func firstLine(path string) (string, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return "", err
+	}
+	l, _, _ := strings.Cut(string(b), "\n")
+	return l, nil
+}
+
+func machineInfo() map[string]string {
+	m := map[string]string{"cores": fmt.Sprint(runtime.NumCPU()), "load_before": loadAvg()}
+	if b, err := os.ReadFile("/proc/cpuinfo"); err == nil {
+		for _, l := range strings.Split(string(b), "\n") {
+			if v, ok := strings.CutPrefix(l, "model name"); ok {
+				m["cpu"] = strings.TrimSpace(strings.TrimPrefix(strings.TrimSpace(v), ":"))
+				break
+			}
+		}
+	}
+	if b, err := os.ReadFile("/proc/sys/kernel/osrelease"); err == nil {
+		m["kernel"] = strings.TrimSpace(string(b))
+	}
+	if b, err := os.ReadFile("/proc/meminfo"); err == nil {
+		l, _, _ := strings.Cut(string(b), "\n")
+		m["memory"] = strings.Join(strings.Fields(l)[1:], " ")
+	}
+	return m
+}
+
+func loadAvg() string {
+	b, err := os.ReadFile("/proc/loadavg")
+	if err != nil {
+		return "?"
+	}
+	f := strings.Fields(string(b))
+	if len(f) < 3 {
+		return "?"
+	}
+	return strings.Join(f[:3], " ")
+}
+
+func (b *Bench) versions() map[string]string {
+	v := map[string]string{}
+	run := func(name string, argv ...string) {
+		out, err := exec.Command(argv[0], argv[1:]...).CombinedOutput()
+		if err != nil {
+			v[name] = "unavailable"
+			return
+		}
+		l := strings.TrimSpace(string(out))
+		l, _, _ = strings.Cut(l, "\n")
+		v[name] = l
+	}
+	run("gateway", b.Gateway, "version")
+	run("caddy", b.Caddy, "version")
+	run("caddy-docker-proxy", b.CDP, "version")
+	run("nginx", "nginx", "-v")
+	run("haproxy", "haproxy", "-v")
+	run("wrk", "wrk", "--version")
+	run("nats-server", "nats-server", "--version")
+	run("podman", "podman", "--version")
+	run("go", "go", "version")
+	if out, err := exec.Command("git", "-C", b.Root, "rev-parse", "--short", "HEAD").Output(); err == nil {
+		v["commit"] = strings.TrimSpace(string(out))
+	}
+	return v
+}
+
+// Every process this tool starts is stopped on exit, also on Ctrl-C.
+var (
+	live   = map[*Proc]bool{}
+	liveMu = make(chan struct{}, 1)
+)
+
+func track(p *Proc)   { liveMu <- struct{}{}; live[p] = true; <-liveMu }
+func untrack(p *Proc) { liveMu <- struct{}{}; delete(live, p); <-liveMu }
+
+func stopAll() {
+	liveMu <- struct{}{}
+	var ps []*Proc
+	for p := range live {
+		ps = append(ps, p)
+	}
+	<-liveMu
+	for _, p := range ps {
+		p.Stop(2 * time.Second)
+	}
+}
+
+func stopOnSignal() {
+	ch := make(chan os.Signal, 1)
+	signal.Notify(ch, syscall.SIGINT, syscall.SIGTERM)
+	go func() {
+		s := <-ch
+		progress("%v: stopping everything this run started", s)
+		stopAll()
+		cleanupPodman()
+		os.Exit(130)
+	}()
+}
+
+func sortedKeys[M ~map[string]V, V any](m M) []string {
+	var k []string
+	for x := range m {
+		k = append(k, x)
+	}
+	sort.Strings(k)
+	return k
+}

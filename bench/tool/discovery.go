@@ -1,0 +1,320 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"time"
+)
+
+// DiscoveryResult holds the add/remove latencies of each discovering
+// proxy, in milliseconds.
+type DiscoveryResult struct {
+	Containers int        `json:"containers"`
+	Gateway    DiscSeries `json:"gateway"`
+	CDP        DiscSeries `json:"caddy_docker_proxy"`
+	PodmanRun  []float64  `json:"podman_run_ms"`
+	PodmanStop []float64  `json:"podman_stop_ms"`
+	Err        string     `json:"error,omitempty"`
+	Notes      []string   `json:"notes,omitempty"`
+}
+
+// DiscSeries is one proxy's latencies: from the podman command returning
+// (the container is running / has stopped) to the route serving / gone.
+type DiscSeries struct {
+	Name     string    `json:"name"`
+	Add      []float64 `json:"add_ms"`
+	Remove   []float64 `json:"remove_ms"`
+	Failures []string  `json:"failures,omitempty"`
+	Err      string    `json:"error,omitempty"`
+}
+
+func (d DiscSeries) stat(kind string) Stat {
+	if kind == "add" {
+		return stat(d.Add)
+	}
+	return stat(d.Remove)
+}
+
+const (
+	discGatewayPort = 19980
+	discCDPPort     = 19981
+	discGatewayAdm  = "localhost:2913"
+	discCDPAdm      = "localhost:2912"
+	discFirstPort   = 29000
+)
+
+// discovery starts a private Podman, the gateway (docker app) and Caddy
+// with caddy-docker-proxy on its socket, then starts and stops n labelled
+// containers one at a time, timing when each proxy routes to (and stops
+// routing to) each container.
+func (b *Bench) discovery(n int) {
+	d := &DiscoveryResult{Containers: n, Gateway: DiscSeries{Name: "gateway (docker app)"}, CDP: DiscSeries{Name: "caddy-docker-proxy v2.13.1"}}
+	b.report.Discovery = d
+	progress("discovery: private Podman, %d containers, gateway and caddy-docker-proxy on the same socket", n)
+	pod, err := newPodman(b.CtrServer, b.logDir)
+	if err != nil {
+		d.Err = err.Error()
+		b.report.NotRun = append(b.report.NotRun, "discovery: "+err.Error())
+		progress("discovery: not run: %v", err)
+		return
+	}
+	defer pod.close()
+
+	// the gateway
+	gwConf := filepath.Join(b.confDir, "discovery-gateway.Caddyfile")
+	state := filepath.Join(b.Work, "discovery-state.json")
+	os.Remove(state)
+	err = os.WriteFile(gwConf, []byte(fmt.Sprintf(`{
+	admin %s
+	auto_https off
+	persist_config off
+	http_port %d
+	log {
+		level ERROR
+	}
+	servers :%d {
+		name gateway
+	}
+	docker {
+		host %s
+		server gateway
+		state_file %s
+	}
+}
+
+:%d {
+	handle /healthz {
+		respond "ok"
+	}
+}
+`, discGatewayAdm, discGatewayPort, discGatewayPort, pod.host(), state, discGatewayPort)), 0o644)
+	if err != nil {
+		d.Err = err.Error()
+		return
+	}
+	gw, err := startPinned("discovery-gateway", "0-1", filepath.Join(b.logDir, "discovery-gateway.log"), b.caddyEnv(),
+		b.Gateway, "run", "--config", gwConf, "--adapter", "caddyfile")
+	if err != nil {
+		d.Err = err.Error()
+		return
+	}
+	defer gw.Stop(5 * time.Second)
+	gwBase := fmt.Sprintf("http://127.0.0.1:%d", discGatewayPort)
+	if err := waitStatus(gwBase+"/healthz", "", 200, 30*time.Second, gw); err != nil {
+		d.Gateway.Err = "gateway did not start: " + err.Error()
+	}
+
+	// caddy-docker-proxy
+	cdpBase := fmt.Sprintf("http://127.0.0.1:%d", discCDPPort)
+	var cdp *Proc
+	if _, err := os.Stat(b.CDP); err != nil {
+		d.CDP.Err = "caddy-docker-proxy binary missing: " + b.CDP
+	} else {
+		cdpConf := filepath.Join(b.confDir, "discovery-cdp.Caddyfile")
+		os.WriteFile(cdpConf, []byte(fmt.Sprintf(`{
+	admin %s
+	auto_https off
+	http_port %d
+}
+
+:%d {
+	respond /healthz "ok"
+}
+`, discCDPAdm, discCDPPort, discCDPPort)), 0o644)
+		env := append(b.caddyEnv(), "DOCKER_HOST="+pod.host(), "CADDY_ADMIN="+discCDPAdm)
+		cdp, err = startPinned("discovery-cdp", "0-1", filepath.Join(b.logDir, "discovery-cdp.log"), env,
+			b.CDP, "docker-proxy", "--caddyfile-path", cdpConf, "--event-throttle-interval", "100ms", "--polling-interval", "30s")
+		if err != nil {
+			d.CDP.Err = err.Error()
+		} else {
+			defer cdp.Stop(5 * time.Second)
+			if err := waitStatus(cdpBase+"/healthz", "", 200, 30*time.Second, cdp); err != nil {
+				d.CDP.Err = "caddy-docker-proxy did not start: " + err.Error()
+			}
+		}
+	}
+
+	var targets []target
+	if d.Gateway.Err == "" {
+		targets = append(targets, target{&d.Gateway, gwBase})
+	}
+	if d.CDP.Err == "" {
+		targets = append(targets, target{&d.CDP, cdpBase})
+	}
+	if len(targets) == 0 {
+		d.Err = "neither proxy started"
+		return
+	}
+	names := make([]string, n)
+	for i := 0; i < n; i++ {
+		names[i] = fmt.Sprintf("svc%d", i)
+	}
+	// wait for both to settle (initial list of an empty engine)
+	time.Sleep(time.Second)
+
+	measure := func(i int, gone bool) {
+		name := names[i]
+		var wg sync.WaitGroup
+		t0 := time.Now()
+		for _, t := range targets {
+			wg.Add(1)
+			go func(t target) {
+				defer wg.Done()
+				lat, err := waitRoute(t.base+"/"+name+"/x", name, gone, 20*time.Second, t0)
+				if err != nil {
+					t.s.Failures = append(t.s.Failures, fmt.Sprintf("%s %s: %v", map[bool]string{false: "add", true: "remove"}[gone], name, err))
+					return
+				}
+				if gone {
+					t.s.Remove = append(t.s.Remove, lat)
+				} else {
+					t.s.Add = append(t.s.Add, lat)
+				}
+			}(t)
+		}
+		wg.Wait()
+	}
+
+	for i, name := range names {
+		port := discFirstPort + i
+		args := []string{"run", "-d", "--name", "bench-" + name, "--network=host",
+			"--label", "gateway.enable=true",
+			"--label", "gateway.name=" + name,
+			"--label", fmt.Sprintf("gateway.port=%d", port),
+			"--label", "gateway.address=127.0.0.1",
+			"--label", "gateway.router.r.path_prefix=/" + name,
+			"--label", "gateway.router.r.auth.required=false",
+			"--label", "gateway.router.r.audit=false",
+			"--label", fmt.Sprintf("caddy=:%d", discCDPPort),
+			"--label", fmt.Sprintf("caddy.handle_path=/%s/*", name),
+			"--label", fmt.Sprintf("caddy.handle_path.reverse_proxy=127.0.0.1:%d", port),
+			pod.image, "/ctrserver", fmt.Sprint(port), name}
+		t0 := time.Now()
+		if _, err := pod.cmd(args...); err != nil {
+			d.Err = err.Error()
+			progress("discovery: %v", err)
+			return
+		}
+		d.PodmanRun = append(d.PodmanRun, ms(time.Since(t0)))
+		measure(i, false)
+		progress("  add    %-6s %s", name, lastLat(targets, false))
+		time.Sleep(300 * time.Millisecond)
+	}
+	for i, name := range names {
+		t0 := time.Now()
+		if _, err := pod.cmd("stop", "-t", "5", "bench-"+name); err != nil {
+			d.Err = err.Error()
+			return
+		}
+		d.PodmanStop = append(d.PodmanStop, ms(time.Since(t0)))
+		measure(i, true)
+		progress("  remove %-6s %s", name, lastLat(targets, true))
+		pod.cmd("rm", "-f", "bench-"+name)
+		time.Sleep(300 * time.Millisecond)
+	}
+	if gw.Exited() {
+		d.Gateway.Err = "gateway exited: " + gw.LogTail(5)
+	}
+}
+
+type target struct {
+	s    *DiscSeries
+	base string
+}
+
+func lastLat(ts []target, gone bool) string {
+	var parts []string
+	for _, t := range ts {
+		v := t.s.Add
+		if gone {
+			v = t.s.Remove
+		}
+		if len(v) > 0 {
+			parts = append(parts, fmt.Sprintf("%s %.0f ms", strings.Fields(t.s.Name)[0], v[len(v)-1]))
+		}
+	}
+	return strings.Join(parts, ", ")
+}
+
+// waitRoute polls url until the container's answer appears (add) or until
+// the route no longer leads to it (remove: any answer that is neither the
+// container's nor a 502 from its dead address). It returns the latency
+// from t0 in milliseconds.
+func waitRoute(url, name string, gone bool, timeout time.Duration, t0 time.Time) (float64, error) {
+	deadline := t0.Add(timeout)
+	last := ""
+	for time.Now().Before(deadline) {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		st, body, err := probe(ctx, url, "")
+		cancel()
+		now := time.Now()
+		mine := err == nil && st == 200 && strings.HasPrefix(body, name+" ")
+		if !gone && mine {
+			return ms(now.Sub(t0)), nil
+		}
+		if gone && err == nil && !mine && st != 502 {
+			return ms(now.Sub(t0)), nil
+		}
+		if err != nil {
+			last = err.Error()
+		} else {
+			last = fmt.Sprintf("%d %.80q", st, body)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	return 0, fmt.Errorf("not within %s (last: %s)", timeout, last)
+}
+
+func (d *DiscoveryResult) markdown(p func(string, ...any)) {
+	p("## 4. Discovery with Podman")
+	p("")
+	if d.Err != "" && len(d.Gateway.Add) == 0 {
+		p("Not run: %s", d.Err)
+		p("")
+		return
+	}
+	p("%d containers (host network, a static HTTP server each) started one at a time with `podman run -d`, then stopped one at a time with `podman stop`, "+
+		"on a private Podman %s; the gateway (docker app, default debounce) and Caddy with caddy-docker-proxy (event throttle 100 ms) watch the same API socket. "+
+		"Latency: from the podman command returning (the container is running / has exited) to the first request the proxy routes to the container / no longer routes to it "+
+		"(polled every 5 ms). The podman commands themselves took: run p50 %.0f ms, stop p50 %.0f ms.",
+		d.Containers, "(runc)", stat(d.PodmanRun).Med, stat(d.PodmanStop).Med)
+	p("")
+	p("| proxy | add p50 | add min-max | remove p50 | remove min-max | failures |")
+	p("|---|---|---|---|---|---|")
+	for _, s := range []DiscSeries{d.Gateway, d.CDP} {
+		if s.Err != "" {
+			p("| %s | not run: %s | | | | |", s.Name, oneLine(s.Err))
+			continue
+		}
+		a, r := stat(s.Add), stat(s.Remove)
+		p("| %s | %s | %s | %s | %s | %d |", s.Name, msOr(a.Med), rangeOr(a), msOr(r.Med), rangeOr(r), len(s.Failures))
+	}
+	p("")
+	for _, s := range []DiscSeries{d.Gateway, d.CDP} {
+		for _, f := range s.Failures {
+			p("- %s: %s", s.Name, oneLine(f))
+		}
+	}
+	if d.Err != "" {
+		p("- error: %s", oneLine(d.Err))
+	}
+	p("")
+}
+
+func msOr(v float64) string {
+	if v != v {
+		return "-"
+	}
+	return fmt.Sprintf("%.0f ms", v)
+}
+
+func rangeOr(s Stat) string {
+	if !s.valid() {
+		return "-"
+	}
+	return fmt.Sprintf("%.0f-%.0f ms", s.Min, s.Max)
+}

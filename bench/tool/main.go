@@ -1,0 +1,94 @@
+// Command benchtool is bench/run's engine: it runs the side-by-side
+// benchmark (see bench/README.md) and the small services it needs.
+//
+//	benchtool run [flags]              the benchmark; writes bench/results/<date>.md, .png, .json
+//	benchtool backend <addr>           the one backend: a fixed small JSON response
+//	benchtool authsvc <addr> <keydir>  auth service for nginx auth_request / Caddy forward_auth
+//	benchtool permsvc <addr>           permission service (allows everything)
+//	benchtool auditsink <addr>         audit webhook receiver
+//	benchtool chart <results.json> <out.png>   redraw a chart
+package main
+
+import (
+	"flag"
+	"fmt"
+	"os"
+	"time"
+)
+
+func main() {
+	if len(os.Args) < 2 {
+		usage()
+	}
+	var err error
+	switch os.Args[1] {
+	case "backend":
+		need(3)
+		err = serveBackend(os.Args[2])
+	case "authsvc":
+		need(4)
+		var k *Keys
+		if k, err = loadOrCreateKeys(os.Args[3]); err == nil {
+			err = serveAuth(os.Args[2], k)
+		}
+	case "permsvc":
+		need(3)
+		err = servePermission(os.Args[2])
+	case "auditsink":
+		need(3)
+		err = serveAuditReceiver(os.Args[2])
+	case "chart":
+		need(4)
+		var r *Report
+		if r, err = loadReport(os.Args[2]); err == nil {
+			err = drawChart(r, os.Args[3])
+		}
+	case "run":
+		err = cmdRun(os.Args[2:])
+	default:
+		usage()
+	}
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "benchtool:", err)
+		os.Exit(1)
+	}
+}
+
+func need(n int) {
+	if len(os.Args) != n {
+		usage()
+	}
+}
+
+func usage() {
+	fmt.Fprintln(os.Stderr, "usage: benchtool run [flags] | backend <addr> | authsvc <addr> <keydir> | permsvc <addr> | auditsink <addr> | chart <json> <png>")
+	os.Exit(2)
+}
+
+var progressStart = time.Now()
+
+// progress prints a timestamped line to stderr.
+func progress(format string, args ...any) {
+	el := time.Since(progressStart).Round(time.Second)
+	fmt.Fprintf(os.Stderr, "[bench %6s] %s\n", el, fmt.Sprintf(format, args...))
+}
+
+func cmdRun(args []string) error {
+	fs := flag.NewFlagSet("run", flag.ExitOnError)
+	b := &Bench{}
+	fs.StringVar(&b.Root, "root", ".", "repository root")
+	fs.StringVar(&b.Gateway, "gateway", "bin/caddy", "the gateway binary")
+	fs.StringVar(&b.Caddy, "caddy", "bench/work/caddy-stock", "stock Caddy binary")
+	fs.StringVar(&b.CDP, "cdp", "bench/work/caddy-cdp", "Caddy with caddy-docker-proxy")
+	fs.StringVar(&b.CtrServer, "ctrserver", "bench/work/ctrserver", "static container server binary")
+	fs.IntVar(&b.Rounds, "rounds", 3, "interleaved rounds")
+	dur := fs.Duration("duration", 5*time.Second, "wrk duration per connection level")
+	fs.BoolVar(&b.Quick, "quick", false, "quick mode (results file gets a -quick suffix)")
+	fs.StringVar(&b.Only, "only", "", "comma-separated scenario names (default: all)")
+	skip := fs.String("skip", "", "comma-separated parts to skip: load, discovery, ops, profile")
+	containers := fs.Int("containers", 10, "containers in the discovery test")
+	note := fs.String("note", "", "a note for the report (e.g. machine load)")
+	fs.Parse(args)
+	b.Dur = *dur
+	return b.Run(*containers, *skip, *note)
+}

@@ -1,0 +1,224 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+)
+
+// Proc is a process this tool started, in its own process group.
+type Proc struct {
+	Name string
+	Cmd  *exec.Cmd
+	Log  string
+	done chan struct{}
+}
+
+// startPinned starts argv pinned to cpu (taskset execs the program, so
+// the pid is the program's), with its output in logPath.
+func startPinned(name, cpu, logPath string, env []string, argv ...string) (*Proc, error) {
+	args := append([]string{"-c", cpu}, argv...)
+	cmd := exec.Command("taskset", args...)
+	cmd.Env = append(os.Environ(), env...)
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	lf, err := os.OpenFile(logPath, os.O_CREATE|os.O_WRONLY|os.O_TRUNC, 0o644)
+	if err != nil {
+		return nil, err
+	}
+	cmd.Stdout, cmd.Stderr = lf, lf
+	if err := cmd.Start(); err != nil {
+		lf.Close()
+		return nil, fmt.Errorf("starting %s: %w", name, err)
+	}
+	lf.Close()
+	p := &Proc{Name: name, Cmd: cmd, Log: logPath, done: make(chan struct{})}
+	go func() { _ = cmd.Wait(); close(p.done); untrack(p) }()
+	track(p)
+	return p, nil
+}
+
+func (p *Proc) Pid() int { return p.Cmd.Process.Pid }
+
+func (p *Proc) Exited() bool {
+	select {
+	case <-p.done:
+		return true
+	default:
+		return false
+	}
+}
+
+// Stop sends SIGTERM to the process group, then SIGKILL after grace.
+func (p *Proc) Stop(grace time.Duration) {
+	if p == nil || p.Exited() {
+		return
+	}
+	_ = syscall.Kill(-p.Pid(), syscall.SIGTERM)
+	select {
+	case <-p.done:
+		return
+	case <-time.After(grace):
+	}
+	_ = syscall.Kill(-p.Pid(), syscall.SIGKILL)
+	select {
+	case <-p.done:
+	case <-time.After(5 * time.Second):
+	}
+}
+
+// LogTail returns the last lines of the process log, for error messages.
+func (p *Proc) LogTail(n int) string {
+	b, _ := os.ReadFile(p.Log)
+	lines := strings.Split(strings.TrimSpace(string(b)), "\n")
+	if len(lines) > n {
+		lines = lines[len(lines)-n:]
+	}
+	return strings.Join(lines, "\n")
+}
+
+// peakRSS sums VmHWM (peak resident set) over the process and its
+// descendants, in bytes.
+func peakRSS(pid int) int64 {
+	var total int64
+	for _, p := range append([]int{pid}, descendants(pid)...) {
+		total += statusKB(p, "VmHWM:") * 1024
+	}
+	return total
+}
+
+func statusKB(pid int, field string) int64 {
+	f, err := os.Open(fmt.Sprintf("/proc/%d/status", pid))
+	if err != nil {
+		return 0
+	}
+	defer f.Close()
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		if v, ok := strings.CutPrefix(sc.Text(), field); ok {
+			n, _ := strconv.ParseInt(strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(v), "kB")), 10, 64)
+			return n
+		}
+	}
+	return 0
+}
+
+func descendants(pid int) []int {
+	var out []int
+	ents, _ := os.ReadDir("/proc")
+	parent := map[int]int{}
+	for _, e := range ents {
+		n, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		b, err := os.ReadFile(filepath.Join("/proc", e.Name(), "stat"))
+		if err != nil {
+			continue
+		}
+		s := string(b)
+		i := strings.LastIndexByte(s, ')')
+		if i < 0 {
+			continue
+		}
+		f := strings.Fields(s[i+1:])
+		if len(f) > 2 {
+			pp, _ := strconv.Atoi(f[1])
+			parent[n] = pp
+		}
+	}
+	var walk func(int)
+	walk = func(p int) {
+		for c, pp := range parent {
+			if pp == p {
+				out = append(out, c)
+				walk(c)
+			}
+		}
+	}
+	walk(pid)
+	return out
+}
+
+// waitTCP waits until addr accepts connections.
+func waitTCP(addr string, timeout time.Duration, p *Proc) error {
+	deadline := time.Now().Add(timeout)
+	for time.Now().Before(deadline) {
+		c, err := net.DialTimeout("tcp", addr, 200*time.Millisecond)
+		if err == nil {
+			c.Close()
+			return nil
+		}
+		if p != nil && p.Exited() {
+			return fmt.Errorf("%s exited: %s", p.Name, p.LogTail(15))
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	return fmt.Errorf("%s did not accept connections within %s", addr, timeout)
+}
+
+// waitPortFree waits until nothing listens on addr (a stopped server's
+// socket is gone).
+func waitPortFree(addr string, timeout time.Duration) {
+	deadline := time.Now().Add(timeout)
+	for time.Now().Before(deadline) {
+		c, err := net.DialTimeout("tcp", addr, 100*time.Millisecond)
+		if err != nil {
+			return
+		}
+		c.Close()
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+var plainClient = &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{DisableKeepAlives: true}}
+
+// probe makes one request and returns its status and body.
+func probe(ctx context.Context, url, auth string) (int, string, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+	if err != nil {
+		return 0, "", err
+	}
+	if auth != "" {
+		req.Header.Set("Authorization", auth)
+	}
+	resp, err := plainClient.Do(req)
+	if err != nil {
+		return 0, "", err
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(io.LimitReader(resp.Body, 4096))
+	return resp.StatusCode, string(b), nil
+}
+
+// waitStatus polls url until it answers want, or the deadline.
+func waitStatus(url, auth string, want int, timeout time.Duration, p *Proc) error {
+	deadline := time.Now().Add(timeout)
+	last := "no answer"
+	for time.Now().Before(deadline) {
+		st, body, err := probe(context.Background(), url, auth)
+		if err == nil && st == want {
+			return nil
+		}
+		if err != nil {
+			last = err.Error()
+		} else {
+			last = fmt.Sprintf("status %d: %.200s", st, body)
+		}
+		if p != nil && p.Exited() {
+			return fmt.Errorf("%s exited: %s", p.Name, p.LogTail(15))
+		}
+		time.Sleep(25 * time.Millisecond)
+	}
+	return errors.New(last)
+}

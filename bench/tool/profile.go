@@ -1,0 +1,98 @@
+package main
+
+import (
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"time"
+)
+
+// Profile is the top of a CPU profile taken for a missed target.
+type Profile struct {
+	Scenario string `json:"scenario"`
+	Top      string `json:"top,omitempty"`
+	Err      string `json:"error,omitempty"`
+}
+
+const maxProfiles = 5
+
+// profiles takes a CPU profile of each gateway scenario whose target was
+// missed: the scenario runs again under wrk at 300 connections while the
+// gateway's admin endpoint records a profile.
+func (b *Bench) profiles() {
+	seen := map[string]bool{}
+	var names []string
+	for _, t := range b.report.Targets {
+		if t.Status != "missed" || t.Scenario == "" || seen[t.Scenario] {
+			continue
+		}
+		if s, ok := b.report.scenario(t.Scenario); ok && s.Server == "gateway" {
+			seen[t.Scenario] = true
+			names = append(names, t.Scenario)
+		}
+	}
+	if len(names) > maxProfiles {
+		names = names[:maxProfiles]
+	}
+	for _, n := range names {
+		s, _ := b.report.scenario(n)
+		progress("profile: %s (target missed), 8 s CPU profile at 300 connections", n)
+		b.report.Profiles = append(b.report.Profiles, b.profile(s))
+	}
+}
+
+func (b *Bench) profile(s Scenario) Profile {
+	pr := Profile{Scenario: s.Name}
+	port := firstPort + 70
+	addr := fmt.Sprintf("127.0.0.1:%d", port)
+	url := "http://" + addr + "/items/1"
+	waitPortFree(addr, 5*time.Second)
+	c := b.conf(s, port)
+	p, err := b.startServer(s, c, s.Name+"-profile")
+	if err != nil {
+		pr.Err = err.Error()
+		return pr
+	}
+	defer func() { p.Stop(5 * time.Second); waitPortFree(addr, 5*time.Second) }()
+	if err := waitStatus(url, b.authHeader(s), 200, 30*time.Second, p); err != nil {
+		pr.Err = err.Error()
+		return pr
+	}
+	wrkDone := make(chan error, 1)
+	go func() {
+		_, err := runWrk(b.wrkJob(s, url, 300, 11*time.Second))
+		wrkDone <- err
+	}()
+	time.Sleep(1500 * time.Millisecond)
+	cl := &http.Client{Timeout: 30 * time.Second}
+	resp, err := cl.Get("http://" + gwAdmin + "/debug/pprof/profile?seconds=8")
+	if err != nil {
+		<-wrkDone
+		pr.Err = err.Error()
+		return pr
+	}
+	data, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	<-wrkDone
+	if resp.StatusCode != 200 {
+		pr.Err = fmt.Sprintf("profile endpoint: %d %s", resp.StatusCode, oneLine(string(data)))
+		return pr
+	}
+	path := filepath.Join(b.Work, "profiles", s.Name+".pb.gz")
+	os.MkdirAll(filepath.Dir(path), 0o755)
+	if err := os.WriteFile(path, data, 0o644); err != nil {
+		pr.Err = err.Error()
+		return pr
+	}
+	out, err := exec.Command("go", "tool", "pprof", "-top", "-nodecount=25", b.Gateway, path).CombinedOutput()
+	if err != nil {
+		pr.Err = fmt.Sprintf("go tool pprof: %v: %s", err, oneLine(string(out)))
+		return pr
+	}
+	pr.Top = strings.TrimSpace(string(out))
+	return pr
+}

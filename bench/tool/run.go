@@ -1,0 +1,319 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"math"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"text/template"
+	"time"
+)
+
+// Fixed addresses: the bench's own listeners use 19900-19999 and
+// 29000-29999, its admin endpoints 2910-2919.
+const (
+	backendAddr = "127.0.0.1:19901"
+	authAddr    = "127.0.0.1:19902"
+	permAddr    = "127.0.0.1:19903"
+	auditAddr   = "127.0.0.1:19904"
+	natsAddr    = "127.0.0.1:19905"
+	firstPort   = 19910 // scenario i listens on firstPort+i
+	gwAdmin     = "localhost:2910"
+	caddyAdmin  = "localhost:2911"
+
+	coreGateway = "1" // the proxy under test
+	coreLoad    = "0" // wrk, backend and helper services
+)
+
+// Bench holds the state of one run.
+type Bench struct {
+	Root, Work, Results string
+	Gateway, Caddy, CDP string
+	Tool, CtrServer     string
+	Rounds              int
+	Dur                 time.Duration
+	Quick               bool
+	Only                string
+	Keys                *Keys
+	tokens              map[string]string // alg -> one token
+	pools               map[string]string // alg -> pool file
+	services            []*Proc
+	confDir, logDir     string
+	started             time.Time
+	report              *Report
+}
+
+// Sample is one scenario in one round.
+type Sample struct {
+	Round   int                `json:"round"`
+	At      map[int]WrkResult  `json:"at"` // by connections
+	PeakRSS int64              `json:"peak_rss_bytes"`
+	Extra   map[string]float64 `json:"extra,omitempty"`
+	Err     string             `json:"error,omitempty"`
+}
+
+var connLevels = []int{50, 300}
+
+func (b *Bench) conf(s Scenario, port int) Conf {
+	c := s.Conf
+	c.Port = port
+	c.Work = b.Work
+	c.Backend = backendAddr
+	c.AuthAddr = authAddr
+	c.PermAddr = permAddr
+	c.AuditAddr = auditAddr
+	c.NATSAddr = natsAddr
+	c.Secret = string(b.Keys.HMAC)
+	c.PubPEM = b.Keys.PubPEM
+	c.Issuer = tokenIssuer
+	c.Audience = tokenAudience
+	switch s.Server {
+	case "gateway":
+		c.Admin = gwAdmin
+	case "caddy":
+		c.Admin = caddyAdmin
+	}
+	return c
+}
+
+func (b *Bench) render(tmplName, out string, c Conf) error {
+	t, err := template.ParseFiles(filepath.Join(b.Root, "bench", "configs", tmplName))
+	if err != nil {
+		return err
+	}
+	f, err := os.Create(out)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	return t.Execute(f, c)
+}
+
+// caddyEnv keeps Caddy's data and config directories inside bench/work.
+func (b *Bench) caddyEnv() []string {
+	home := filepath.Join(b.Work, "caddyhome")
+	return []string{"HOME=" + home, "XDG_DATA_HOME=" + filepath.Join(home, "data"), "XDG_CONFIG_HOME=" + filepath.Join(home, "config")}
+}
+
+// startServer renders the scenario's config and starts its server pinned
+// to the gateway core. It returns nil for "direct".
+func (b *Bench) startServer(s Scenario, c Conf, tag string) (*Proc, error) {
+	log := filepath.Join(b.logDir, tag+".log")
+	switch s.Server {
+	case "direct":
+		return nil, nil
+	case "gateway", "caddy":
+		path := filepath.Join(b.confDir, tag+".Caddyfile")
+		if err := b.render("Caddyfile.tmpl", path, c); err != nil {
+			return nil, err
+		}
+		bin := b.Gateway
+		if s.Server == "caddy" {
+			bin = b.Caddy
+		}
+		return startPinned(tag, coreGateway, log, b.caddyEnv(), bin, "run", "--config", path, "--adapter", "caddyfile")
+	case "nginx":
+		path := filepath.Join(b.confDir, tag+".nginx.conf")
+		if err := b.render("nginx.conf.tmpl", path, c); err != nil {
+			return nil, err
+		}
+		for _, d := range []string{"body", "proxy", "fastcgi", "uwsgi", "scgi"} {
+			os.MkdirAll(filepath.Join(b.Work, "nginx-tmp", d), 0o755)
+		}
+		return startPinned(tag, coreGateway, log, nil, "nginx", "-p", b.Work, "-e", filepath.Join(b.Work, "nginx-error.log"), "-c", path)
+	case "haproxy":
+		path := filepath.Join(b.confDir, tag+".haproxy.cfg")
+		if err := b.render("haproxy.cfg.tmpl", path, c); err != nil {
+			return nil, err
+		}
+		return startPinned(tag, coreGateway, log, nil, "haproxy", "-db", "-f", path)
+	}
+	return nil, fmt.Errorf("unknown server %q", s.Server)
+}
+
+// authHeader is the Authorization value a scenario's check request uses.
+func (b *Bench) authHeader(s Scenario) string {
+	switch {
+	case s.Token != "":
+		return "Bearer " + b.tokens[s.Token]
+	case s.Pool != "":
+		return "Bearer " + b.tokens[s.Pool+"-pool0"]
+	}
+	return ""
+}
+
+func (b *Bench) wrkJob(s Scenario, url string, conns int, d time.Duration) WrkJob {
+	j := WrkJob{URL: url, Conns: conns, Duration: d}
+	if s.Token != "" {
+		j.Header = "Authorization: Bearer " + b.tokens[s.Token]
+	}
+	if s.Pool != "" {
+		j.Script = filepath.Join(b.Work, "rotate-tokens.lua")
+		j.Env = append(j.Env, "TOKENS_FILE="+b.pools[s.Pool])
+	}
+	if s.Paths {
+		j.Script = filepath.Join(b.Work, "rotate-paths.lua")
+		j.URL = strings.TrimSuffix(url, "/items/1")
+	}
+	return j
+}
+
+// runScenario measures one scenario once: start, check, warm up, wrk at
+// each connection level, peak memory, stop.
+func (b *Bench) runScenario(s Scenario, idx, round int) Sample {
+	smp := Sample{Round: round, At: map[int]WrkResult{}, Extra: map[string]float64{}}
+	port := firstPort + idx
+	c := b.conf(s, port)
+	tag := fmt.Sprintf("%s-r%d", s.Name, round)
+	addr := fmt.Sprintf("127.0.0.1:%d", port)
+	if s.Server == "direct" {
+		addr = backendAddr
+	}
+	url := "http://" + addr + "/items/1"
+	waitPortFree(addr, 5*time.Second)
+	p, err := b.startServer(s, c, tag)
+	if err != nil {
+		smp.Err = err.Error()
+		return smp
+	}
+	defer func() {
+		p.Stop(5 * time.Second)
+		if s.Server != "direct" {
+			waitPortFree(addr, 5*time.Second)
+		}
+	}()
+	if err := waitTCP(addr, 30*time.Second, p); err != nil {
+		smp.Err = err.Error()
+		return smp
+	}
+	if err := waitStatus(url, b.authHeader(s), 200, 15*time.Second, p); err != nil {
+		smp.Err = "check request did not get 200: " + err.Error()
+		return smp
+	}
+	before := b.counters(s)
+	// warm-up: connections, caches, the Go heap
+	if _, err := runWrk(b.wrkJob(s, url, 50, 2*time.Second)); err != nil {
+		smp.Err = err.Error()
+		return smp
+	}
+	for _, conns := range connLevels {
+		r, err := runWrk(b.wrkJob(s, url, conns, b.Dur))
+		if err != nil {
+			smp.Err = err.Error()
+			return smp
+		}
+		smp.At[conns] = r
+	}
+	if p != nil {
+		smp.PeakRSS = peakRSS(p.Pid())
+	}
+	after := b.counters(s)
+	for k, v := range after {
+		smp.Extra[k] = v - before[k]
+	}
+	if p != nil && p.Exited() {
+		smp.Err = "server exited during the run: " + p.LogTail(10)
+	}
+	return smp
+}
+
+// counters reads the numbers that show a duty did its work: the
+// gateway's JWT cache counters, permission service calls, audit events
+// received.
+func (b *Bench) counters(s Scenario) map[string]float64 {
+	m := map[string]float64{}
+	if s.Server == "gateway" {
+		for k, v := range scrapeMetrics("http://"+gwAdmin+"/metrics", "gateway_jwt_cache_hits_total", "gateway_jwt_cache_misses_total") {
+			m[k] = v
+		}
+	}
+	if s.Conf.Perm != "" {
+		m["permission_calls"] = jsonNumber("http://"+permAddr+"/stats", "calls")
+	}
+	if strings.HasPrefix(s.Conf.AuditSink, "http") {
+		m["audit_events_received"] = jsonNumber("http://"+auditAddr+"/stats", "events")
+	}
+	return m
+}
+
+func scrapeMetrics(url string, names ...string) map[string]float64 {
+	out := map[string]float64{}
+	resp, err := plainClient.Get(url)
+	if err != nil {
+		return out
+	}
+	defer resp.Body.Close()
+	sc := bufio.NewScanner(resp.Body)
+	sc.Buffer(make([]byte, 1<<20), 1<<20)
+	for sc.Scan() {
+		line := sc.Text()
+		for _, n := range names {
+			if strings.HasPrefix(line, n+" ") || strings.HasPrefix(line, n+"{") {
+				f := strings.Fields(line)
+				v, _ := strconv.ParseFloat(f[len(f)-1], 64)
+				out[n] += v
+			}
+		}
+	}
+	return out
+}
+
+func jsonNumber(url, key string) float64 {
+	_, body, err := probe(context.Background(), url, "")
+	if err != nil {
+		return math.NaN()
+	}
+	i := strings.Index(body, `"`+key+`":`)
+	if i < 0 {
+		return math.NaN()
+	}
+	rest := body[i+len(key)+3:]
+	j := strings.IndexAny(rest, ",}")
+	if j < 0 {
+		return math.NaN()
+	}
+	v, _ := strconv.ParseFloat(rest[:j], 64)
+	return v
+}
+
+// startServices starts the backend, the auth, permission and audit
+// services (subcommands of this tool) and nats-server, all on core 0.
+func (b *Bench) startServices() error {
+	type svc struct {
+		name, addr string
+		argv       []string
+	}
+	natsDir := filepath.Join(b.Work, "nats")
+	os.RemoveAll(natsDir)
+	list := []svc{
+		{"backend", backendAddr, []string{b.Tool, "backend", backendAddr}},
+		{"authsvc", authAddr, []string{b.Tool, "authsvc", authAddr, b.Keys.Dir}},
+		{"permsvc", permAddr, []string{b.Tool, "permsvc", permAddr}},
+		{"auditsink", auditAddr, []string{b.Tool, "auditsink", auditAddr}},
+		{"nats-server", natsAddr, []string{"nats-server", "-a", "127.0.0.1", "-p", "19905", "-js", "-sd", natsDir}},
+	}
+	for _, s := range list {
+		waitPortFree(s.addr, 3*time.Second)
+		env := []string{"GOMAXPROCS=1"}
+		p, err := startPinned(s.name, coreLoad, filepath.Join(b.logDir, s.name+".log"), env, s.argv...)
+		if err != nil {
+			return err
+		}
+		b.services = append(b.services, p)
+		if err := waitTCP(s.addr, 20*time.Second, p); err != nil {
+			return fmt.Errorf("%s: %v", s.name, err)
+		}
+	}
+	return nil
+}
+
+func (b *Bench) stopServices() {
+	for i := len(b.services) - 1; i >= 0; i-- {
+		b.services[i].Stop(3 * time.Second)
+	}
+	b.services = nil
+}
