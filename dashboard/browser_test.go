@@ -1,0 +1,354 @@
+package dashboard
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/chromedp/cdproto/cdp"
+	"github.com/chromedp/cdproto/network"
+	"github.com/chromedp/chromedp"
+)
+
+// chromiumPath finds Debian's chromium. Without it the browser tests skip
+// loudly, except under CI=true where they fail.
+func chromiumPath(t *testing.T) string {
+	t.Helper()
+	for _, p := range []string{os.Getenv("CHROMIUM"), "/usr/bin/chromium", "/usr/bin/chromium-browser"} {
+		if p == "" {
+			continue
+		}
+		if _, err := os.Stat(p); err == nil {
+			return p
+		}
+	}
+	if p, err := exec.LookPath("chromium"); err == nil {
+		return p
+	}
+	msg := "chromium not installed (apt-get install -y chromium)"
+	if os.Getenv("CI") == "" {
+		t.Skipf("\n\n!!!!!!!! SKIPPING BROWSER TESTS: %s !!!!!!!!\n(under CI=true this fails)\n", msg)
+	}
+	t.Fatalf("browser tests need %s", msg)
+	return ""
+}
+
+// browser is a headless Chromium tab that records console errors,
+// uncaught exceptions and failed loads.
+type browser struct {
+	ctx    context.Context
+	mu     sync.Mutex
+	errors []string
+}
+
+func newBrowser(t *testing.T) *browser {
+	t.Helper()
+	opts := []chromedp.ExecAllocatorOption{
+		chromedp.ExecPath(chromiumPath(t)),
+		chromedp.Headless,
+		chromedp.NoSandbox,
+		chromedp.DisableGPU,
+		chromedp.NoFirstRun,
+		chromedp.NoDefaultBrowserCheck,
+		chromedp.Flag("disable-quic", true),
+		chromedp.Flag("disable-background-networking", true),
+		chromedp.Flag("disable-component-update", true),
+		chromedp.Flag("disable-sync", true),
+		chromedp.Flag("disable-dev-shm-usage", true),
+		chromedp.Flag("disable-extensions", true),
+		chromedp.Flag("disable-default-apps", true),
+		chromedp.Flag("force-color-profile", "srgb"),
+		chromedp.UserDataDir(t.TempDir()),
+		chromedp.WindowSize(1366, 900),
+	}
+	actx, cancelA := chromedp.NewExecAllocator(context.Background(), opts...)
+	ctx, cancelC := chromedp.NewContext(actx)
+	b := &browser{ctx: ctx}
+	done := make(chan struct{})
+	t.Cleanup(func() { cancelC(); cancelA(); <-done })
+	// The first Run starts the browser; it must have no timeout (it would
+	// stop the browser), so a watchdog cancels it instead.
+	watchdog := time.AfterFunc(60*time.Second, cancelC)
+	if err := chromedp.Do(ctx, chromedp.Navigate("about:blank")); err != nil {
+		close(done)
+		t.Fatalf("starting chromium: %v", err)
+	}
+	watchdog.Stop()
+	messages := chromedp.Console(ctx)
+	go func() {
+		defer close(done)
+		for m, err := range messages {
+			if err != nil {
+				return
+			}
+			if m.Type == chromedp.ConsoleError || m.Type == chromedp.ConsoleException {
+				b.record(m.String() + " (" + m.URL + ")")
+			}
+		}
+	}()
+	return b
+}
+
+func (b *browser) record(s string) {
+	b.mu.Lock()
+	b.errors = append(b.errors, s)
+	b.mu.Unlock()
+}
+
+func (b *browser) consoleErrors() []string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return append([]string(nil), b.errors...)
+}
+
+func (b *browser) run(t *testing.T, timeout time.Duration, actions ...chromedp.Action[chromedp.Void]) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(b.ctx, timeout)
+	defer cancel()
+	if err := chromedp.Do(ctx, actions...); err != nil {
+		t.Fatalf("browser: %v", err)
+	}
+}
+
+// waitJS polls a JavaScript expression until it returns "" (success) or
+// the deadline passes; the expression returns a description otherwise.
+func (b *browser) waitJS(t *testing.T, what string, timeout time.Duration, expr string) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	last := ""
+	for time.Now().Before(deadline) {
+		ctx, cancel := context.WithTimeout(b.ctx, 5*time.Second)
+		res, err := chromedp.Run(ctx, chromedp.Evaluate[string](expr))
+		cancel()
+		if err != nil {
+			last = err.Error()
+		} else if res == "" {
+			return
+		} else {
+			last = res
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	t.Fatalf("%s: not reached within %s; last: %s", what, timeout, last)
+}
+
+func (b *browser) text(t *testing.T, sel string) string {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(b.ctx, 10*time.Second)
+	defer cancel()
+	s, err := chromedp.Run(ctx, chromedp.Text(chromedp.CSS(sel), chromedp.NodeVisible))
+	if err != nil {
+		t.Fatalf("browser: text of %s: %v", sel, err)
+	}
+	return s
+}
+
+// number parses a counter as the page formats it ("12", "1.5k").
+func number(s string) (float64, error) {
+	s = strings.TrimSpace(s)
+	mult := 1.0
+	switch {
+	case strings.HasSuffix(s, "k"):
+		mult, s = 1e3, strings.TrimSuffix(s, "k")
+	case strings.HasSuffix(s, "M"):
+		mult, s = 1e6, strings.TrimSuffix(s, "M")
+	}
+	v, err := strconv.ParseFloat(s, 64)
+	return v * mult, err
+}
+
+// TestGateway runs the gateway in process against a real Podman, and
+// drives the dashboard in a real headless Chromium.
+func TestGateway(t *testing.T) {
+	if os.Getenv("CI") != "" {
+		chromiumPath(t) // fail early, before Podman, when chromium is missing
+	}
+	startWithContainers(t)
+
+	step := func(name string, fn func(t *testing.T)) {
+		if !t.Run(name, fn) {
+			t.FailNow()
+		}
+	}
+
+	step("admin JSON: routes, containers, counters", func(t *testing.T) {
+		o := overview(t)
+		if o.RoutesError != "" {
+			t.Fatalf("routes error: %s", o.RoutesError)
+		}
+		typo, ok := findContainer(o, "typo")
+		if !ok || typo.State != "rejected" || len(typo.Errors) == 0 {
+			t.Fatalf("typo container: %+v (found %v)", typo, ok)
+		}
+		found := false
+		for _, e := range typo.Errors {
+			found = found || (e.Label == "gateway.router.api.path_prefx" && e.Value == "/typo" && strings.Contains(e.Reason, "unknown"))
+		}
+		if !found {
+			t.Fatalf("typo's errors = %+v, want the unknown label path_prefx", typo.Errors)
+		}
+		good, ok := findContainer(o, "good")
+		if !ok || good.State != "routed" || !strings.HasPrefix(good.Upstream, "127.0.0.1:") {
+			t.Fatalf("good container: %+v", good)
+		}
+		var secure, discovered, admin bool
+		for _, r := range o.Routes {
+			names := dutyNames(r.Duties)
+			switch {
+			case r.Source == "config" && strings.Contains(strings.Join(r.Match, " "), "/secure/*"):
+				secure = names == "audit jwt_auth rbac rate_limit static_response"
+			case r.Source == "discovery" && strings.HasSuffix(r.ID, ":admin"):
+				admin = names == "audit jwt_auth rbac rate_limit reverse_proxy" && len(r.Upstreams) == 1
+			case r.Source == "discovery" && strings.HasSuffix(r.ID, ":api"):
+				discovered = names == "audit reverse_proxy" && len(r.Upstreams) == 1
+			}
+		}
+		if !secure || !discovered || !admin {
+			t.Fatalf("routes: secure chain %v, discovered api %v, discovered admin %v:\n%+v", secure, discovered, admin, o.Routes)
+		}
+	})
+
+	step("site route: jwt_auth and rbac protect the dashboard", func(t *testing.T) {
+		url := "http://" + gatewayAddr + "/ops/api/overview"
+		if code, _, err := get(url); err != nil || code != 401 {
+			t.Fatalf("no token: %d %v, want 401", code, err)
+		}
+		if code, _, err := get(url, "Authorization", "Bearer "+token(t, "alice", "dev")); err != nil || code != 403 {
+			t.Fatalf("without role ops: %d %v, want 403", code, err)
+		}
+		code, body, err := get(url, "Authorization", "Bearer "+token(t, "olga", "ops"))
+		if err != nil || code != 200 || !strings.Contains(body, "path_prefx") {
+			t.Fatalf("with role ops: %d %v %.200s", code, err, body)
+		}
+	})
+
+	b := newBrowser(t)
+	page := "http://" + pageAddr + "/"
+
+	step("page loads and lists the routed and the rejected container", func(t *testing.T) {
+		b.run(t, 30*time.Second, chromedp.Navigate(page), chromedp.WaitVisible(chromedp.CSS("#containers")))
+		b.waitJS(t, "both containers on the page", 15*time.Second, `(() => {
+			const rej = document.querySelector('#containers tr[data-state="rejected"]');
+			const ok = document.querySelector('#containers tr[data-state="routed"]');
+			if (!rej || !ok) return "rows: " + document.querySelector('#containers tbody').innerText;
+			return "";
+		})()`)
+		rej := b.text(t, `#containers tr[data-state="rejected"]`)
+		for _, want := range []string{"typo", "rejected", "gateway.router.api.path_prefx", "unknown router key"} {
+			if !strings.Contains(rej, want) {
+				t.Errorf("rejected row %q lacks %q", rej, want)
+			}
+		}
+		ok := b.text(t, `#containers tr[data-state="routed"]`)
+		if !strings.Contains(ok, "good") || !strings.Contains(ok, "127.0.0.1:") {
+			t.Errorf("routed row %q lacks the name and upstream", ok)
+		}
+		routes := b.text(t, "#routes tbody")
+		for _, want := range []string{"jwt_auth", "rbac", "rate_limit", "reverse_proxy", "discovery"} {
+			if !strings.Contains(routes, want) {
+				t.Errorf("routes table lacks %q:\n%s", want, routes)
+			}
+		}
+	})
+
+	step("counters change after traffic", func(t *testing.T) {
+		b.waitJS(t, "counters shown", 10*time.Second, `document.getElementById("stat-requests-total").textContent === "–" ? "not yet" : ""`)
+		req0, err := number(b.text(t, "#stat-requests-total"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		den0, err := number(b.text(t, "#stat-denials-total"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		for i := 0; i < 10; i++ {
+			if code, _, err := get("http://" + gatewayAddr + "/good/traffic"); err != nil || code != 200 {
+				t.Fatalf("GET /good/traffic: %d %v", code, err)
+			}
+			if code, _, err := get("http://" + gatewayAddr + "/secure/x"); err != nil || code != 401 {
+				t.Fatalf("GET /secure/x without a token: %d %v", code, err)
+			}
+		}
+		b.waitJS(t, "request and denial totals grow", 15*time.Second, fmt.Sprintf(`(() => {
+			const num = (id) => { const s = document.getElementById(id).textContent; const m = s.endsWith("k") ? 1e3 : 1; return parseFloat(s) * m; };
+			const r = num("stat-requests-total"), d = num("stat-denials-total");
+			return (r >= %v + 20 && d >= %v + 10) ? "" : "requests " + r + ", denials " + d;
+		})()`, req0, den0))
+		b.waitJS(t, "audit events listed", 10*time.Second, `document.querySelector("#events tbody").innerText.includes("/secure/x") ? "" : "no event for /secure/x"`)
+		b.waitJS(t, "sparkline drawn", 10*time.Second, `document.querySelector("#spark-requests polyline") ? "" : "no polyline"`)
+	})
+
+	step("search filters the tables, from the keyboard", func(t *testing.T) {
+		b.run(t, 10*time.Second, chromedp.KeyEvent("/"))
+		b.waitJS(t, "/ focuses the search box", 5*time.Second, `document.activeElement && document.activeElement.id === "search" ? "" : "focus on " + (document.activeElement && document.activeElement.id)`)
+		b.run(t, 10*time.Second, chromedp.KeyEvent("path_prefx"))
+		b.waitJS(t, "only the typo container stays", 5*time.Second, `(() => {
+			const rows = [...document.querySelectorAll("#containers tbody tr")];
+			const shown = rows.filter(r => !r.classList.contains("hidden-by-filter")).map(r => r.dataset.state);
+			return JSON.stringify(shown) === '["rejected"]' ? "" : "shown: " + JSON.stringify(shown) + " for " + JSON.stringify(document.getElementById("search").value);
+		})()`)
+		b.run(t, 10*time.Second, chromedp.KeyEvent("\x1b")) // Escape clears the filter
+		b.waitJS(t, "Escape clears the filter", 5*time.Second, `document.querySelectorAll(".hidden-by-filter").length === 0 && document.getElementById("search").value === "" ? "" : "still filtered"`)
+		b.run(t, 10*time.Second, chromedp.KeyEvent("good"))
+	})
+
+	if path := os.Getenv("DASHBOARD_SCREENSHOT"); path != "" {
+		step("screenshot", func(t *testing.T) {
+			b.run(t, 10*time.Second, chromedp.KeyEvent("\x1b"), chromedp.Blur(chromedp.CSS("#search")))
+			time.Sleep(1500 * time.Millisecond) // let the sparklines gather a few points for the picture
+			ctx, cancel := context.WithTimeout(b.ctx, 20*time.Second)
+			defer cancel()
+			png, err := chromedp.Run(ctx, chromedp.FullScreenshot(90))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := os.WriteFile(path, png, 0o644); err != nil {
+				t.Fatal(err)
+			}
+			t.Logf("screenshot written to %s", path)
+		})
+	}
+
+	step("site route in the browser, with a bearer token", func(t *testing.T) {
+		hdr := network.Headers{"Authorization": "Bearer " + token(t, "olga", "ops")}
+		b.run(t, 30*time.Second,
+			chromedp.Func(func(ctx context.Context, tg *chromedp.Target) error {
+				if _, err := cdp.Call(ctx, tg, network.Enable, network.EnableParams{}); err != nil {
+					return err
+				}
+				_, err := cdp.Call(ctx, tg, network.SetExtraHTTPHeaders, network.SetExtraHTTPHeadersParams{Headers: hdr})
+				return err
+			}),
+			chromedp.Navigate("http://"+gatewayAddr+"/ops"), // redirected to /ops/
+			chromedp.WaitVisible(chromedp.CSS(`#containers tr[data-state="rejected"]`)))
+		ctx, cancel := context.WithTimeout(b.ctx, 5*time.Second)
+		defer cancel()
+		loc, err := chromedp.Run(ctx, chromedp.Location())
+		if err != nil {
+			t.Fatal(err)
+		}
+		if loc != "http://"+gatewayAddr+"/ops/" {
+			t.Errorf("location %q, want the /ops/ page", loc)
+		}
+	})
+
+	step("no console errors", func(t *testing.T) {
+		if errs := b.consoleErrors(); len(errs) > 0 {
+			t.Fatalf("console errors:\n%s", strings.Join(errs, "\n"))
+		}
+	})
+}
+
+func dutyNames(ds []Duty) string {
+	var n []string
+	for _, d := range ds {
+		n = append(n, d.Name)
+	}
+	return strings.Join(n, " ")
+}

@@ -1,0 +1,275 @@
+package dashboard
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/caddyserver/caddy/v2"
+	"github.com/caddyserver/caddy/v2/caddyconfig"
+	_ "github.com/caddyserver/caddy/v2/caddyconfig/httpcaddyfile"
+	_ "github.com/caddyserver/caddy/v2/modules/standard"
+	"github.com/golang-jwt/jwt/v5"
+	_ "github.com/mholt/caddy-ratelimit"
+
+	"github.com/apigate/gateway/caddydocker"
+	_ "github.com/apigate/gateway/caddyjwt"
+	_ "github.com/apigate/gateway/caddyrbac"
+	"github.com/apigate/gateway/dashboard/internal/podmantest"
+)
+
+// Ports of this package (see the team brief): admin 2908, listeners 19800-19899.
+const (
+	adminAddr   = "localhost:2908"
+	gatewayAddr = "127.0.0.1:19801"
+	pageAddr    = "127.0.0.1:19802"
+	jwtSecret   = "dashboard-test-secret-0123456789abcdef"
+)
+
+var (
+	podOnce sync.Once
+	pod     *podmantest.Podman
+	podErr  error
+)
+
+func TestMain(m *testing.M) {
+	code := m.Run()
+	if pod != nil {
+		pod.Close()
+	}
+	os.Exit(code)
+}
+
+// getPodman starts the package's private Podman once.
+func getPodman(t testing.TB) *podmantest.Podman {
+	t.Helper()
+	podOnce.Do(func() { pod, podErr = podmantest.New("..") })
+	return podmantest.Require(t, pod, podErr)
+}
+
+// gatewayConfig is a gateway with every duty: audit to a file, a route
+// with jwt_auth + rbac + rate_limit, discovery from Podman, and the
+// dashboard both on the admin API and on a site route behind jwt_auth +
+// rbac (role ops).
+func gatewayConfig(dockerHost, dir string) string {
+	return fmt.Sprintf(`{
+	admin %s
+	auto_https off
+	http_port 19800
+	https_port 19899
+	servers :19801 {
+		name gateway
+	}
+	audit {
+		sink file %s
+	}
+	docker {
+		host %s
+		state_file %s
+		server gateway
+		debounce 100ms
+		resync_interval 2s
+		jwt_auth {
+			hmac_secret %s
+		}
+	}
+}
+
+:19801 {
+	route /secure/* {
+		audit
+		jwt_auth {
+			hmac_secret %s
+		}
+		rbac {
+			require any admin
+		}
+		rate_limit {
+			zone secure {
+				key {http.auth.user.id}
+				events 1000
+				window 1m
+			}
+		}
+		respond "secure"
+	}
+	route /ops* {
+		jwt_auth {
+			hmac_secret %s
+		}
+		rbac {
+			require any ops
+		}
+		gateway_dashboard {
+			path /ops
+		}
+	}
+	handle /own {
+		respond "own route"
+	}
+}
+
+# The page, on its own site bound to loopback.
+:19802 {
+	bind 127.0.0.1
+	gateway_dashboard
+}
+`, adminAddr, filepath.Join(dir, "audit.jsonl"), dockerHost, filepath.Join(dir, "routes.json"), jwtSecret, jwtSecret, jwtSecret)
+}
+
+func startGateway(t testing.TB, caddyfile string) {
+	t.Helper()
+	cfg, warns, err := caddyconfig.GetAdapter("caddyfile").Adapt([]byte(caddyfile), nil)
+	if err != nil {
+		t.Fatalf("adapting Caddyfile: %v", err)
+	}
+	for _, w := range warns {
+		t.Logf("caddyfile warning: %s", w.String())
+	}
+	if err := caddy.Load(cfg, true); err != nil {
+		t.Fatalf("loading config: %v", err)
+	}
+	t.Cleanup(func() {
+		if err := caddy.Stop(); err != nil {
+			t.Logf("stopping caddy: %v", err)
+		}
+	})
+}
+
+var httpClient = &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{DisableKeepAlives: true}}
+
+func get(url string, header ...string) (int, string, error) {
+	req, err := http.NewRequest(http.MethodGet, url, nil)
+	if err != nil {
+		return 0, "", err
+	}
+	for i := 0; i+1 < len(header); i += 2 {
+		req.Header.Set(header[i], header[i+1])
+	}
+	resp, err := httpClient.Do(req)
+	if err != nil {
+		return 0, "", err
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	return resp.StatusCode, string(b), err
+}
+
+// eventually polls cond until it returns "" or the deadline passes.
+func eventually(t testing.TB, what string, timeout time.Duration, cond func() string) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	last := ""
+	for time.Now().Before(deadline) {
+		if last = cond(); last == "" {
+			return
+		}
+		time.Sleep(25 * time.Millisecond)
+	}
+	t.Fatalf("%s: not reached within %s; last: %s", what, timeout, last)
+}
+
+func token(t testing.TB, sub string, roles ...string) string {
+	t.Helper()
+	tok := jwt.NewWithClaims(jwt.SigningMethodHS256, jwt.MapClaims{
+		"sub": sub, "roles": roles, "exp": time.Now().Add(time.Hour).Unix(),
+	})
+	s, err := tok.SignedString([]byte(jwtSecret))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
+// containerLabels: "good" routes /good without auth; "typo" misspells
+// path_prefix, the mistake the dashboard must show.
+func containerLabels(name string, port int) map[string]string {
+	m := map[string]string{
+		"gateway.enable": "true",
+		"gateway.name":   name,
+		"gateway.port":   fmt.Sprint(port),
+	}
+	if name == "typo" {
+		m["gateway.router.api.path_prefx"] = "/typo"
+		m["gateway.router.api.auth.required"] = "false"
+	} else {
+		m["gateway.router.api.path_prefix"] = "/" + name
+		m["gateway.router.api.auth.required"] = "false"
+		m["gateway.router.admin.path_prefix"] = "/" + name + "-admin"
+		m["gateway.router.admin.auth.roles"] = "admin"
+		m["gateway.router.admin.rate_limit"] = "100/1m"
+	}
+	return m
+}
+
+// gateway is a running gateway with two Podman containers: one routed,
+// one rejected for a label typo.
+type gateway struct {
+	pod *podmantest.Podman
+}
+
+var (
+	gwOnce sync.Once
+	gw     *gateway
+)
+
+func startWithContainers(t *testing.T) *gateway {
+	t.Helper()
+	p := getPodman(t)
+	t.Cleanup(p.RemoveAll)
+	for _, name := range []string{"good", "typo"} {
+		port, err := podmantest.FreePort()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := p.Run(name, port, containerLabels(name, port)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	startGateway(t, gatewayConfig(p.Host(), t.TempDir()))
+	eventually(t, "discovery sees both containers and routes the good one", 30*time.Second, func() string {
+		s, ok := caddydocker.Current("gateway")
+		if !ok {
+			return "no docker app"
+		}
+		if len(s.Containers) != 2 {
+			return fmt.Sprintf("%d containers: %+v (last error %q)", len(s.Containers), s.Containers, s.LastError)
+		}
+		code, body, err := get("http://" + gatewayAddr + "/good/x")
+		if err != nil || code != 200 || body != "good /good/x" {
+			return fmt.Sprintf("GET /good/x = %d %q %v", code, body, err)
+		}
+		return ""
+	})
+	return &gateway{pod: p}
+}
+
+// overview reads the admin JSON document.
+func overview(t testing.TB) Overview {
+	t.Helper()
+	code, body, err := get("http://" + adminAddr + "/gateway/overview")
+	if err != nil || code != 200 {
+		t.Fatalf("GET /gateway/overview = %d %v: %s", code, err, body)
+	}
+	var o Overview
+	if err := json.Unmarshal([]byte(body), &o); err != nil {
+		t.Fatalf("decoding overview: %v: %s", err, body)
+	}
+	return o
+}
+
+func findContainer(o Overview, name string) (Container, bool) {
+	for _, c := range o.Containers.Items {
+		if strings.HasSuffix(c.Name, name) {
+			return c, true
+		}
+	}
+	return Container{}, false
+}

@@ -1,0 +1,176 @@
+package dashboard
+
+import (
+	"context"
+	"sort"
+	"strings"
+	"time"
+
+	"github.com/apigate/gateway/caddydocker"
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// Sources are where the dashboard reads from. Every field is optional: a
+// missing source shows as "not configured" on the page.
+type Sources struct {
+	// HTTPConfig returns the running config's apps.http JSON.
+	HTTPConfig func(ctx context.Context) ([]byte, error)
+	// Gatherer returns the running config's metrics registry.
+	Gatherer func() prometheus.Gatherer
+	// Discovery returns the docker app's snapshot, if a docker app runs.
+	Discovery func() (caddydocker.Snapshot, bool)
+	// Events returns up to n recent audit events, newest first.
+	Events func(n int) []Event
+}
+
+// Event is one recent audit event as the page shows it: who, what, and the
+// decision. It never holds a token or claims beyond the subject and roles.
+type Event struct {
+	Time       time.Time `json:"time"`
+	RequestID  string    `json:"request_id"`
+	Route      string    `json:"route"`
+	Method     string    `json:"method"`
+	Host       string    `json:"host"`
+	Path       string    `json:"path"`
+	Status     int       `json:"status"`
+	DurationMS float64   `json:"duration_ms"`
+	RemoteIP   string    `json:"remote_ip"`
+	Subject    string    `json:"subject"`
+	Roles      []string  `json:"roles"`
+	Decision   string    `json:"decision"`
+	Reason     string    `json:"reason"`
+}
+
+// Overview is everything the page shows, in one JSON document.
+type Overview struct {
+	Time        time.Time  `json:"time"`
+	RefreshMS   int64      `json:"refresh_ms"`
+	Routes      []Route    `json:"routes"`
+	RoutesError string     `json:"routes_error,omitempty"`
+	Containers  Containers `json:"containers"`
+	Counters    Counters   `json:"counters"`
+	// RateLimited counts 429 answers among the recent audit events
+	// (caddy-ratelimit has no metrics of its own).
+	RateLimited   int     `json:"rate_limited_recent"`
+	Events        []Event `json:"events"`
+	EventsEnabled bool    `json:"events_enabled"`
+	CountersError string  `json:"counters_error,omitempty"`
+}
+
+// Containers is the docker app's view: every opted-in container, routed or
+// rejected with its label errors.
+type Containers struct {
+	// Enabled is false when no docker app runs.
+	Enabled         bool        `json:"enabled"`
+	Server          string      `json:"server,omitempty"`
+	EngineReachable bool        `json:"engine_reachable"`
+	FromStateFile   bool        `json:"from_state_file,omitempty"`
+	LastList        time.Time   `json:"last_list,omitzero"`
+	LastApply       time.Time   `json:"last_apply,omitzero"`
+	LastError       string      `json:"last_error,omitempty"`
+	Warnings        []string    `json:"warnings,omitempty"`
+	Routed          int         `json:"routed"`
+	Rejected        int         `json:"rejected"`
+	Items           []Container `json:"items"`
+}
+
+// Container is one discovered container.
+type Container struct {
+	Name     string                   `json:"name"`
+	ID       string                   `json:"id"`
+	State    string                   `json:"state"` // routed | rejected
+	Service  string                   `json:"service,omitempty"`
+	Upstream string                   `json:"upstream,omitempty"`
+	Routers  []caddydocker.Router     `json:"routers,omitempty"`
+	Errors   []caddydocker.LabelError `json:"errors,omitempty"`
+	Labels   map[string]string        `json:"labels"`
+	Health   string                   `json:"health,omitempty"`
+}
+
+// ContainersFrom converts a docker app snapshot.
+func ContainersFrom(s caddydocker.Snapshot, ok bool) Containers {
+	c := Containers{Enabled: ok, Items: []Container{}}
+	if !ok {
+		return c
+	}
+	c.Server, c.EngineReachable, c.FromStateFile = s.Server, s.EngineReachable, s.FromStateFile
+	c.LastList, c.LastApply, c.LastError, c.Warnings = s.LastList, s.LastApply, s.LastError, s.Warnings
+	for _, d := range s.Containers {
+		it := Container{Name: d.Container.Name, ID: shortID(d.Container.ID), Health: d.Container.Health, Labels: map[string]string{}}
+		for k, v := range d.Container.Labels {
+			if strings.HasPrefix(k, caddydocker.LabelPrefix) {
+				it.Labels[k] = v
+			}
+		}
+		if len(d.Errors) > 0 || d.Service == nil {
+			it.State = "rejected"
+			it.Errors = d.Errors
+			c.Rejected++
+		} else {
+			it.State = "routed"
+			it.Service, it.Upstream, it.Routers = d.Service.Name, d.Service.Upstream, d.Service.Routers
+			c.Routed++
+		}
+		c.Items = append(c.Items, it)
+	}
+	// Rejected first: they are what a user looks for.
+	sort.SliceStable(c.Items, func(i, j int) bool {
+		return c.Items[i].State == "rejected" && c.Items[j].State != "rejected"
+	})
+	return c
+}
+
+func shortID(id string) string {
+	if len(id) > 12 {
+		return id[:12]
+	}
+	return id
+}
+
+// Build assembles the overview from the sources.
+func (s Sources) Build(ctx context.Context, refresh time.Duration, events int) Overview {
+	o := Overview{Time: time.Now().UTC(), RefreshMS: refresh.Milliseconds(), Routes: []Route{}, Events: []Event{}}
+	o.Routes, o.RoutesError = s.routes(ctx)
+	if s.Discovery != nil {
+		o.Containers = ContainersFrom(s.Discovery())
+	} else {
+		o.Containers = ContainersFrom(caddydocker.Snapshot{}, false)
+	}
+	var g prometheus.Gatherer
+	if s.Gatherer != nil {
+		g = s.Gatherer()
+	}
+	var err error
+	if o.Counters, err = ReadCounters(g); err != nil {
+		o.CountersError = err.Error()
+	}
+	if s.Events != nil {
+		o.EventsEnabled = true
+		all := s.Events(256)
+		for _, e := range all {
+			if e.Status == 429 {
+				o.RateLimited++
+			}
+		}
+		if len(all) > events {
+			all = all[:events]
+		}
+		o.Events = append(o.Events, all...)
+	}
+	return o
+}
+
+func (s Sources) routes(ctx context.Context) ([]Route, string) {
+	if s.HTTPConfig == nil {
+		return []Route{}, ""
+	}
+	raw, err := s.HTTPConfig(ctx)
+	if err != nil {
+		return []Route{}, err.Error()
+	}
+	rs, err := ExtractRoutes(raw)
+	if err != nil {
+		return []Route{}, err.Error()
+	}
+	return rs, ""
+}

@@ -1,0 +1,353 @@
+package dashboard
+
+import (
+	"encoding/json"
+	"fmt"
+	"sort"
+	"strings"
+	"time"
+)
+
+// Route is one effective route of the running config, flattened from
+// Caddy's nested route lists: the matchers on the way to a terminal
+// handler, the duties (handlers) that run before it, and its upstreams.
+type Route struct {
+	// Server is the key under apps.http.servers.
+	Server string `json:"server"`
+	// Listen are the server's listener addresses.
+	Listen []string `json:"listen,omitempty"`
+	// ID is the route's @id (the innermost one on the way), if any.
+	ID string `json:"id,omitempty"`
+	// Source is "discovery" for routes the docker app added, else "config".
+	Source string `json:"source"`
+	// Match describes the matchers, one string per level, e.g.
+	// "host api.example.com", "path /orders/*".
+	Match []string `json:"match"`
+	// Duties are the handlers in chain order, the terminal one last.
+	Duties []Duty `json:"duties"`
+	// Upstreams are the reverse_proxy dial addresses, if any.
+	Upstreams []string `json:"upstreams,omitempty"`
+}
+
+// Duty is one handler of a route's chain, as a badge: its name and a short
+// detail (roles, rate, optional...). Secrets are never part of a detail.
+type Duty struct {
+	Name   string `json:"name"`
+	Detail string `json:"detail,omitempty"`
+}
+
+// duties are the gateway's duty handlers (shown as colored badges); every
+// other handler is shown by name.
+var dutyOrder = map[string]int{"audit": 1, "jwt_auth": 2, "rbac": 3, "rate_limit": 4, "permission": 5, "reverse_proxy": 6}
+
+// IsDuty reports whether a handler name is one of the gateway's duties.
+func IsDuty(name string) bool { return dutyOrder[name] > 0 }
+
+// terminal handlers end a chain: a row is emitted when one is reached.
+var terminal = map[string]bool{
+	"reverse_proxy": true, "static_response": true, "file_server": true, "error": true,
+	"gateway_dashboard": true, "php_fastcgi": true, "acme_server": true, "metrics": true,
+	"copy_response": true, "templates": false,
+}
+
+type rawRoute struct {
+	ID       string                       `json:"@id"`
+	Group    string                       `json:"group"`
+	Match    []map[string]json.RawMessage `json:"match"`
+	Handle   []json.RawMessage            `json:"handle"`
+	Terminal bool                         `json:"terminal"`
+}
+
+type rawServer struct {
+	Listen []string   `json:"listen"`
+	Routes []rawRoute `json:"routes"`
+}
+
+// ExtractRoutes flattens the routes of an HTTP app's JSON (the value of
+// apps.http in Caddy's config) into one row per terminal handler, sorted by
+// server then config order. Unknown or malformed parts are skipped, not
+// fatal: the dashboard shows what it can read.
+func ExtractRoutes(httpApp []byte) ([]Route, error) {
+	if len(httpApp) == 0 || string(httpApp) == "null" {
+		return []Route{}, nil
+	}
+	var app struct {
+		Servers map[string]rawServer `json:"servers"`
+	}
+	if err := json.Unmarshal(httpApp, &app); err != nil {
+		return nil, fmt.Errorf("reading apps.http: %w", err)
+	}
+	names := make([]string, 0, len(app.Servers))
+	for n := range app.Servers {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	out := []Route{}
+	for _, n := range names {
+		srv := app.Servers[n]
+		w := walker{server: n, listen: srv.Listen}
+		w.routes(srv.Routes, nil, nil, "", 0)
+		out = append(out, w.out...)
+	}
+	return out, nil
+}
+
+type walker struct {
+	server string
+	listen []string
+	out    []Route
+}
+
+const maxDepth = 16
+
+func (w *walker) routes(list []rawRoute, match []string, duties []Duty, id string, depth int) {
+	if depth > maxDepth {
+		return
+	}
+	// Handlers of earlier matcher-less, non-terminal routes run before the
+	// later routes of the same list.
+	carried := append([]Duty(nil), duties...)
+	for _, rt := range list {
+		m := append([]string(nil), match...)
+		if len(rt.Match) > 0 {
+			m = append(m, describeMatch(rt.Match))
+		}
+		rid := id
+		if rt.ID != "" {
+			rid = rt.ID
+		}
+		chain := append([]Duty(nil), carried...)
+		emitted := false
+		for _, raw := range rt.Handle {
+			var h struct {
+				Handler string     `json:"handler"`
+				Routes  []rawRoute `json:"routes"`
+			}
+			if json.Unmarshal(raw, &h) != nil || h.Handler == "" {
+				continue
+			}
+			if h.Handler == "subroute" {
+				w.routes(h.Routes, m, chain, rid, depth+1)
+				emitted = true
+				continue
+			}
+			d := Duty{Name: h.Handler, Detail: dutyDetail(h.Handler, raw)}
+			chain = append(chain, d)
+			if terminal[h.Handler] {
+				r := Route{Server: w.server, Listen: w.listen, ID: rid, Source: source(rid), Match: m, Duties: chain}
+				if h.Handler == "reverse_proxy" {
+					r.Upstreams = upstreams(raw)
+				}
+				if r.Match == nil {
+					r.Match = []string{}
+				}
+				w.out = append(w.out, r)
+				emitted = true
+				break
+			}
+		}
+		if !emitted && len(rt.Match) == 0 && !rt.Terminal {
+			carried = chain
+		}
+		if rt.Terminal && len(rt.Match) == 0 {
+			break
+		}
+	}
+}
+
+func source(id string) string {
+	if strings.HasPrefix(id, "docker:") {
+		return "discovery"
+	}
+	return "config"
+}
+
+// describeMatch renders a matcher set list (OR of ANDs) as text.
+func describeMatch(sets []map[string]json.RawMessage) string {
+	parts := make([]string, 0, len(sets))
+	for _, set := range sets {
+		keys := make([]string, 0, len(set))
+		for k := range set {
+			keys = append(keys, k)
+		}
+		sort.Strings(keys)
+		var and []string
+		for _, k := range keys {
+			and = append(and, k+" "+matcherValue(set[k]))
+		}
+		parts = append(parts, strings.Join(and, " & "))
+	}
+	return strings.Join(parts, " | ")
+}
+
+func matcherValue(raw json.RawMessage) string {
+	var list []string
+	if json.Unmarshal(raw, &list) == nil {
+		return strings.Join(list, ",")
+	}
+	var s string
+	if json.Unmarshal(raw, &s) == nil {
+		return s
+	}
+	var obj map[string]any
+	if json.Unmarshal(raw, &obj) == nil {
+		keys := make([]string, 0, len(obj))
+		for k := range obj {
+			keys = append(keys, k)
+		}
+		sort.Strings(keys)
+		var kv []string
+		for _, k := range keys {
+			kv = append(kv, k+"="+short(fmt.Sprint(obj[k])))
+		}
+		return strings.Join(kv, " ")
+	}
+	return short(string(raw))
+}
+
+func short(s string) string {
+	if len(s) > 80 {
+		return s[:77] + "..."
+	}
+	return s
+}
+
+func upstreams(raw json.RawMessage) []string {
+	var rp struct {
+		Upstreams []struct {
+			Dial string `json:"dial"`
+		} `json:"upstreams"`
+		Dynamic *struct {
+			Source string `json:"source"`
+		} `json:"dynamic_upstreams"`
+	}
+	if json.Unmarshal(raw, &rp) != nil {
+		return nil
+	}
+	var out []string
+	for _, u := range rp.Upstreams {
+		out = append(out, u.Dial)
+	}
+	if rp.Dynamic != nil {
+		out = append(out, "dynamic:"+rp.Dynamic.Source)
+	}
+	return out
+}
+
+// dutyDetail is a short, secret-free description of a handler's settings.
+func dutyDetail(name string, raw json.RawMessage) string {
+	switch name {
+	case "rbac":
+		var c struct {
+			Require      []struct{ Any, All []string } `json:"require"`
+			RequireScope []struct{ Any, All []string } `json:"require_scope"`
+		}
+		if json.Unmarshal(raw, &c) != nil {
+			return ""
+		}
+		var parts []string
+		for _, r := range c.Require {
+			if len(r.Any) > 0 {
+				parts = append(parts, "any "+strings.Join(r.Any, ","))
+			}
+			if len(r.All) > 0 {
+				parts = append(parts, "all "+strings.Join(r.All, ","))
+			}
+		}
+		for _, r := range c.RequireScope {
+			if len(r.Any) > 0 {
+				parts = append(parts, "scope any "+strings.Join(r.Any, ","))
+			}
+			if len(r.All) > 0 {
+				parts = append(parts, "scope all "+strings.Join(r.All, ","))
+			}
+		}
+		return strings.Join(parts, "; ")
+	case "rate_limit":
+		var c struct {
+			RateLimits map[string]struct {
+				MaxEvents int    `json:"max_events"`
+				Window    string `json:"window"`
+			} `json:"rate_limits"`
+		}
+		if json.Unmarshal(raw, &c) != nil {
+			return ""
+		}
+		keys := make([]string, 0, len(c.RateLimits))
+		for k := range c.RateLimits {
+			keys = append(keys, k)
+		}
+		sort.Strings(keys)
+		var parts []string
+		for _, k := range keys {
+			z := c.RateLimits[k]
+			parts = append(parts, fmt.Sprintf("%d/%s", z.MaxEvents, windowText(z.Window)))
+		}
+		return strings.Join(parts, ", ")
+	case "jwt_auth":
+		var c map[string]json.RawMessage
+		if json.Unmarshal(raw, &c) != nil {
+			return ""
+		}
+		var parts []string
+		if v, ok := c["optional"]; ok && string(v) == "true" {
+			parts = append(parts, "optional")
+		}
+		var aud []string
+		if v, ok := c["audiences"]; ok && json.Unmarshal(v, &aud) == nil && len(aud) > 0 {
+			parts = append(parts, "aud "+short(strings.Join(aud, ",")))
+		}
+		return strings.Join(parts, ", ")
+	case "permission":
+		var c struct {
+			URL string `json:"url"`
+		}
+		if json.Unmarshal(raw, &c) == nil && c.URL != "" {
+			return redactURL(c.URL)
+		}
+	case "audit":
+		var c struct {
+			Route string `json:"route"`
+		}
+		if json.Unmarshal(raw, &c) == nil {
+			return c.Route
+		}
+	case "static_response":
+		var c struct {
+			Status json.RawMessage `json:"status_code"`
+		}
+		if json.Unmarshal(raw, &c) == nil && len(c.Status) > 0 {
+			return strings.Trim(string(c.Status), `"`)
+		}
+	}
+	return ""
+}
+
+func windowText(w string) string {
+	d, err := time.ParseDuration(w)
+	switch {
+	case err != nil || d <= 0:
+		return w
+	case d%time.Hour == 0:
+		return fmt.Sprintf("%dh", d/time.Hour)
+	case d%time.Minute == 0:
+		return fmt.Sprintf("%dm", d/time.Minute)
+	case d%time.Second == 0:
+		return fmt.Sprintf("%ds", d/time.Second)
+	}
+	return d.String()
+}
+
+// redactURL drops user info and the query, which may hold credentials.
+func redactURL(s string) string {
+	if i := strings.Index(s, "://"); i >= 0 {
+		rest := s[i+3:]
+		if at := strings.LastIndex(strings.SplitN(rest, "/", 2)[0], "@"); at >= 0 {
+			s = s[:i+3] + rest[at+1:]
+		}
+	}
+	if q := strings.IndexAny(s, "?#"); q >= 0 {
+		s = s[:q]
+	}
+	return short(s)
+}

@@ -1,0 +1,281 @@
+// Gateway dashboard: polls api/overview (relative to the page) and renders
+// it. Plain DOM, textContent only (no HTML from data), no network access
+// beyond this origin.
+"use strict";
+(function () {
+  const HISTORY = 60;
+  const $ = (id) => document.getElementById(id);
+  const series = { requests: [], denials: [], backlog: [] };
+  let last = null;      // previous counters sample {t, requests, denials}
+  let timer = null;
+  let refreshMS = 1000;
+  let paused = false;
+  let data = null;
+
+  function el(tag, attrs, ...kids) {
+    const e = document.createElement(tag);
+    if (attrs) for (const k in attrs) {
+      if (k === "class") e.className = attrs[k];
+      else if (k === "text") e.textContent = attrs[k];
+      else e.setAttribute(k, attrs[k]);
+    }
+    for (const k of kids) if (k != null) e.append(k);
+    return e;
+  }
+  function fmt(n) {
+    if (n == null || isNaN(n)) return "–";
+    if (Math.abs(n) >= 1e6) return (n / 1e6).toFixed(1) + "M";
+    if (Math.abs(n) >= 1e4) return (n / 1e3).toFixed(1) + "k";
+    return Number.isInteger(n) ? String(n) : n.toFixed(n < 10 ? 2 : 1);
+  }
+  function pct(r) { return r == null ? "–" : (r * 100).toFixed(1) + "%"; }
+  function setText(id, v) { const e = $(id); if (e && e.textContent !== String(v)) e.textContent = v; }
+
+  function push(name, v) {
+    const s = series[name];
+    s.push(v);
+    while (s.length > HISTORY) s.shift();
+  }
+  const SVGNS = "http://www.w3.org/2000/svg";
+  function spark(id, values, label) {
+    const svg = $(id);
+    if (!svg) return;
+    while (svg.firstChild) svg.removeChild(svg.firstChild);
+    const max = Math.max(1e-9, ...values);
+    const n = values.length;
+    if (n === 0) return;
+    const W = 120, H = 32, step = W / (HISTORY - 1);
+    const x0 = W - (n - 1) * step;
+    const pts = values.map((v, i) => (x0 + i * step).toFixed(2) + "," + (H - 1 - (v / max) * (H - 3)).toFixed(2));
+    const area = document.createElementNS(SVGNS, "polygon");
+    area.setAttribute("points", x0.toFixed(2) + "," + H + " " + pts.join(" ") + " " + W + "," + H);
+    const line = document.createElementNS(SVGNS, "polyline");
+    line.setAttribute("points", pts.join(" "));
+    const title = document.createElementNS(SVGNS, "title");
+    title.textContent = label + ": now " + fmt(values[n - 1]) + ", peak " + fmt(Math.max(...values)) + " over the last " + n + " samples";
+    svg.append(title, area, line);
+    svg.setAttribute("aria-label", title.textContent);
+  }
+
+  function badge(d) {
+    const b = el("span", { class: "badge " + d.name, title: d.detail ? d.name + ": " + d.detail : d.name }, d.name);
+    if (d.detail) b.append(" ", el("small", { text: d.detail }));
+    return b;
+  }
+
+  function fill(tbody, rows, emptyText, cols) {
+    const frag = document.createDocumentFragment();
+    if (rows.length === 0) {
+      frag.append(el("tr", { class: "empty" }, el("td", { colspan: String(cols), text: emptyText })));
+    } else rows.forEach((r) => frag.append(r));
+    tbody.replaceChildren(frag);
+  }
+
+  function renderRoutes(o) {
+    const rows = o.routes.map((r) => {
+      const duties = el("td");
+      r.duties.forEach((d) => duties.append(badge(d)));
+      const tr = el("tr", { "data-source": r.source },
+        el("td", { class: "mono", text: r.server }),
+        el("td", { class: "mono", text: r.match.length ? r.match.join(" → ") : "(all requests)" }),
+        duties,
+        el("td", { class: "mono", text: (r.upstreams || []).join(", ") }),
+        el("td", { text: r.source + (r.id ? " · " + r.id : "") }));
+      return tr;
+    });
+    fill($("routes").tBodies[0], rows, "no routes", 5);
+    setText("routes-note", o.routes_error ? "could not read the config: " + o.routes_error : o.routes.length + " routes in the running config");
+  }
+
+  function routerText(r) {
+    let s = r.path_prefix;
+    if (r.hosts && r.hosts.length) s = r.hosts.join(",") + s;
+    if (r.methods && r.methods.length) s = r.methods.join(",") + " " + s;
+    const extras = [];
+    extras.push(r.auth_required ? "auth" : "no auth");
+    if (r.roles && r.roles.length) extras.push("roles " + r.roles.join(","));
+    if (r.rate_limit) extras.push("rate " + r.rate_limit.events + "/" + Math.round(r.rate_limit.window / 1e9) + "s");
+    if (r.permission) extras.push("permission");
+    if (!r.audit) extras.push("no audit");
+    if (r.strip_prefix) extras.push("strip");
+    return r.name + ": " + s + " (" + extras.join(", ") + ")";
+  }
+
+  function renderContainers(o) {
+    const c = o.containers;
+    setText("stat-routed", c.enabled ? c.routed : "–");
+    setText("stat-rejected", c.enabled ? c.rejected : "–");
+    let eng = "discovery not configured";
+    if (c.enabled) {
+      eng = (c.engine_reachable ? "engine reachable" : "engine UNREACHABLE") + " · server " + c.server;
+      if (c.last_list) eng += " · listed " + new Date(c.last_list).toLocaleTimeString();
+      if (c.from_state_file) eng += " · routes from state file";
+    }
+    setText("stat-engine", eng);
+    const note = [];
+    if (c.last_error) note.push("last error: " + c.last_error);
+    (c.warnings || []).forEach((w) => note.push("warning: " + w));
+    setText("containers-note", note.join(" · "));
+    const rows = c.items.map((it) => {
+      const why = el("td", { class: "why" });
+      if (it.errors && it.errors.length) {
+        const ul = el("ul", { class: "errs" });
+        it.errors.forEach((e) => ul.append(el("li", { text: e.label + (e.value !== undefined && e.value !== "" ? "=" + JSON.stringify(e.value) : "") + ": " + e.reason })));
+        why.append(ul);
+      }
+      const routers = el("td", { class: "mono" });
+      (it.routers || []).forEach((r, i) => { if (i) routers.append(el("br")); routers.append(routerText(r)); });
+      const labels = Object.keys(it.labels || {}).sort().map((k) => k + "=" + it.labels[k]).join("\n");
+      const tr = el("tr", { class: it.state, "data-state": it.state, "data-name": it.name },
+        el("td", { class: "mono", title: labels, text: it.name + " " }),
+        el("td", null, el("span", { class: "state " + it.state, text: it.state })),
+        el("td", { class: "mono", text: it.service ? it.service + " → " + it.upstream : "" }),
+        routers, why);
+      tr.firstChild.append(el("span", { class: "muted", text: it.id }));
+      // hidden label text so that the filter finds containers by label
+      tr.dataset.search = labels;
+      return tr;
+    });
+    fill($("containers").tBodies[0], rows, c.enabled ? "no opted-in containers" : "discovery (the docker app) is not configured", 5);
+  }
+
+  function renderEvents(o) {
+    const rows = o.events.map((e) => el("tr", { class: e.decision === "deny" ? "denied" : "" },
+      el("td", { class: "mono", text: new Date(e.time).toLocaleTimeString() }),
+      el("td", null, el("span", { class: "state " + e.decision, text: e.decision })),
+      el("td", { class: "num", text: String(e.status) }),
+      el("td", { class: "mono", text: e.method + " " + e.host + e.path + (e.route ? "  [" + e.route + "]" : "") }),
+      el("td", { class: "mono", text: e.subject || "" }),
+      el("td", { text: e.reason || "" }),
+      el("td", { class: "num", text: fmt(e.duration_ms) })));
+    fill($("events").tBodies[0], rows, o.events_enabled ? "no events yet" : "audit is not compiled in", 7);
+    setText("events-note", o.events_enabled ? "newest first, last " + o.events.length : "");
+  }
+
+  function renderDuties(o) {
+    const c = o.counters;
+    setText("jwt-valid", fmt(c.jwt.valid));
+    setText("jwt-rejected", fmt(c.jwt.rejected));
+    setText("jwt-hitrate", pct(c.jwt.cache_hit_rate));
+    const reasons = Object.keys(c.jwt.results).filter((k) => !k.startsWith("valid")).sort()
+      .map((k) => k + " " + fmt(c.jwt.results[k])).join(" · ");
+    setText("jwt-reasons", reasons);
+    setText("rbac-allow", fmt(c.rbac.allow || 0));
+    setText("rbac-role", fmt(c.rbac.deny_role || 0));
+    setText("rbac-scope", fmt(c.rbac.deny_scope || 0));
+    setText("rbac-unauth", fmt(c.rbac.unauthenticated || 0));
+    setText("rl-recent", fmt(o.rate_limited_recent));
+    setText("perm-hitrate", pct(c.permission.cache_hit_rate));
+    setText("perm-stale", fmt(c.permission.stale_serves));
+    setText("perm-errors", fmt(c.permission.service_errors));
+    setText("perm-deny", fmt(c.permission.hits_deny + c.permission.on_error_deny));
+    const rows = c.audit.sinks.map((s) => el("tr", null,
+      el("td", { class: "mono", text: s.name }), el("td", { text: s.type }),
+      el("td", { class: "num", text: fmt(s.queue_depth) }), el("td", { class: "num", text: fmt(s.enqueued) }),
+      el("td", { class: "num", text: fmt(s.sent) }), el("td", { class: "num", text: fmt(s.retried) }),
+      el("td", { class: "num", text: fmt(s.spooled) }), el("td", { class: "num", text: fmt(s.dropped) })));
+    fill($("sinks").tBodies[0], rows, "no audit sinks", 8);
+  }
+
+  function renderCards(o) {
+    const c = o.counters;
+    const now = new Date(o.time).getTime();
+    if (last && now > last.t) {
+      const dt = (now - last.t) / 1000;
+      push("requests", Math.max(0, (c.requests - last.requests) / dt));
+      push("denials", Math.max(0, (c.denials - last.denials) / dt));
+    } else if (!last) {
+      push("requests", 0); push("denials", 0);
+    }
+    push("backlog", c.audit.backlog);
+    last = { t: now, requests: c.requests, denials: c.denials };
+    setText("stat-requests-rate", fmt(series.requests[series.requests.length - 1]));
+    setText("stat-denials-rate", fmt(series.denials[series.denials.length - 1]));
+    setText("stat-backlog", fmt(c.audit.backlog));
+    setText("stat-requests-total", fmt(c.requests));
+    setText("stat-requests-source", "(" + c.requests_source + ")");
+    setText("stat-denials-total", fmt(c.denials));
+    setText("stat-audit-sent", fmt(c.audit.sent));
+    setText("stat-audit-spooled", fmt(c.audit.spooled));
+    setText("stat-audit-dropped", fmt(c.audit.dropped));
+    spark("spark-requests", series.requests, "requests per second");
+    spark("spark-denials", series.denials, "denials per second");
+    spark("spark-backlog", series.backlog, "audit events queued");
+  }
+
+  function applyFilter() {
+    const q = $("search").value.trim().toLowerCase();
+    let shown = 0, total = 0;
+    for (const id of ["routes", "containers", "events", "sinks"]) {
+      for (const tr of $(id).tBodies[0].rows) {
+        if (tr.classList.contains("empty")) continue;
+        total++;
+        const hit = !q || (tr.textContent + " " + (tr.dataset.search || "")).toLowerCase().includes(q);
+        tr.classList.toggle("hidden-by-filter", !hit);
+        if (hit) shown++;
+      }
+    }
+    setText("search-count", q ? shown + " of " + total + " rows" : "");
+  }
+
+  function render(o) {
+    data = o;
+    renderCards(o);
+    renderDuties(o);
+    renderContainers(o);
+    renderRoutes(o);
+    renderEvents(o);
+    applyFilter();
+    setText("updated", "updated " + new Date(o.time).toLocaleTimeString());
+  }
+
+  async function tick() {
+    timer = null;
+    try {
+      const resp = await fetch("api/overview?n=50", { cache: "no-store", credentials: "same-origin", headers: { Accept: "application/json" } });
+      if (!resp.ok) throw new Error("HTTP " + resp.status);
+      const o = await resp.json();
+      if (o.refresh_ms > 0) refreshMS = o.refresh_ms;
+      $("error").hidden = true;
+      render(o);
+    } catch (err) {
+      const e = $("error");
+      e.textContent = "Could not load the gateway's state: " + err.message + " (retrying)";
+      e.hidden = false;
+    }
+    if (!paused) timer = setTimeout(tick, refreshMS);
+  }
+
+  document.addEventListener("DOMContentLoaded", () => {
+    // "/" focuses the filter. Some input paths (e.g. synthetic key events)
+    // still deliver the "/" character after keydown was cancelled, so a "/"
+    // that arrives right after that focus is dropped.
+    let slashFocus = false;
+    $("search").addEventListener("input", (ev) => {
+      if (slashFocus && ev.target.value.startsWith("/")) ev.target.value = ev.target.value.slice(1);
+      slashFocus = false;
+      applyFilter();
+    });
+    $("search").addEventListener("keydown", (ev) => {
+      slashFocus = false;
+      if (ev.key === "Escape") { ev.target.value = ""; applyFilter(); }
+    });
+    document.addEventListener("keydown", (ev) => {
+      const a = document.activeElement;
+      const typing = a && (a.tagName === "INPUT" || a.tagName === "TEXTAREA");
+      if (ev.key === "/" && !typing && !ev.ctrlKey && !ev.metaKey && !ev.altKey) {
+        ev.preventDefault();
+        $("search").focus();
+        slashFocus = true;
+      }
+    });
+    $("pause").addEventListener("click", () => {
+      paused = !paused;
+      $("pause").setAttribute("aria-pressed", String(paused));
+      $("pause").textContent = paused ? "Resume" : "Pause";
+      if (!paused && !timer) tick();
+      else if (paused && timer) { clearTimeout(timer); timer = null; }
+    });
+    tick();
+  });
+})();
