@@ -2,10 +2,13 @@ package caddyjwt
 
 import (
 	"context"
+	"net/http"
+	"net/http/httptest"
 	"strconv"
 	"testing"
 	"time"
 
+	"github.com/caddyserver/caddy/v2"
 	"github.com/golang-jwt/jwt/v5"
 )
 
@@ -153,5 +156,34 @@ func BenchmarkHashToken(b *testing.B) {
 	b.SetBytes(int64(len(tok)))
 	for b.Loop() {
 		hashToken(tok)
+	}
+}
+
+type nopHandler struct{}
+
+func (nopHandler) ServeHTTP(http.ResponseWriter, *http.Request) error { return nil }
+
+// BenchmarkServeHTTPHit is the whole handler on a cached token: extraction,
+// cache hit, identity, placeholders and one forwarded claim.
+func BenchmarkServeHTTPHit(b *testing.B) {
+	ctx, cancel := caddy.NewContext(caddy.Context{Context: context.Background()})
+	defer cancel()
+	j := &JWTAuth{HMACSecrets: []string{string(testSecret)}, ForwardClaims: []ForwardClaim{{"sub", "X-User-Id"}}}
+	if err := j.Provision(ctx); err != nil {
+		b.Fatal(err)
+	}
+	defer j.Cleanup()
+	claims := baseClaims()
+	claims["exp"] = time.Now().Add(time.Hour).Unix()
+	claims["iat"] = time.Now().Unix()
+	tok := sign(b, jwt.SigningMethodHS256, testSecret, "", claims)
+	r := request("GET", "/orders")
+	r.Header.Set("Authorization", "Bearer "+tok)
+	w := httptest.NewRecorder()
+	b.ReportAllocs()
+	for b.Loop() {
+		if err := j.ServeHTTP(w, r, nopHandler{}); err != nil {
+			b.Fatal(err)
+		}
 	}
 }

@@ -283,8 +283,8 @@ func (v *Verifier) verify(ctx context.Context, token string, now time.Time, gen 
 		deadline := now.Add(v.ttl).UnixNano()
 		if exp != 0 {
 			// entries die at exp even if the leeway would still accept it
-			if e := int64(exp * 1e9); e < deadline {
-				deadline = e
+			if e := exp * 1e9; e < float64(deadline) {
+				deadline = int64(e)
 			}
 		}
 		if deadline > now.UnixNano() {
