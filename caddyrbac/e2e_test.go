@@ -81,6 +81,24 @@ func TestEndToEnd(t *testing.T) {
 }
 
 :%[2]d {
+	@write method POST PUT PATCH DELETE
+
+	# per-method rules with Caddy's matchers: any role may read,
+	# writing needs editor or admin
+	route /items/* {
+		jwt_auth {
+			hmac_secret %[3]s
+		}
+		rbac {
+			roles_claim realm_access.roles
+		}
+		rbac @write {
+			roles_claim realm_access.roles
+			require any editor admin
+		}
+		respond "items {method}"
+	}
+
 	route /orders/* {
 		jwt_auth {
 			hmac_secret %[3]s
@@ -231,6 +249,33 @@ func TestEndToEnd(t *testing.T) {
 			t.Fatalf("got %d %q", code, body)
 		}
 		wantJSON(t, body, "forbidden", "missing scope")
+	})
+	t.Run("per-method rules with a named matcher", func(t *testing.T) {
+		do := func(method, tok string) (int, string) {
+			req, err := http.NewRequest(method, base+"/items/1", nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			req.Header.Set("Authorization", "Bearer "+tok)
+			resp, err := tester.Client.Do(req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer resp.Body.Close()
+			body, _ := io.ReadAll(resp.Body)
+			return resp.StatusCode, string(body)
+		}
+		if code, body := do("GET", carolTok); code != 200 || body != "items GET" {
+			t.Errorf("viewer GET: %d %q", code, body)
+		}
+		code, body := do("POST", carolTok)
+		if code != 403 {
+			t.Fatalf("viewer POST: %d %q", code, body)
+		}
+		wantJSON(t, body, "forbidden", "missing role")
+		if code, body := do("DELETE", bobTok); code != 200 || body != "items DELETE" {
+			t.Errorf("admin DELETE: %d %q", code, body)
+		}
 	})
 	t.Run("no token gets 401 from jwt_auth", func(t *testing.T) {
 		code, h, body := get(t, "/orders/1", "")
