@@ -71,6 +71,7 @@ var algs = []*alg{
 	{name: "ES384", family: familyEC, hash: crypto.SHA384, curve: elliptic.P384(), keyLen: 48},
 	{name: "ES512", family: familyEC, hash: crypto.SHA512, curve: elliptic.P521(), keyLen: 66},
 	{name: "EdDSA", family: familyEd25519},
+	{name: "Ed25519", family: familyEd25519}, // RFC 9864 fully-specified name
 }
 
 // lookupAlg returns the algorithm of that exact name, or nil.

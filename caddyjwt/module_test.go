@@ -290,7 +290,6 @@ func TestPoolsOutliveReload(t *testing.T) {
 	}
 	a.Cleanup()
 	cancelA()
-	defer b.Cleanup()
 	if a.Verifier() != b.Verifier() {
 		t.Fatal("verifier (and its token cache) not shared across the reload")
 	}
@@ -303,6 +302,16 @@ func TestPoolsOutliveReload(t *testing.T) {
 	}
 	if refs, ok := jwksPool.References(b.jwksKeys[0]); !ok || refs != 1 {
 		t.Fatalf("jwks refs = %d %v", refs, ok)
+	}
+	set := b.Verifier().sets[0].(*JWKSet)
+	b.Cleanup()
+	select {
+	case <-set.ctx.Done(): // the last user stopped the fetcher
+	default:
+		t.Fatal("JWKS fetcher still running after the last Cleanup")
+	}
+	if _, ok := jwksPool.References(b.jwksKeys[0]); ok {
+		t.Fatal("JWKS fetcher still pooled")
 	}
 }
 
