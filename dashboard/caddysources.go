@@ -51,29 +51,50 @@ func caddySources(endpoint func(ctx context.Context) (adminEndpoint, error)) Sou
 	}
 }
 
-// configCache keeps the last config read for a short while, so that
-// several open pages cost one admin request per interval.
+// configCache keeps the config read last, and reads it again only when a
+// new config is running (every load, discovery's included, makes a new
+// one) or after configCacheMaxAge. So an open page costs no admin request
+// while nothing changes.
 type configCache struct {
 	mu   sync.Mutex
 	at   time.Time
 	key  adminEndpoint
+	cfg  uintptr
 	body []byte
 }
 
-const configCacheTTL = 500 * time.Millisecond
+const configCacheMaxAge = 30 * time.Second
 
 func (c *configCache) get(ctx context.Context, ep adminEndpoint) ([]byte, error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if c.key == ep && time.Since(c.at) < configCacheTTL && c.body != nil {
+	cfg := activeConfigID()
+	if c.body != nil && c.key == ep && cfg != 0 && c.cfg == cfg && time.Since(c.at) < configCacheMaxAge {
 		return c.body, nil
 	}
 	body, err := fetchHTTPConfig(ctx, ep)
 	if err != nil {
 		return nil, err
 	}
-	c.key, c.at, c.body = ep, time.Now(), body
+	c.key, c.cfg, c.at, c.body = ep, cfg, time.Now(), body
 	return body, nil
+}
+
+// activeConfigID identifies the running config: the address of Caddy's
+// current *Config (read with reflection; 0 when unknown, which disables
+// the cache).
+func activeConfigID() (id uintptr) {
+	defer func() {
+		if recover() != nil {
+			id = 0
+		}
+	}()
+	ctx := caddy.ActiveContext()
+	cfg := reflect.ValueOf(ctx).FieldByName("cfg")
+	if !cfg.IsValid() || cfg.Kind() != reflect.Pointer || cfg.IsNil() {
+		return 0
+	}
+	return cfg.Pointer()
 }
 
 func fetchHTTPConfig(ctx context.Context, ep adminEndpoint) ([]byte, error) {

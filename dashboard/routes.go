@@ -266,8 +266,8 @@ func dutyDetail(name string, raw json.RawMessage) string {
 	case "rate_limit":
 		var c struct {
 			RateLimits map[string]struct {
-				MaxEvents int    `json:"max_events"`
-				Window    string `json:"window"`
+				MaxEvents int             `json:"max_events"`
+				Window    json.RawMessage `json:"window"`
 			} `json:"rate_limits"`
 		}
 		if json.Unmarshal(raw, &c) != nil {
@@ -323,7 +323,21 @@ func dutyDetail(name string, raw json.RawMessage) string {
 	return ""
 }
 
-func windowText(w string) string {
+// windowText formats a caddy.Duration as JSON gives it: a duration string
+// ("1m0s") or integer nanoseconds.
+func windowText(raw json.RawMessage) string {
+	var ns int64
+	if json.Unmarshal(raw, &ns) == nil {
+		return durationText(time.Duration(ns).String())
+	}
+	var s string
+	if json.Unmarshal(raw, &s) == nil {
+		return durationText(s)
+	}
+	return "?"
+}
+
+func durationText(w string) string {
 	d, err := time.ParseDuration(w)
 	switch {
 	case err != nil || d <= 0:
