@@ -173,7 +173,7 @@ func (s *JWKSet) loop() {
 // RefreshEarly fetches now unless a fetch started less than the cooldown
 // ago. It reports whether new keys may be available (it fetched, or
 // another caller fetched while this one waited).
-func (s *JWKSet) RefreshEarly(ctx context.Context) bool {
+func (s *JWKSet) RefreshEarly(context.Context) bool {
 	last := s.lastAttempt.Load()
 	if time.Now().UnixNano()-last < int64(s.cfg.Cooldown) {
 		return false
@@ -183,7 +183,9 @@ func (s *JWKSet) RefreshEarly(ctx context.Context) bool {
 		s.fetchMu.Unlock()
 		return true
 	}
-	err := s.fetchLocked(ctx)
+	// the set's own context: a client that goes away does not waste the
+	// one early refresh of this cooldown
+	err := s.fetchLocked(s.ctx)
 	s.fetchMu.Unlock()
 	if err != nil {
 		s.log.Warn("early JWKS refresh for an unknown kid failed", zap.Error(err))

@@ -14,8 +14,9 @@ type metrics struct {
 	cacheMisses   prometheus.Counter
 	jwksFetches   *prometheus.CounterVec
 
-	valid   prometheus.Counter
-	missing prometheus.Counter
+	valid     prometheus.Counter
+	missing   prometheus.Counter
+	anonymous prometheus.Counter
 }
 
 const metricsNamespace = "gateway"
@@ -55,6 +56,7 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 	}
 	m.valid = m.verifications.WithLabelValues("valid", "ok")
 	m.missing = m.verifications.WithLabelValues("missing", "missing token")
+	m.anonymous = m.verifications.WithLabelValues("anonymous", "missing token")
 	return m
 }
 

@@ -371,7 +371,7 @@ func (j *JWTAuth) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyht
 	}
 	if token == "" {
 		if j.Optional {
-			j.metrics.verifications.WithLabelValues("anonymous", "missing token").Inc()
+			j.metrics.anonymous.Inc()
 			return next.ServeHTTP(w, r)
 		}
 		j.metrics.missing.Inc()

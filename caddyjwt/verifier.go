@@ -336,8 +336,8 @@ func (v *Verifier) checkSignature(ctx context.Context, a *alg, kid string, signe
 			}
 		}
 		// no kid, or a kid no key claims: keys without an ID (plain
-		// secrets, PEM files) may verify it; a token without kid may
-		// also match any key of a set
+		// secrets, PEM files, JWKs without kid) may verify it; a token
+		// without kid may match any key
 		for _, k := range v.static {
 			if k.ID == "" || kid == "" {
 				if try(k) {
@@ -347,7 +347,7 @@ func (v *Verifier) checkSignature(ctx context.Context, a *alg, kid string, signe
 		}
 		for _, s := range v.sets {
 			for _, k := range s.Keys() {
-				if kid == "" {
+				if kid == "" || k.ID == "" {
 					if try(k) {
 						return k
 					}

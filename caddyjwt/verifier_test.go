@@ -458,3 +458,31 @@ func TestParsePEMKeys(t *testing.T) {
 		}
 	}
 }
+
+func TestKeySelection(t *testing.T) {
+	k := keys(t)
+	ctx := context.Background()
+	set := &staticSet{}
+	noKid := []*Key{mustKey(t, &k.p256.PublicKey, ""), mustKey(t, &k.rsa.PublicKey, "r1")}
+	set.keys.Store(&noKid)
+	v, _ := NewVerifier(Options{Now: nowFn, CacheSize: -1}, nil, set)
+	cases := []struct {
+		name  string
+		token string
+		want  error
+	}{
+		{"kid matches", sign(t, jwt.SigningMethodRS256, k.rsa, "r1", baseClaims()), nil},
+		{"no kid tries every key", sign(t, jwt.SigningMethodRS256, k.rsa, "", baseClaims()), nil},
+		{"kid-less JWK verifies a token with an unknown kid", sign(t, jwt.SigningMethodES256, k.p256, "whatever", baseClaims()), nil},
+		{"kid of another key type", sign(t, jwt.SigningMethodES256, k.p256, "r1", baseClaims()), ErrKeyMismatch},
+		{"wrong key, no kid", sign(t, jwt.SigningMethodRS256, k.rsa2, "", baseClaims()), ErrSignature},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := v.Verify(ctx, tc.token)
+			if tc.want == nil && err != nil || tc.want != nil && !errors.Is(err, tc.want) {
+				t.Fatalf("err = %v, want %v", err, tc.want)
+			}
+		})
+	}
+}
