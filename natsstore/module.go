@@ -7,6 +7,7 @@ package natsstore
 import (
 	"fmt"
 	"regexp"
+	"strings"
 	"time"
 
 	"github.com/caddyserver/caddy/v2"
@@ -28,7 +29,9 @@ func init() {
 // the process that uses the same servers and credentials.
 type Storage struct {
 	// Servers are the NATS URLs (nats://host:4222, tls://host:4222); list
-	// every node of the cluster. Default: nats://127.0.0.1:4222.
+	// every node of the cluster. An entry may hold several URLs separated
+	// by commas (as the audit NATS sink takes them), and placeholders such
+	// as {env.NATS_URLS}. Default: nats://127.0.0.1:4222.
 	Servers []string `json:"servers,omitempty"`
 	// CredsFile is a NATS .creds file (user JWT and NKey seed).
 	CredsFile string `json:"creds_file,omitempty"`
@@ -76,9 +79,15 @@ var bucketName = regexp.MustCompile(`^[a-zA-Z0-9_-]+$`)
 func (s *Storage) Provision(ctx caddy.Context) error {
 	s.logger = ctx.Logger()
 	repl := caddy.NewReplacer()
-	for i, u := range s.Servers {
-		s.Servers[i] = repl.ReplaceKnown(u, "")
+	var servers []string
+	for _, u := range s.Servers {
+		for _, one := range strings.Split(repl.ReplaceKnown(u, ""), ",") {
+			if one = strings.TrimSpace(one); one != "" {
+				servers = append(servers, one)
+			}
+		}
 	}
+	s.Servers = servers
 	s.CredsFile = repl.ReplaceKnown(s.CredsFile, "")
 	s.User = repl.ReplaceKnown(s.User, "")
 	s.Password = repl.ReplaceKnown(s.Password, "")
@@ -104,10 +113,11 @@ func (s *Storage) Provision(ctx caddy.Context) error {
 	if err := s.Validate(); err != nil {
 		return err
 	}
-	c, release, err := natsconn.Get(natsconn.Options{
+	opts := natsconn.Options{
 		Servers: s.Servers, User: s.User, Password: s.Password, Token: s.Token,
 		CredsFile: s.CredsFile, TLSCA: s.TLSCA, TLSCert: s.TLSCert, TLSKey: s.TLSKey,
-	})
+	}
+	c, release, err := natsconn.Get(opts)
 	if err != nil {
 		return fmt.Errorf("storage nats: %w", err)
 	}
@@ -117,6 +127,9 @@ func (s *Storage) Provision(ctx caddy.Context) error {
 		return fmt.Errorf("storage nats: jetstream: %w", err)
 	}
 	s.release = release
+	// Modules configured without NATS servers of their own (permission
+	// invalidation) use this cluster and share this connection.
+	natsconn.SetDefault(opts)
 	s.kv = NewKV(js, KVConfig{
 		Bucket: s.Bucket, Replicas: s.Replicas,
 		LockTTL: time.Duration(s.LockTTL), Timeout: time.Duration(s.Timeout),

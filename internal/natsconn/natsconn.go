@@ -90,6 +90,42 @@ type Conn struct {
 	jsOnce sync.Once
 	js     jetstream.JetStream
 	jsErr  error
+
+	lmu       sync.Mutex
+	listeners map[int]func()
+	nextL     int
+}
+
+// OnReconnect registers fn to run (on nats.go's callback goroutine, so it
+// must not block) each time the connection is re-established after a
+// loss; subscribers use it to resynchronize, since core NATS messages sent
+// while disconnected are not delivered. The returned function removes fn.
+func (c *Conn) OnReconnect(fn func()) (remove func()) {
+	c.lmu.Lock()
+	defer c.lmu.Unlock()
+	if c.listeners == nil {
+		c.listeners = map[int]func(){}
+	}
+	id := c.nextL
+	c.nextL++
+	c.listeners[id] = fn
+	return func() {
+		c.lmu.Lock()
+		delete(c.listeners, id)
+		c.lmu.Unlock()
+	}
+}
+
+func (c *Conn) reconnected() {
+	c.lmu.Lock()
+	fns := make([]func(), 0, len(c.listeners))
+	for _, fn := range c.listeners {
+		fns = append(fns, fn)
+	}
+	c.lmu.Unlock()
+	for _, fn := range fns {
+		fn()
+	}
 }
 
 // NATS returns the underlying connection, for publishing and subscribing.
@@ -104,7 +140,33 @@ func (c *Conn) JetStream() (jetstream.JetStream, error) {
 var (
 	mu    sync.Mutex
 	conns = map[string]*Conn{}
+
+	defMu   sync.Mutex
+	defOpts *Options
 )
+
+// SetDefault records opts as the process's default NATS options; the
+// `storage nats` module does, so that other modules configured without
+// servers (permission invalidation) use the same cluster and connection.
+func SetDefault(opts Options) {
+	defMu.Lock()
+	o := opts
+	o.Servers = append([]string(nil), opts.Servers...)
+	defOpts = &o
+	defMu.Unlock()
+}
+
+// Default returns the options recorded by SetDefault.
+func Default() (Options, bool) {
+	defMu.Lock()
+	defer defMu.Unlock()
+	if defOpts == nil {
+		return Options{}, false
+	}
+	o := *defOpts
+	o.Servers = append([]string(nil), defOpts.Servers...)
+	return o, true
+}
 
 // Get returns the shared connection for opts, connecting if it is the first
 // user. The release function must be called exactly once when the caller no
@@ -128,11 +190,12 @@ func Get(opts Options) (*Conn, func(), error) {
 	defer mu.Unlock()
 	c, ok := conns[k]
 	if !ok {
-		nc, err := connect(opts)
+		c = &Conn{key: k}
+		nc, err := connect(opts, c.reconnected)
 		if err != nil {
 			return nil, nil, err
 		}
-		c = &Conn{nc: nc, key: k}
+		c.nc = nc
 		conns[k] = c
 	}
 	c.refs++
@@ -174,8 +237,9 @@ func Count() int {
 	return len(conns)
 }
 
-func connect(o Options) (*nats.Conn, error) {
+func connect(o Options, onReconnect func()) (*nats.Conn, error) {
 	nopts := []nats.Option{
+		nats.ReconnectHandler(func(*nats.Conn) { onReconnect() }),
 		nats.Name(o.Name),
 		nats.Timeout(o.ConnectTimeout),
 		nats.ReconnectWait(o.ReconnectWait),

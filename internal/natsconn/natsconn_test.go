@@ -1,6 +1,7 @@
 package natsconn
 
 import (
+	"net"
 	"testing"
 	"time"
 
@@ -89,5 +90,42 @@ func TestRedact(t *testing.T) {
 	got := redact([]string{"nats://u:p@h:4222", "h2:4222", "a:b@h3"})
 	if got != "nats://***@h:4222,h2:4222,***@h3" {
 		t.Fatal(got)
+	}
+}
+
+func TestDefault(t *testing.T) {
+	if _, ok := Default(); ok {
+		t.Fatal("default set before SetDefault")
+	}
+	in := Options{Servers: []string{"nats://a:4222"}, CredsFile: "x.creds"}
+	SetDefault(in)
+	in.Servers[0] = "changed"
+	got, ok := Default()
+	if !ok || got.Servers[0] != "nats://a:4222" || got.CredsFile != "x.creds" {
+		t.Fatalf("Default = %+v, %v", got, ok)
+	}
+}
+
+func TestOnReconnect(t *testing.T) {
+	opts := natstest.DefaultTestOptions
+	opts.Port = -1
+	s := natstest.RunServer(&opts)
+	port := s.Addr().(*net.TCPAddr).Port
+	c, rel, err := Get(Options{Servers: []string{s.ClientURL()}, ReconnectWait: 20 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rel()
+	got := make(chan struct{}, 4)
+	remove := c.OnReconnect(func() { got <- struct{}{} })
+	defer remove()
+	s.Shutdown()
+	opts.Port = port
+	s = natstest.RunServer(&opts)
+	defer s.Shutdown()
+	select {
+	case <-got:
+	case <-time.After(20 * time.Second):
+		t.Fatal("no reconnect callback")
 	}
 }
