@@ -34,12 +34,14 @@ func parseCaddyfile(h httpcaddyfile.Helper) (caddyhttp.MiddlewareHandler, error)
 //		stale_if_error <duration>
 //		roles_claim    <claim path>
 //		route          <name>
+//		invalidate_subject <nats subject>   # fleet: NATS messages drop decisions
+//		nats_servers   <url>...             # default: those of `storage nats`
+//		nats_creds_file <file>
 //	}
 //
 // The words of key are joined with single spaces; {method}, {path} and the
-// other Caddyfile shorthands work. invalidate_subject (dropping decisions on
-// NATS messages) is part of the fleet feature and is rejected until it is
-// built.
+// other Caddyfile shorthands work. The invalidation message format is in
+// invalidate.go (and docs/fleet.md).
 func (h *Handler) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 	d.Next() // directive name
 	if d.NextArg() {
@@ -136,8 +138,28 @@ func (h *Handler) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 			if d.NextArg() {
 				return d.ArgErr()
 			}
-		case "invalidate_subject":
-			return d.Errf("invalidate_subject requires the NATS fleet support, not built yet")
+		case "invalidate_subject", "nats_creds_file":
+			if !d.NextArg() {
+				return d.ArgErr()
+			}
+			if name == "invalidate_subject" {
+				if v := d.Val(); strings.ContainsAny(v, " \t\r\n") || strings.HasPrefix(v, ".") ||
+					strings.HasSuffix(v, ".") || strings.Contains(v, "..") {
+					return d.Errf("invalid invalidate_subject %q: not a NATS subject", v)
+				}
+				h.InvalidateSubject = d.Val()
+			} else {
+				h.NATSCredsFile = d.Val()
+			}
+			if d.NextArg() {
+				return d.ArgErr()
+			}
+		case "nats_servers":
+			args := d.RemainingArgs()
+			if len(args) == 0 {
+				return d.ArgErr()
+			}
+			h.NATSServers = append(h.NATSServers, args...)
 		default:
 			return d.Errf("unrecognized subdirective '%s'", name)
 		}

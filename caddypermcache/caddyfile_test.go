@@ -63,8 +63,11 @@ func TestUnmarshalCaddyfile(t *testing.T) {
 		{"static key", "permission http://a {\n key everyone\n}", Handler{}, "has no placeholder"},
 		{"missing arg", "permission http://a {\n route\n}", Handler{}, "wrong argument count"},
 		{"extra arg", "permission http://a {\n timeout 1s 2s\n}", Handler{}, "wrong argument count"},
-		{"invalidate_subject", "permission http://a {\n invalidate_subject gateway.perm.invalidate\n}", Handler{},
-			"invalidate_subject requires the NATS fleet support, not built yet"},
+		{"invalidate_subject", "permission http://a {\n invalidate_subject gateway.perm.invalidate\n nats_servers nats://n1:4222,nats://n2:4222 nats://n3:4222\n nats_creds_file /etc/gw.creds\n}",
+			Handler{URL: "http://a", InvalidateSubject: "gateway.perm.invalidate",
+				NATSServers: []string{"nats://n1:4222,nats://n2:4222", "nats://n3:4222"}, NATSCredsFile: "/etc/gw.creds"}, ""},
+		{"bad invalidate_subject", "permission http://a {\n invalidate_subject gateway..x\n}", Handler{}, `invalid invalidate_subject "gateway..x"`},
+		{"empty nats_servers", "permission http://a {\n nats_servers\n}", Handler{}, "wrong argument count"},
 		{"unknown", "permission http://a {\n cache yes\n}", Handler{}, "unrecognized subdirective 'cache'"},
 	}
 	for _, tc := range tests {

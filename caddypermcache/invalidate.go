@@ -1,0 +1,215 @@
+package caddypermcache
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"runtime/debug"
+	"strings"
+
+	"github.com/caddyserver/caddy/v2"
+	"github.com/nats-io/nats.go"
+	"github.com/prometheus/client_golang/prometheus"
+	"go.uber.org/zap"
+
+	"github.com/apigate/gateway/internal/natsconn"
+)
+
+// Invalidation (fleet): with invalidate_subject set, every replica
+// subscribes to that NATS subject and drops the decisions each message
+// names. A message is one JSON object with exactly one of these fields:
+//
+//	{"subject": "alice"}                        every decision fetched for identity subject alice
+//	{"prefix": ["alice", "GET"]}                every key whose leading placeholder values are these
+//	                                            (in key template order; the default template is
+//	                                            {http.auth.user.id} {http.request.method} {http.request.uri.path})
+//	{"key": ["alice", "GET", "/orders/1"]}      one key: every placeholder value of the template
+//	{"all": true}                               every decision
+//
+// Core NATS delivers a message to every subscriber that is connected; a
+// replica that was disconnected may have missed some, so it empties its
+// cache when it reconnects.
+
+// InvalidateMessage is the JSON body of an invalidation message.
+type InvalidateMessage struct {
+	Subject *string  `json:"subject,omitempty"`
+	Prefix  []string `json:"prefix,omitempty"`
+	Key     []string `json:"key,omitempty"`
+	All     bool     `json:"all,omitempty"`
+}
+
+// maxInvalidateMessage bounds what is parsed (the subject is untrusted
+// input: anyone allowed to publish on it).
+const maxInvalidateMessage = 64 << 10
+
+// ParseInvalidateMessage parses and checks one message.
+func ParseInvalidateMessage(data []byte) (InvalidateMessage, string, error) {
+	var m InvalidateMessage
+	if len(data) > maxInvalidateMessage {
+		return m, "", fmt.Errorf("message of %d bytes: more than %d", len(data), maxInvalidateMessage)
+	}
+	dec := json.NewDecoder(bytes.NewReader(data))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&m); err != nil {
+		return m, "", fmt.Errorf("invalid JSON: %v", err)
+	}
+	if dec.More() {
+		return m, "", errors.New("invalid JSON: more than one value")
+	}
+	kind, n := "", 0
+	if m.Subject != nil {
+		kind, n = "subject", n+1
+	}
+	if m.Prefix != nil {
+		kind, n = "prefix", n+1
+	}
+	if m.Key != nil {
+		kind, n = "key", n+1
+	}
+	if m.All {
+		kind, n = "all", n+1
+	}
+	if n != 1 {
+		return m, "", errors.New(`want exactly one of "subject", "prefix", "key", "all"`)
+	}
+	if kind == "prefix" && len(m.Prefix) == 0 {
+		return m, "", errors.New(`empty "prefix": use {"all":true} to drop every decision`)
+	}
+	return m, kind, nil
+}
+
+// apply drops the decisions m names and returns how many.
+func (m InvalidateMessage) apply(c *Cache, t *KeyTemplate) (int, error) {
+	switch {
+	case m.Subject != nil:
+		return c.InvalidateSubject(*m.Subject), nil
+	case m.All:
+		return c.Purge(), nil
+	case m.Key != nil:
+		if len(m.Key) != len(t.Placeholders()) {
+			return 0, fmt.Errorf(`"key" has %d values; the key template has %d placeholders`, len(m.Key), len(t.Placeholders()))
+		}
+		k := t.Render(m.Key...)
+		return c.InvalidateFunc(func(key, _ string) bool { return key == k }), nil
+	default:
+		if len(m.Prefix) > len(t.Placeholders()) {
+			return 0, fmt.Errorf(`"prefix" has %d values; the key template has %d placeholders`, len(m.Prefix), len(t.Placeholders()))
+		}
+		return c.InvalidatePrefix(t.Prefix(m.Prefix...)), nil
+	}
+}
+
+var (
+	invalidationsVec = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Namespace: "gateway", Subsystem: "permission", Name: "invalidations_total",
+		Help: "Invalidation messages received over NATS, by kind (subject, prefix, key, all, reconnect, invalid).",
+	}, []string{"route", "kind"})
+	invalidatedVec = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Namespace: "gateway", Subsystem: "permission", Name: "invalidated_decisions_total",
+		Help: "Cached decisions dropped by invalidation messages (and by the purge after a NATS reconnect).",
+	}, []string{"route"})
+)
+
+func registerInvalidationMetrics(reg *prometheus.Registry) error {
+	if reg == nil {
+		return nil
+	}
+	for _, c := range []prometheus.Collector{invalidationsVec, invalidatedVec} {
+		if err := reg.Register(c); err != nil {
+			var are prometheus.AlreadyRegisteredError
+			if !errors.As(err, &are) {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// invalidation is one handler's subscription.
+type invalidation struct {
+	sub       *nats.Subscription
+	removeRec func()
+	release   func()
+}
+
+func (inv *invalidation) stop() {
+	if inv == nil {
+		return
+	}
+	_ = inv.sub.Unsubscribe()
+	inv.removeRec()
+	inv.release()
+}
+
+// natsOptions are the connection options for invalidation: the handler's
+// own servers, else those of the `storage nats` global option.
+func (h *Handler) natsOptions() (natsconn.Options, error) {
+	repl := caddy.NewReplacer()
+	var servers []string
+	for _, s := range h.NATSServers {
+		for _, one := range strings.Split(repl.ReplaceKnown(s, ""), ",") {
+			if one = strings.TrimSpace(one); one != "" {
+				servers = append(servers, one)
+			}
+		}
+	}
+	if len(servers) == 0 {
+		if o, ok := natsconn.Default(); ok {
+			return o, nil
+		}
+		return natsconn.Options{}, errors.New("invalidate_subject needs NATS servers: set nats_servers, or configure the `storage nats` global option")
+	}
+	return natsconn.Options{Servers: servers, CredsFile: repl.ReplaceKnown(h.NATSCredsFile, "")}, nil
+}
+
+// startInvalidation subscribes to InvalidateSubject (if set).
+func (h *Handler) startInvalidation(ctx caddy.Context) error {
+	if h.InvalidateSubject == "" {
+		return nil
+	}
+	if err := registerInvalidationMetrics(ctx.GetMetricsRegistry()); err != nil {
+		return err
+	}
+	opts, err := h.natsOptions()
+	if err != nil {
+		return err
+	}
+	conn, release, err := natsconn.Get(opts)
+	if err != nil {
+		return fmt.Errorf("invalidate_subject: %w", err)
+	}
+	cache, tmpl, logger, route := h.shared.cache, h.tmpl, h.logger, h.Route
+	dropped := invalidatedVec.WithLabelValues(route)
+	sub, err := conn.NATS().Subscribe(h.InvalidateSubject, func(msg *nats.Msg) {
+		defer func() {
+			if p := recover(); p != nil {
+				logger.Error("panic handling an invalidation", zap.Any("panic", p), zap.ByteString("stack", debug.Stack()))
+			}
+		}()
+		m, kind, err := ParseInvalidateMessage(msg.Data)
+		if err == nil {
+			var n int
+			if n, err = m.apply(cache, tmpl); err == nil {
+				invalidationsVec.WithLabelValues(route, kind).Inc()
+				dropped.Add(float64(n))
+				logger.Debug("invalidated cached decisions", zap.String("kind", kind), zap.Int("dropped", n))
+				return
+			}
+		}
+		invalidationsVec.WithLabelValues(route, "invalid").Inc()
+		logger.Warn("ignoring an invalid invalidation message", zap.String("subject", msg.Subject), zap.Error(err))
+	})
+	if err != nil {
+		release()
+		return fmt.Errorf("invalidate_subject %q: %w", h.InvalidateSubject, err)
+	}
+	removeRec := conn.OnReconnect(func() {
+		n := cache.Purge()
+		invalidationsVec.WithLabelValues(route, "reconnect").Inc()
+		dropped.Add(float64(n))
+		logger.Info("NATS reconnected: emptied the permission cache, since invalidations may have been missed", zap.Int("dropped", n))
+	})
+	h.inv = &invalidation{sub: sub, removeRec: removeRec, release: release}
+	return nil
+}
