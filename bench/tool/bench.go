@@ -65,7 +65,7 @@ func (b *Bench) Run(containers int, skip, note string) error {
 
 	r := &Report{
 		Date: b.started.UTC().Format("2006-01-02"), Started: b.started.UTC(), Quick: b.Quick,
-		Rounds: b.Rounds, DurationS: b.Dur.Seconds(), Note: note,
+		Rounds: b.Rounds, DurationS: b.Dur.Seconds(), WarmupS: b.Warmup.Seconds(), Note: note,
 		Command: os.Getenv("BENCH_COMMAND"), Samples: map[string][]Sample{},
 	}
 	if r.Command == "" {
@@ -157,9 +157,9 @@ func (b *Bench) loadRounds(list []Scenario) {
 	for i, s := range list {
 		index[s.Name] = i
 	}
-	perRun := 2*time.Second + time.Duration(len(connLevels))*b.Dur + 3*time.Second
+	perRun := b.Warmup + time.Duration(len(connLevels))*b.Dur + 2*time.Second
 	total := time.Duration(b.Rounds*len(list)) * perRun
-	progress("%d scenarios x %d rounds x %d connection levels x %s: about %s", len(list), b.Rounds, len(connLevels), b.Dur, total.Round(time.Minute))
+	progress("%d scenarios x %d rounds x %d connection levels x %s: about %s", len(list), b.Rounds, len(connLevels), b.Dur, total.Round(time.Second))
 	done := 0
 	t0 := time.Now()
 	for round := 1; round <= b.Rounds; round++ {

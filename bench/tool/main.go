@@ -83,6 +83,7 @@ func cmdRun(args []string) error {
 	fs.StringVar(&b.CtrServer, "ctrserver", "bench/work/ctrserver", "static container server binary")
 	fs.IntVar(&b.Rounds, "rounds", 3, "interleaved rounds")
 	dur := fs.Duration("duration", 5*time.Second, "wrk duration per connection level")
+	fs.DurationVar(&b.Warmup, "warmup", 2*time.Second, "wrk warm-up before each scenario's runs")
 	fs.BoolVar(&b.Quick, "quick", false, "quick mode (results file gets a -quick suffix)")
 	fs.StringVar(&b.Only, "only", "", "comma-separated scenario names (default: all)")
 	skip := fs.String("skip", "", "comma-separated parts to skip: load, discovery, ops, profile")

@@ -197,7 +197,7 @@ func probe(ctx context.Context, url, auth string) (int, string, error) {
 		return 0, "", err
 	}
 	defer resp.Body.Close()
-	b, _ := io.ReadAll(io.LimitReader(resp.Body, 4096))
+	b, _ := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
 	return resp.StatusCode, string(b), nil
 }
 
@@ -221,4 +221,44 @@ func waitStatus(url, auth string, want int, timeout time.Duration, p *Proc) erro
 		time.Sleep(25 * time.Millisecond)
 	}
 	return errors.New(last)
+}
+
+// sampler records the peak of a process's anonymous resident memory
+// (RssAnon: heap, stacks; not the mapped binary), every 100 ms.
+type sampler struct {
+	quit chan struct{}
+	done chan int64
+	peak int64
+	once bool
+}
+
+func sampleAnon(pid int) *sampler {
+	s := &sampler{quit: make(chan struct{}), done: make(chan int64, 1)}
+	go func() {
+		var peak int64
+		t := time.NewTicker(100 * time.Millisecond)
+		defer t.Stop()
+		for {
+			select {
+			case <-s.quit:
+				s.done <- peak
+				return
+			case <-t.C:
+				if a := statusKB(pid, "RssAnon:") * 1024; a > peak {
+					peak = a
+				}
+			}
+		}
+	}()
+	return s
+}
+
+// stop ends the sampling (idempotent) and returns the peak.
+func (s *sampler) stop() int64 {
+	if !s.once {
+		s.once = true
+		close(s.quit)
+		s.peak = <-s.done
+	}
+	return s.peak
 }

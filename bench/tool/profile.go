@@ -14,6 +14,7 @@ import (
 // Profile is the top of a CPU profile taken for a missed target.
 type Profile struct {
 	Scenario string `json:"scenario"`
+	Kind     string `json:"kind"` // cpu | heap
 	Top      string `json:"top,omitempty"`
 	Err      string `json:"error,omitempty"`
 }
@@ -41,12 +42,20 @@ func (b *Bench) profiles() {
 	for _, n := range names {
 		s, _ := b.report.scenario(n)
 		progress("profile: %s (target missed), 8 s CPU profile at 300 connections", n)
-		b.report.Profiles = append(b.report.Profiles, b.profile(s))
+		b.report.Profiles = append(b.report.Profiles, b.profile(s, "cpu"))
+	}
+	for _, t := range b.report.Targets {
+		if t.Status == "missed" && strings.HasPrefix(t.Name, "peak memory") {
+			if s, ok := b.report.scenario(t.Scenario); ok {
+				progress("profile: %s (memory target missed), heap profile at 300 connections", s.Name)
+				b.report.Profiles = append(b.report.Profiles, b.profile(s, "heap"))
+			}
+		}
 	}
 }
 
-func (b *Bench) profile(s Scenario) Profile {
-	pr := Profile{Scenario: s.Name}
+func (b *Bench) profile(s Scenario, kind string) Profile {
+	pr := Profile{Scenario: s.Name, Kind: kind}
 	port := firstPort + 70
 	addr := fmt.Sprintf("127.0.0.1:%d", port)
 	url := "http://" + addr + "/items/1"
@@ -67,9 +76,17 @@ func (b *Bench) profile(s Scenario) Profile {
 		_, err := runWrk(b.wrkJob(s, url, 300, 11*time.Second))
 		wrkDone <- err
 	}()
-	time.Sleep(1500 * time.Millisecond)
 	cl := &http.Client{Timeout: 30 * time.Second}
-	resp, err := cl.Get("http://" + gwAdmin + "/debug/pprof/profile?seconds=8")
+	purl := "http://" + gwAdmin + "/debug/pprof/profile?seconds=8"
+	views := [][]string{{"-top", "-nodecount=15"}, {"-top", "-cum", "-nodecount=30"}}
+	if kind == "heap" {
+		time.Sleep(8 * time.Second) // near the end of the run, at the peak
+		purl = "http://" + gwAdmin + "/debug/pprof/heap"
+		views = [][]string{{"-top", "-sample_index=inuse_space", "-nodecount=20"}}
+	} else {
+		time.Sleep(1500 * time.Millisecond)
+	}
+	resp, err := cl.Get(purl)
 	if err != nil {
 		<-wrkDone
 		pr.Err = err.Error()
@@ -82,17 +99,21 @@ func (b *Bench) profile(s Scenario) Profile {
 		pr.Err = fmt.Sprintf("profile endpoint: %d %s", resp.StatusCode, oneLine(string(data)))
 		return pr
 	}
-	path := filepath.Join(b.Work, "profiles", s.Name+".pb.gz")
+	path := filepath.Join(b.Work, "profiles", s.Name+"-"+kind+".pb.gz")
 	os.MkdirAll(filepath.Dir(path), 0o755)
 	if err := os.WriteFile(path, data, 0o644); err != nil {
 		pr.Err = err.Error()
 		return pr
 	}
-	out, err := exec.Command("go", "tool", "pprof", "-top", "-nodecount=25", b.Gateway, path).CombinedOutput()
-	if err != nil {
-		pr.Err = fmt.Sprintf("go tool pprof: %v: %s", err, oneLine(string(out)))
-		return pr
+	var parts []string
+	for _, args := range views {
+		out, err := exec.Command("go", append(append([]string{"tool", "pprof"}, args...), b.Gateway, path)...).CombinedOutput()
+		if err != nil {
+			pr.Err = fmt.Sprintf("go tool pprof: %v: %s", err, oneLine(string(out)))
+			return pr
+		}
+		parts = append(parts, "$ go tool pprof "+strings.Join(args, " ")+"\n"+strings.TrimSpace(string(out)))
 	}
-	pr.Top = strings.TrimSpace(string(out))
+	pr.Top = strings.Join(parts, "\n\n")
 	return pr
 }

@@ -7,6 +7,7 @@ import (
 	"math"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strconv"
 	"strings"
 	"text/template"
@@ -21,6 +22,7 @@ const (
 	permAddr    = "127.0.0.1:19903"
 	auditAddr   = "127.0.0.1:19904"
 	natsAddr    = "127.0.0.1:19905"
+	natsMonAddr = "127.0.0.1:19906"
 	firstPort   = 19910 // scenario i listens on firstPort+i
 	gwAdmin     = "localhost:2910"
 	caddyAdmin  = "localhost:2911"
@@ -49,11 +51,14 @@ type Bench struct {
 
 // Sample is one scenario in one round.
 type Sample struct {
-	Round   int                `json:"round"`
-	At      map[int]WrkResult  `json:"at"` // by connections
-	PeakRSS int64              `json:"peak_rss_bytes"`
-	Extra   map[string]float64 `json:"extra,omitempty"`
-	Err     string             `json:"error,omitempty"`
+	Round   int               `json:"round"`
+	At      map[int]WrkResult `json:"at"` // by connections
+	PeakRSS int64             `json:"peak_rss_bytes"`
+	// PeakAnon is the sampled peak of anonymous memory (heap, stacks),
+	// i.e. VmHWM without the pages of the mapped binary
+	PeakAnon int64              `json:"peak_anon_rss_bytes"`
+	Extra    map[string]float64 `json:"extra,omitempty"`
+	Err      string             `json:"error,omitempty"`
 }
 
 var connLevels = []int{50, 300}
@@ -194,11 +199,19 @@ func (b *Bench) runScenario(s Scenario, idx, round int) Sample {
 		smp.Err = "check request did not get 200: " + err.Error()
 		return smp
 	}
-	before := b.counters(s)
 	// warm-up: connections, caches, the Go heap
-	if _, err := runWrk(b.wrkJob(s, url, 50, 2*time.Second)); err != nil {
+	if _, err := runWrk(b.wrkJob(s, url, 50, b.Warmup)); err != nil {
 		smp.Err = err.Error()
 		return smp
+	}
+	if s.Conf.AuditSink != "" {
+		time.Sleep(400 * time.Millisecond) // let the warm-up's batches arrive
+	}
+	before := b.counters(s)
+	var anon *sampler
+	if p != nil {
+		anon = sampleAnon(p.Pid())
+		defer anon.stop()
 	}
 	for _, conns := range connLevels {
 		r, err := runWrk(b.wrkJob(s, url, conns, b.Dur))
@@ -209,7 +222,11 @@ func (b *Bench) runScenario(s Scenario, idx, round int) Sample {
 		smp.At[conns] = r
 	}
 	if p != nil {
+		smp.PeakAnon = anon.stop()
 		smp.PeakRSS = peakRSS(p.Pid())
+	}
+	if s.Conf.AuditSink != "" {
+		time.Sleep(400 * time.Millisecond)
 	}
 	after := b.counters(s)
 	for k, v := range after {
@@ -236,6 +253,9 @@ func (b *Bench) counters(s Scenario) map[string]float64 {
 	}
 	if strings.HasPrefix(s.Conf.AuditSink, "http") {
 		m["audit_events_received"] = jsonNumber("http://"+auditAddr+"/stats", "events")
+	}
+	if strings.HasPrefix(s.Conf.AuditSink, "nats") {
+		m["audit_events_received"] = jsonNumber("http://"+natsMonAddr+"/varz", "in_msgs")
 	}
 	return m
 }
@@ -267,16 +287,11 @@ func jsonNumber(url, key string) float64 {
 	if err != nil {
 		return math.NaN()
 	}
-	i := strings.Index(body, `"`+key+`":`)
-	if i < 0 {
+	m := regexp.MustCompile(`"` + regexp.QuoteMeta(key) + `"\s*:\s*([0-9.eE+-]+)`).FindStringSubmatch(body)
+	if m == nil {
 		return math.NaN()
 	}
-	rest := body[i+len(key)+3:]
-	j := strings.IndexAny(rest, ",}")
-	if j < 0 {
-		return math.NaN()
-	}
-	v, _ := strconv.ParseFloat(rest[:j], 64)
+	v, _ := strconv.ParseFloat(m[1], 64)
 	return v
 }
 
@@ -294,7 +309,7 @@ func (b *Bench) startServices() error {
 		{"authsvc", authAddr, []string{b.Tool, "authsvc", authAddr, b.Keys.Dir}},
 		{"permsvc", permAddr, []string{b.Tool, "permsvc", permAddr}},
 		{"auditsink", auditAddr, []string{b.Tool, "auditsink", auditAddr}},
-		{"nats-server", natsAddr, []string{"nats-server", "-a", "127.0.0.1", "-p", "19905", "-js", "-sd", natsDir}},
+		{"nats-server", natsAddr, []string{"nats-server", "-a", "127.0.0.1", "-p", "19905", "-js", "-sd", natsDir, "-m", "19906"}},
 	}
 	for _, s := range list {
 		waitPortFree(s.addr, 3*time.Second)
