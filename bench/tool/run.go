@@ -37,7 +37,7 @@ type Bench struct {
 	Gateway, Caddy, CDP string
 	Tool, CtrServer     string
 	Rounds              int
-	Dur                 time.Duration
+	Dur, Warmup         time.Duration
 	Quick               bool
 	Only                string
 	Keys                *Keys
