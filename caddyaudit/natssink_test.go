@@ -1,0 +1,197 @@
+package caddyaudit
+
+import (
+	"context"
+	"encoding/json"
+	"net"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats-server/v2/server"
+	natstest "github.com/nats-io/nats-server/v2/test"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/apigate/gateway/internal/natsconn"
+)
+
+func runNATS(t *testing.T, port int, storeDir string) *server.Server {
+	t.Helper()
+	opts := natstest.DefaultTestOptions
+	opts.Host = "127.0.0.1"
+	opts.Port = port
+	if storeDir != "" {
+		opts.JetStream = true
+		opts.StoreDir = storeDir
+	}
+	s := natstest.RunServer(&opts)
+	if !s.ReadyForConnections(10 * time.Second) {
+		t.Fatal("nats server not ready")
+	}
+	return s
+}
+
+func TestNATSSinkCore(t *testing.T) {
+	s := runNATS(t, -1, "")
+	defer s.Shutdown()
+	nc, err := nats.Connect(s.ClientURL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	var mu sync.Mutex
+	got := map[string]bool{}
+	sub, err := nc.Subscribe("gateway.audit", func(m *nats.Msg) {
+		var ev Event
+		if err := json.Unmarshal(m.Data, &ev); err != nil {
+			t.Errorf("bad message %q: %v", m.Data, err)
+			return
+		}
+		mu.Lock()
+		got[ev.RequestID] = true
+		mu.Unlock()
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sub.Unsubscribe()
+	nc.Flush()
+
+	sink, err := newNATSSink(natsconn.Options{Servers: []string{s.ClientURL()}}, "gateway.audit", false, "", time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	w := startWorker(t, workerConfig{BatchSize: 10, FlushInterval: 5 * time.Millisecond, RetryBase: 5 * time.Millisecond}, sink, nil)
+	waitFor(t, "connection", func() bool { return sink.conn.NATS().IsConnected() })
+	const n = 100
+	for i := 0; i < n; i++ {
+		w.Enqueue(testEvent(i))
+	}
+	waitFor(t, "all events", func() bool { mu.Lock(); defer mu.Unlock(); return allIDs(n)(got) })
+}
+
+func streamIDs(t *testing.T, url, stream string) (map[string]bool, uint64) {
+	t.Helper()
+	nc, err := nats.Connect(url)
+	if err != nil {
+		return nil, 0
+	}
+	defer nc.Close()
+	js, _ := jetstream.New(nc)
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	st, err := js.Stream(ctx, stream)
+	if err != nil {
+		return nil, 0
+	}
+	info, err := st.Info(ctx)
+	if err != nil {
+		return nil, 0
+	}
+	ids := map[string]bool{}
+	for seq := info.State.FirstSeq; seq <= info.State.LastSeq && info.State.Msgs > 0; seq++ {
+		m, err := st.GetMsg(ctx, seq)
+		if err != nil {
+			continue
+		}
+		var ev Event
+		if json.Unmarshal(m.Data, &ev) == nil {
+			ids[ev.RequestID] = true
+		}
+		if m.Header.Get(jetstream.MsgIDHeader) != ev.RequestID {
+			t.Errorf("Nats-Msg-Id %q, want %q", m.Header.Get(jetstream.MsgIDHeader), ev.RequestID)
+		}
+	}
+	return ids, info.State.Msgs
+}
+
+func TestNATSSinkJetStreamServerRestart(t *testing.T) {
+	store := t.TempDir()
+	s := runNATS(t, -1, store)
+	url := s.ClientURL()
+	addrPort := s.Addr().(*net.TCPAddr).Port
+
+	sink, err := newNATSSink(natsconn.Options{Servers: []string{url}, ReconnectWait: 20 * time.Millisecond},
+		"audit.events", true, "AUDIT", time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	w := startWorker(t, workerConfig{QueueSize: 64, BatchSize: 10, FlushInterval: 2 * time.Millisecond,
+		RetryBase: 5 * time.Millisecond, RetryMax: 50 * time.Millisecond, BlockTimeout: time.Minute}, sink, nil)
+
+	const n = 300
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for i := 0; i < n; i++ {
+			w.Enqueue(testEvent(i))
+			if i == n/3 {
+				// Restart the server mid-stream, same port and store.
+				s.Shutdown()
+				s.WaitForShutdown()
+				s = runNATS(t, addrPort, store)
+			}
+		}
+	}()
+	<-done
+	defer s.Shutdown()
+	var ids map[string]bool
+	var msgs uint64
+	waitFor(t, "every event in the stream", func() bool {
+		ids, msgs = streamIDs(t, url, "AUDIT")
+		return allIDs(n)(ids)
+	})
+	if msgs != n {
+		t.Fatalf("stream holds %d messages for %d events: duplicates were not removed by Nats-Msg-Id", msgs, n)
+	}
+	if d := w.m.droppedN.Load(); d != 0 {
+		t.Fatalf("%d dropped", d)
+	}
+}
+
+func TestNATSSinkDedupOnRetry(t *testing.T) {
+	s := runNATS(t, -1, t.TempDir())
+	defer s.Shutdown()
+	sink, err := newNATSSink(natsconn.Options{Servers: []string{s.ClientURL()}}, "audit.dedup", true, "DEDUP", time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sink.Close()
+	waitFor(t, "connection", func() bool { return sink.conn.NATS().IsConnected() })
+	var batch []record
+	for i := 0; i < 5; i++ {
+		ev := testEvent(i)
+		batch = append(batch, record{id: ev.RequestID, data: ev.AppendJSON(nil)})
+	}
+	// A retried batch, and the same events read back from the spool
+	// (no id beside the data): still five messages.
+	spooled := make([]record, len(batch))
+	for i, r := range batch {
+		spooled[i] = record{data: r.data}
+	}
+	for _, b := range [][]record{batch, batch, spooled} {
+		if err := sink.Send(context.Background(), b); err != nil {
+			t.Fatal(err)
+		}
+	}
+	_, msgs := streamIDs(t, s.ClientURL(), "DEDUP")
+	if msgs != 5 {
+		t.Fatalf("%d messages, want 5", msgs)
+	}
+}
+
+func TestNATSSinkNotConnected(t *testing.T) {
+	sink, err := newNATSSink(natsconn.Options{Servers: []string{"nats://127.0.0.1:1"}}, "x", false, "", time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sink.Close()
+	err = sink.Send(context.Background(), []record{{data: []byte("{}")}})
+	if err == nil {
+		t.Fatal("want error while disconnected")
+	}
+	if err != errNotConnected {
+		t.Fatalf("err = %v, want %v", err, errNotConnected)
+	}
+}
