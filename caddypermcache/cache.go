@@ -152,6 +152,23 @@ func (c *Cache) Get(key []byte, now int64) (allow bool, st State) {
 	return e.allow, st
 }
 
+// Peek is Get without counting a hit or marking the entry as used.
+func (c *Cache) Peek(key string, now int64) (allow bool, st State) {
+	s := c.shardForString(key)
+	s.mu.RLock()
+	e := s.m[key]
+	s.mu.RUnlock()
+	switch {
+	case e == nil:
+		return false, Miss
+	case now < e.expires:
+		return e.allow, Fresh
+	case now < e.staleUntil:
+		return e.allow, Stale
+	}
+	return false, Miss
+}
+
 // Put stores a decision for ttl, servable on errors for stale more after
 // that. A ttl <= 0 stores nothing and drops any entry the key had (the
 // service said "do not cache").

@@ -33,6 +33,10 @@ func TestCacheStates(t *testing.T) {
 			if allow != tc.allow || st != tc.st {
 				t.Fatalf("Get(%q, %v) = %v, %v; want %v, %v", tc.key, tc.now, allow, st, tc.allow, tc.st)
 			}
+			allow, st = c.Peek(tc.key, int64(tc.now))
+			if allow != tc.allow || st != tc.st {
+				t.Fatalf("Peek(%q, %v) = %v, %v; want %v, %v", tc.key, tc.now, allow, st, tc.allow, tc.st)
+			}
 		})
 	}
 }

@@ -39,6 +39,7 @@ http://localhost:%d {
 		}
 		permission {
 			url %s
+			timeout 30s
 			route e2e
 		}
 		respond "%s {path}"

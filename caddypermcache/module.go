@@ -106,19 +106,6 @@ type Handler struct {
 	// "route" label of the metrics. Default: empty.
 	Route string `json:"route,omitempty"`
 
-	// InvalidateSubject is a NATS subject on which invalidation messages
-	// drop cached decisions, on every replica that subscribes to it (see
-	// InvalidateMessage for the format). Default: none.
-	InvalidateSubject string `json:"invalidate_subject,omitempty"`
-
-	// NATSServers are the NATS URLs used for InvalidateSubject (an entry
-	// may hold several, comma-separated). Default: the servers of the
-	// `storage nats` global option, sharing its connection.
-	NATSServers []string `json:"nats_servers,omitempty"`
-
-	// NATSCredsFile is a NATS .creds file for NATSServers.
-	NATSCredsFile string `json:"nats_creds_file,omitempty"`
-
 	tmpl       *KeyTemplate
 	rolesPath  caddyjwt.ClaimPath
 	timeout    time.Duration
@@ -131,7 +118,6 @@ type Handler struct {
 	shared     *shared
 	m          routeMetrics
 	logger     *zap.Logger
-	inv        *invalidation
 }
 
 // CaddyModule returns the Caddy module information.
@@ -221,7 +207,7 @@ func (h *Handler) Provision(ctx caddy.Context) error {
 		return err
 	}
 	h.shared = val.(*shared)
-	return h.startInvalidation(ctx)
+	return nil
 }
 
 // check validates the config and parses what needs parsing; Provision and
@@ -281,8 +267,6 @@ func (h *Handler) Validate() error { return h.check() }
 // Cleanup releases the shared cache; the pool keeps it while a newer
 // config uses it.
 func (h *Handler) Cleanup() error {
-	h.inv.stop()
-	h.inv = nil
 	if h.shared != nil {
 		_, err := pool.Delete(h.poolKey)
 		h.shared = nil
@@ -312,20 +296,13 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyht
 		}
 		if st == Stale {
 			h.m.stale.Inc()
-			if c := h.logger.Check(zapcore.WarnLevel, "permission service failed; serving a stale decision"); c != nil {
-				c.Write(zap.String("route", h.Route), zap.Bool("allow", allow), zap.Error(err))
-			}
 			return h.decide(w, r, next, allow)
 		}
 		if h.allowOnErr {
 			h.m.onErrAllow.Inc()
-			h.logger.Warn("permission service failed; allowing (on_error allow)",
-				zap.String("route", h.Route), zap.Error(err))
 			return next.ServeHTTP(w, r)
 		}
 		h.m.onErrDeny.Inc()
-		h.logger.Error("permission service failed; denying (on_error deny)",
-			zap.String("route", h.Route), zap.Error(err))
 		gwctx.SetDenial(r, "permission", unavailReason)
 		writeJSON(w, http.StatusServiceUnavailable, unavailableBody)
 		return nil
@@ -354,9 +331,13 @@ var errClientGone = errors.New("client closed the request while the permission c
 
 // call asks the service (one call per key at a time) and caches the answer.
 // The call is not tied to the first caller's context, so a client that goes
-// away does not fail the others waiting on the same key.
+// away does not fail the others waiting on the same key. Failures are
+// logged here, once per call, not once per waiting request.
 func (h *Handler) call(r *http.Request, key string, id *caddyjwt.Identity) (Answer, error) {
 	s := h.shared
+	// built here, on the request's goroutine: the call may outlive it
+	req := h.checkRequest(r, id)
+	callCtx := context.WithoutCancel(r.Context())
 	ch := s.group.DoChan(key, func() (res any, err error) {
 		defer func() {
 			if p := recover(); p != nil {
@@ -364,14 +345,22 @@ func (h *Handler) call(r *http.Request, key string, id *caddyjwt.Identity) (Answ
 				err = fmt.Errorf("internal error in permission call")
 			}
 		}()
-		req := h.checkRequest(r, id)
-		ctx, cancel := context.WithTimeout(context.WithoutCancel(r.Context()), h.timeout)
+		// a call for this key may have finished between our miss and now
+		if allow, st := s.cache.Peek(key, s.clock()); st == Fresh {
+			return Answer{Allow: allow}, nil
+		}
+		ctx, cancel := context.WithTimeout(callCtx, h.timeout)
 		defer cancel()
 		start := time.Now()
 		ans, err := s.client.Check(ctx, req)
 		h.m.latency.Observe(time.Since(start).Seconds())
 		if err != nil {
 			h.m.errors.Inc()
+			h.logger.Warn("permission service call failed",
+				zap.String("route", h.Route),
+				zap.String("on_error", h.OnError),
+				zap.Duration("stale_if_error", h.stale),
+				zap.Error(err))
 			return Answer{}, err
 		}
 		ttl := h.negTTL
@@ -385,6 +374,9 @@ func (h *Handler) call(r *http.Request, key string, id *caddyjwt.Identity) (Answ
 			ttl = 0
 		}
 		s.cache.Put(key, req.Subject, ans.Allow, ttl, h.stale, s.clock())
+		if c := h.logger.Check(zapcore.DebugLevel, "permission decision fetched"); c != nil {
+			c.Write(zap.String("route", h.Route), zap.Bool("allow", ans.Allow), zap.Duration("ttl", ttl))
+		}
 		return ans, nil
 	})
 	select {
