@@ -1,0 +1,36 @@
+package fleettest
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+// TestGuideShowsTestedConfig keeps docs/fleet.md honest: it must show the
+// replica configuration this package runs, verbatim, and the AUDIT stream
+// settings the test creates.
+func TestGuideShowsTestedConfig(t *testing.T) {
+	guide, err := os.ReadFile(filepath.Join(repoRoot(t), "docs", "fleet.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg, err := os.ReadFile(filepath.Join("testdata", "replica.Caddyfile"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(string(guide), "```caddyfile\n"+string(cfg)+"```\n") {
+		t.Error("docs/fleet.md does not show testdata/replica.Caddyfile verbatim in a ```caddyfile block")
+	}
+	for _, want := range []string{
+		"nats stream add AUDIT --subjects " + auditStreamConfig.Subjects[0] + " --replicas 3 --storage file",
+		"--dupe-window 2m --max-age 7d",
+	} {
+		if auditStreamConfig.Replicas != 3 || auditStreamConfig.Duplicates.String() != "2m0s" || auditStreamConfig.MaxAge.Hours() != 168 {
+			t.Fatalf("auditStreamConfig changed: update docs/fleet.md and this test")
+		}
+		if !strings.Contains(string(guide), want) {
+			t.Errorf("docs/fleet.md lacks %q", want)
+		}
+	}
+}
