@@ -106,6 +106,19 @@ type Handler struct {
 	// "route" label of the metrics. Default: empty.
 	Route string `json:"route,omitempty"`
 
+	// InvalidateSubject is a NATS subject on which invalidation messages
+	// drop cached decisions, on every replica that subscribes to it (see
+	// InvalidateMessage for the format). Default: none.
+	InvalidateSubject string `json:"invalidate_subject,omitempty"`
+
+	// NATSServers are the NATS URLs used for InvalidateSubject (an entry
+	// may hold several, comma-separated). Default: the servers of the
+	// `storage nats` global option, sharing its connection.
+	NATSServers []string `json:"nats_servers,omitempty"`
+
+	// NATSCredsFile is a NATS .creds file for NATSServers.
+	NATSCredsFile string `json:"nats_creds_file,omitempty"`
+
 	tmpl       *KeyTemplate
 	rolesPath  caddyjwt.ClaimPath
 	timeout    time.Duration
@@ -118,6 +131,7 @@ type Handler struct {
 	shared     *shared
 	m          routeMetrics
 	logger     *zap.Logger
+	inv        *invalidation
 }
 
 // CaddyModule returns the Caddy module information.
@@ -207,7 +221,7 @@ func (h *Handler) Provision(ctx caddy.Context) error {
 		return err
 	}
 	h.shared = val.(*shared)
-	return nil
+	return h.startInvalidation(ctx)
 }
 
 // check validates the config and parses what needs parsing; Provision and
@@ -267,6 +281,8 @@ func (h *Handler) Validate() error { return h.check() }
 // Cleanup releases the shared cache; the pool keeps it while a newer
 // config uses it.
 func (h *Handler) Cleanup() error {
+	h.inv.stop()
+	h.inv = nil
 	if h.shared != nil {
 		_, err := pool.Delete(h.poolKey)
 		h.shared = nil
