@@ -4,6 +4,7 @@ import (
 	"context"
 	"net/http"
 	"net/http/httptest"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -191,4 +192,53 @@ func TestJWKSetStopEndsLoop(t *testing.T) {
 		t.Fatal("Stop did not return")
 	}
 	s.Stop() // idempotent
+}
+
+// TestConcurrentVerifyDuringRotation verifies from many goroutines while
+// the JWKS rotates and the cache fills and evicts (run with -race).
+func TestConcurrentVerifyDuringRotation(t *testing.T) {
+	k := keys(t)
+	srv := newJWKSServer(t, jwksDoc(jwkOf(&k.rsa.PublicKey, "k1", ""), jwkOf(&k.p256.PublicKey, "e1", "")))
+	s := NewJWKSet(JWKSConfig{URL: srv.URL, Refresh: time.Second, Cooldown: 10 * time.Millisecond})
+	s.Start()
+	defer s.Stop()
+	v, err := NewVerifier(Options{CacheSize: 8}, nil, s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	claims := jwt.MapClaims{"sub": "u", "exp": time.Now().Add(time.Hour).Unix()}
+	var toks []string
+	for i := 0; i < 16; i++ {
+		c := jwt.MapClaims{"sub": "u", "exp": claims["exp"], "n": i}
+		toks = append(toks, sign(t, jwt.SigningMethodES256, k.p256, "e1", c))
+	}
+	unknown := sign(t, jwt.SigningMethodRS256, k.rsa2, "k2", claims)
+	var wg sync.WaitGroup
+	stop := make(chan struct{})
+	for g := 0; g < 4; g++ {
+		wg.Add(1)
+		go func(g int) {
+			defer wg.Done()
+			for i := 0; ; i++ {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				if _, err := v.Verify(context.Background(), toks[(i+g)%len(toks)]); err != nil {
+					t.Errorf("verify: %v", err)
+					return
+				}
+				if i%50 == 0 {
+					v.Verify(context.Background(), unknown)
+				}
+			}
+		}(g)
+	}
+	for i := 0; i < 5; i++ {
+		srv.set(jwksDoc(jwkOf(&k.rsa.PublicKey, "k1", ""), jwkOf(&k.p256.PublicKey, "e1", ""), jwkOf(&k.rsa2.PublicKey, "k-"+strconv.Itoa(i), "")), http.StatusOK)
+		time.Sleep(20 * time.Millisecond)
+	}
+	close(stop)
+	wg.Wait()
 }
