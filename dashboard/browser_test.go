@@ -301,10 +301,22 @@ func TestGateway(t *testing.T) {
 	if path := os.Getenv("DASHBOARD_SCREENSHOT"); path != "" {
 		step("screenshot", func(t *testing.T) {
 			b.run(t, 10*time.Second, chromedp.KeyEvent("\x1b"), chromedp.Blur(chromedp.CSS("#search")))
-			time.Sleep(1500 * time.Millisecond) // let the sparklines gather a few points for the picture
+			// A few seconds of uneven traffic, so that the sparklines have a shape.
+			for i := 0; i < 12; i++ {
+				for j := 0; j < (i%4+1)*6; j++ {
+					_, _, _ = get("http://" + gatewayAddr + "/good/orders/" + strconv.Itoa(j))
+					if j%3 == 0 {
+						_, _, _ = get("http://" + gatewayAddr + "/secure/report")
+					}
+				}
+				time.Sleep(400 * time.Millisecond)
+			}
 			ctx, cancel := context.WithTimeout(b.ctx, 20*time.Second)
 			defer cancel()
-			png, err := chromedp.Run(ctx, chromedp.FullScreenshot(90))
+			if err := chromedp.Do(ctx, chromedp.EmulateViewport(1366, 1200)); err != nil {
+				t.Fatal(err)
+			}
+			png, err := chromedp.Run(ctx, chromedp.CaptureScreenshot()) // the top of the page, as PNG
 			if err != nil {
 				t.Fatal(err)
 			}

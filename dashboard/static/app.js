@@ -44,7 +44,8 @@
     const max = Math.max(1e-9, ...values);
     const n = values.length;
     if (n === 0) return;
-    const W = 120, H = 32, step = W / (HISTORY - 1);
+    // At least 15 steps wide, so that the first seconds do not stretch.
+    const W = 120, H = 32, step = W / Math.max(15, n - 1);
     const x0 = W - (n - 1) * step;
     const pts = values.map((v, i) => (x0 + i * step).toFixed(2) + "," + (H - 1 - (v / max) * (H - 3)).toFixed(2));
     const area = document.createElementNS(SVGNS, "polygon");
@@ -87,6 +88,14 @@
     setText("routes-note", o.routes_error ? "could not read the config: " + o.routes_error : o.routes.length + " routes in the running config");
   }
 
+  // dur formats nanoseconds as the largest whole unit: 1m, 90s, 2h.
+  function dur(ns) {
+    const s = ns / 1e9;
+    if (s >= 3600 && s % 3600 === 0) return s / 3600 + "h";
+    if (s >= 60 && s % 60 === 0) return s / 60 + "m";
+    return s + "s";
+  }
+
   function routerText(r) {
     let s = r.path_prefix;
     if (r.hosts && r.hosts.length) s = r.hosts.join(",") + s;
@@ -94,7 +103,7 @@
     const extras = [];
     extras.push(r.auth_required ? "auth" : "no auth");
     if (r.roles && r.roles.length) extras.push("roles " + r.roles.join(","));
-    if (r.rate_limit) extras.push("rate " + r.rate_limit.events + "/" + Math.round(r.rate_limit.window / 1e9) + "s");
+    if (r.rate_limit) extras.push("rate " + r.rate_limit.events + "/" + dur(r.rate_limit.window));
     if (r.permission) extras.push("permission");
     if (!r.audit) extras.push("no audit");
     if (r.strip_prefix) extras.push("strip");
@@ -157,7 +166,7 @@
     setText("jwt-valid", fmt(c.jwt.valid));
     setText("jwt-rejected", fmt(c.jwt.rejected));
     setText("jwt-hitrate", pct(c.jwt.cache_hit_rate));
-    const reasons = Object.keys(c.jwt.results).filter((k) => !k.startsWith("valid")).sort()
+    const reasons = Object.keys(c.jwt.results).filter((k) => !k.startsWith("valid") && c.jwt.results[k] > 0).sort()
       .map((k) => k + " " + fmt(c.jwt.results[k])).join(" · ");
     setText("jwt-reasons", reasons);
     setText("rbac-allow", fmt(c.rbac.allow || 0));
