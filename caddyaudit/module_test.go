@@ -1,0 +1,299 @@
+package caddyaudit
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"reflect"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/caddyserver/caddy/v2"
+	"github.com/caddyserver/caddy/v2/caddyconfig/caddyfile"
+	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
+
+	"github.com/apigate/gateway/caddyjwt"
+	"github.com/apigate/gateway/internal/gwctx"
+)
+
+// newRequest builds a request as Caddy's server prepares it: a vars table,
+// a replacer with the HTTP placeholders, and the client IP.
+func newRequest(method, target string) *http.Request {
+	r := httptest.NewRequest(method, target, nil)
+	r.RemoteAddr = "192.0.2.7:5555"
+	ctx := context.WithValue(r.Context(), caddyhttp.VarsCtxKey, map[string]any{
+		caddyhttp.ClientIPVarKey: "192.0.2.7",
+	})
+	ctx = context.WithValue(ctx, caddyhttp.ExtraLogFieldsCtxKey, new(caddyhttp.ExtraLogFields))
+	r = r.WithContext(ctx)
+	repl := caddyhttp.NewTestReplacer(r)
+	return r.WithContext(context.WithValue(r.Context(), caddy.ReplacerCtxKey, repl))
+}
+
+func TestHandlerEvents(t *testing.T) {
+	id := &caddyjwt.Identity{Subject: "alice", Claims: map[string]any{"sub": "alice"}}
+	boom := errors.New("boom")
+	for _, tc := range []struct {
+		name      string
+		header    string
+		reqHeader string
+		next      func(w http.ResponseWriter, r *http.Request) error
+		wantErr   bool
+		want      Event
+	}{
+		{
+			name: "allowed",
+			next: func(w http.ResponseWriter, r *http.Request) error {
+				caddyjwt.SetIdentity(r, id)
+				gwctx.SetRoles(r, []string{"admin", "ops"})
+				w.WriteHeader(201)
+				_, err := io.WriteString(w, "hello")
+				return err
+			},
+			want: Event{Status: 201, Subject: "alice", Roles: []string{"admin", "ops"}, Decision: "allow", BytesOut: 5},
+		},
+		{
+			name: "denied by jwt_auth (written response)",
+			next: func(w http.ResponseWriter, r *http.Request) error {
+				gwctx.SetDenial(r, "jwt_auth", "token expired")
+				w.WriteHeader(401)
+				_, err := io.WriteString(w, `{"error":"invalid_token"}`)
+				return err
+			},
+			want: Event{Status: 401, Decision: "deny", Reason: "token expired", BytesOut: 25},
+		},
+		{
+			name: "denied by rbac (handler error)",
+			next: func(w http.ResponseWriter, r *http.Request) error {
+				caddyjwt.SetIdentity(r, id)
+				gwctx.SetDenial(r, "rbac", "missing role")
+				return caddyhttp.Error(http.StatusForbidden, boom)
+			},
+			wantErr: true,
+			want:    Event{Status: 403, Subject: "alice", Decision: "deny", Reason: "missing role"},
+		},
+		{
+			name: "rate limited without reason",
+			next: func(w http.ResponseWriter, r *http.Request) error {
+				return caddyhttp.Error(http.StatusTooManyRequests, boom)
+			},
+			wantErr: true,
+			want:    Event{Status: 429, Decision: "deny", Reason: "rate limited"},
+		},
+		{
+			name: "permission service down",
+			next: func(w http.ResponseWriter, r *http.Request) error {
+				gwctx.SetDenial(r, "permission", "permission service unavailable")
+				w.WriteHeader(503)
+				return nil
+			},
+			want: Event{Status: 503, Decision: "deny", Reason: "permission service unavailable"},
+		},
+		{
+			name:    "plain error",
+			next:    func(w http.ResponseWriter, r *http.Request) error { return boom },
+			wantErr: true,
+			want:    Event{Status: 500, Decision: "allow"},
+		},
+		{
+			name: "nothing written",
+			next: func(w http.ResponseWriter, r *http.Request) error { return nil },
+			want: Event{Status: 200, Decision: "allow"},
+		},
+		{
+			name: "request id from header", header: "X-Request-Id", reqHeader: "req-42",
+			next: func(w http.ResponseWriter, r *http.Request) error { return nil },
+			want: Event{Status: 200, Decision: "allow", RequestID: "req-42"},
+		},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			h := &Handler{Route: "orders", RequestIDHeader: tc.header, app: &App{}}
+			r := newRequest("POST", "http://api.test/orders/7?x=1")
+			if tc.reqHeader != "" {
+				r.Header.Set(tc.header, tc.reqHeader)
+			}
+			rec := httptest.NewRecorder()
+			var nextErr error
+			err := h.ServeHTTP(rec, r, caddyhttp.HandlerFunc(func(w http.ResponseWriter, r *http.Request) error {
+				nextErr = tc.next(w, r)
+				return nextErr
+			}))
+			if err != nextErr {
+				t.Fatalf("error %v, want the next handler's %v unchanged", err, nextErr)
+			}
+			if (err != nil) != tc.wantErr {
+				t.Fatalf("err = %v", err)
+			}
+			got := Recent(1)[0]
+			if got.RequestID == "" {
+				t.Fatal("no request id")
+			}
+			if tc.want.RequestID == "" {
+				repl := r.Context().Value(caddy.ReplacerCtxKey).(*caddy.Replacer)
+				uuid, _ := repl.GetString("http.request.uuid")
+				if got.RequestID != uuid {
+					t.Fatalf("request_id %q, want {http.request.uuid} %q", got.RequestID, uuid)
+				}
+				tc.want.RequestID = uuid
+			}
+			if got.Time.IsZero() || got.DurationMS < 0 {
+				t.Fatalf("time %v duration %v", got.Time, got.DurationMS)
+			}
+			tc.want.Time, tc.want.DurationMS = got.Time, got.DurationMS
+			tc.want.Route, tc.want.Method, tc.want.Host, tc.want.Path, tc.want.RemoteIP = "orders", "POST", "api.test", "/orders/7", "192.0.2.7"
+			if !reflect.DeepEqual(got, tc.want) {
+				t.Fatalf("event\n got %+v\nwant %+v", got, tc.want)
+			}
+		})
+	}
+}
+
+func TestEventJSON(t *testing.T) {
+	ev := Event{Time: time.Date(2026, 1, 2, 3, 4, 5, 600, time.UTC), RequestID: "r\"1", Route: "o\\r",
+		Method: "GET", Host: "h", Path: "/p\n\t\x01\u2028\xff", Status: 403, DurationMS: 1.5, RemoteIP: "::1",
+		Subject: "s<>&", Roles: []string{"a", "b"}, Decision: "deny", Reason: "missing role", BytesOut: 9}
+	b := ev.AppendJSON(nil)
+	var got Event
+	if err := json.Unmarshal(b, &got); err != nil {
+		t.Fatalf("invalid JSON %s: %v", b, err)
+	}
+	ev.Path = "/p\n\t\x01\u2028\ufffd"
+	if !reflect.DeepEqual(got, ev) {
+		t.Fatalf("round trip\n got %+v\nwant %+v", got, ev)
+	}
+	var m map[string]any
+	json.Unmarshal(b, &m)
+	for _, k := range []string{"time", "request_id", "route", "method", "host", "path", "status", "duration_ms",
+		"remote_ip", "subject", "roles", "decision", "reason", "bytes_out"} {
+		if _, ok := m[k]; !ok {
+			t.Errorf("field %q missing", k)
+		}
+	}
+	if len(m) != 14 {
+		t.Errorf("%d fields, want 14", len(m))
+	}
+	if extractRequestID(b) != "r\"1" {
+		t.Fatal("extractRequestID")
+	}
+}
+
+func FuzzEventJSON(f *testing.F) {
+	f.Add("id", "/path", "sub", "role")
+	f.Add("\x00\"\\", "\xff\xfe", "\u2029", "")
+	f.Fuzz(func(t *testing.T, id, path, sub, role string) {
+		ev := Event{RequestID: id, Path: path, Subject: sub, Roles: []string{role}}
+		b := ev.AppendJSON(nil)
+		var got Event
+		if err := json.Unmarshal(b, &got); err != nil {
+			t.Fatalf("invalid JSON %q: %v", b, err)
+		}
+		want, _ := json.Marshal(ev.Path)
+		gotPath, _ := json.Marshal(got.Path)
+		if string(want) != string(gotPath) {
+			t.Fatalf("path %s, want %s", gotPath, want)
+		}
+	})
+}
+
+func TestUnmarshalCaddyfileErrors(t *testing.T) {
+	for _, tc := range []struct {
+		name, input, want string
+	}{
+		{"unknown option", "audit {\n bogus 1\n}", "unrecognized subdirective 'bogus'"},
+		{"bad queue size", "audit {\n queue_size -3\n}", `invalid queue_size "-3"`},
+		{"bad duration", "audit {\n block_timeout soon\n}", `invalid block_timeout "soon"`},
+		{"sink without type", "audit {\n sink\n}", "sink needs a type"},
+		{"unknown sink type", "audit {\n sink kafka x\n}", "unrecognized sink type 'kafka'"},
+		{"sink without url", "audit {\n sink http\n}", "sink http needs a destination"},
+		{"header on nats", "audit {\n sink nats nats://x {\n header A b\n }\n}", "only for http sinks"},
+		{"subject on http", "audit {\n sink http http://x {\n subject a\n }\n}", "only for nats sinks"},
+		{"header arity", "audit {\n sink http http://x {\n header A\n }\n}", "header needs a name and a value"},
+		{"bad batch size", "audit {\n sink http http://x {\n batch_size many\n }\n}", `invalid batch_size "many"`},
+		{"unknown sink option", "audit {\n sink file /x {\n rotate daily\n }\n}", "unrecognized subdirective 'rotate'"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var a App
+			err := a.UnmarshalCaddyfile(caddyfile.NewTestDispenser(tc.input))
+			if err == nil || !strings.Contains(err.Error(), tc.want) {
+				t.Fatalf("err = %v, want %q", err, tc.want)
+			}
+		})
+	}
+	var h Handler
+	if err := h.UnmarshalCaddyfile(caddyfile.NewTestDispenser("audit {\n nope\n}")); err == nil {
+		t.Fatal("want error for unknown handler subdirective")
+	}
+	if err := h.UnmarshalCaddyfile(caddyfile.NewTestDispenser("audit a b")); err == nil {
+		t.Fatal("want error for two route names")
+	}
+}
+
+func TestSinkConfigValidate(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		sc   SinkConfig
+		want string
+	}{
+		{"ok http", SinkConfig{Type: "http", URL: "https://h/x"}, ""},
+		{"bad scheme", SinkConfig{Type: "http", URL: "ftp://h"}, "invalid http sink url"},
+		{"credentials not echoed", SinkConfig{Type: "http", URL: "ftp://user:pw@h"}, "ftp://h"},
+		{"nats wildcard", SinkConfig{Type: "nats", URL: "nats://x", Subject: "a.*"}, "invalid nats subject"},
+		{"file path", SinkConfig{Type: "file"}, "file sink needs a path"},
+		{"type", SinkConfig{Type: "kafka"}, `invalid sink type "kafka"`},
+		{"negative retries", SinkConfig{Type: "file", Path: "/x", MaxRetries: -1}, "invalid max_retries"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			err := tc.sc.validate()
+			if tc.want == "" {
+				if err != nil {
+					t.Fatal(err)
+				}
+				return
+			}
+			if err == nil || !strings.Contains(err.Error(), tc.want) || strings.Contains(err.Error(), "pw") {
+				t.Fatalf("err = %v, want %q", err, tc.want)
+			}
+		})
+	}
+}
+
+func TestDefaultNamesHideCredentials(t *testing.T) {
+	sc := SinkConfig{Type: "http", URL: "https://u:secret@audit.example/hook?token=abc"}
+	if n := sc.defaultName(); n != "http:https://audit.example/hook" {
+		t.Fatal(n)
+	}
+	sc = SinkConfig{Type: "nats", URL: "nats://u:secret@n1:4222,nats://n2", Subject: "a"}
+	if n := sc.defaultName(); n != "nats:nats://n1:4222/a" {
+		t.Fatal(n)
+	}
+}
+
+func TestStatsAndRecent(t *testing.T) {
+	rc := newReceiver(t)
+	w := startWorker(t, workerConfig{Name: "stats-test", BatchSize: 1, FlushInterval: time.Millisecond}, newHTTPSink(rc.srv.URL, nil, time.Second), nil)
+	a := &App{workers: []*worker{w}}
+	for i := 0; i < 3; i++ {
+		a.Record(testEvent(i))
+	}
+	waitFor(t, "sent", func() bool { return w.m.sentN.Load() == 3 })
+	var found bool
+	for _, s := range Stats() {
+		if s.Name == "stats-test" {
+			found = true
+			if s.Enqueued != 3 || s.Sent != 3 || s.QueueSize != 65536 {
+				t.Fatalf("stats %+v", s)
+			}
+		}
+	}
+	if !found {
+		t.Fatal("sink missing from Stats")
+	}
+	got := Recent(2)
+	if len(got) != 2 || got[0].RequestID != "id-2" || got[1].RequestID != "id-1" {
+		t.Fatalf("Recent = %+v", got)
+	}
+}
