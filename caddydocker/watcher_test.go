@@ -1,0 +1,306 @@
+package caddydocker
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"path/filepath"
+	"sync"
+	"testing"
+	"time"
+)
+
+type fakeEngine struct {
+	mu         sync.Mutex
+	containers []Container
+	err        error
+	lists      int
+	events     chan [2]string
+}
+
+func newFakeEngine(cs ...Container) *fakeEngine {
+	return &fakeEngine{containers: cs, events: make(chan [2]string, 1000)}
+}
+
+func (f *fakeEngine) set(err error, cs ...Container) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.err, f.containers = err, cs
+}
+
+func (f *fakeEngine) listCount() int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.lists
+}
+
+func (f *fakeEngine) List(ctx context.Context) ([]Container, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.lists++
+	if f.err != nil {
+		return nil, f.err
+	}
+	return append([]Container(nil), f.containers...), nil
+}
+
+func (f *fakeEngine) Events(ctx context.Context, fn func(action, id string)) error {
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case e := <-f.events:
+			fn(e[0], e[1])
+		}
+	}
+}
+
+func (f *fakeEngine) Close() error { return nil }
+
+type fakeApplier struct {
+	mu    sync.Mutex
+	calls int
+	live  []json.RawMessage
+	err   error
+}
+
+func (a *fakeApplier) ApplyRoutes(ctx context.Context, server string, routes []json.RawMessage) (bool, error) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	a.calls++
+	if a.err != nil {
+		return false, a.err
+	}
+	changed := !SameRoutes(a.live, routes)
+	a.live = append([]json.RawMessage(nil), routes...)
+	return changed, nil
+}
+
+func (a *fakeApplier) state() (int, []json.RawMessage) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.calls, a.live
+}
+
+func liveIDs(a *fakeApplier) string {
+	_, live := a.state()
+	s := ""
+	for _, r := range live {
+		s += RouteID(r) + " "
+	}
+	return s
+}
+
+func newTestWatcher(t *testing.T, e Engine, a RouteApplier, stateFile string, debounce time.Duration) *Watcher {
+	t.Helper()
+	w := NewWatcher(WatcherConfig{
+		Server: "gateway", Debounce: debounce, Resync: time.Hour, StateFile: stateFile,
+		Build: testOpts, Labels: fullLabels,
+	}, e, a, nil)
+	t.Cleanup(w.Stop)
+	return w
+}
+
+func wait(t *testing.T, what string, cond func() string) {
+	t.Helper()
+	eventually(t, what, 10*time.Second, cond)
+}
+
+func TestWatcher(t *testing.T) {
+	good := c("good", base("gateway.router.api.path_prefix", "/good")...)
+	other := c("other", base("gateway.router.api.path_prefix", "/other")...)
+
+	t.Run("applies, and an unchanged route set is not applied again", func(t *testing.T) {
+		e, a := newFakeEngine(good), &fakeApplier{}
+		w := newTestWatcher(t, e, a, "", time.Millisecond)
+		w.Start()
+		wait(t, "applied", func() string {
+			if liveIDs(a) == "docker:gateway:good:api " {
+				return ""
+			}
+			return "live: " + liveIDs(a)
+		})
+		for i := 0; i < 5; i++ {
+			e.events <- [2]string{"start", "unrelated"}
+		}
+		wait(t, "re-listed", func() string {
+			if e.listCount() >= 2 {
+				return ""
+			}
+			return "no re-list"
+		})
+		if calls, _ := a.state(); calls != 1 {
+			t.Fatalf("applier called %d times for one route set", calls)
+		}
+		e.set(nil, good, other)
+		e.events <- [2]string{"start", other.ID}
+		wait(t, "other added", func() string {
+			if liveIDs(a) == "docker:gateway:other:api docker:gateway:good:api " {
+				return ""
+			}
+			return "live: " + liveIDs(a)
+		})
+	})
+
+	t.Run("engine unreachable: routes stay", func(t *testing.T) {
+		e, a := newFakeEngine(good), &fakeApplier{}
+		w := newTestWatcher(t, e, a, "", time.Millisecond)
+		w.Start()
+		wait(t, "applied", func() string {
+			if liveIDs(a) != "" {
+				return ""
+			}
+			return "nothing"
+		})
+		e.set(errors.New("connection refused"))
+		e.events <- [2]string{"die", "x"}
+		wait(t, "unreachable", func() string {
+			if !w.Snapshot().EngineReachable {
+				return ""
+			}
+			return "reachable"
+		})
+		if calls, _ := a.state(); calls != 1 || liveIDs(a) != "docker:gateway:good:api " {
+			t.Fatalf("routes changed while the engine was down: calls=%d live=%s", calls, liveIDs(a))
+		}
+	})
+
+	t.Run("die event is trusted over a stale list", func(t *testing.T) {
+		e, a := newFakeEngine(good, other), &fakeApplier{}
+		w := newTestWatcher(t, e, a, "", time.Millisecond)
+		w.Start()
+		wait(t, "both", func() string {
+			if len(liveIDs(a)) > 30 {
+				return ""
+			}
+			return "live: " + liveIDs(a)
+		})
+		e.events <- [2]string{"die", good.ID} // the engine still lists it
+		wait(t, "good removed", func() string {
+			if liveIDs(a) == "docker:gateway:other:api " {
+				return ""
+			}
+			return "live: " + liveIDs(a)
+		})
+		e.events <- [2]string{"start", good.ID} // restarted
+		wait(t, "good back", func() string {
+			if len(liveIDs(a)) > 30 {
+				return ""
+			}
+			return "live: " + liveIDs(a)
+		})
+	})
+
+	t.Run("burst of events: throttled re-lists", func(t *testing.T) {
+		e, a := newFakeEngine(good), &fakeApplier{}
+		w := newTestWatcher(t, e, a, "", 5*time.Second)
+		w.Start()
+		wait(t, "applied", func() string {
+			if liveIDs(a) != "" {
+				return ""
+			}
+			return "nothing"
+		})
+		for i := 0; i < 200; i++ {
+			e.events <- [2]string{"start", fmt.Sprint(i)}
+		}
+		// initial list + at most one trailing re-list per debounce window
+		wait(t, "events consumed", func() string {
+			if len(e.events) == 0 {
+				return ""
+			}
+			return "pending"
+		})
+		if n := e.listCount(); n > 2 {
+			t.Fatalf("%d lists for a burst within one debounce window", n)
+		}
+	})
+
+	t.Run("state file: written after apply, applied when the engine is down at start", func(t *testing.T) {
+		sf := filepath.Join(t.TempDir(), "sub", "routes.json")
+		e, a := newFakeEngine(good, other), &fakeApplier{}
+		w := newTestWatcher(t, e, a, sf, time.Millisecond)
+		w.Start()
+		wait(t, "state written", func() string {
+			st, err := ReadState(sf)
+			if err != nil {
+				return err.Error()
+			}
+			if len(st.Routes) != 2 || len(st.Containers) != 2 {
+				return fmt.Sprintf("%d routes", len(st.Routes))
+			}
+			return ""
+		})
+		w.Stop()
+
+		down, a2 := newFakeEngine(), &fakeApplier{}
+		down.set(errors.New("no engine"))
+		w2 := newTestWatcher(t, down, a2, sf, time.Millisecond)
+		w2.Start()
+		wait(t, "routes from state file", func() string {
+			if len(liveIDs(a2)) > 30 {
+				return ""
+			}
+			return "live: " + liveIDs(a2)
+		})
+		if s := w2.Snapshot(); !s.FromStateFile || s.EngineReachable || len(s.Containers) != 2 {
+			t.Logf("live: %s", liveIDs(a2))
+			t.Fatalf("snapshot %+v", s)
+		}
+		// The engine comes back with one container gone.
+		down.set(nil, other)
+		down.events <- [2]string{"start", other.ID}
+		wait(t, "engine list replaces the state", func() string {
+			if liveIDs(a2) == "docker:gateway:other:api " {
+				return ""
+			}
+			return "live: " + liveIDs(a2)
+		})
+	})
+
+	t.Run("start after a reload re-checks the live config", func(t *testing.T) {
+		e, a := newFakeEngine(good), &fakeApplier{}
+		w := newTestWatcher(t, e, a, "", time.Millisecond)
+		w.Start()
+		wait(t, "applied", func() string {
+			if c, _ := a.state(); c == 1 {
+				return ""
+			}
+			return "not yet"
+		})
+		// a user reload dropped the routes; the new app instance's Start
+		a.mu.Lock()
+		a.live = nil
+		a.mu.Unlock()
+		w.Start()
+		wait(t, "restored", func() string {
+			if liveIDs(a) == "docker:gateway:good:api " {
+				return ""
+			}
+			return "live: " + liveIDs(a)
+		})
+	})
+
+	t.Run("apply failure is retried on the next list", func(t *testing.T) {
+		e, a := newFakeEngine(good), &fakeApplier{err: errors.New("admin down")}
+		w := newTestWatcher(t, e, a, "", time.Millisecond)
+		w.Start()
+		wait(t, "error recorded", func() string {
+			if w.Snapshot().LastError != "" {
+				return ""
+			}
+			return "no error"
+		})
+		a.mu.Lock()
+		a.err = nil
+		a.mu.Unlock()
+		e.events <- [2]string{"start", "x"}
+		wait(t, "applied", func() string {
+			if liveIDs(a) != "" {
+				return ""
+			}
+			return "nothing"
+		})
+	})
+}
