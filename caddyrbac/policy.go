@@ -128,7 +128,6 @@ type ruleSet struct {
 	path     caddyjwt.ClaimPath
 	values   []string // distinct values of all rules
 	union    uint64   // one bit per value
-	stop     uint64   // walk stops when seen&stop != 0 (a lone any rule), else at union
 	masks    []uint64 // per rule: its values
 	all      []bool   // per rule: mode All
 	deny     Result
@@ -162,20 +161,22 @@ func compileRules(kind string, path caddyjwt.ClaimPath, rules []Rule, deny Resul
 		rs.all = append(rs.all, r.Mode == All)
 		rs.union |= mask
 	}
-	rs.stop = rs.union
-	if len(rules) == 1 && rules[0].Mode == Any {
-		rs.stop = 0 // any value seen decides
-	}
 	return rs, nil
 }
 
-// done reports whether the walk can stop: every value seen, or any value
-// seen for a lone any rule.
-func (rs *ruleSet) done(seen uint64) bool {
-	if rs.stop == 0 {
-		return seen != 0
+// holds reports whether every rule holds for the values seen. The walk
+// also uses it to stop as soon as the answer is known to be yes.
+func (rs *ruleSet) holds(seen uint64) bool {
+	for i, m := range rs.masks {
+		if rs.all[i] {
+			if seen&m != m {
+				return false
+			}
+		} else if seen&m == 0 {
+			return false
+		}
 	}
-	return seen == rs.stop
+	return true
 }
 
 // check decides every rule of the set with one walk over the claim value.
@@ -188,21 +189,15 @@ func (rs *ruleSet) check(claims map[string]any) (Result, string) {
 	if bad {
 		return rs.deny, rs.reasons.For(v)
 	}
-	for i, m := range rs.masks {
-		if rs.all[i] {
-			if seen&m != m {
-				return rs.deny, rs.missing
-			}
-		} else if seen&m == 0 {
-			return rs.deny, rs.missing
-		}
+	if !rs.holds(seen) {
+		return rs.deny, rs.missing
 	}
 	return Allow, ""
 }
 
 // walk returns the mask of the set's values present in a claim value, and
 // whether the value has a type that cannot hold roles. It stops as soon as
-// every value was seen.
+// every rule holds.
 func (rs *ruleSet) walk(v any) (seen uint64, bad bool) {
 	values := rs.values
 	switch t := v.(type) {
@@ -219,7 +214,7 @@ func (rs *ruleSet) walk(v any) (seen uint64, bad bool) {
 			for i, want := range values {
 				if s == want {
 					seen |= 1 << uint(i)
-					if rs.done(seen) {
+					if rs.holds(seen) {
 						return seen, false
 					}
 					break
@@ -232,7 +227,7 @@ func (rs *ruleSet) walk(v any) (seen uint64, bad bool) {
 			for i, want := range values {
 				if s == want {
 					seen |= 1 << uint(i)
-					return !rs.done(seen)
+					return !rs.holds(seen)
 				}
 			}
 			return true
