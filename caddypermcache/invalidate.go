@@ -171,6 +171,9 @@ func (h *Handler) startInvalidation(ctx caddy.Context) error {
 	if err := registerInvalidationMetrics(ctx.GetMetricsRegistry()); err != nil {
 		return err
 	}
+	if err := natsconn.RegisterMetrics(ctx.GetMetricsRegistry()); err != nil {
+		return err
+	}
 	opts, err := h.natsOptions()
 	if err != nil {
 		return err

@@ -83,9 +83,10 @@ func (o Options) key() string {
 // Conn is a shared connection. Do not Close it: call the release function
 // returned by Get instead.
 type Conn struct {
-	nc   *nats.Conn
-	refs int
-	key  string
+	nc     *nats.Conn
+	refs   int
+	key    string
+	labels [2]string // servers (redacted, sorted), name: for metrics
 
 	jsOnce sync.Once
 	js     jetstream.JetStream
@@ -190,7 +191,9 @@ func Get(opts Options) (*Conn, func(), error) {
 	defer mu.Unlock()
 	c, ok := conns[k]
 	if !ok {
-		c = &Conn{key: k}
+		sorted := append([]string(nil), opts.Servers...)
+		sort.Strings(sorted)
+		c = &Conn{key: k, labels: [2]string{redact(sorted), opts.Name}}
 		nc, err := connect(opts, c.reconnected)
 		if err != nil {
 			return nil, nil, err

@@ -2,10 +2,12 @@ package natsconn
 
 import (
 	"net"
+	"strings"
 	"testing"
 	"time"
 
 	natstest "github.com/nats-io/nats-server/v2/test"
+	"github.com/prometheus/client_golang/prometheus"
 )
 
 func TestGetSharesAndReleases(t *testing.T) {
@@ -127,5 +129,48 @@ func TestOnReconnect(t *testing.T) {
 	case <-got:
 	case <-time.After(20 * time.Second):
 		t.Fatal("no reconnect callback")
+	}
+}
+
+func TestMetrics(t *testing.T) {
+	s := natstest.RunRandClientPortServer()
+	defer s.Shutdown()
+	c, rel, err := Get(Options{Servers: []string{s.ClientURL()}, User: "u", Password: "secret"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rel()
+	deadline := time.Now().Add(5 * time.Second)
+	for !c.NATS().IsConnected() && time.Now().Before(deadline) {
+		time.Sleep(10 * time.Millisecond)
+	}
+	reg := prometheus.NewRegistry()
+	if err := RegisterMetrics(reg); err != nil {
+		t.Fatal(err)
+	}
+	if err := RegisterMetrics(reg); err != nil {
+		t.Fatalf("registering twice: %v", err)
+	}
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	found := false
+	for _, mf := range mfs {
+		if mf.GetName() == "gateway_nats_connected" {
+			for _, m := range mf.GetMetric() {
+				for _, l := range m.GetLabel() {
+					if strings.Contains(l.GetValue(), "secret") {
+						t.Fatalf("label leaks the password: %q", l.GetValue())
+					}
+				}
+				if m.GetGauge().GetValue() == 1 {
+					found = true
+				}
+			}
+		}
+	}
+	if !found {
+		t.Fatal("no gateway_nats_connected 1")
 	}
 }
