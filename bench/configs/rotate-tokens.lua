@@ -1,7 +1,9 @@
 -- wrk script: every request carries the next token of a pool of distinct
 -- tokens (TOKENS_FILE, one a line), so the gateway's verified-token cache
--- misses. Requests are formatted once in init, so wrk's own cost per
--- request stays that of a plain run.
+-- misses: the pool is larger than the cache, and the harness starts each
+-- run where the previous one stopped (TOKENS_OFFSET). Requests are
+-- formatted once in init, so wrk's own cost per request stays that of a
+-- plain run.
 local reqs = {}
 local i = 0
 
@@ -13,7 +15,7 @@ function init(args)
 		headers["Authorization"] = "Bearer " .. line
 		reqs[#reqs + 1] = wrk.format(nil, nil, headers)
 	end
-	i = math.random(#reqs)
+	i = tonumber(os.getenv("TOKENS_OFFSET") or "0") % #reqs
 end
 
 function request()

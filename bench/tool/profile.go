@@ -36,8 +36,12 @@ func (b *Bench) profiles() {
 			names = append(names, t.Scenario)
 		}
 	}
-	if len(names) > maxProfiles {
-		names = names[:maxProfiles]
+	limit := maxProfiles
+	if b.Quick {
+		limit = 2
+	}
+	if len(names) > limit {
+		names = names[:limit]
 	}
 	for _, n := range names {
 		s, _ := b.report.scenario(n)
@@ -73,7 +77,7 @@ func (b *Bench) profile(s Scenario, kind string) Profile {
 	}
 	wrkDone := make(chan error, 1)
 	go func() {
-		_, err := runWrk(b.wrkJob(s, url, 300, 11*time.Second))
+		_, err := runWrk(b.wrkJob(s, url, 300, 11*time.Second, 0))
 		wrkDone <- err
 	}()
 	cl := &http.Client{Timeout: 30 * time.Second}

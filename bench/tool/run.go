@@ -151,14 +151,14 @@ func (b *Bench) authHeader(s Scenario) string {
 	return ""
 }
 
-func (b *Bench) wrkJob(s Scenario, url string, conns int, d time.Duration) WrkJob {
+func (b *Bench) wrkJob(s Scenario, url string, conns int, d time.Duration, offset int64) WrkJob {
 	j := WrkJob{URL: url, Conns: conns, Duration: d}
 	if s.Token != "" {
 		j.Header = "Authorization: Bearer " + b.tokens[s.Token]
 	}
 	if s.Pool != "" {
 		j.Script = filepath.Join(b.Work, "rotate-tokens.lua")
-		j.Env = append(j.Env, "TOKENS_FILE="+b.pools[s.Pool])
+		j.Env = append(j.Env, "TOKENS_FILE="+b.pools[s.Pool], fmt.Sprintf("TOKENS_OFFSET=%d", offset))
 	}
 	if s.Paths {
 		j.Script = filepath.Join(b.Work, "rotate-paths.lua")
@@ -200,10 +200,15 @@ func (b *Bench) runScenario(s Scenario, idx, round int) Sample {
 		return smp
 	}
 	// warm-up: connections, caches, the Go heap
-	if _, err := runWrk(b.wrkJob(s, url, 50, b.Warmup)); err != nil {
+	// offset: where in the token pool the next run starts (after the tokens
+	// already sent, plus the requests that were in flight)
+	var offset int64
+	w, err := runWrk(b.wrkJob(s, url, 50, b.Warmup, offset))
+	if err != nil {
 		smp.Err = err.Error()
 		return smp
 	}
+	offset += w.Requests + 50
 	if s.Conf.AuditSink != "" {
 		time.Sleep(400 * time.Millisecond) // let the warm-up's batches arrive
 	}
@@ -214,11 +219,12 @@ func (b *Bench) runScenario(s Scenario, idx, round int) Sample {
 		defer anon.stop()
 	}
 	for _, conns := range connLevels {
-		r, err := runWrk(b.wrkJob(s, url, conns, b.Dur))
+		r, err := runWrk(b.wrkJob(s, url, conns, b.Dur, offset))
 		if err != nil {
 			smp.Err = err.Error()
 			return smp
 		}
+		offset += r.Requests + int64(conns)
 		smp.At[conns] = r
 	}
 	if p != nil {
