@@ -14,6 +14,8 @@ import (
 	"github.com/chromedp/cdproto/cdp"
 	"github.com/chromedp/cdproto/network"
 	"github.com/chromedp/chromedp"
+
+	"github.com/apigate/gateway/dashboard/internal/podmantest"
 )
 
 // chromiumPath finds Debian's chromium. Without it the browser tests skip
@@ -169,7 +171,7 @@ func TestGateway(t *testing.T) {
 	if os.Getenv("CI") != "" {
 		chromiumPath(t) // fail early, before Podman, when chromium is missing
 	}
-	startWithContainers(t)
+	g := startWithContainers(t)
 
 	step := func(name string, fn func(t *testing.T)) {
 		if !t.Run(name, fn) {
@@ -255,6 +257,28 @@ func TestGateway(t *testing.T) {
 				t.Errorf("routes table lacks %q:\n%s", want, routes)
 			}
 		}
+	})
+
+	step("a container started with a label typo shows up with its reason", func(t *testing.T) {
+		port, err := podmantest.FreePort()
+		if err != nil {
+			t.Fatal(err)
+		}
+		labels := map[string]string{
+			"gateway.enable": "true", "gateway.port": strconv.Itoa(port),
+			"gateway.router.web.path_prefix": "/late", "gateway.router.web.auth.requierd": "false",
+		}
+		if err := g.pod.Run("late", port, labels); err != nil {
+			t.Fatal(err)
+		}
+		started := time.Now()
+		b.waitJS(t, "the late container on the page", 15*time.Second, `(() => {
+			const row = [...document.querySelectorAll('#containers tr[data-state="rejected"]')].find(r => r.dataset.name.endsWith("-late"));
+			if (!row) return "not listed yet";
+			return row.innerText.includes('gateway.router.web.auth.requierd="false": unknown router key') ? "" : "row: " + row.innerText;
+		})()`)
+		// Informational, not asserted (the machine is shared and noisy).
+		t.Logf("typo visible on the page %v after podman run returned", time.Since(started).Round(10*time.Millisecond))
 	})
 
 	step("counters change after traffic", func(t *testing.T) {
