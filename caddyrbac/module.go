@@ -179,7 +179,7 @@ func (h *RBAC) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyhttp.
 	// expose the roles: the vars table for audit and permission, the
 	// placeholder for rate_limit keys, logs and headers (joined lazily)
 	if v, found := h.policy.RolesPath.Lookup(id.Claims); found {
-		if roles, err := caddyjwt.Strings(v); err == nil {
+		if roles, err := rolesOf(v); err == nil {
 			gwctx.SetRoles(r, roles)
 			if repl != nil {
 				repl.Set(PlaceholderRoles, joinedRoles(roles))
@@ -215,6 +215,23 @@ func (h *RBAC) deny(w http.ResponseWriter, r *http.Request, repl *caddy.Replacer
 		w.Header().Set("WWW-Authenticate", h.challenge)
 	}
 	writeJSONError(w, status, code, reason)
+}
+
+// rolesOf returns the strings of a roles claim value, with one allocation
+// for the common array case.
+func rolesOf(v any) ([]string, error) {
+	if arr, ok := v.([]any); ok {
+		roles := make([]string, 0, len(arr))
+		for _, e := range arr {
+			s, ok := e.(string)
+			if !ok {
+				return nil, fmt.Errorf("roles claim holds %s", caddyjwt.TypeName(e))
+			}
+			roles = append(roles, s)
+		}
+		return roles, nil
+	}
+	return caddyjwt.Strings(v)
 }
 
 // joinedRoles is the roles placeholder value; it is joined only when a
