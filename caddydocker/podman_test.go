@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/caddyserver/caddy/v2"
+	"github.com/golang-jwt/jwt/v5"
 	"github.com/caddyserver/caddy/v2/caddyconfig"
 	_ "github.com/caddyserver/caddy/v2/caddyconfig/httpcaddyfile"
 	_ "github.com/caddyserver/caddy/v2/modules/standard"
@@ -24,7 +25,36 @@ import (
 const (
 	adminAddr   = "localhost:2905"
 	gatewayAddr = "127.0.0.1:19501"
+	testSecret  = "caddydocker-test-secret-0123456789abcdef"
 )
+
+func token(t testing.TB, sub string, roles ...string) string {
+	t.Helper()
+	tok, err := jwt.NewWithClaims(jwt.SigningMethodHS256, jwt.MapClaims{
+		"sub": sub, "roles": roles, "iat": time.Now().Unix(), "exp": time.Now().Add(time.Hour).Unix(),
+	}).SignedString([]byte(testSecret))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return tok
+}
+
+func getAuth(path, tok string) (int, string, error) {
+	req, err := http.NewRequest(http.MethodGet, "http://"+gatewayAddr+path, nil)
+	if err != nil {
+		return 0, "", err
+	}
+	if tok != "" {
+		req.Header.Set("Authorization", "Bearer "+tok)
+	}
+	resp, err := httpClient.Do(req)
+	if err != nil {
+		return 0, "", err
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	return resp.StatusCode, string(b), err
+}
 
 var (
 	podOnce sync.Once
@@ -62,6 +92,12 @@ func gatewayConfig(p *podmantest.Podman, stateFile string) string {
 		server gateway
 		debounce 100ms
 		resync_interval 2s
+		jwt_auth {
+			hmac_secret %s
+		}
+		rbac {
+			roles_claim roles
+		}
 	}
 }
 
@@ -70,7 +106,7 @@ func gatewayConfig(p *podmantest.Podman, stateFile string) string {
 		respond "own route"
 	}
 }
-`, adminAddr, p.Host(), stateFile)
+`, adminAddr, p.Host(), stateFile, testSecret)
 }
 
 func startGateway(t testing.TB, caddyfile string) {
@@ -297,6 +333,57 @@ func TestPodman(t *testing.T) {
 		})
 		for i := 0; i < 4; i++ {
 			eventually(t, "pair-a only", 5*time.Second, expect("/pair/q", 200, "pair-a /pair/q"))
+		}
+	})
+
+	ps := port(t)
+	step("auth chain from labels: jwt_auth, rbac, rate_limit, audit", func(t *testing.T) {
+		err := p.Run("secure", ps, map[string]string{
+			"gateway.enable":                    "true",
+			"gateway.port":                      fmt.Sprint(ps),
+			"gateway.router.api.path_prefix":    "/secure",
+			"gateway.router.api.auth.roles":     "admin,editor",
+			"gateway.router.api.rate_limit":     "3/1m",
+			"gateway.router.api.methods":        "GET",
+			"gateway.router.api.strip_prefix":   "true",
+			"gateway.router.open.path_prefix":   "/open",
+			"gateway.router.open.auth.required": "false",
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		// Wait on the open router, so that polling spends no rate limit.
+		eventually(t, "container serving", 20*time.Second, expect("/open/x", 200, "secure /open/x"))
+		admin := token(t, "alice", "admin")
+		if code, body, err := getAuth("/secure/x", admin); err != nil || code != 200 || body != "secure /x" {
+			t.Fatalf("valid token: %d %q %v", code, body, err)
+		}
+		for _, tc := range []struct {
+			name, tok string
+			want      int
+		}{
+			{"no token", "", 401},
+			{"bad signature", admin[:len(admin)-4] + "AAAA", 401},
+			{"missing role", token(t, "bob", "viewer"), 403},
+		} {
+			if code, body, err := getAuth("/secure/x", tc.tok); err != nil || code != tc.want {
+				t.Errorf("%s: got %d %q %v, want %d", tc.name, code, body, err, tc.want)
+			}
+		}
+		// carol's own bucket (3 per minute) gives 3 x 200, then 429.
+		carol := token(t, "carol", "editor")
+		for i := 1; i <= 4; i++ {
+			code, _, err := getAuth("/secure/x", carol)
+			want := 200
+			if i == 4 {
+				want = 429
+			}
+			if err != nil || code != want {
+				t.Fatalf("request %d for carol: %d %v, want %d", i, code, err, want)
+			}
+		}
+		if code, body, _ := getAuth("/secure/x", token(t, "dave", "admin")); code != 200 {
+			t.Errorf("another subject is not limited by carol's bucket: %d %q", code, body)
 		}
 	})
 
