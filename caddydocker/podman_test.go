@@ -12,10 +12,10 @@ import (
 	"time"
 
 	"github.com/caddyserver/caddy/v2"
-	"github.com/golang-jwt/jwt/v5"
 	"github.com/caddyserver/caddy/v2/caddyconfig"
 	_ "github.com/caddyserver/caddy/v2/caddyconfig/httpcaddyfile"
 	_ "github.com/caddyserver/caddy/v2/modules/standard"
+	"github.com/golang-jwt/jwt/v5"
 	dto "github.com/prometheus/client_model/go"
 
 	"github.com/apigate/gateway/caddydocker/internal/podmantest"
