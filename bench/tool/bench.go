@@ -187,7 +187,7 @@ func (b *Bench) loadRounds(list []Scenario) {
 			if smp.PeakRSS > 0 {
 				mem = fmt.Sprintf("  peak %5.1f MB", float64(smp.PeakRSS)/1e6)
 			}
-			progress("round %d/%d [%2d/%d] %-24s %s%s  (eta %s)", round, b.Rounds, k+1, len(list), s.Name, strings.Join(parts, " | "), mem, eta.Round(time.Second))
+			progress("round %d/%d [%2d/%d] %-24s %s%s  core1 %2.0f%% others %2.0f%%  (eta %s)", round, b.Rounds, k+1, len(list), s.Name, strings.Join(parts, " | "), mem, 100*smp.CoreOurs, 100*smp.CoreOthers, eta.Round(time.Second))
 		}
 	}
 }

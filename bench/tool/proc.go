@@ -262,3 +262,84 @@ func (s *sampler) stop() int64 {
 	}
 	return s.peak
 }
+
+// cpuTicks returns the busy and total ticks of one CPU from /proc/stat.
+func cpuTicks(cpu string) (busy, total int64) {
+	b, err := os.ReadFile("/proc/stat")
+	if err != nil {
+		return 0, 0
+	}
+	for _, l := range strings.Split(string(b), "\n") {
+		f := strings.Fields(l)
+		if len(f) < 8 || f[0] != "cpu"+cpu {
+			continue
+		}
+		for i, v := range f[1:] {
+			n, _ := strconv.ParseInt(v, 10, 64)
+			total += n
+			if i != 3 && i != 4 { // idle, iowait
+				busy += n
+			}
+		}
+	}
+	return busy, total
+}
+
+// procTicks is the CPU time (utime+stime, in ticks) of a process and its
+// descendants.
+func procTicks(pid int) int64 {
+	var t int64
+	for _, p := range append([]int{pid}, descendants(pid)...) {
+		b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", p))
+		if err != nil {
+			continue
+		}
+		s := string(b)
+		i := strings.LastIndexByte(s, ')')
+		if i < 0 {
+			continue
+		}
+		f := strings.Fields(s[i+1:])
+		if len(f) > 12 {
+			u, _ := strconv.ParseInt(f[11], 10, 64)
+			st, _ := strconv.ParseInt(f[12], 10, 64)
+			t += u + st
+		}
+	}
+	return t
+}
+
+// coreShare measures, over an interval, how much of a core the server
+// under test used and how much went to everything else on that core.
+type coreShare struct {
+	pid               int
+	busy0, total0, p0 int64
+}
+
+func startCoreShare(pid int) *coreShare {
+	c := &coreShare{pid: pid}
+	c.busy0, c.total0 = cpuTicks(coreGateway)
+	if pid > 0 {
+		c.p0 = procTicks(pid)
+	}
+	return c
+}
+
+// end returns the server's share and the others' share of the core.
+func (c *coreShare) end() (ours, others float64) {
+	busy, total := cpuTicks(coreGateway)
+	dt := float64(total - c.total0)
+	if dt <= 0 {
+		return 0, 0
+	}
+	var p int64
+	if c.pid > 0 {
+		p = procTicks(c.pid) - c.p0
+	}
+	ours = float64(p) / dt
+	others = float64(busy-c.busy0-p) / dt
+	if others < 0 {
+		others = 0
+	}
+	return ours, others
+}

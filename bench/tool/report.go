@@ -142,6 +142,22 @@ func (r *Report) peakAnon(name string) float64 {
 	return m
 }
 
+// coreStr is the median share of core 1 taken by the server and by other
+// processes during the runs.
+func (r *Report) coreStr(name string) string {
+	var ours, others []float64
+	for _, s := range r.Samples[name] {
+		if s.Err == "" {
+			ours = append(ours, s.CoreOurs)
+			others = append(others, s.CoreOthers)
+		}
+	}
+	if len(ours) == 0 {
+		return "-"
+	}
+	return fmt.Sprintf("%.0f%% / %.0f%%", 100*stat(ours).Med, 100*stat(others).Med)
+}
+
 func (r *Report) memStr(name string) string {
 	m := r.peak(name)
 	if m <= 0 {
@@ -377,8 +393,8 @@ func (r *Report) markdown(png string) string {
 		}
 		p("## %s", g.title)
 		p("")
-		p("| scenario | what | req/s @50 | p99 ms @50 | req/s @300 | p99 ms @300 | vs baseline @50 | vs baseline @300 | peak RSS |")
-		p("|---|---|---|---|---|---|---|---|---|")
+		p("| scenario | what | req/s @50 | p99 ms @50 | req/s @300 | p99 ms @300 | vs baseline @50 | vs baseline @300 | peak RSS | core 1: server / others |")
+		p("|---|---|---|---|---|---|---|---|---|---|")
 		for _, s := range rows {
 			vs := func(c int) string {
 				if s.Baseline == "" {
@@ -391,11 +407,13 @@ func (r *Report) markdown(png string) string {
 				return fmt.Sprintf("%s of %s", pct(st.Med), s.Baseline)
 			}
 			mem := r.memStr(s.Name)
-			p("| %s | %s | %s | %s | %s | %s | %s | %s | %s |", s.Name, s.Label,
+			p("| %s | %s | %s | %s | %s | %s | %s | %s | %s | %s |", s.Name, s.Label,
 				fmtStat(r.rps(s.Name, 50), "%.0f"), fmtStat(r.lat(s.Name, 50, true), "%.1f"),
 				fmtStat(r.rps(s.Name, 300), "%.0f"), fmtStat(r.lat(s.Name, 300, true), "%.1f"),
-				vs(50), vs(300), mem)
+				vs(50), vs(300), mem, r.coreStr(s.Name))
 		}
+		p("")
+		p("Core 1 (the proxy's core): the median share of its time the server used during the measured runs, and the share other processes of the machine took (0%% on an idle machine; more means the figures of that row are depressed by foreign load).")
 		p("")
 		p("Peak RSS is VmHWM (for nginx, master + worker); \"anon\" is the sampled peak of anonymous memory (heap and stacks), i.e. without the pages of the mapped executable, which are most of an idle Caddy's resident set.")
 		p("")

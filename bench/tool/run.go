@@ -54,6 +54,10 @@ type Sample struct {
 	Round   int               `json:"round"`
 	At      map[int]WrkResult `json:"at"` // by connections
 	PeakRSS int64             `json:"peak_rss_bytes"`
+	// share of core 1 used by the server under test and by all other
+	// processes during the measured runs (noise indicator)
+	CoreOurs   float64 `json:"core_share_server"`
+	CoreOthers float64 `json:"core_share_others"`
 	// PeakAnon is the sampled peak of anonymous memory (heap, stacks),
 	// i.e. VmHWM without the pages of the mapped binary
 	PeakAnon int64              `json:"peak_anon_rss_bytes"`
@@ -218,6 +222,11 @@ func (b *Bench) runScenario(s Scenario, idx, round int) Sample {
 		anon = sampleAnon(p.Pid())
 		defer anon.stop()
 	}
+	pid := 0
+	if p != nil {
+		pid = p.Pid()
+	}
+	share := startCoreShare(pid)
 	for _, conns := range connLevels {
 		r, err := runWrk(b.wrkJob(s, url, conns, b.Dur, offset))
 		if err != nil {
@@ -227,6 +236,7 @@ func (b *Bench) runScenario(s Scenario, idx, round int) Sample {
 		offset += r.Requests + int64(conns)
 		smp.At[conns] = r
 	}
+	smp.CoreOurs, smp.CoreOthers = share.end()
 	if p != nil {
 		smp.PeakAnon = anon.stop()
 		smp.PeakRSS = peakRSS(p.Pid())
