@@ -605,6 +605,25 @@ func TestFleet(t *testing.T) {
 			t.Fatalf("after the kill: %d, %v", code, err)
 		}
 	})
+	t.Run("metrics", func(t *testing.T) {
+		// Caddy's admin endpoint serves the config's metrics registry.
+		resp, err := client.Get(fmt.Sprintf("http://127.0.0.1:%d/metrics", adminPorts[0]))
+		if err != nil {
+			t.Fatal(err)
+		}
+		body, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		for _, want := range []string{
+			"gateway_nats_connected{",
+			"gateway_nats_reconnects_total{",
+			`gateway_permission_invalidations_total{kind="subject"`,
+			"gateway_permission_invalidated_decisions_total{",
+		} {
+			if !strings.Contains(string(body), want) {
+				t.Errorf("/metrics lacks %s", want)
+			}
+		}
+	})
 	t.Logf("fleet test took %v", time.Since(start).Round(time.Second))
 }
 
