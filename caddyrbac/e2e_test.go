@@ -349,6 +349,19 @@ func TestEndToEnd(t *testing.T) {
 			t.Fatalf("carol request 3: got %d", code)
 		}
 	})
+	t.Run("decisions are counted on the admin metrics endpoint", func(t *testing.T) {
+		resp, err := http.Get(fmt.Sprintf("http://localhost:%d/metrics", e2eAdminPort))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		body, _ := io.ReadAll(resp.Body)
+		for _, result := range []string{"allow", "deny_role", "deny_scope", "unauthenticated"} {
+			if !strings.Contains(string(body), `gateway_rbac_decisions_total{result="`+result+`"}`) {
+				t.Errorf("no gateway_rbac_decisions_total{result=%q} in /metrics", result)
+			}
+		}
+	})
 	t.Run("zones with the same name share state across routes", func(t *testing.T) {
 		for _, p := range []string{"/shared-a", "/shared-b"} {
 			if code, _, body := get(t, p, ""); code != 200 {
