@@ -2,6 +2,7 @@ package dashboard
 
 import (
 	"encoding/json"
+	"fmt"
 	"strings"
 	"testing"
 
@@ -184,6 +185,27 @@ func TestWindowText(t *testing.T) {
 	for in, want := range map[string]string{`"1m0s"`: "1m", `"30s"`: "30s", `"1h0m0s"`: "1h", `"1m30s"`: "90s", `"1.5s"`: "1.5s", `"bad"`: "bad", "60000000000": "1m", "{}": "?"} {
 		if got := windowText(json.RawMessage(in)); got != want {
 			t.Errorf("windowText(%q) = %q, want %q", in, got, want)
+		}
+	}
+}
+
+// BenchmarkExtractRoutes flattens a server with 100 discovered routes (the
+// work of one page refresh after a config change).
+func BenchmarkExtractRoutes(b *testing.B) {
+	var routes []string
+	for i := 0; i < 100; i++ {
+		routes = append(routes, fmt.Sprintf(`{"@id":"docker:gw:s%d:api","match":[{"path":["/s%d","/s%d/*"]}],"handle":[
+			{"handler":"audit"},{"handler":"jwt_auth","hmac_secrets":["x"]},{"handler":"rbac","require":[{"any":["admin"]}]},
+			{"handler":"rate_limit","rate_limits":{"z%d":{"key":"k","max_events":100,"window":"1m0s"}}},
+			{"handler":"reverse_proxy","upstreams":[{"dial":"127.0.0.1:%d"}]}],"terminal":true}`, i, i, i, i, 8000+i))
+	}
+	app := []byte(`{"servers":{"gw":{"listen":[":443"],"routes":[` + strings.Join(routes, ",") + `]}}}`)
+	b.SetBytes(int64(len(app)))
+	b.ReportAllocs()
+	for b.Loop() {
+		rs, err := ExtractRoutes(app)
+		if err != nil || len(rs) != 100 {
+			b.Fatal(len(rs), err)
 		}
 	}
 }
