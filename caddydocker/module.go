@@ -171,7 +171,6 @@ func (a *App) Provision(ctx caddy.Context) error {
 		return fmt.Errorf("docker: %w", err)
 	}
 	a.watcher = val.(watcherDestructor).Watcher
-	setCurrent(a.Server, a.watcher)
 	return nil
 }
 
@@ -193,6 +192,7 @@ func (a *App) Validate() error {
 // that the reloaded config still holds its routes. It returns at once: the
 // engine and the admin API are only contacted from the watcher's goroutine.
 func (a *App) Start() error {
+	setCurrent(a.Server, a.watcher)
 	a.watcher.Start()
 	return nil
 }
