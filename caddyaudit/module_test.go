@@ -191,10 +191,12 @@ func FuzzEventJSON(f *testing.F) {
 		if err := json.Unmarshal(b, &got); err != nil {
 			t.Fatalf("invalid JSON %q: %v", b, err)
 		}
-		want, _ := json.Marshal(ev.Path)
-		gotPath, _ := json.Marshal(got.Path)
-		if string(want) != string(gotPath) {
-			t.Fatalf("path %s, want %s", gotPath, want)
+		// Same string as encoding/json would give.
+		enc, _ := json.Marshal(ev.Path)
+		var want string
+		json.Unmarshal(enc, &want)
+		if got.Path != want {
+			t.Fatalf("path %q, want %q", got.Path, want)
 		}
 	})
 }
@@ -274,7 +276,7 @@ func TestDefaultNamesHideCredentials(t *testing.T) {
 
 func TestStatsAndRecent(t *testing.T) {
 	rc := newReceiver(t)
-	w := startWorker(t, workerConfig{Name: "stats-test", BatchSize: 1, FlushInterval: time.Millisecond}, newHTTPSink(rc.srv.URL, nil, time.Second), nil)
+	w := startWorker(t, workerConfig{BatchSize: 1, FlushInterval: time.Millisecond}, newHTTPSink(rc.srv.URL, nil, time.Second), nil)
 	a := &App{workers: []*worker{w}}
 	for i := 0; i < 3; i++ {
 		a.Record(testEvent(i))
@@ -282,7 +284,7 @@ func TestStatsAndRecent(t *testing.T) {
 	waitFor(t, "sent", func() bool { return w.m.sentN.Load() == 3 })
 	var found bool
 	for _, s := range Stats() {
-		if s.Name == "stats-test" {
+		if s.Name == w.cfg.Name {
 			found = true
 			if s.Enqueued != 3 || s.Sent != 3 || s.QueueSize != 65536 {
 				t.Fatalf("stats %+v", s)

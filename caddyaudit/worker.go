@@ -86,6 +86,8 @@ type worker struct {
 	m    *sinkMetrics
 
 	q        chan Event
+	wake     chan struct{}
+	pendingN atomic.Int64 // events the worker took from q but has not sent
 	spool    *Spool
 	spooling atomic.Bool
 
@@ -118,6 +120,7 @@ func newWorker(cfg workerConfig, sink Sink, log *zap.Logger) (*worker, error) {
 	w := &worker{
 		cfg: cfg, sink: sink, log: log, m: metricsFor(cfg.Name, cfg.Type),
 		q:       make(chan Event, cfg.QueueSize),
+		wake:    make(chan struct{}, 1),
 		closing: make(chan struct{}),
 		done:    make(chan struct{}),
 	}
@@ -159,9 +162,13 @@ func (w *worker) Enqueue(ev *Event) {
 	}
 	select {
 	case w.q <- *ev:
+		if len(w.q)+int(w.pendingN.Load()) >= w.cfg.BatchSize {
+			w.signal()
+		}
 		return
 	default:
 	}
+	w.signal()
 	if w.spool != nil {
 		w.spooling.Store(true)
 		w.spoolEvent(ev)
@@ -175,6 +182,13 @@ func (w *worker) Enqueue(ev *Event) {
 		w.drop(ev, "queue full")
 	case <-w.closing:
 		w.drop(ev, "sink stopping")
+	}
+}
+
+func (w *worker) signal() {
+	select {
+	case w.wake <- struct{}{}:
+	default:
 	}
 }
 
@@ -249,66 +263,68 @@ func (w *worker) run() {
 		}
 	}()
 	var (
-		batch = make([]Event, 0, w.cfg.BatchSize)
-		recs  = make([]record, 0, w.cfg.BatchSize)
-		arena []byte
-		timer = time.NewTimer(time.Hour)
-		tick  = time.NewTicker(w.cfg.FlushInterval)
+		pending = make([]Event, 0, w.cfg.BatchSize)
+		recs    = make([]record, 0, w.cfg.BatchSize)
+		arena   []byte
+		tick    = time.NewTicker(w.cfg.FlushInterval)
 	)
 	defer tick.Stop()
-	timer.Stop()
 	var spoolNotify <-chan struct{}
 	if w.spool != nil {
 		spoolNotify = w.spool.Notify()
 	}
 	encode := func() []record {
 		recs, arena = recs[:0], arena[:0]
-		for i := range batch {
+		for i := range pending {
 			start := len(arena)
-			arena = batch[i].AppendJSON(arena)
-			recs = append(recs, record{id: batch[i].RequestID, data: arena[start:len(arena):len(arena)]})
+			arena = pending[i].AppendJSON(arena)
+			recs = append(recs, record{id: pending[i].RequestID, data: arena[start:len(arena):len(arena)]})
 		}
 		return recs
 	}
 	for {
-		batch = batch[:0]
-		// Wait for the first event, a spool append, or a tick.
+		// The worker does not wait on the queue itself: a receive that
+		// wakes a parked goroutine for every event would make enqueueing
+		// cost a context switch. It wakes up when a batch is full (wake),
+		// every flush_interval (so no event waits much longer), and when
+		// the spool is appended to.
+		timed := false
 		select {
-		case ev := <-w.q:
-			batch = append(batch, ev)
-		case <-spoolNotify:
+		case <-w.wake:
 		case <-tick.C:
+			timed = true
 			if w.spool != nil {
 				if err := w.spool.Sync(); err != nil {
 					w.log.Error("syncing audit spool", zap.Error(err))
 				}
 			}
+		case <-spoolNotify:
 		case <-w.closing:
-			w.shutdown(batch)
+			w.shutdown(pending)
 			return
 		}
-		if len(batch) > 0 {
-			timer.Reset(w.cfg.FlushInterval)
+		for {
 		fill:
-			for len(batch) < w.cfg.BatchSize {
+			for len(pending) < w.cfg.BatchSize {
 				select {
 				case ev := <-w.q:
-					batch = append(batch, ev)
-				case <-timer.C:
-					break fill
-				case <-w.closing:
+					pending = append(pending, ev)
+				default:
 					break fill
 				}
 			}
-			timer.Stop()
-			rs := encode()
-			if !w.deliver(rs) {
-				w.shutdown(batch)
+			w.pendingN.Store(int64(len(pending)))
+			if len(pending) == 0 || (len(pending) < w.cfg.BatchSize && !timed) {
+				break // a partial batch waits for the tick
+			}
+			if !w.deliver(encode()) {
+				w.shutdown(pending)
 				return
 			}
-			continue
+			pending = pending[:0]
+			w.pendingN.Store(0)
 		}
-		if w.spool != nil && len(w.q) == 0 {
+		if w.spool != nil && len(w.q) == 0 && len(pending) == 0 {
 			if !w.drainSpoolOnce() {
 				w.shutdown(nil)
 				return

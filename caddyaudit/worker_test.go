@@ -76,6 +76,8 @@ func (rc *receiver) ids() map[string]bool {
 	return out
 }
 
+var workerSeq atomic.Int64
+
 func testEvent(i int) *Event {
 	return &Event{Time: time.Unix(1700000000, int64(i)), RequestID: fmt.Sprintf("id-%d", i), Method: "GET",
 		Host: "api.test", Path: "/orders", Status: 200, Decision: "allow", Roles: []string{"a"}}
@@ -95,7 +97,8 @@ func waitFor(t *testing.T, what string, cond func() bool) {
 func startWorker(t *testing.T, cfg workerConfig, sink Sink, log *zap.Logger) *worker {
 	t.Helper()
 	if cfg.Name == "" {
-		cfg.Name = t.Name()
+		// Unique per run: counters are per sink name and process-wide.
+		cfg.Name = fmt.Sprintf("%s#%d", t.Name(), workerSeq.Add(1))
 	}
 	cfg.Type = "test"
 	w, err := newWorker(cfg, sink, log)
@@ -373,7 +376,7 @@ func TestSpoolSurvivesRestart(t *testing.T) {
 	dir := t.TempDir()
 	cfg := workerConfig{QueueSize: 8, BatchSize: 16, FlushInterval: 5 * time.Millisecond,
 		RetryBase: time.Millisecond, RetryMax: 10 * time.Millisecond, ShutdownTimeout: 50 * time.Millisecond, SpoolDir: dir}
-	cfg.Name, cfg.Type = t.Name(), "test"
+	cfg.Name, cfg.Type = fmt.Sprintf("%s#%d", t.Name(), workerSeq.Add(1)), "test"
 	w, err := newWorker(cfg, newHTTPSink(url, nil, time.Second), nil)
 	if err != nil {
 		t.Fatal(err)
@@ -407,7 +410,7 @@ func TestMaxRetriesThenDropOrSpool(t *testing.T) {
 	rc := newReceiver(t)
 	rc.setFail(func(int64) int { return 500 })
 	core, logs := observer.New(zap.InfoLevel)
-	w := startWorker(t, workerConfig{BatchSize: 3, FlushInterval: time.Millisecond, MaxRetries: 2,
+	w := startWorker(t, workerConfig{BatchSize: 3, FlushInterval: time.Hour, MaxRetries: 2,
 		RetryBase: time.Millisecond, RetryMax: time.Millisecond}, newHTTPSink(rc.srv.URL, nil, time.Second), zap.New(core))
 	for i := 0; i < 3; i++ {
 		w.Enqueue(testEvent(i))
