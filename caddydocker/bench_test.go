@@ -10,18 +10,22 @@ import (
 	"time"
 )
 
-// TestDiscoveryLatency measures, against real Podman, the time from
+// BenchmarkDiscoveryLatency measures, against real Podman, the time from
 // `podman run` returning to the first 200 through the gateway, and from
 // `podman stop` / `podman kill` returning to the first non-200 and to the
-// first 404 no_route (route removed). Off by default:
+// first 404 no_route (route removed). It is a benchmark so that plain
+// `go test` never runs it; one iteration measures all containers:
 //
-//	GATEWAY_DISCOVERY_BENCH=1 go test ./caddydocker/ -run TestDiscoveryLatency -v
+//	go test ./caddydocker/ -run '^$' -bench DiscoveryLatency -benchtime 1x -v
 //
 // GATEWAY_DISCOVERY_BENCH_N sets the number of containers (default 12).
-func TestDiscoveryLatency(t *testing.T) {
-	if os.Getenv("GATEWAY_DISCOVERY_BENCH") == "" {
-		t.Skip("set GATEWAY_DISCOVERY_BENCH=1 to run the discovery latency benchmark")
+func BenchmarkDiscoveryLatency(b *testing.B) {
+	for i := 0; i < b.N; i++ {
+		discoveryLatency(b)
 	}
+}
+
+func discoveryLatency(t *testing.B) {
 	n := 12
 	if v, err := strconv.Atoi(os.Getenv("GATEWAY_DISCOVERY_BENCH_N")); err == nil && v >= 10 {
 		n = v
@@ -89,6 +93,13 @@ func TestDiscoveryLatency(t *testing.T) {
 		pct(removed, 50), pct(removed, 95), pct(removed, 100))
 	t.Log(report)
 	fmt.Println(report)
+	t.ReportMetric(float64(pct(add, 50).Milliseconds()), "add-p50-ms")
+	t.ReportMetric(float64(pct(add, 95).Milliseconds()), "add-p95-ms")
+	t.ReportMetric(float64(pct(gone, 50).Milliseconds()), "non200-p50-ms")
+	t.ReportMetric(float64(pct(gone, 95).Milliseconds()), "non200-p95-ms")
+	t.ReportMetric(float64(pct(removed, 50).Milliseconds()), "no_route-p50-ms")
+	t.ReportMetric(float64(pct(removed, 95).Milliseconds()), "no_route-p95-ms")
+	t.ReportMetric(0, "ns/op")
 }
 
 func pct(ds []time.Duration, p int) time.Duration {
