@@ -216,6 +216,24 @@ func TestGateway(t *testing.T) {
 		}
 	})
 
+	step("admin API: no page there, a pointer to the handler instead", func(t *testing.T) {
+		for _, tc := range []struct {
+			path, want string
+		}{
+			{"/gateway/", "put the gateway_dashboard handler on a site"},
+			{"/gateway/nope", "no dashboard document at /gateway/nope"},
+		} {
+			code, body, err := get("http://" + adminAddr + tc.path)
+			if err != nil || code != 404 || !strings.Contains(body, tc.want) {
+				t.Errorf("GET %s = %d %v %s, want 404 with %q", tc.path, code, err, body, tc.want)
+			}
+		}
+		code, body, err := get("http://" + adminAddr + "/gateway/events?n=5")
+		if err != nil || code != 200 || !strings.Contains(body, `"enabled":true`) {
+			t.Errorf("GET /gateway/events = %d %v %s", code, err, body)
+		}
+	})
+
 	step("site route: jwt_auth and rbac protect the dashboard", func(t *testing.T) {
 		url := "http://" + gatewayAddr + "/ops/api/overview"
 		if code, _, err := get(url); err != nil || code != 401 {
