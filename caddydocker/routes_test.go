@@ -204,6 +204,11 @@ func TestMergeRoutes(t *testing.T) {
 	if len(merged) != 3 || RouteID(merged[0]) != "docker:gateway:orders:api" || RouteID(merged[2]) != "docker:gateway:no_route" {
 		t.Fatalf("unexpected merge: %s", merged)
 	}
+	// The server's last own route no longer ends the chain, so what it
+	// leaves unhandled reaches the 404.
+	if strings.Contains(string(merged[1]), "terminal") {
+		t.Fatalf("last own route keeps terminal: %s", merged[1])
+	}
 	// Idempotent: merging into the merged list changes nothing.
 	again := MergeRoutes("gateway", merged, plan.Routes)
 	if !SameRoutes(merged, again) {
