@@ -225,14 +225,51 @@ func (k *Key) verify(a *alg, signed, sig []byte) error {
 		if len(sig) != 2*a.keyLen {
 			return errSignature
 		}
-		r := new(big.Int).SetBytes(sig[:a.keyLen])
-		s := new(big.Int).SetBytes(sig[a.keyLen:])
-		if !ecdsa.Verify(k.ec, digest, r, s) {
+		var der [2*66 + 12]byte
+		asn1Sig, ok := ecdsaDER(der[:0], sig[:a.keyLen], sig[a.keyLen:])
+		if !ok || !ecdsa.VerifyASN1(k.ec, digest, asn1Sig) {
 			return errSignature
 		}
 		return nil
 	}
 	return errSignature
+}
+
+// ecdsaDER encodes a JWS ECDSA signature (r||s, RFC 7518 3.4) as the
+// ASN.1 SEQUENCE of two INTEGERs that crypto/ecdsa verifies, without the
+// big.Int round trip of ecdsa.Verify. It fails for a zero r or s.
+func ecdsaDER(buf, r, s []byte) ([]byte, bool) {
+	r, s = trimZeros(r), trimZeros(s)
+	if len(r) == 0 || len(s) == 0 {
+		return nil, false
+	}
+	intLen := func(b []byte) int {
+		if b[0]&0x80 != 0 {
+			return len(b) + 1
+		}
+		return len(b)
+	}
+	body := 2 + intLen(r) + 2 + intLen(s)
+	buf = append(buf, 0x30)
+	if body >= 0x80 {
+		buf = append(buf, 0x81)
+	}
+	buf = append(buf, byte(body))
+	for _, n := range [2][]byte{r, s} {
+		buf = append(buf, 0x02, byte(intLen(n)))
+		if n[0]&0x80 != 0 {
+			buf = append(buf, 0)
+		}
+		buf = append(buf, n...)
+	}
+	return buf, true
+}
+
+func trimZeros(b []byte) []byte {
+	for len(b) > 0 && b[0] == 0 {
+		b = b[1:]
+	}
+	return b
 }
 
 func hashFunc(h crypto.Hash) func() hash.Hash {

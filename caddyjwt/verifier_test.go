@@ -486,3 +486,28 @@ func TestKeySelection(t *testing.T) {
 		})
 	}
 }
+
+func TestECDSADER(t *testing.T) {
+	k := keys(t)
+	for _, tc := range []struct {
+		m   jwt.SigningMethod
+		key any
+		pub any
+	}{
+		{jwt.SigningMethodES256, k.p256, &k.p256.PublicKey},
+		{jwt.SigningMethodES384, k.p384, &k.p384.PublicKey},
+		{jwt.SigningMethodES512, k.p521, &k.p521.PublicKey},
+	} {
+		v, _ := NewVerifier(Options{Now: nowFn, CacheSize: -1}, []*Key{mustKey(t, tc.pub, "")})
+		// many signatures, so leading zero bytes and high bits in r and s occur
+		for i := 0; i < 200; i++ {
+			tok := sign(t, tc.m, tc.key, "", with(baseClaims(), "n", i))
+			if _, err := v.Verify(context.Background(), tok); err != nil {
+				t.Fatalf("%s #%d: %v", tc.m.Alg(), i, err)
+			}
+		}
+	}
+	if _, ok := ecdsaDER(nil, make([]byte, 32), []byte{1}); ok {
+		t.Fatal("zero r accepted")
+	}
+}
