@@ -222,7 +222,18 @@ func (j *JWTAuth) Provision(ctx caddy.Context) error {
 	}
 
 	var sets []KeySet
+	// defaults applied before keying the pool, so that `jwks_refresh 10m`
+	// and no jwks_refresh share one fetcher
 	refresh, cooldown, timeout := time.Duration(j.JWKSRefresh), time.Duration(j.JWKSCooldown), time.Duration(j.JWKSTimeout)
+	if refresh == 0 {
+		refresh = DefaultJWKSRefresh
+	}
+	if cooldown == 0 {
+		cooldown = DefaultJWKSCooldown
+	}
+	if timeout == 0 {
+		timeout = DefaultJWKSTimeout
+	}
 	for _, raw := range j.JWKSURLs {
 		u := repl.ReplaceKnown(raw, "")
 		pu, err := url.Parse(u)

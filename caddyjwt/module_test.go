@@ -275,8 +275,8 @@ func TestProvisionErrors(t *testing.T) {
 func TestPoolsOutliveReload(t *testing.T) {
 	k := keys(t)
 	srv := newJWKSServer(t, jwksDoc(jwkOf(&k.rsa.PublicKey, "k1", "")))
-	cfg := JWTAuth{JWKSURLs: []string{srv.URL}}
-	a, b := cfg, cfg
+	a := JWTAuth{JWKSURLs: []string{srv.URL}}
+	b := JWTAuth{JWKSURLs: []string{srv.URL}, JWKSRefresh: caddy.Duration(DefaultJWKSRefresh)} // same as the default
 	ctxA, cancelA := caddy.NewContext(caddy.Context{Context: context.Background()})
 	if err := a.Provision(ctxA); err != nil {
 		t.Fatal(err)
