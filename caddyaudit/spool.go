@@ -14,6 +14,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"time"
 )
 
 // The spool is an append-only log of framed records in segment files
@@ -153,6 +154,30 @@ type Spool struct {
 	closed   bool
 	fbuf     []byte
 	rbuf     []byte
+
+	syncStop chan struct{}
+	syncDone chan struct{}
+}
+
+// startSyncer fsyncs buffered appends every interval, so that records
+// reach the disk even while the sink's worker is busy retrying.
+func (s *Spool) startSyncer(interval time.Duration, onErr func(error)) {
+	s.syncStop, s.syncDone = make(chan struct{}), make(chan struct{})
+	go func() {
+		defer close(s.syncDone)
+		t := time.NewTicker(interval)
+		defer t.Stop()
+		for {
+			select {
+			case <-t.C:
+				if err := s.Sync(); err != nil && onErr != nil {
+					onErr(err)
+				}
+			case <-s.syncStop:
+				return
+			}
+		}
+	}()
 }
 
 func segName(seq uint64) string { return fmt.Sprintf("%016x.seg", seq) }
@@ -499,6 +524,14 @@ func (s *Spool) Commit(b SpoolBatch) {
 // Close syncs the spool and records the read position so that a restart
 // does not deliver the same records again.
 func (s *Spool) Close() error {
+	if s.syncStop != nil {
+		select {
+		case <-s.syncStop:
+		default:
+			close(s.syncStop)
+		}
+		<-s.syncDone
+	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.closed {
@@ -553,6 +586,7 @@ func acquireSpool(dir string, bad func(BadRange)) (*Spool, error) {
 	if err != nil {
 		return nil, err
 	}
+	s.startSyncer(200*time.Millisecond, nil)
 	spools[dir] = &sharedSpool{s: s, refs: 1}
 	return s, nil
 }
