@@ -39,6 +39,13 @@ func DefaultHost() string {
 type dockerEngine struct {
 	cli *client.Client
 
+	// vmu serialises API version negotiation: the client negotiates on
+	// its first request, and two goroutines (list and events) doing that
+	// at once race on the client's version field while the engine is
+	// unreachable. ready() settles it before any other call.
+	vmu      sync.Mutex
+	vsettled bool
+
 	// net caches the network facts of running containers that the list
 	// does not report (Podman's compat list has no HostConfig or
 	// networks), from one inspect per container.
@@ -64,7 +71,26 @@ func NewDockerEngine(host string) (Engine, error) {
 
 func (e *dockerEngine) Close() error { return e.cli.Close() }
 
+// ready negotiates the API version once, before the first real call.
+func (e *dockerEngine) ready(ctx context.Context) error {
+	e.vmu.Lock()
+	defer e.vmu.Unlock()
+	if e.vsettled {
+		return nil
+	}
+	ping, err := e.cli.Ping(ctx)
+	if err != nil {
+		return err
+	}
+	e.cli.NegotiateAPIVersionPing(ping)
+	e.vsettled = true
+	return nil
+}
+
 func (e *dockerEngine) List(ctx context.Context) ([]Container, error) {
+	if err := e.ready(ctx); err != nil {
+		return nil, err
+	}
 	list, err := e.cli.ContainerList(ctx, container.ListOptions{
 		Filters: filters.NewArgs(filters.Arg("label", LabelPrefix+"enable")),
 	})
@@ -178,6 +204,9 @@ func Relevant(action string) bool {
 }
 
 func (e *dockerEngine) Events(ctx context.Context, fn func(action, id string)) error {
+	if err := e.ready(ctx); err != nil {
+		return err
+	}
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	msgs, errs := e.cli.Events(ctx, events.ListOptions{
