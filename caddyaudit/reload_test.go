@@ -1,0 +1,122 @@
+package caddyaudit_test
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/caddyserver/caddy/v2/caddytest"
+
+	"github.com/apigate/gateway/caddyaudit"
+)
+
+// TestReloadKeepsAndDrainsQueues: events queued while the receiver is down
+// survive a reload that keeps the sink (same queue), and a reload that
+// changes the sink drains the old queue before it goes away. With the
+// receiver back, every request has its event (deduplicated by request id).
+func TestReloadKeepsAndDrainsQueues(t *testing.T) {
+	var down atomic.Bool
+	var mu sync.Mutex
+	ids := map[string]bool{}
+	hook := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if down.Load() {
+			http.Error(w, "down", http.StatusServiceUnavailable)
+			return
+		}
+		var evs []caddyaudit.Event
+		if err := json.NewDecoder(r.Body).Decode(&evs); err != nil {
+			http.Error(w, err.Error(), 400)
+			return
+		}
+		mu.Lock()
+		for _, e := range evs {
+			ids[e.Path] = true
+		}
+		mu.Unlock()
+	}))
+	defer hook.Close()
+
+	config := func(batch int) string {
+		return fmt.Sprintf(`{
+	admin localhost:2904
+	http_port 19420
+	https_port 19421
+	grace_period 1s
+	audit {
+		shutdown_timeout 20s
+		sink http %s {
+			name reload-hook
+			batch_size %d
+			flush_interval 10ms
+		}
+	}
+}
+
+:19402 {
+	audit
+	respond "ok"
+}
+`, hook.URL, batch)
+	}
+	tester := caddytest.NewTester(t).WithDefaultOverrides(caddytest.Config{
+		AdminPort: 2904, LoadRequestTimeout: 30 * time.Second, TestRequestTimeout: 30 * time.Second,
+	})
+	tester.InitServer(config(5), "caddyfile")
+	if t.Failed() {
+		t.Fatal("config not loaded")
+	}
+	run := fmt.Sprint(time.Now().UnixNano())
+	n := 0
+	send := func(k int) {
+		for i := 0; i < k; i++ {
+			resp, err := tester.Client.Get(fmt.Sprintf("http://127.0.0.1:19402/%s/%d", run, n))
+			if err != nil {
+				t.Fatal(err)
+			}
+			io.Copy(io.Discard, resp.Body)
+			resp.Body.Close()
+			n++
+		}
+	}
+	down.Store(true)
+	send(20)
+	tester.InitServer(config(5), "caddyfile") // unchanged sink: same queue
+	send(10)
+	go func() {
+		// Bring the receiver back while the changed config is loading:
+		// the old worker drains into it within shutdown_timeout.
+		time.Sleep(200 * time.Millisecond)
+		down.Store(false)
+	}()
+	tester.InitServer(config(7), "caddyfile") // changed sink: old one drained
+	send(10)
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		mu.Lock()
+		missing := 0
+		for i := 0; i < n; i++ {
+			if !ids[fmt.Sprintf("/%s/%d", run, i)] {
+				missing++
+			}
+		}
+		mu.Unlock()
+		if missing == 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%d of %d events missing after reloads", missing, n)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	for _, s := range caddyaudit.Stats() {
+		if s.Name == "reload-hook" && s.Dropped != 0 {
+			t.Fatalf("dropped %d", s.Dropped)
+		}
+	}
+}
