@@ -168,6 +168,9 @@ func TestEndToEnd(t *testing.T) {
 		}
 		reverse_proxy %[4]s
 	}
+	route /metrics {
+		metrics
+	}
 	route /public/* {
 		jwt_auth {
 			hmac_secret {env.CADDYJWT_E2E_SECRET}
@@ -299,6 +302,23 @@ func TestEndToEnd(t *testing.T) {
 		resp, _ = get("/hmac/x", "")
 		if got := resp.Header.Get("WWW-Authenticate"); got != `Bearer realm="hmac-demo"` {
 			t.Fatalf("WWW-Authenticate %q", got)
+		}
+	})
+
+	t.Run("metrics", func(t *testing.T) {
+		resp, body := get("/metrics", "")
+		expect("metrics", resp, body, 200, "gateway_jwt_verifications_total")
+		for _, want := range []string{
+			`gateway_jwt_verifications_total{reason="token expired",result="invalid"}`,
+			`gateway_jwt_verifications_total{reason="ok",result="valid"}`,
+			`gateway_jwt_verifications_total{reason="missing token",result="missing"}`,
+			"gateway_jwt_cache_misses_total",
+			`gateway_jwt_jwks_refreshes_total{result="ok",url="` + p.srv.URL + `"}`,
+			`gateway_jwt_jwks_refreshes_total{result="error",url="` + p.srv.URL + `"}`,
+		} {
+			if !strings.Contains(body, want) {
+				t.Errorf("metrics lack %s", want)
+			}
 		}
 	})
 
