@@ -33,6 +33,7 @@ func TestCaddyfileExampleRuns(t *testing.T) {
 		"127.0.0.1:9001", "127.0.0.1:19611",
 		"127.0.0.1:9100", "127.0.0.1:19612",
 		"127.0.0.1:9180", "127.0.0.1:19613",
+		"localhost:2020", "localhost:19614",
 	).Replace(string(src))
 	path := filepath.Join(dir, "Caddyfile")
 	if err := os.WriteFile(path, []byte(cfg), 0o644); err != nil {
@@ -110,6 +111,7 @@ func TestCaddyfileExampleRuns(t *testing.T) {
 		{"demo permission service denies DELETE", "DELETE", "/api/orders/42", demo, 403, "permission"},
 		{"public route", "GET", "/api/public/info", "", 200, `"upstream":"demo"`},
 		{"no route", "GET", "/nowhere", "", 404, `"no_route"`},
+		{"dashboard", "GET", "http://localhost:19614/", "", 200, "<html"},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
