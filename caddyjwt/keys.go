@@ -18,6 +18,7 @@ import (
 	"hash"
 	"math/big"
 	"strconv"
+	"sync"
 )
 
 // keyFamily is the kind of a verification key. The family of the key that
@@ -111,6 +112,17 @@ type Key struct {
 	ec     *ecdsa.PublicKey
 	ed     ed25519.PublicKey
 	fp     [32]byte // fingerprint of the key material, to detect changes
+	macs   [3]sync.Pool // HMAC states keyed with secret, for SHA-256/384/512
+}
+
+func macIndex(h crypto.Hash) int {
+	switch h {
+	case crypto.SHA384:
+		return 1
+	case crypto.SHA512:
+		return 2
+	}
+	return 0
 }
 
 // Family names the key type: HMAC, RSA, EC or Ed25519.
@@ -194,10 +206,18 @@ var errSignature = errors.New("invalid signature")
 func (k *Key) verify(a *alg, signed, sig []byte) error {
 	switch a.family {
 	case familyHMAC:
-		mac := hmac.New(hashFunc(a.hash), k.secret)
+		// a keyed HMAC state is reused: no key schedule per token
+		pool := &k.macs[macIndex(a.hash)]
+		mac, _ := pool.Get().(hash.Hash)
+		if mac == nil {
+			mac = hmac.New(hashFunc(a.hash), k.secret)
+		}
 		mac.Write(signed)
 		var buf [sha512.Size]byte
-		if !hmac.Equal(sig, mac.Sum(buf[:0])) {
+		ok := hmac.Equal(sig, mac.Sum(buf[:0]))
+		mac.Reset()
+		pool.Put(mac)
+		if !ok {
 			return errSignature
 		}
 		return nil
