@@ -1,0 +1,126 @@
+package caddyaudit_test
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/caddyserver/caddy/v2/caddytest"
+
+	"github.com/apigate/gateway/caddyaudit"
+)
+
+// TestSpoolAcrossGatewayRestart: the receiver is down, N requests pass,
+// the audit app is stopped (its sink removed from the config), then
+// started again with the receiver up: all N events arrive.
+func TestSpoolAcrossGatewayRestart(t *testing.T) {
+	const n = 40
+	var down atomic.Bool
+	var mu sync.Mutex
+	seen := map[string]bool{}
+	hook := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if down.Load() {
+			http.Error(w, "down", http.StatusBadGateway)
+			return
+		}
+		var evs []caddyaudit.Event
+		if err := json.NewDecoder(r.Body).Decode(&evs); err != nil {
+			http.Error(w, err.Error(), 400)
+			return
+		}
+		mu.Lock()
+		for _, e := range evs {
+			seen[e.Path] = true
+		}
+		mu.Unlock()
+	}))
+	defer hook.Close()
+	spool := t.TempDir()
+	withAudit := fmt.Sprintf(`{
+	admin localhost:2904
+	http_port 19430
+	https_port 19431
+	grace_period 1s
+	audit {
+		queue_size 4
+		spool_dir %s
+		shutdown_timeout 100ms
+		sink http %s {
+			name restart-hook
+			batch_size 8
+			flush_interval 10ms
+		}
+	}
+}
+
+:19403 {
+	audit
+	respond "ok"
+}
+`, spool, hook.URL)
+	without := `{
+	admin localhost:2904
+	http_port 19430
+	https_port 19431
+	grace_period 1s
+}
+
+:19403 {
+	respond "ok"
+}
+`
+	tester := caddytest.NewTester(t).WithDefaultOverrides(caddytest.Config{
+		AdminPort: 2904, LoadRequestTimeout: 30 * time.Second, TestRequestTimeout: 30 * time.Second,
+	})
+	down.Store(true)
+	tester.InitServer(withAudit, "caddyfile")
+	if t.Failed() {
+		t.Fatal("config not loaded")
+	}
+	run := fmt.Sprint(time.Now().UnixNano())
+	for i := 0; i < n; i++ {
+		resp, err := tester.Client.Get(fmt.Sprintf("http://127.0.0.1:19403/%s/%d", run, i))
+		if err != nil {
+			t.Fatal(err)
+		}
+		io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+	}
+	tester.InitServer(without, "caddyfile") // the audit app stops: events go to disk
+	for _, s := range caddyaudit.Stats() {
+		if s.Name == "restart-hook" {
+			t.Fatal("sink still running after its config was removed")
+		}
+	}
+	down.Store(false)
+	tester.InitServer(withAudit, "caddyfile") // starts again and replays the spool
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		mu.Lock()
+		missing := 0
+		for i := 0; i < n; i++ {
+			if !seen[fmt.Sprintf("/%s/%d", run, i)] {
+				missing++
+			}
+		}
+		mu.Unlock()
+		if missing == 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%d of %d events missing after the restart", missing, n)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	for _, s := range caddyaudit.Stats() {
+		if s.Name == "restart-hook" && (s.Dropped != 0 || s.Spooled == 0) {
+			t.Fatalf("dropped %d, spooled %d: the events must have gone through the spool", s.Dropped, s.Spooled)
+		}
+	}
+}
