@@ -111,7 +111,7 @@ type Key struct {
 	rsa    *rsa.PublicKey
 	ec     *ecdsa.PublicKey
 	ed     ed25519.PublicKey
-	fp     [32]byte // fingerprint of the key material, to detect changes
+	fp     [32]byte     // fingerprint of the key material, to detect changes
 	macs   [3]sync.Pool // HMAC states keyed with secret, for SHA-256/384/512
 }
 
