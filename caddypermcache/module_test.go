@@ -17,6 +17,7 @@ import (
 	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
 	"github.com/prometheus/client_golang/prometheus"
 	dto "github.com/prometheus/client_model/go"
+	"go.uber.org/zap"
 
 	"github.com/apigate/gateway/caddyjwt"
 	"github.com/apigate/gateway/internal/gwctx"
@@ -534,6 +535,7 @@ func benchHandler(b *testing.B, nKeys int) (*Handler, []*http.Request) {
 		b.Fatal(err)
 	}
 	b.Cleanup(func() { _ = h.Cleanup() })
+	h.logger = zap.NewNop() // the test context logs at debug level
 	reqs := make([]*http.Request, nKeys)
 	for i := range reqs {
 		reqs[i] = newRequest("GET", "/orders/42", withIdentity(fmt.Sprintf("user-%d", i), nil))
