@@ -403,6 +403,14 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyht
 		ev.RequestID = r.Header.Get(h.RequestIDHeader)
 	}
 	if ev.RequestID == "" {
+		// Already generated (and put in the access log) by an earlier
+		// {http.request.uuid}: read it without the replacer's log-field
+		// bookkeeping.
+		if id, ok := caddyhttp.GetVar(r.Context(), "uuid").(fmt.Stringer); ok {
+			ev.RequestID = id.String()
+		}
+	}
+	if ev.RequestID == "" {
 		if repl, ok := r.Context().Value(caddy.ReplacerCtxKey).(*caddy.Replacer); ok {
 			ev.RequestID, _ = repl.GetString("http.request.uuid")
 		}
