@@ -130,7 +130,12 @@ func TestNATSSinkJetStreamServerRestart(t *testing.T) {
 				// Restart the server mid-stream, same port and store.
 				s.Shutdown()
 				s.WaitForShutdown()
-				s = runNATS(t, addrPort, store)
+				opts := natstest.DefaultTestOptions
+				opts.Host, opts.Port, opts.JetStream, opts.StoreDir = "127.0.0.1", addrPort, true, store
+				s = natstest.RunServer(&opts) // t.Fatal is not allowed here
+				if !s.ReadyForConnections(10 * time.Second) {
+					t.Error("restarted nats server not ready")
+				}
 			}
 		}
 	}()
