@@ -124,6 +124,15 @@ func (a *App) Provision(ctx caddy.Context) error {
 	if err := registerMetrics(ctx.GetMetricsRegistry()); err != nil {
 		return fmt.Errorf("registering audit metrics: %w", err)
 	}
+	for _, sc := range a.Sinks {
+		if sc.Type == "nats" {
+			// The shared connections' own metrics (connected, reconnects).
+			if err := natsconn.RegisterMetrics(ctx.GetMetricsRegistry()); err != nil {
+				return fmt.Errorf("registering NATS metrics: %w", err)
+			}
+			break
+		}
+	}
 	repl := caddy.NewReplacer()
 	a.SpoolDir = repl.ReplaceAll(a.SpoolDir, "")
 	names := map[string]bool{}
