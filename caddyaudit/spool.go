@@ -235,8 +235,10 @@ func (s *Spool) signal() {
 	}
 }
 
-// Append adds records at the end of the spool. They are written through a
-// buffer and fsync'd every syncEvery records and on Sync/Close.
+// Append adds records at the end of the spool. They reach the file (the
+// kernel's page cache) before Append returns, so a crash of the process
+// loses none of them; fsync, which guards against a power loss, runs every
+// syncEvery records and on Sync/Close.
 func (s *Spool) Append(payloads ...[]byte) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -263,6 +265,8 @@ func (s *Spool) Append(payloads ...[]byte) error {
 		if err := s.syncLocked(); err != nil {
 			return err
 		}
+	} else if err := s.wbuf.Flush(); err != nil {
+		return fmt.Errorf("writing spool: %w", err)
 	}
 	s.signal()
 	return nil
