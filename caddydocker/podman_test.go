@@ -18,7 +18,7 @@ import (
 	"github.com/golang-jwt/jwt/v5"
 	dto "github.com/prometheus/client_model/go"
 
-	"github.com/apigate/gateway/caddydocker/internal/podmantest"
+	"github.com/apigate/gateway/internal/podmantest"
 )
 
 // Ports of this package (see the team brief): admin 2905, listeners 19500-19599.
@@ -73,7 +73,7 @@ func TestMain(m *testing.M) {
 // getPodman starts the package's private Podman once.
 func getPodman(t testing.TB) *podmantest.Podman {
 	t.Helper()
-	podOnce.Do(func() { pod, podErr = podmantest.New("..") })
+	podOnce.Do(func() { pod, podErr = podmantest.New("..", "cd") })
 	return podmantest.Require(t, pod, podErr)
 }
 

@@ -22,7 +22,7 @@ import (
 	"github.com/apigate/gateway/caddydocker"
 	_ "github.com/apigate/gateway/caddyjwt"
 	_ "github.com/apigate/gateway/caddyrbac"
-	"github.com/apigate/gateway/dashboard/internal/podmantest"
+	"github.com/apigate/gateway/internal/podmantest"
 )
 
 // Ports of this package (see the team brief): admin 2908, listeners 19800-19899.
@@ -50,7 +50,7 @@ func TestMain(m *testing.M) {
 // getPodman starts the package's private Podman once.
 func getPodman(t testing.TB) *podmantest.Podman {
 	t.Helper()
-	podOnce.Do(func() { pod, podErr = podmantest.New("..") })
+	podOnce.Do(func() { pod, podErr = podmantest.New("..", "dash") })
 	return podmantest.Require(t, pod, podErr)
 }
 

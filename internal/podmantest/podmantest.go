@@ -1,9 +1,7 @@
-// Package podmantest runs a private Podman for the dashboard's tests (a
-// copy of caddydocker/internal/podmantest, which Go's internal rule keeps
-// out of reach of this package): its own storage,
+// Package podmantest runs a private Podman for tests: its own storage,
 // runtime directory, events log and API socket under a temporary directory,
 // runc with raised ulimits (see ENVIRONMENT.md), and an image holding the
-// static test server (caddydocker/internal/testserver) made with
+// static test server (internal/testserver) made with
 // `podman import`. Containers use the host network and loopback ports.
 package podmantest
 
@@ -64,8 +62,10 @@ type testingTB interface {
 }
 
 // New sets up a private Podman: config, storage, the test server image
-// (built from modDir/caddydocker/internal/testserver), and the API service.
-func New(modDir string) (*Podman, error) {
+// (built from modDir/internal/testserver), and the API service. name keeps
+// the images, containers and temporary files of one test package apart
+// from another's.
+func New(modDir, name string) (*Podman, error) {
 	bin, err := exec.LookPath("podman")
 	if err != nil {
 		return nil, ErrNoPodman
@@ -76,15 +76,15 @@ func New(modDir string) (*Podman, error) {
 			return nil, ErrNoPodman
 		}
 	}
-	dir, err := os.MkdirTemp("", "dashpod")
+	dir, err := os.MkdirTemp("", "pod-"+name)
 	if err != nil {
 		return nil, err
 	}
 	p := &Podman{
 		Dir:    dir,
 		Socket: filepath.Join(dir, "api.sock"),
-		Image:  fmt.Sprintf("localhost/apigate-dashboard-test:%d", os.Getpid()),
-		Prefix: fmt.Sprintf("apigate-dashtest-%d-", os.Getpid()),
+		Image:  fmt.Sprintf("localhost/apigate-%s-test:%d", name, os.Getpid()),
+		Prefix: fmt.Sprintf("apigate-%stest-%d-", name, os.Getpid()),
 		bin:    bin,
 	}
 	conf := fmt.Sprintf(`[containers]
@@ -140,7 +140,7 @@ func (p *Podman) buildImage(modDir string) error {
 		return err
 	}
 	bin := filepath.Join(rootfs, "testserver")
-	build := exec.Command(filepath.Join(runtime.GOROOT(), "bin", "go"), "build", "-trimpath", "-o", bin, "./caddydocker/internal/testserver")
+	build := exec.Command(filepath.Join(runtime.GOROOT(), "bin", "go"), "build", "-trimpath", "-o", bin, "./internal/testserver")
 	build.Dir = modDir
 	build.Env = append(os.Environ(), "CGO_ENABLED=0")
 	if out, err := build.CombinedOutput(); err != nil {
