@@ -4,15 +4,12 @@
 package caddyjwt_test
 
 import (
-	"bytes"
-	"encoding/json"
 	"flag"
-	"os"
+	"github.com/apigate/gateway/internal/goldentest"
 	"path/filepath"
 	"strings"
 	"testing"
 
-	"github.com/caddyserver/caddy/v2/caddyconfig"
 	"github.com/caddyserver/caddy/v2/caddyconfig/caddyfile"
 	_ "github.com/caddyserver/caddy/v2/caddyconfig/httpcaddyfile"
 	_ "github.com/caddyserver/caddy/v2/modules/standard"
@@ -23,58 +20,11 @@ import (
 
 var update = flag.Bool("update", false, "rewrite the expected JSON of testdata/*.caddyfiletest")
 
-const goldenSeparator = "----------"
-
 // TestCaddyfileAdapt adapts each testdata/*.caddyfiletest Caddyfile and
 // compares the JSON with the part after the separator line. Run with
 // -update to rewrite the expected JSON after a deliberate change.
 func TestCaddyfileAdapt(t *testing.T) {
-	files, err := filepath.Glob(filepath.Join("testdata", "*.caddyfiletest"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if len(files) == 0 {
-		t.Fatal("no testdata/*.caddyfiletest files")
-	}
-	adapter := caddyconfig.GetAdapter("caddyfile")
-	for _, file := range files {
-		t.Run(filepath.Base(file), func(t *testing.T) {
-			data, err := os.ReadFile(file)
-			if err != nil {
-				t.Fatal(err)
-			}
-			input, expected, ok := strings.Cut(string(data), "\n"+goldenSeparator+"\n")
-			if !ok {
-				t.Fatalf("%s: no %q line", file, goldenSeparator)
-			}
-			out, warnings, err := adapter.Adapt([]byte(input+"\n"), nil)
-			if err != nil {
-				t.Fatalf("adapting: %v", err)
-			}
-			for _, w := range warnings {
-				if strings.Contains(w.Message, "not formatted") {
-					// contract.caddyfiletest keeps the contract's aligned comments
-					t.Logf("%s: %s", file, w.Message)
-					continue
-				}
-				t.Errorf("warning: %s:%d: %s: %s", file, w.Line, w.Directive, w.Message)
-			}
-			var pretty bytes.Buffer
-			if err := json.Indent(&pretty, out, "", "\t"); err != nil {
-				t.Fatal(err)
-			}
-			got := pretty.String() + "\n"
-			if *update {
-				if err := os.WriteFile(file, []byte(input+"\n"+goldenSeparator+"\n"+got), 0o644); err != nil {
-					t.Fatal(err)
-				}
-				return
-			}
-			if got != expected {
-				t.Errorf("%s: adapted JSON differs (run with -update to accept)\n--- got\n%s--- want\n%s", file, got, expected)
-			}
-		})
-	}
+	goldentest.Run(t, filepath.Join("testdata", "*.caddyfiletest"), *update, goldentest.Options{AllowUnformatted: true})
 }
 
 func TestUnmarshalCaddyfileErrors(t *testing.T) {
