@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"crypto/rand"
 	"crypto/rsa"
+	"fmt"
 	"io"
 	"net/http"
 	"os"
@@ -31,6 +32,7 @@ func TestCaddyfileExampleRuns(t *testing.T) {
 	cfg := strings.NewReplacer(
 		"localhost:2019", adminAddr,
 		"127.0.0.1:9001", "127.0.0.1:19611",
+		"http://:9001", "http://:19611",
 		"127.0.0.1:9100", "127.0.0.1:19612",
 		"127.0.0.1:9180", "127.0.0.1:19613",
 		"localhost:2020", "localhost:19614",
@@ -54,9 +56,12 @@ func TestCaddyfileExampleRuns(t *testing.T) {
 		t.Fatal(err)
 	}
 	secret := strings.Repeat("s3cret", 8)
+	// as scripts/run: the site is named localhost, so the Host header the
+	// gateway passes upstream is not the upstream's own address
+	site := fmt.Sprintf("http://localhost:%d", gwPort)
 	cmd := exec.Command(bin, "run", "--config", path, "--adapter", "caddyfile")
 	cmd.Env = append(os.Environ(), "HOME="+dir, "XDG_DATA_HOME="+dir+"/xdg", "XDG_CONFIG_HOME="+dir+"/xdg",
-		"JWT_SECRET="+secret, "GATEWAY_SITE="+gwBase, "GATEWAY_LISTEN=:19600", "GATEWAY_DEV_DIR="+dir,
+		"JWT_SECRET="+secret, "GATEWAY_SITE="+site, "GATEWAY_LISTEN=:19600", "GATEWAY_DEV_DIR="+dir,
 		"AUDIT_FILE="+dir+"/audit.jsonl", "AUDIT_SPOOL="+dir+"/spool", "DOCKER_ROUTES_STATE="+dir+"/routes.json",
 		"UPSTREAM=127.0.0.1:19611", "JWKS_URL=http://127.0.0.1:19611/.well-known/jwks.json",
 		"PERMISSION_URL=http://127.0.0.1:19612/check", "DOCKER_HOST=unix://"+dir+"/no-engine.sock")
@@ -69,7 +74,7 @@ func TestCaddyfileExampleRuns(t *testing.T) {
 	}
 	s.cmd = cmd
 	t.Cleanup(func() { s.stop(false) })
-	waitFor(t, gwBase+"/health", 200, 30*time.Second, s.logText)
+	waitFor(t, site+"/health", 200, 30*time.Second, s.logText)
 
 	hs := jwt.NewWithClaims(jwt.SigningMethodHS256, jwt.MapClaims{"sub": "demo-user",
 		"roles": []string{"admin", "editor"}, "scope": "orders:read orders:write",
@@ -90,7 +95,7 @@ func TestCaddyfileExampleRuns(t *testing.T) {
 	// fails and jwt_auth retries in the background (1s, 2s, 4s...).
 	deadline := time.Now().Add(20 * time.Second)
 	for {
-		resp, _ := do(t, "GET", "/api/orders/1", rs, nil)
+		resp, _ := do(t, "GET", site+"/api/orders/1", rs, nil)
 		if resp.StatusCode == 200 || time.Now().After(deadline) {
 			break
 		}
@@ -115,7 +120,11 @@ func TestCaddyfileExampleRuns(t *testing.T) {
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			resp, body := do(t, tc.method, tc.path, tc.token, nil)
+			path := tc.path
+			if strings.HasPrefix(path, "/") {
+				path = site + path
+			}
+			resp, body := do(t, tc.method, path, tc.token, nil)
 			if resp.StatusCode != tc.status || !strings.Contains(body, tc.bodyHas) {
 				t.Errorf("%s %s: %d %s, want %d with %q", tc.method, tc.path, resp.StatusCode, body, tc.status, tc.bodyHas)
 			}
