@@ -126,13 +126,8 @@ func queryValue(raw, name string) string {
 		var part string
 		part, raw, _ = strings.Cut(raw, "&")
 		k, val, _ := strings.Cut(part, "=")
-		if k != name {
-			if !strings.ContainsAny(k, "%+") {
-				continue
-			}
-			if uk, err := url.QueryUnescape(k); err != nil || uk != name {
-				continue
-			}
+		if !queryKeyIs(k, name) {
+			continue
 		}
 		if strings.ContainsAny(val, "%+") {
 			uv, err := url.QueryUnescape(val)
@@ -144,6 +139,38 @@ func queryValue(raw, name string) string {
 		return val
 	}
 	return ""
+}
+
+// queryKeyIs reports whether the raw query key k names name.
+func queryKeyIs(k, name string) bool {
+	if k == name {
+		return true
+	}
+	if !strings.ContainsAny(k, "%+") {
+		return false
+	}
+	uk, err := url.QueryUnescape(k)
+	return err == nil && uk == name
+}
+
+// removeQueryParam drops every raw segment of a query whose key is name,
+// reading segments exactly as queryValue does (url.Values would skip the
+// segments it cannot parse, such as "at=;", which queryValue still reads),
+// and keeps the others byte for byte.
+func removeQueryParam(raw, name string) (string, bool) {
+	var kept []string
+	removed := false
+	for rest := raw; len(rest) > 0; {
+		var part string
+		part, rest, _ = strings.Cut(rest, "&")
+		k, _, _ := strings.Cut(part, "=")
+		if queryKeyIs(k, name) {
+			removed = true
+			continue
+		}
+		kept = append(kept, part)
+	}
+	return strings.Join(kept, "&"), removed
 }
 
 // StripToken removes the credential of every source from r, so that it is
@@ -165,10 +192,8 @@ func StripToken(r *http.Request, sources []TokenSource) {
 			if r.URL.RawQuery == "" {
 				continue
 			}
-			q := r.URL.Query()
-			if _, ok := q[src.Name]; ok {
-				q.Del(src.Name)
-				r.URL.RawQuery = q.Encode()
+			if q, removed := removeQueryParam(r.URL.RawQuery, src.Name); removed {
+				r.URL.RawQuery = q
 				r.RequestURI = r.URL.RequestURI()
 			}
 		}
