@@ -336,7 +336,10 @@ func (a *App) Cleanup() error {
 			a.logger.Error("stopping audit sink", zap.Error(err))
 		}
 	}
-	a.keys, a.workers = nil, nil
+	// a.workers stays: requests of this config that are still running
+	// (streams kept open across the reload) record through it, and a
+	// stopped worker passes their events to its successor.
+	a.keys = nil
 	return nil
 }
 

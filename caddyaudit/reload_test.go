@@ -120,3 +120,95 @@ func TestReloadKeepsAndDrainsQueues(t *testing.T) {
 		}
 	}
 }
+
+// TestRequestOutlivingItsConfig: a request still running when a reload
+// unloads its config (a WebSocket kept open by stream_close_delay, a slow
+// upstream past grace_period) records its event when it ends, through the
+// sink the new config runs: whether the reload kept the sink or replaced it.
+func TestRequestOutlivingItsConfig(t *testing.T) {
+	var mu sync.Mutex
+	paths := map[string]bool{}
+	hook := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		var evs []caddyaudit.Event
+		if err := json.NewDecoder(r.Body).Decode(&evs); err != nil {
+			http.Error(w, err.Error(), 400)
+			return
+		}
+		mu.Lock()
+		for _, e := range evs {
+			paths[e.Path] = true
+		}
+		mu.Unlock()
+	}))
+	defer hook.Close()
+	release := make(chan struct{})
+	slow := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		<-release
+		io.WriteString(w, "late")
+	}))
+	defer slow.Close()
+
+	config := func(batch int) string {
+		return fmt.Sprintf(`{
+	admin localhost:2904
+	http_port 19420
+	https_port 19421
+	grace_period 200ms
+	audit {
+		sink http %s {
+			name outlive-hook
+			batch_size %d
+			flush_interval 10ms
+		}
+	}
+}
+
+:19403 {
+	audit
+	reverse_proxy %s
+}
+`, hook.URL, batch, slow.Listener.Addr())
+	}
+	tester := caddytest.NewTester(t).WithDefaultOverrides(caddytest.Config{
+		AdminPort: 2904, LoadRequestTimeout: 30 * time.Second, TestRequestTimeout: 30 * time.Second,
+	})
+	tester.InitServer(config(3), "caddyfile")
+	if t.Failed() {
+		t.Fatal("config not loaded")
+	}
+	run := fmt.Sprint(time.Now().UnixNano())
+	for i, batch := range []int{3, 4} { // same sink, then a changed one
+		path := fmt.Sprintf("/%s/outlive-%d", run, i)
+		done := make(chan struct{})
+		go func() {
+			defer close(done)
+			resp, err := http.Get("http://127.0.0.1:19403" + path)
+			if err == nil {
+				io.Copy(io.Discard, resp.Body)
+				resp.Body.Close()
+			}
+		}()
+		time.Sleep(200 * time.Millisecond) // the request is at the upstream
+		tester.InitServer(config(batch), "caddyfile")
+		release <- struct{}{} // the old config is gone; now the request ends
+		<-done
+		deadline := time.Now().Add(10 * time.Second)
+		for {
+			mu.Lock()
+			got := paths[path]
+			mu.Unlock()
+			if got {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("reload %d (batch_size %d): the event of the request that outlived its config never arrived", i, batch)
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+	}
+	for _, s := range caddyaudit.Stats() {
+		if s.Name == "outlive-hook" && s.Dropped != 0 {
+			t.Fatalf("dropped %d", s.Dropped)
+		}
+	}
+}

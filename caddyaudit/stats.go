@@ -42,6 +42,19 @@ func unregisterWorker(w *worker) {
 	workersMu.Unlock()
 }
 
+// successor returns a running worker with the same sink name and type as
+// the stopped worker w, or nil.
+func successor(w *worker) *worker {
+	workersMu.Lock()
+	defer workersMu.Unlock()
+	for o := range workers {
+		if o != w && o.cfg.Name == w.cfg.Name && o.cfg.Type == w.cfg.Type && !o.isClosed() {
+			return o
+		}
+	}
+	return nil
+}
+
 func liveWorkers() []*worker {
 	workersMu.Lock()
 	defer workersMu.Unlock()

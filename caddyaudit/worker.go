@@ -149,11 +149,20 @@ func newWorker(cfg workerConfig, sink Sink, log *zap.Logger) (*worker, error) {
 // BlockTimeout, and an event it cannot keep is counted and logged.
 func (w *worker) Enqueue(ev *Event) {
 	w.mu.RLock()
-	defer w.mu.RUnlock()
 	if w.closed {
+		w.mu.RUnlock()
+		// A request that outlived its config (a WebSocket kept open
+		// across a reload by stream_close_delay, a slow upload) ends
+		// after this worker stopped: hand its event to the sink of the
+		// same name that the current config runs.
+		if s := successor(w); s != nil {
+			s.Enqueue(ev)
+			return
+		}
 		w.drop(ev, "sink stopped")
 		return
 	}
+	defer w.mu.RUnlock()
 	w.m.enqueuedN.Add(1)
 	w.m.enqueued.Inc()
 	if w.spool != nil && w.spooling.Load() {
@@ -547,4 +556,10 @@ func appendLines(path string, recs []record) error {
 		err = f.Sync()
 	}
 	return errors.Join(err, f.Close())
+}
+
+func (w *worker) isClosed() bool {
+	w.mu.RLock()
+	defer w.mu.RUnlock()
+	return w.closed
 }
