@@ -31,6 +31,7 @@ func parseGlobalOption(d *caddyfile.Dispenser, existing any) (any, error) {
 //		host            unix:///run/podman/podman.sock
 //		debounce        100ms
 //		resync_interval 30s
+//		stream_close_delay 1h
 //		state_file      /var/lib/gateway/docker-routes.json
 //		server          gateway
 //		admin           localhost:2019
@@ -68,6 +69,22 @@ func (a *App) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 			case "admin":
 				a.Admin = v
 			}
+		case "stream_close_delay":
+			if !d.NextArg() {
+				return d.ArgErr()
+			}
+			dur, err := caddy.ParseDuration(d.Val())
+			if err != nil {
+				return d.Errf("invalid stream_close_delay %q: %v", d.Val(), err)
+			}
+			if dur < 0 {
+				return d.Errf("invalid stream_close_delay %q: must not be negative", d.Val())
+			}
+			if d.NextArg() {
+				return d.ArgErr()
+			}
+			cd := caddy.Duration(dur)
+			a.StreamCloseDelay = &cd
 		case "debounce", "resync_interval":
 			if !d.NextArg() {
 				return d.ArgErr()

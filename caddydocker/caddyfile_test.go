@@ -8,6 +8,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/caddyserver/caddy/v2"
 	"github.com/caddyserver/caddy/v2/caddyconfig"
 	"github.com/caddyserver/caddy/v2/caddyconfig/caddyfile"
 
@@ -70,6 +71,9 @@ func TestUnmarshalCaddyfile(t *testing.T) {
 		{name: "bad debounce", input: "docker {\n debounce soon\n}", wantErr: `invalid debounce "soon"`},
 		{name: "negative debounce", input: "docker {\n debounce -1s\n}", wantErr: "must not be negative"},
 		{name: "short resync", input: "docker {\n resync_interval 10ms\n}", wantErr: "at least 1s"},
+		{name: "stream_close_delay", input: "docker {\n stream_close_delay 0\n}"},
+		{name: "bad stream_close_delay", input: "docker {\n stream_close_delay forever\n}", wantErr: `invalid stream_close_delay "forever"`},
+		{name: "negative stream_close_delay", input: "docker {\n stream_close_delay -1m\n}", wantErr: "must not be negative"},
 		{name: "bad jwt_auth", input: "docker {\n jwt_auth {\n  bogus x\n }\n}", wantErr: "bogus"},
 		{name: "bad rbac", input: "docker {\n rbac {\n  roles_claim\n }\n}", wantErr: "wrong argument count"},
 	} {
@@ -99,6 +103,7 @@ func TestValidate(t *testing.T) {
 		{name: "host without scheme", app: App{Host: "/var/run/docker.sock"}, wantErr: `invalid host "/var/run/docker.sock"`},
 		{name: "negative debounce", app: App{Debounce: -1}, wantErr: "invalid debounce"},
 		{name: "short resync", app: App{ResyncInterval: 5}, wantErr: "invalid resync_interval"},
+		{name: "negative stream_close_delay", app: App{StreamCloseDelay: func() *caddy.Duration { d := caddy.Duration(-1); return &d }()}, wantErr: "invalid stream_close_delay"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			err := tc.app.Validate()

@@ -83,6 +83,15 @@ type App struct {
 	// Default: HTTP with a keepalive pool tuned for a gateway (see docs).
 	Transport json.RawMessage `json:"transport,omitempty"`
 
+	// StreamCloseDelay is how long a WebSocket or other streaming
+	// connection through a discovered route stays open after a reload
+	// unloads the config it was opened on. Every container change is a
+	// reload, so without it one container's deploy would cut the streams
+	// of every other route. The connection is closed when the delay ends
+	// (clients reconnect to the current config). 0 closes streams at
+	// once, as Caddy does by default. Default: 1h.
+	StreamCloseDelay *caddy.Duration `json:"stream_close_delay,omitempty"`
+
 	key     string
 	watcher *Watcher
 	logger  *zap.Logger
@@ -124,7 +133,10 @@ func (a *App) Provision(ctx caddy.Context) error {
 		return err
 	}
 
-	build := BuildOptions{Server: a.Server, Transport: a.Transport}
+	build := BuildOptions{Server: a.Server, Transport: a.Transport, StreamCloseDelay: DefaultStreamCloseDelay}
+	if a.StreamCloseDelay != nil {
+		build.StreamCloseDelay = time.Duration(*a.StreamCloseDelay)
+	}
 	if build.JWTAuth, err = withHandler(a.JWTAuth, "jwt_auth"); err != nil {
 		return err
 	}
@@ -184,6 +196,9 @@ func (a *App) Validate() error {
 	}
 	if a.Host != "" && !strings.Contains(a.Host, "://") {
 		return fmt.Errorf("docker: invalid host %q: expected unix:///path/to.sock or tcp://host:port", a.Host)
+	}
+	if a.StreamCloseDelay != nil && *a.StreamCloseDelay < 0 {
+		return fmt.Errorf("docker: invalid stream_close_delay %s: must not be negative", time.Duration(*a.StreamCloseDelay))
 	}
 	return nil
 }

@@ -9,6 +9,7 @@ import (
 	"reflect"
 	"sort"
 	"strings"
+	"time"
 )
 
 // Discovered is one container the engine reported as opted in, with the
@@ -59,7 +60,13 @@ type BuildOptions struct {
 	Audit json.RawMessage
 	// Transport is the reverse_proxy transport JSON. Nil uses DefaultTransport.
 	Transport json.RawMessage
+	// StreamCloseDelay, when positive, is the reverse_proxy
+	// stream_close_delay: streams survive a reload for this long.
+	StreamCloseDelay time.Duration
 }
+
+// DefaultStreamCloseDelay is the app's default stream_close_delay.
+const DefaultStreamCloseDelay = time.Hour
 
 // DefaultTransport is the upstream transport of discovered routes: HTTP/1.1
 // with a keepalive pool sized for a gateway, and a short dial timeout so a
@@ -365,6 +372,9 @@ func buildRoute(s *service, r Router, opts BuildOptions) (json.RawMessage, error
 		"handler":   "reverse_proxy",
 		"transport": transport,
 		"upstreams": ups,
+	}
+	if opts.StreamCloseDelay > 0 {
+		rp["stream_close_delay"] = opts.StreamCloseDelay.String()
 	}
 	if len(ups) > 1 {
 		rp["load_balancing"] = map[string]any{

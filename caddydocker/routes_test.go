@@ -13,9 +13,10 @@ import (
 var update = flag.Bool("update", false, "rewrite golden files in testdata/routes")
 
 var testOpts = BuildOptions{
-	Server:     "gateway",
-	JWTAuth:    json.RawMessage(`{"handler":"jwt_auth","hmac_secret":"{env.JWT_SECRET}"}`),
-	Permission: json.RawMessage(`{"handler":"permission","url":"http://127.0.0.1:9100/check"}`),
+	Server:           "gateway",
+	StreamCloseDelay: DefaultStreamCloseDelay,
+	JWTAuth:          json.RawMessage(`{"handler":"jwt_auth","hmac_secret":"{env.JWT_SECRET}"}`),
+	Permission:       json.RawMessage(`{"handler":"permission","url":"http://127.0.0.1:9100/check"}`),
 }
 
 var fullLabels = LabelOptions{HaveJWT: true, HavePermission: true}
