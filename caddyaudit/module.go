@@ -386,6 +386,9 @@ func (h *Handler) Provision(ctx caddy.Context) error {
 // ServeHTTP runs the chain, then records the event.
 func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyhttp.Handler) error {
 	start := time.Now()
+	// What the client sent: handlers further down (strip_prefix, uri,
+	// rewrite) change the request in place.
+	method, host, path := r.Method, r.Host, r.URL.Path
 	rec := &recorder{ResponseWriterWrapper: caddyhttp.ResponseWriterWrapper{ResponseWriter: w}}
 	err := next.ServeHTTP(rec, r)
 	status := rec.status
@@ -403,9 +406,9 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyht
 	ev := Event{
 		Time:       start,
 		Route:      h.Route,
-		Method:     r.Method,
-		Host:       r.Host,
-		Path:       r.URL.Path,
+		Method:     method,
+		Host:       host,
+		Path:       path,
 		Status:     status,
 		DurationMS: float64(time.Since(start).Microseconds()) / 1000,
 		BytesOut:   rec.bytes,

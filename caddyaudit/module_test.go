@@ -105,6 +105,16 @@ func TestHandlerEvents(t *testing.T) {
 			want: Event{Status: 200, Decision: "allow"},
 		},
 		{
+			// strip_prefix, uri and rewrite change the request in place;
+			// the event keeps what the client sent.
+			name: "request rewritten further down",
+			next: func(w http.ResponseWriter, r *http.Request) error {
+				r.Method, r.Host, r.URL.Path = "GET", "upstream.internal", "/7"
+				return nil
+			},
+			want: Event{Status: 200, Decision: "allow"},
+		},
+		{
 			name: "request id from header", header: "X-Request-Id", reqHeader: "req-42",
 			next: func(w http.ResponseWriter, r *http.Request) error { return nil },
 			want: Event{Status: 200, Decision: "allow", RequestID: "req-42"},
