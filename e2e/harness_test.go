@@ -222,6 +222,8 @@ type stack struct {
 	upstream *httptest.Server
 	upHeads  chan http.Header
 	cmd      *exec.Cmd
+	// global is added to the global options (e.g. a docker app block).
+	global string
 	// rateEvents is the per-user limit of the /api route (default 5).
 	rateEvents int
 	rateWindow string
@@ -397,6 +399,10 @@ func (s *stack) caddyfile() string {
 			jetstream
 		}
 	}
+	servers :%[5]d {
+		name gateway
+	}
+%[11]s
 }
 
 http://127.0.0.1:%[5]d {
@@ -446,7 +452,7 @@ http://127.0.0.1:%[5]d {
 	}
 }
 `, adminAddr, s.dir, s.receiver.URL(), s.natsURL, gwPort, s.jwks.URL(), s.perm.URL(),
-		strings.TrimPrefix(s.upstream.URL, "http://"), s.rateEvents, s.rateWindow)
+		strings.TrimPrefix(s.upstream.URL, "http://"), s.rateEvents, s.rateWindow, s.global)
 }
 
 // start runs bin/caddy on the stack's Caddyfile and waits for it to serve.

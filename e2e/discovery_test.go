@@ -1,0 +1,397 @@
+package e2e
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptrace"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"golang.org/x/net/websocket"
+
+	"github.com/apigate/gateway/internal/podmantest"
+)
+
+// TestDiscovery runs the built gateway against a real (private) Podman:
+// containers' labels become routes with every duty; a WebSocket and 300
+// loaded connections on one route survive the reloads that other
+// containers' changes cause; the Podman service is killed and restarted
+// (routes stay, then follow changes again); the gateway is killed with
+// SIGKILL under load and comes back with its discovered routes from
+// state_file while Podman is still down.
+func TestDiscovery(t *testing.T) {
+	s := newStack(t)
+	pm, err := podmantest.New("..", "e2e")
+	pm = podmantest.Require(t, pm, err)
+	t.Cleanup(pm.Close)
+	s.permDeny.Store("carol", true)
+	stateFile := filepath.Join(s.dir, "docker-routes.json")
+	s.global = fmt.Sprintf(`	docker {
+		host %s
+		state_file %s
+		server gateway
+		debounce 50ms
+		jwt_auth {
+			jwks_url %s/jwks.json
+			algorithms RS256
+			issuer https://idp.e2e
+			audience orders-api
+			forward_claim sub X-User-Id
+		}
+		rbac {
+			roles_claim realm_access.roles
+		}
+		permission {
+			url %s/check
+			timeout 500ms
+			cache_ttl 60s
+			negative_ttl 60s
+			stale_if_error 5m
+			on_error deny
+		}
+	}`, pm.Host(), stateFile, s.jwks.URL(), s.perm.URL())
+	s.start()
+
+	ordersPort, err := podmantest.FreePort()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := pm.Run("orders", ordersPort, map[string]string{
+		"gateway.enable":                      "true",
+		"gateway.name":                        "orders",
+		"gateway.port":                        fmt.Sprint(ordersPort),
+		"gateway.router.api.path_prefix":      "/orders",
+		"gateway.router.api.strip_prefix":     "true",
+		"gateway.router.api.auth.roles":       "reader,admin",
+		"gateway.router.api.permission":       "true",
+		"gateway.router.lim.path_prefix":      "/limited",
+		"gateway.router.lim.auth.roles":       "reader",
+		"gateway.router.lim.rate_limit":       "3/1m",
+		"gateway.router.lim.strip_prefix":     "true",
+		"gateway.router.public.path_prefix":   "/public",
+		"gateway.router.public.auth.required": "false",
+		"gateway.router.public.audit":         "false",
+	}); err != nil {
+		t.Fatal(err)
+	}
+	reader := s.token("alice", []string{"reader"}, time.Hour, nil)
+	waitRoute(t, s, "/orders/42", reader, 200, 20*time.Second)
+
+	type want struct {
+		status   int
+		decision string
+	}
+	expect := map[string]want{}
+	t.Run("duty chain on a discovered route", func(t *testing.T) {
+		cases := []struct {
+			name, path, token string
+			want              want
+			body              string
+		}{
+			{"allowed", "/orders/chain/ok", reader, want{200, "allow"}, "orders /chain/ok"},
+			{"no token", "/orders/chain/notoken", "", want{401, "deny"}, ""},
+			{"garbage token", "/orders/chain/garbage", "not.a.token", want{401, "deny"}, ""},
+			{"missing role", "/orders/chain/norole", s.token("bob", []string{"guest"}, time.Hour, nil), want{403, "deny"}, ""},
+			{"permission denied", "/orders/chain/permdeny", s.token("carol", []string{"reader"}, time.Hour, nil), want{403, "deny"}, ""},
+			{"rate 1", "/limited/1", reader, want{200, "allow"}, "orders /1"},
+			{"rate 2", "/limited/2", reader, want{200, "allow"}, "orders /2"},
+			{"rate 3", "/limited/3", reader, want{200, "allow"}, "orders /3"},
+			{"rate exceeded", "/limited/4", reader, want{429, "deny"}, ""},
+		}
+		for _, tc := range cases {
+			resp, body := do(t, "GET", tc.path, tc.token, nil)
+			if resp.StatusCode != tc.want.status {
+				t.Errorf("%s: status %d, want %d; body %s", tc.name, resp.StatusCode, tc.want.status, body)
+			}
+			if tc.body != "" && body != tc.body {
+				t.Errorf("%s: body %q, want %q", tc.name, body, tc.body)
+			}
+			expect[tc.path] = tc.want
+		}
+		if resp, body := do(t, "GET", "/public/x", "", nil); resp.StatusCode != 200 || body != "orders /public/x" {
+			t.Errorf("public router: %d %q", resp.StatusCode, body)
+		}
+		if resp, body := do(t, "GET", "/nothing/here", reader, nil); resp.StatusCode != 404 || !strings.Contains(body, "no_route") {
+			t.Errorf("unrouted path: %d %q, want 404 no_route", resp.StatusCode, body)
+		}
+		evs := s.webhook.waitPath(t, "/", len(expect), 20*time.Second)
+		per := map[string]int{}
+		for _, e := range evs {
+			w, ok := expect[e.Path]
+			if !ok {
+				continue
+			}
+			per[e.Path]++
+			if e.Status != w.status || e.Decision != w.decision {
+				t.Errorf("%s: event %d %q, want %d %q", e.Path, e.Status, e.Decision, w.status, w.decision)
+			}
+		}
+		for p := range expect {
+			if per[p] != 1 {
+				t.Errorf("%s: %d audit events, want exactly 1", p, per[p])
+			}
+		}
+		if n := len(s.webhook.byPath("/public/")); n != 0 {
+			t.Errorf("router with audit=false produced %d events", n)
+		}
+	})
+
+	// A WebSocket to the orders route, open through everything below.
+	ws := dialWS(t, reader)
+	echo := func(t *testing.T, when string) {
+		t.Helper()
+		ws.SetDeadline(time.Now().Add(5 * time.Second))
+		if err := websocket.Message.Send(ws, when); err != nil {
+			t.Fatalf("WebSocket %s: send: %v", when, err)
+		}
+		var got string
+		if err := websocket.Message.Receive(ws, &got); err != nil {
+			t.Fatalf("WebSocket %s: receive: %v", when, err)
+		}
+		if got != "orders "+when {
+			t.Fatalf("WebSocket %s: got %q", when, got)
+		}
+	}
+	echo(t, "opened")
+
+	t.Run("other containers change under load", func(t *testing.T) {
+		ld := startLoad(reader, "/orders/load", 300)
+		changes := 0
+		for i := 0; i < 3; i++ {
+			name := fmt.Sprintf("billing%d", i)
+			port, err := podmantest.FreePort()
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := pm.Run(name, port, map[string]string{
+				"gateway.enable": "true", "gateway.name": name, "gateway.port": fmt.Sprint(port),
+				"gateway.router.b.path_prefix": "/" + name, "gateway.router.b.auth.required": "false",
+			}); err != nil {
+				t.Fatal(err)
+			}
+			waitRoute(t, s, "/"+name+"/x", "", 200, 20*time.Second)
+			echo(t, fmt.Sprintf("after %s started", name))
+			if err := pm.Remove(name); err != nil {
+				t.Fatal(err)
+			}
+			waitRoute(t, s, "/"+name+"/x", "", 404, 20*time.Second)
+			echo(t, fmt.Sprintf("after %s removed", name))
+			changes += 2
+		}
+		time.Sleep(300 * time.Millisecond)
+		r := ld.stop()
+		t.Logf("discovery changes under load: %d requests at 300 connections over %d container changes: %d succeeded, %d wrong answers, %d connection errors (%d on reused connections; first: %v)",
+			r.total(), changes, r.ok, r.wrong, r.connErrs, r.reusedErrs, r.firstErr)
+		r.check(t)
+	})
+	if t.Failed() {
+		return
+	}
+
+	t.Run("podman service killed and restarted", func(t *testing.T) {
+		pm.KillService()
+		if resp, body := do(t, "GET", "/orders/while-down", reader, nil); resp.StatusCode != 200 {
+			t.Fatalf("with the Podman service down: %d %s", resp.StatusCode, body)
+		}
+		echo(t, "podman down")
+		port, err := podmantest.FreePort()
+		if err != nil {
+			t.Fatal(err)
+		}
+		// podman runs containers without its API service
+		if err := pm.Run("late", port, map[string]string{
+			"gateway.enable": "true", "gateway.name": "late", "gateway.port": fmt.Sprint(port),
+			"gateway.router.l.path_prefix": "/late", "gateway.router.l.auth.required": "false",
+		}); err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(time.Second)
+		if resp, _ := do(t, "GET", "/orders/still-down", reader, nil); resp.StatusCode != 200 {
+			t.Fatalf("orders route lost while Podman is down: %d", resp.StatusCode)
+		}
+		if err := pm.StartService(); err != nil {
+			t.Fatal(err)
+		}
+		start := time.Now()
+		waitRoute(t, s, "/late/x", "", 200, 30*time.Second)
+		t.Logf("container started while the service was down routed %s after the service came back", time.Since(start).Round(time.Millisecond))
+		if err := pm.Remove("late"); err != nil {
+			t.Fatal(err)
+		}
+		waitRoute(t, s, "/late/x", "", 404, 20*time.Second)
+		echo(t, "podman back")
+	})
+
+	// The WebSocket's own audit event is recorded when it closes: it
+	// outlived every config above.
+	ws.Close()
+	if evs := s.webhook.waitPath(t, "/orders/ws", 1, 20*time.Second); evs[0].Status != http.StatusSwitchingProtocols || evs[0].Decision != "allow" {
+		t.Errorf("WebSocket audit event: %+v", evs[0])
+	}
+	if t.Failed() {
+		return
+	}
+
+	t.Run("SIGKILL under load, restart with Podman down", func(t *testing.T) {
+		before := s.webhook.count()
+		ld := startLoad(reader, "/orders/kill", 50)
+		time.Sleep(time.Second)
+		s.stop(true)
+		r := ld.stop()
+		pm.KillService()
+		if _, err := os.Stat(stateFile); err != nil {
+			t.Fatalf("state_file: %v", err)
+		}
+		s.start()
+		start := time.Now()
+		waitRoute(t, s, "/orders/restarted", reader, 200, 20*time.Second)
+		t.Logf("after SIGKILL (%d requests answered before it), the restarted gateway served the discovered route from state_file %s after start, Podman down",
+			r.ok, time.Since(start).Round(time.Millisecond))
+		// every answered request's event arrives (spooled ones after the restart)
+		evs := s.webhook.waitPath(t, "/orders/kill", int(r.ok)-256-50, 30*time.Second)
+		t.Logf("audit: %d events for %d answered requests before SIGKILL (%d events in all before it)", len(evs), r.ok, before)
+		if err := pm.StartService(); err != nil {
+			t.Fatal(err)
+		}
+		if err := pm.Remove("orders"); err != nil {
+			t.Fatal(err)
+		}
+		waitRoute(t, s, "/orders/gone", reader, 404, 30*time.Second)
+	})
+}
+
+// waitRoute polls the gateway until path answers status.
+func waitRoute(t testing.TB, s *stack, path, token string, status int, within time.Duration) {
+	t.Helper()
+	deadline := time.Now().Add(within)
+	last := -1
+	for {
+		req, _ := http.NewRequest("GET", gwBase+path, nil)
+		if token != "" {
+			req.Header.Set("Authorization", "Bearer "+token)
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err == nil {
+			io.Copy(io.Discard, resp.Body)
+			resp.Body.Close()
+			last = resp.StatusCode
+			if last == status {
+				return
+			}
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s: status %d after %s, want %d\n%s", path, last, within, status, tail(s.logText(), 40))
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+func tail(s string, n int) string {
+	lines := strings.Split(strings.TrimRight(s, "\n"), "\n")
+	if len(lines) > n {
+		lines = lines[len(lines)-n:]
+	}
+	return strings.Join(lines, "\n")
+}
+
+// dialWS opens a WebSocket to the orders container's /ws through the gateway.
+func dialWS(t testing.TB, token string) *websocket.Conn {
+	t.Helper()
+	cfg, err := websocket.NewConfig(fmt.Sprintf("ws://127.0.0.1:%d/orders/ws", gwPort), gwBase)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.Header.Set("Authorization", "Bearer "+token)
+	ws, err := cfg.DialContext(context.Background())
+	if err != nil {
+		t.Fatalf("WebSocket through the gateway: %v", err)
+	}
+	return ws
+}
+
+// loadRun is a closed-loop load of one path from n connections.
+type loadRun struct {
+	cancel                          context.CancelFunc
+	wg                              sync.WaitGroup
+	ok, wrong, connErrs, reusedErrs atomic.Int64
+	firstErr                        atomic.Value
+}
+
+type loadResult struct {
+	ok, wrong, connErrs, reusedErrs int64
+	firstErr                        any
+}
+
+func (r loadResult) total() int64 { return r.ok + r.wrong + r.connErrs }
+
+// check applies TestReloadUnderLoad's bounds: no wrong answer, no failure
+// on a kept-alive connection, at most 5% connection errors on new ones.
+func (r loadResult) check(t testing.TB) {
+	t.Helper()
+	if r.wrong != 0 {
+		t.Errorf("%d wrong answers (first: %v)", r.wrong, r.firstErr)
+	}
+	if r.reusedErrs != 0 {
+		t.Errorf("%d requests on kept-alive connections failed", r.reusedErrs)
+	}
+	if r.connErrs*20 > r.total() {
+		t.Errorf("%d of %d requests hit connection errors (more than 5%%)", r.connErrs, r.total())
+	}
+	if r.ok == 0 {
+		t.Error("no request succeeded")
+	}
+}
+
+func startLoad(token, path string, conns int) *loadRun {
+	ctx, cancel := context.WithCancel(context.Background())
+	l := &loadRun{cancel: cancel}
+	client := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: conns, MaxConnsPerHost: conns}, Timeout: 15 * time.Second}
+	for i := 0; i < conns; i++ {
+		l.wg.Add(1)
+		go func(i int) {
+			defer l.wg.Done()
+			for n := 0; ctx.Err() == nil; n++ {
+				req, _ := http.NewRequestWithContext(ctx, "GET", fmt.Sprintf("%s%s/%d/%d", gwBase, path, i, n), nil)
+				req.Header.Set("Authorization", "Bearer "+token)
+				var reused bool
+				req = req.WithContext(httptrace.WithClientTrace(req.Context(), &httptrace.ClientTrace{
+					GotConn: func(info httptrace.GotConnInfo) { reused = info.Reused },
+				}))
+				resp, err := client.Do(req)
+				if err != nil {
+					if ctx.Err() == nil {
+						l.connErrs.Add(1)
+						if reused {
+							l.reusedErrs.Add(1)
+						}
+						l.firstErr.CompareAndSwap(nil, err.Error())
+					}
+					continue
+				}
+				io.Copy(io.Discard, resp.Body)
+				resp.Body.Close()
+				if resp.StatusCode != 200 {
+					l.wrong.Add(1)
+					l.firstErr.CompareAndSwap(nil, fmt.Sprintf("status %d", resp.StatusCode))
+				} else {
+					l.ok.Add(1)
+				}
+			}
+		}(i)
+	}
+	return l
+}
+
+func (l *loadRun) stop() loadResult {
+	l.cancel()
+	l.wg.Wait()
+	return loadResult{ok: l.ok.Load(), wrong: l.wrong.Load(), connErrs: l.connErrs.Load(),
+		reusedErrs: l.reusedErrs.Load(), firstErr: l.firstErr.Load()}
+}
