@@ -289,6 +289,15 @@ func TestPodman(t *testing.T) {
 	})
 
 	step("an unrelated change causes no reload", func(t *testing.T) {
+		// The previous step saw the new routes serve as soon as the
+		// PATCH reloaded the config; the watcher counts the apply just
+		// after the PATCH returns. Wait for that first.
+		eventually(t, "the previous apply counted", 20*time.Second, func() string {
+			if s := snapshot(t); s.AppliedHash != s.Hash {
+				return "not applied yet"
+			}
+			return ""
+		})
 		before := counterValue(t, "changed")
 		t0 := time.Now()
 		// A container without gateway labels: events arrive, a re-list

@@ -358,7 +358,9 @@ func startLoad(token, path string, conns int) *loadRun {
 		go func(i int) {
 			defer l.wg.Done()
 			for n := 0; ctx.Err() == nil; n++ {
-				req, _ := http.NewRequestWithContext(ctx, "GET", fmt.Sprintf("%s%s/%d/%d", gwBase, path, i, n), nil)
+				// One path, so that the permission decision is cached as in
+				// steady state (each request is still distinct by its query).
+				req, _ := http.NewRequestWithContext(ctx, "GET", fmt.Sprintf("%s%s?c=%d&n=%d", gwBase, path, i, n), nil)
 				req.Header.Set("Authorization", "Bearer "+token)
 				var reused bool
 				req = req.WithContext(httptrace.WithClientTrace(req.Context(), &httptrace.ClientTrace{
@@ -375,11 +377,12 @@ func startLoad(token, path string, conns int) *loadRun {
 					}
 					continue
 				}
+				body, _ := io.ReadAll(io.LimitReader(resp.Body, 200))
 				io.Copy(io.Discard, resp.Body)
 				resp.Body.Close()
 				if resp.StatusCode != 200 {
 					l.wrong.Add(1)
-					l.firstErr.CompareAndSwap(nil, fmt.Sprintf("status %d", resp.StatusCode))
+					l.firstErr.CompareAndSwap(nil, fmt.Sprintf("status %d: %s", resp.StatusCode, body))
 				} else {
 					l.ok.Add(1)
 				}
