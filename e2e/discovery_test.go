@@ -20,7 +20,8 @@ import (
 )
 
 // TestDiscovery runs the built gateway against a real (private) Podman:
-// containers' labels become routes with every duty; a WebSocket and 300
+// containers' labels become routes with every duty (audit, jwt_auth, rbac,
+// rate_limit, permission on the orders container's api router); a WebSocket and 300
 // loaded connections on one route survive the reloads that other
 // containers' changes cause; the Podman service is killed and restarted
 // (routes stay, then follow changes again); the gateway is killed with
@@ -71,6 +72,7 @@ func TestDiscovery(t *testing.T) {
 		"gateway.router.api.strip_prefix":     "true",
 		"gateway.router.api.auth.roles":       "reader,admin",
 		"gateway.router.api.permission":       "true",
+		"gateway.router.api.rate_limit":       "100000/1m",
 		"gateway.router.lim.path_prefix":      "/limited",
 		"gateway.router.lim.auth.roles":       "reader",
 		"gateway.router.lim.rate_limit":       "3/1m",
@@ -190,6 +192,11 @@ func TestDiscovery(t *testing.T) {
 		t.Logf("discovery changes under load: %d requests at 300 connections over %d container changes: %d succeeded, %d wrong answers, %d connection errors (%d on reused connections; first: %v)",
 			r.total(), changes, r.ok, r.wrong, r.connErrs, r.reusedErrs, r.firstErr)
 		r.check(t)
+		// one audit event per answered request, across every reload
+		answered := int(r.ok + r.wrong)
+		if evs := s.webhook.waitPath(t, "/orders/load", answered, 30*time.Second); len(evs) != answered {
+			t.Errorf("%d audit events for %d answered requests", len(evs), answered)
+		}
 	})
 	if t.Failed() {
 		return
@@ -350,6 +357,8 @@ func (r loadResult) check(t testing.TB) {
 }
 
 func startLoad(token, path string, conns int) *loadRun {
+	// stop lets each worker finish its request: every request sent is
+	// answered (or fails) and counted, so events can be matched exactly.
 	ctx, cancel := context.WithCancel(context.Background())
 	l := &loadRun{cancel: cancel}
 	client := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: conns, MaxConnsPerHost: conns}, Timeout: 15 * time.Second}
@@ -360,7 +369,7 @@ func startLoad(token, path string, conns int) *loadRun {
 			for n := 0; ctx.Err() == nil; n++ {
 				// One path, so that the permission decision is cached as in
 				// steady state (each request is still distinct by its query).
-				req, _ := http.NewRequestWithContext(ctx, "GET", fmt.Sprintf("%s%s?c=%d&n=%d", gwBase, path, i, n), nil)
+				req, _ := http.NewRequest("GET", fmt.Sprintf("%s%s?c=%d&n=%d", gwBase, path, i, n), nil)
 				req.Header.Set("Authorization", "Bearer "+token)
 				var reused bool
 				req = req.WithContext(httptrace.WithClientTrace(req.Context(), &httptrace.ClientTrace{
@@ -368,13 +377,11 @@ func startLoad(token, path string, conns int) *loadRun {
 				}))
 				resp, err := client.Do(req)
 				if err != nil {
-					if ctx.Err() == nil {
-						l.connErrs.Add(1)
-						if reused {
-							l.reusedErrs.Add(1)
-						}
-						l.firstErr.CompareAndSwap(nil, err.Error())
+					l.connErrs.Add(1)
+					if reused {
+						l.reusedErrs.Add(1)
 					}
+					l.firstErr.CompareAndSwap(nil, err.Error())
 					continue
 				}
 				body, _ := io.ReadAll(io.LimitReader(resp.Body, 200))
