@@ -170,12 +170,24 @@ func (s *JWKSet) loop() {
 	}
 }
 
+// failingCooldown is the cooldown of early refreshes while the last fetch
+// failed.
+const failingCooldown = time.Second
+
 // RefreshEarly fetches now unless a fetch started less than the cooldown
 // ago. It reports whether new keys may be available (it fetched, or
 // another caller fetched while this one waited).
 func (s *JWKSet) RefreshEarly(context.Context) bool {
 	last := s.lastAttempt.Load()
-	if time.Now().UnixNano()-last < int64(s.cfg.Cooldown) {
+	cooldown := s.cfg.Cooldown
+	if s.failing.Load() && cooldown > failingCooldown {
+		// The last fetch failed (the IdP was down, or not up yet when
+		// the gateway started): the background retry backs off towards
+		// the refresh interval, so a token with a kid is the best sign
+		// that keys may be there now. Still at most one fetch a second.
+		cooldown = failingCooldown
+	}
+	if time.Now().UnixNano()-last < int64(cooldown) {
 		return false
 	}
 	s.fetchMu.Lock()

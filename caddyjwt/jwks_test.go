@@ -242,3 +242,36 @@ func TestConcurrentVerifyDuringRotation(t *testing.T) {
 	close(stop)
 	wg.Wait()
 }
+
+// TestJWKSetEarlyRefreshWhileFailing: while the last fetch failed, a token
+// naming a kid refreshes after one second, not after the (long) cooldown
+// and not only at the background retry, which has backed off by then.
+func TestJWKSetEarlyRefreshWhileFailing(t *testing.T) {
+	k := keys(t)
+	srv := newJWKSServer(t, nil)
+	srv.set(nil, http.StatusServiceUnavailable)
+	s := NewJWKSet(JWKSConfig{URL: srv.URL, Refresh: time.Hour, Cooldown: time.Hour})
+	s.Start()
+	defer s.Stop()
+	v, err := NewVerifier(Options{}, nil, s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// fetches at 0s, 1s and 3s failed: the next retry is at 7s
+	waitFor(t, "two background retries", func() bool { return srv.hits.Load() >= 3 })
+	srv.set(jwksDoc(jwkOf(&k.rsa.PublicKey, "k1", "")), http.StatusOK)
+	last := time.Unix(0, s.lastAttempt.Load())
+	time.Sleep(time.Until(last.Add(failingCooldown + 50*time.Millisecond)))
+	claims := jwt.MapClaims{"sub": "u", "exp": time.Now().Add(time.Hour).Unix()}
+	if _, err := v.Verify(context.Background(), sign(t, jwt.SigningMethodRS256, k.rsa, "k1", claims)); err != nil {
+		t.Fatalf("token after the IdP came back, %s after the last failed fetch: %v", time.Since(last).Round(time.Millisecond), err)
+	}
+	// and still at most one fetch a second for unknown kids
+	h := srv.hits.Load()
+	for i := 0; i < 20; i++ {
+		v.Verify(context.Background(), sign(t, jwt.SigningMethodRS256, k.rsa2, "k-unknown", claims))
+	}
+	if got := srv.hits.Load() - h; got != 0 {
+		t.Fatalf("%d fetches for unknown kids right after a good fetch (cooldown 1h)", got)
+	}
+}
