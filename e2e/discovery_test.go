@@ -202,6 +202,41 @@ func TestDiscovery(t *testing.T) {
 		return
 	}
 
+	// An operator's reload (POST /load, as `caddy reload` does) replaces
+	// the routes the docker app had patched in; the app puts them back
+	// from the reload's own config start. Until then, requests to them get
+	// the server's 404: measured here and in docs/caddydocker.md.
+	t.Run("operator reloads under load", func(t *testing.T) {
+		ld := startLoad(reader, "/orders/load", 300)
+		cfg := s.caddyfile()
+		var gaps []string
+		for i := 0; i < 3; i++ {
+			time.Sleep(300 * time.Millisecond)
+			req, _ := http.NewRequest("POST", "http://"+adminAddr+"/load", strings.NewReader(cfg))
+			req.Header.Set("Content-Type", "text/caddyfile")
+			resp, err := http.DefaultClient.Do(req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			b, _ := io.ReadAll(resp.Body)
+			resp.Body.Close()
+			if resp.StatusCode != 200 {
+				t.Fatalf("reload %d: %d %s", i, resp.StatusCode, b)
+			}
+			t0 := time.Now()
+			waitRoute(t, s, "/orders/back", reader, 200, 5*time.Second)
+			gaps = append(gaps, time.Since(t0).Round(time.Millisecond).String())
+			echo(t, fmt.Sprintf("after operator reload %d", i))
+		}
+		time.Sleep(300 * time.Millisecond)
+		r := ld.stop()
+		t.Logf("operator reloads under load: discovered routes back %v after POST /load returned; %d requests, %d succeeded, %d got a 404 before that (first: %v), %d connection errors (%d on reused connections)",
+			gaps, r.total(), r.ok, r.wrong, r.firstErr, r.connErrs, r.reusedErrs)
+		if r.reusedErrs != 0 {
+			t.Errorf("%d requests on kept-alive connections failed", r.reusedErrs)
+		}
+	})
+
 	t.Run("podman service killed and restarted", func(t *testing.T) {
 		pm.KillService()
 		if resp, body := do(t, "GET", "/orders/while-down", reader, nil); resp.StatusCode != 200 {
