@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"runtime/debug"
 	"strings"
+	"time"
 
 	"github.com/caddyserver/caddy/v2"
 	"github.com/nats-io/nats.go"
@@ -206,6 +207,14 @@ func (h *Handler) startInvalidation(ctx caddy.Context) error {
 	if err != nil {
 		release()
 		return fmt.Errorf("invalidate_subject %q: %w", h.InvalidateSubject, err)
+	}
+	// Wait until the server has the subscription: an invalidation
+	// published right after this config starts must not be missed. While
+	// NATS is unreachable the subscription is sent on (re)connect, and a
+	// reconnect empties the cache anyway.
+	if err := conn.NATS().FlushTimeout(time.Second); err != nil {
+		logger.Warn("invalidate_subject: NATS did not confirm the subscription yet; it is sent when the connection is up",
+			zap.String("subject", h.InvalidateSubject), zap.Error(err))
 	}
 	removeRec := conn.OnReconnect(func() {
 		n := cache.Purge()
