@@ -18,6 +18,7 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"net/http/httptrace"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -583,4 +584,87 @@ func do(t testing.TB, method, path, token string, header http.Header) (*http.Res
 	b, _ := io.ReadAll(resp.Body)
 	resp.Body.Close()
 	return resp, string(b)
+}
+
+// loadRun is a closed-loop load of one path from n connections.
+type loadRun struct {
+	cancel                          context.CancelFunc
+	wg                              sync.WaitGroup
+	ok, wrong, connErrs, reusedErrs atomic.Int64
+	firstErr                        atomic.Value
+}
+
+type loadResult struct {
+	ok, wrong, connErrs, reusedErrs int64
+	firstErr                        any
+}
+
+func (r loadResult) total() int64 { return r.ok + r.wrong + r.connErrs }
+
+// check applies TestReloadUnderLoad's bounds: no wrong answer, no failure
+// on a kept-alive connection, at most 5% connection errors on new ones.
+func (r loadResult) check(t testing.TB) {
+	t.Helper()
+	if r.wrong != 0 {
+		t.Errorf("%d wrong answers (first: %v)", r.wrong, r.firstErr)
+	}
+	if r.reusedErrs != 0 {
+		t.Errorf("%d requests on kept-alive connections failed", r.reusedErrs)
+	}
+	if r.connErrs*20 > r.total() {
+		t.Errorf("%d of %d requests hit connection errors (more than 5%%)", r.connErrs, r.total())
+	}
+	if r.ok == 0 {
+		t.Error("no request succeeded")
+	}
+}
+
+func startLoad(token, path string, conns int) *loadRun {
+	// stop lets each worker finish its request: every request sent is
+	// answered (or fails) and counted, so events can be matched exactly.
+	ctx, cancel := context.WithCancel(context.Background())
+	l := &loadRun{cancel: cancel}
+	client := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: conns, MaxConnsPerHost: conns}, Timeout: 15 * time.Second}
+	for i := 0; i < conns; i++ {
+		l.wg.Add(1)
+		go func(i int) {
+			defer l.wg.Done()
+			for n := 0; ctx.Err() == nil; n++ {
+				// One path, so that the permission decision is cached as in
+				// steady state (each request is still distinct by its query).
+				req, _ := http.NewRequest("GET", fmt.Sprintf("%s%s?c=%d&n=%d", gwBase, path, i, n), nil)
+				req.Header.Set("Authorization", "Bearer "+token)
+				var reused bool
+				req = req.WithContext(httptrace.WithClientTrace(req.Context(), &httptrace.ClientTrace{
+					GotConn: func(info httptrace.GotConnInfo) { reused = info.Reused },
+				}))
+				resp, err := client.Do(req)
+				if err != nil {
+					l.connErrs.Add(1)
+					if reused {
+						l.reusedErrs.Add(1)
+					}
+					l.firstErr.CompareAndSwap(nil, err.Error())
+					continue
+				}
+				body, _ := io.ReadAll(io.LimitReader(resp.Body, 200))
+				io.Copy(io.Discard, resp.Body)
+				resp.Body.Close()
+				if resp.StatusCode != 200 {
+					l.wrong.Add(1)
+					l.firstErr.CompareAndSwap(nil, fmt.Sprintf("status %d: %s", resp.StatusCode, body))
+				} else {
+					l.ok.Add(1)
+				}
+			}
+		}(i)
+	}
+	return l
+}
+
+func (l *loadRun) stop() loadResult {
+	l.cancel()
+	l.wg.Wait()
+	return loadResult{ok: l.ok.Load(), wrong: l.wrong.Load(), connErrs: l.connErrs.Load(),
+		reusedErrs: l.reusedErrs.Load(), firstErr: l.firstErr.Load()}
 }
