@@ -212,6 +212,13 @@ var b64url = base64.RawURLEncoding.Strict()
 func bytesOf(s string) []byte { return unsafe.Slice(unsafe.StringData(s), len(s)) }
 
 func (v *Verifier) verify(ctx context.Context, token string, now time.Time, gen uint64, key *tokenKey) (*Identity, error) {
+	// encoding/base64 skips \r and \n even in Strict mode, so a token
+	// with one inside its signature would verify as the same token under
+	// another string (another cache key, another value for any list of
+	// tokens kept by their text). A JWT never contains them.
+	if strings.ContainsAny(token, "\r\n") {
+		return nil, ErrBadEncoding
+	}
 	d1 := strings.IndexByte(token, '.')
 	if d1 <= 0 {
 		return nil, ErrMalformed
