@@ -1,13 +1,10 @@
 package caddyaudit_test
 
 import (
-	"encoding/json"
 	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
-	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -21,26 +18,7 @@ import (
 // changes the sink drains the old queue before it goes away. With the
 // receiver back, every request has its event (deduplicated by request id).
 func TestReloadKeepsAndDrainsQueues(t *testing.T) {
-	var down atomic.Bool
-	var mu sync.Mutex
-	ids := map[string]bool{}
-	hook := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if down.Load() {
-			http.Error(w, "down", http.StatusServiceUnavailable)
-			return
-		}
-		var evs []caddyaudit.Event
-		if err := json.NewDecoder(r.Body).Decode(&evs); err != nil {
-			http.Error(w, err.Error(), 400)
-			return
-		}
-		mu.Lock()
-		for _, e := range evs {
-			ids[e.Path] = true
-		}
-		mu.Unlock()
-	}))
-	defer hook.Close()
+	hook := newPathHook(t)
 
 	config := func(batch int) string {
 		return fmt.Sprintf(`{
@@ -84,7 +62,7 @@ func TestReloadKeepsAndDrainsQueues(t *testing.T) {
 			n++
 		}
 	}
-	down.Store(true)
+	hook.down.Store(true)
 	send(20)
 	tester.InitServer(config(5), "caddyfile") // unchanged sink: same queue
 	send(10)
@@ -92,27 +70,16 @@ func TestReloadKeepsAndDrainsQueues(t *testing.T) {
 		// Bring the receiver back while the changed config is loading:
 		// the old worker drains into it within shutdown_timeout.
 		time.Sleep(200 * time.Millisecond)
-		down.Store(false)
+		hook.down.Store(false)
 	}()
 	tester.InitServer(config(7), "caddyfile") // changed sink: old one drained
 	send(10)
-	deadline := time.Now().Add(30 * time.Second)
-	for {
-		mu.Lock()
-		missing := 0
-		for i := 0; i < n; i++ {
-			if !ids[fmt.Sprintf("/%s/%d", run, i)] {
-				missing++
-			}
-		}
-		mu.Unlock()
-		if missing == 0 {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%d of %d events missing after reloads", missing, n)
-		}
-		time.Sleep(10 * time.Millisecond)
+	paths := make([]string, n)
+	for i := range paths {
+		paths[i] = fmt.Sprintf("/%s/%d", run, i)
+	}
+	if missing := hook.missing(paths, 30*time.Second); missing != 0 {
+		t.Fatalf("%d of %d events missing after reloads", missing, n)
 	}
 	for _, s := range caddyaudit.Stats() {
 		if s.Name == "reload-hook" && s.Dropped != 0 {
@@ -126,21 +93,7 @@ func TestReloadKeepsAndDrainsQueues(t *testing.T) {
 // upstream past grace_period) records its event when it ends, through the
 // sink the new config runs: whether the reload kept the sink or replaced it.
 func TestRequestOutlivingItsConfig(t *testing.T) {
-	var mu sync.Mutex
-	paths := map[string]bool{}
-	hook := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		var evs []caddyaudit.Event
-		if err := json.NewDecoder(r.Body).Decode(&evs); err != nil {
-			http.Error(w, err.Error(), 400)
-			return
-		}
-		mu.Lock()
-		for _, e := range evs {
-			paths[e.Path] = true
-		}
-		mu.Unlock()
-	}))
-	defer hook.Close()
+	hook := newPathHook(t)
 	release := make(chan struct{})
 	slow := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		<-release
@@ -192,18 +145,8 @@ func TestRequestOutlivingItsConfig(t *testing.T) {
 		tester.InitServer(config(batch), "caddyfile")
 		release <- struct{}{} // the old config is gone; now the request ends
 		<-done
-		deadline := time.Now().Add(10 * time.Second)
-		for {
-			mu.Lock()
-			got := paths[path]
-			mu.Unlock()
-			if got {
-				break
-			}
-			if time.Now().After(deadline) {
-				t.Fatalf("reload %d (batch_size %d): the event of the request that outlived its config never arrived", i, batch)
-			}
-			time.Sleep(10 * time.Millisecond)
+		if hook.missing([]string{path}, 10*time.Second) != 0 {
+			t.Fatalf("reload %d (batch_size %d): the event of the request that outlived its config never arrived", i, batch)
 		}
 	}
 	for _, s := range caddyaudit.Stats() {

@@ -1,13 +1,8 @@
 package caddyaudit_test
 
 import (
-	"encoding/json"
 	"fmt"
 	"io"
-	"net/http"
-	"net/http/httptest"
-	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -21,26 +16,7 @@ import (
 // started again with the receiver up: all N events arrive.
 func TestSpoolAcrossGatewayRestart(t *testing.T) {
 	const n = 40
-	var down atomic.Bool
-	var mu sync.Mutex
-	seen := map[string]bool{}
-	hook := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if down.Load() {
-			http.Error(w, "down", http.StatusBadGateway)
-			return
-		}
-		var evs []caddyaudit.Event
-		if err := json.NewDecoder(r.Body).Decode(&evs); err != nil {
-			http.Error(w, err.Error(), 400)
-			return
-		}
-		mu.Lock()
-		for _, e := range evs {
-			seen[e.Path] = true
-		}
-		mu.Unlock()
-	}))
-	defer hook.Close()
+	hook := newPathHook(t)
 	spool := t.TempDir()
 	withAudit := fmt.Sprintf(`{
 	admin localhost:2904
@@ -78,7 +54,7 @@ func TestSpoolAcrossGatewayRestart(t *testing.T) {
 	tester := caddytest.NewTester(t).WithDefaultOverrides(caddytest.Config{
 		AdminPort: 2904, LoadRequestTimeout: 30 * time.Second, TestRequestTimeout: 30 * time.Second,
 	})
-	down.Store(true)
+	hook.down.Store(true)
 	tester.InitServer(withAudit, "caddyfile")
 	if t.Failed() {
 		t.Fatal("config not loaded")
@@ -98,25 +74,14 @@ func TestSpoolAcrossGatewayRestart(t *testing.T) {
 			t.Fatal("sink still running after its config was removed")
 		}
 	}
-	down.Store(false)
+	hook.down.Store(false)
 	tester.InitServer(withAudit, "caddyfile") // starts again and replays the spool
-	deadline := time.Now().Add(30 * time.Second)
-	for {
-		mu.Lock()
-		missing := 0
-		for i := 0; i < n; i++ {
-			if !seen[fmt.Sprintf("/%s/%d", run, i)] {
-				missing++
-			}
-		}
-		mu.Unlock()
-		if missing == 0 {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%d of %d events missing after the restart", missing, n)
-		}
-		time.Sleep(10 * time.Millisecond)
+	paths := make([]string, n)
+	for i := range paths {
+		paths[i] = fmt.Sprintf("/%s/%d", run, i)
+	}
+	if missing := hook.missing(paths, 30*time.Second); missing != 0 {
+		t.Fatalf("%d of %d events missing after the restart", missing, n)
 	}
 	for _, s := range caddyaudit.Stats() {
 		if s.Name == "restart-hook" && (s.Dropped != 0 || s.Spooled == 0) {
