@@ -8,6 +8,8 @@ import (
 	"strconv"
 	"testing"
 	"time"
+
+	"github.com/apigate/gateway/internal/podmantest"
 )
 
 // BenchmarkDiscoveryLatency measures, against real Podman, the time from
@@ -34,7 +36,7 @@ func discoveryLatency(t *testing.B) {
 	t.Cleanup(p.RemoveAll)
 	startGateway(t, gatewayConfig(p, filepath.Join(t.TempDir(), "routes.json")))
 	t.Cleanup(func() { stopGateway(t) })
-	eventually(t, "gateway up", 20*time.Second, expect("/nothing", 404, NoRouteBody))
+	podmantest.Eventually(t, "gateway up", 20*time.Second, expect("/nothing", 404, NoRouteBody))
 
 	// poll until cond(status, body) holds; 2 ms between requests
 	until := func(path string, cond func(int, string) bool) (time.Duration, error) {

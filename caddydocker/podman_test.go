@@ -142,20 +142,6 @@ func get(path string) (int, string, error) {
 	return resp.StatusCode, string(b), err
 }
 
-// eventually polls cond until it returns "" or the deadline passes.
-func eventually(t testing.TB, what string, timeout time.Duration, cond func() string) {
-	t.Helper()
-	deadline := time.Now().Add(timeout)
-	last := ""
-	for time.Now().Before(deadline) {
-		if last = cond(); last == "" {
-			return
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-	t.Fatalf("%s: not reached within %s; last: %s", what, timeout, last)
-}
-
 func expect(path string, status int, body string) func() string {
 	return func() string {
 		code, b, err := get(path)
@@ -224,8 +210,8 @@ func TestPodman(t *testing.T) {
 	}
 
 	step("own routes and the catch-all 404", func(t *testing.T) {
-		eventually(t, "own route", 10*time.Second, expect("/own", 200, "own route"))
-		eventually(t, "no_route", 10*time.Second, expect("/nothing/here", 404, noRoute))
+		podmantest.Eventually(t, "own route", 10*time.Second, expect("/own", 200, "own route"))
+		podmantest.Eventually(t, "no_route", 10*time.Second, expect("/nothing/here", 404, noRoute))
 	})
 
 	p1 := port(t)
@@ -233,10 +219,10 @@ func TestPodman(t *testing.T) {
 		if err := p.Run("one", p1, labels("one", p1, "/one")); err != nil {
 			t.Fatal(err)
 		}
-		eventually(t, "route to one", 20*time.Second, expect("/one/x", 200, "one /one/x"))
-		eventually(t, "strip_prefix", 5*time.Second, expect("/one-stripped/x", 200, "one /x"))
+		podmantest.Eventually(t, "route to one", 20*time.Second, expect("/one/x", 200, "one /one/x"))
+		podmantest.Eventually(t, "strip_prefix", 5*time.Second, expect("/one-stripped/x", 200, "one /x"))
 		// the server's own routes are kept
-		eventually(t, "own route", 5*time.Second, expect("/own", 200, "own route"))
+		podmantest.Eventually(t, "own route", 5*time.Second, expect("/own", 200, "own route"))
 	})
 
 	p2, pb := port(t), port(t)
@@ -247,10 +233,10 @@ func TestPodman(t *testing.T) {
 		if err := p.Run("two", p2, labels("two", p2, "/two")); err != nil {
 			t.Fatal(err)
 		}
-		eventually(t, "route to two", 20*time.Second, expect("/two/y", 200, "two /two/y"))
-		eventually(t, "bad is not routed", 5*time.Second, expect("/bad/z", 404, noRoute))
-		eventually(t, "one still routed", 5*time.Second, expect("/one/x", 200, "one /one/x"))
-		eventually(t, "label errors in the snapshot", 5*time.Second, func() string {
+		podmantest.Eventually(t, "route to two", 20*time.Second, expect("/two/y", 200, "two /two/y"))
+		podmantest.Eventually(t, "bad is not routed", 5*time.Second, expect("/bad/z", 404, noRoute))
+		podmantest.Eventually(t, "one still routed", 5*time.Second, expect("/one/x", 200, "one /one/x"))
+		podmantest.Eventually(t, "label errors in the snapshot", 5*time.Second, func() string {
 			for _, d := range snapshot(t).Containers {
 				if d.Container.Name == p.Prefix+"bad" {
 					var got []string
@@ -276,7 +262,7 @@ func TestPodman(t *testing.T) {
 			t.Fatal(err)
 		}
 		seen := map[string]bool{}
-		eventually(t, "traffic to both", 20*time.Second, func() string {
+		podmantest.Eventually(t, "traffic to both", 20*time.Second, func() string {
 			code, body, err := get("/pair/q")
 			if err == nil && code == 200 {
 				seen[strings.Fields(body)[0]] = true
@@ -292,7 +278,7 @@ func TestPodman(t *testing.T) {
 		// The previous step saw the new routes serve as soon as the
 		// PATCH reloaded the config; the watcher counts the apply just
 		// after the PATCH returns. Wait for that first.
-		eventually(t, "the previous apply counted", 20*time.Second, func() string {
+		podmantest.Eventually(t, "the previous apply counted", 20*time.Second, func() string {
 			if s := snapshot(t); s.AppliedHash != s.Hash {
 				return "not applied yet"
 			}
@@ -305,7 +291,7 @@ func TestPodman(t *testing.T) {
 		if err := p.Run("unrelated", port(t), map[string]string{"other": "x"}); err != nil {
 			t.Fatal(err)
 		}
-		eventually(t, "a re-list after the event", 20*time.Second, func() string {
+		podmantest.Eventually(t, "a re-list after the event", 20*time.Second, func() string {
 			if snapshot(t).LastList.After(t0.Add(50 * time.Millisecond)) {
 				return ""
 			}
@@ -320,15 +306,15 @@ func TestPodman(t *testing.T) {
 		if err := p.Stop("one"); err != nil {
 			t.Fatal(err)
 		}
-		eventually(t, "one removed", 20*time.Second, expect("/one/x", 404, noRoute))
-		eventually(t, "two still routed", 5*time.Second, expect("/two/y", 200, "two /two/y"))
+		podmantest.Eventually(t, "one removed", 20*time.Second, expect("/one/x", 404, noRoute))
+		podmantest.Eventually(t, "two still routed", 5*time.Second, expect("/two/y", 200, "two /two/y"))
 	})
 
 	step("kill a container: route gone", func(t *testing.T) {
 		if err := p.Kill("pair-b"); err != nil {
 			t.Fatal(err)
 		}
-		eventually(t, "pair-b removed from the applied routes", 20*time.Second, func() string {
+		podmantest.Eventually(t, "pair-b removed from the applied routes", 20*time.Second, func() string {
 			s := snapshot(t)
 			for _, d := range s.Containers {
 				if d.Container.Name == p.Prefix+"pair-b" {
@@ -341,7 +327,7 @@ func TestPodman(t *testing.T) {
 			return ""
 		})
 		for i := 0; i < 4; i++ {
-			eventually(t, "pair-a only", 5*time.Second, expect("/pair/q", 200, "pair-a /pair/q"))
+			podmantest.Eventually(t, "pair-a only", 5*time.Second, expect("/pair/q", 200, "pair-a /pair/q"))
 		}
 	})
 
@@ -362,7 +348,7 @@ func TestPodman(t *testing.T) {
 			t.Fatal(err)
 		}
 		// Wait on the open router, so that polling spends no rate limit.
-		eventually(t, "container serving", 20*time.Second, expect("/open/x", 200, "secure /open/x"))
+		podmantest.Eventually(t, "container serving", 20*time.Second, expect("/open/x", 200, "secure /open/x"))
 		admin := token(t, "alice", "admin")
 		if code, body, err := getAuth("/secure/x", admin); err != nil || code != 200 || body != "secure /x" {
 			t.Fatalf("valid token: %d %q %v", code, body, err)
@@ -398,14 +384,14 @@ func TestPodman(t *testing.T) {
 
 	step("podman service killed: routes stay", func(t *testing.T) {
 		p.KillService()
-		eventually(t, "engine seen unreachable", 30*time.Second, func() string {
+		podmantest.Eventually(t, "engine seen unreachable", 30*time.Second, func() string {
 			if !snapshot(t).EngineReachable {
 				return ""
 			}
 			return "still reachable"
 		})
 		for _, path := range []string{"/two/y", "/pair/q"} {
-			eventually(t, path, 5*time.Second, expect(path, 200, ""))
+			podmantest.Eventually(t, path, 5*time.Second, expect(path, 200, ""))
 		}
 	})
 
@@ -415,9 +401,9 @@ func TestPodman(t *testing.T) {
 			t.Fatalf("state file: %v", err)
 		}
 		startGateway(t, cfg)
-		eventually(t, "two from state file", 20*time.Second, expect("/two/y", 200, "two /two/y"))
-		eventually(t, "pair from state file", 5*time.Second, expect("/pair/q", 200, "pair-a /pair/q"))
-		eventually(t, "one stays removed", 5*time.Second, expect("/one/x", 404, noRoute))
+		podmantest.Eventually(t, "two from state file", 20*time.Second, expect("/two/y", 200, "two /two/y"))
+		podmantest.Eventually(t, "pair from state file", 5*time.Second, expect("/pair/q", 200, "pair-a /pair/q"))
+		podmantest.Eventually(t, "one stays removed", 5*time.Second, expect("/one/x", 404, noRoute))
 		if s := snapshot(t); !s.FromStateFile || s.EngineReachable {
 			t.Fatalf("snapshot: from_state_file=%v engine_reachable=%v", s.FromStateFile, s.EngineReachable)
 		}
@@ -427,7 +413,7 @@ func TestPodman(t *testing.T) {
 		if err := p.StartService(); err != nil {
 			t.Fatal(err)
 		}
-		eventually(t, "engine reachable", 30*time.Second, func() string {
+		podmantest.Eventually(t, "engine reachable", 30*time.Second, func() string {
 			if snapshot(t).EngineReachable {
 				return ""
 			}
@@ -436,7 +422,7 @@ func TestPodman(t *testing.T) {
 		if err := p.Stop("two"); err != nil {
 			t.Fatal(err)
 		}
-		eventually(t, "two removed", 20*time.Second, expect("/two/y", 404, noRoute))
+		podmantest.Eventually(t, "two removed", 20*time.Second, expect("/two/y", 404, noRoute))
 	})
 }
 

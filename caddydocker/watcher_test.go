@@ -9,6 +9,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/apigate/gateway/internal/podmantest"
 )
 
 type fakeEngine struct {
@@ -104,7 +106,7 @@ func newTestWatcher(t *testing.T, e Engine, a RouteApplier, stateFile string, de
 
 func wait(t *testing.T, what string, cond func() string) {
 	t.Helper()
-	eventually(t, what, 10*time.Second, cond)
+	podmantest.Eventually(t, what, 10*time.Second, cond)
 }
 
 func TestWatcher(t *testing.T) {

@@ -162,20 +162,6 @@ func get(url string, header ...string) (int, string, error) {
 	return resp.StatusCode, string(b), err
 }
 
-// eventually polls cond until it returns "" or the deadline passes.
-func eventually(t testing.TB, what string, timeout time.Duration, cond func() string) {
-	t.Helper()
-	deadline := time.Now().Add(timeout)
-	last := ""
-	for time.Now().Before(deadline) {
-		if last = cond(); last == "" {
-			return
-		}
-		time.Sleep(25 * time.Millisecond)
-	}
-	t.Fatalf("%s: not reached within %s; last: %s", what, timeout, last)
-}
-
 func token(t testing.TB, sub string, roles ...string) string {
 	t.Helper()
 	tok := jwt.NewWithClaims(jwt.SigningMethodHS256, jwt.MapClaims{
@@ -234,7 +220,7 @@ func startWithContainers(t *testing.T) *gateway {
 		}
 	}
 	startGateway(t, gatewayConfig(p.Host(), t.TempDir()))
-	eventually(t, "discovery sees both containers and routes the good one", 30*time.Second, func() string {
+	podmantest.Eventually(t, "discovery sees both containers and routes the good one", 30*time.Second, func() string {
 		s, ok := caddydocker.Current("gateway")
 		if !ok {
 			return "no docker app"

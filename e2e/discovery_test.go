@@ -337,27 +337,7 @@ func TestDiscovery(t *testing.T) {
 // waitRoute polls the gateway until path answers status.
 func waitRoute(t testing.TB, s *stack, path, token string, status int, within time.Duration) {
 	t.Helper()
-	deadline := time.Now().Add(within)
-	last := -1
-	for {
-		req, _ := http.NewRequest("GET", gwBase+path, nil)
-		if token != "" {
-			req.Header.Set("Authorization", "Bearer "+token)
-		}
-		resp, err := http.DefaultClient.Do(req)
-		if err == nil {
-			io.Copy(io.Discard, resp.Body)
-			resp.Body.Close()
-			last = resp.StatusCode
-			if last == status {
-				return
-			}
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%s: status %d after %s, want %d\n%s", path, last, within, status, tail(s.logText(), 40))
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	waitFor(t, gwBase+path, token, status, within, func() string { return tail(s.logText(), 40) })
 }
 
 func tail(s string, n int) string {

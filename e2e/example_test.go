@@ -74,7 +74,7 @@ func TestCaddyfileExampleRuns(t *testing.T) {
 	}
 	s.cmd = cmd
 	t.Cleanup(func() { s.stop(false) })
-	waitFor(t, site+"/health", 200, 30*time.Second, s.logText)
+	waitFor(t, site+"/health", "", 200, 30*time.Second, s.logText)
 
 	hs := jwt.NewWithClaims(jwt.SigningMethodHS256, jwt.MapClaims{"sub": "demo-user",
 		"roles": []string{"admin", "editor"}, "scope": "orders:read orders:write",
@@ -144,21 +144,29 @@ func TestCaddyfileExampleRuns(t *testing.T) {
 	}
 }
 
-func waitFor(t testing.TB, url string, status int, within time.Duration, logs func() string) {
+// waitFor polls url (with token, if any) until it answers status.
+func waitFor(t testing.TB, url, token string, status int, within time.Duration, logs func() string) {
 	t.Helper()
 	deadline := time.Now().Add(within)
+	last := -1
 	for {
-		resp, err := http.Get(url)
+		req, _ := http.NewRequest("GET", url, nil)
+		if token != "" {
+			req.Header.Set("Authorization", "Bearer "+token)
+		}
+		resp, err := http.DefaultClient.Do(req)
 		if err == nil {
+			io.Copy(io.Discard, resp.Body)
 			resp.Body.Close()
-			if resp.StatusCode == status {
+			last = resp.StatusCode
+			if last == status {
 				return
 			}
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("%s did not answer %d within %s (last error %v)\n%s", url, status, within, err, logs())
+			t.Fatalf("%s did not answer %d within %s (last status %d, error %v)\n%s", url, status, within, last, err, logs())
 		}
-		time.Sleep(50 * time.Millisecond)
+		time.Sleep(20 * time.Millisecond)
 	}
 }
 

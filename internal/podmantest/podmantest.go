@@ -295,3 +295,22 @@ func FreePort() (int, error) {
 	defer l.Close()
 	return l.Addr().(*net.TCPAddr).Port, nil
 }
+
+// Eventually polls cond until it returns "" (the engine's changes reach
+// the gateway asynchronously) and fails tb with cond's last answer when
+// timeout passes first.
+func Eventually(tb interface {
+	Helper()
+	Fatalf(format string, args ...any)
+}, what string, timeout time.Duration, cond func() string) {
+	tb.Helper()
+	deadline := time.Now().Add(timeout)
+	last := ""
+	for time.Now().Before(deadline) {
+		if last = cond(); last == "" {
+			return
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	tb.Fatalf("%s: not reached within %s; last: %s", what, timeout, last)
+}
