@@ -6,6 +6,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/apigate/gateway/caddyaudit"
 	"github.com/apigate/gateway/caddydocker"
 	"github.com/prometheus/client_golang/prometheus"
 )
@@ -23,23 +24,10 @@ type Sources struct {
 	Events func(n int) []Event
 }
 
-// Event is one recent audit event as the page shows it: who, what, and the
-// decision. It never holds a token or claims beyond the subject and roles.
-type Event struct {
-	Time       time.Time `json:"time"`
-	RequestID  string    `json:"request_id"`
-	Route      string    `json:"route"`
-	Method     string    `json:"method"`
-	Host       string    `json:"host"`
-	Path       string    `json:"path"`
-	Status     int       `json:"status"`
-	DurationMS float64   `json:"duration_ms"`
-	RemoteIP   string    `json:"remote_ip"`
-	Subject    string    `json:"subject"`
-	Roles      []string  `json:"roles"`
-	Decision   string    `json:"decision"`
-	Reason     string    `json:"reason"`
-}
+// Event is one recent audit event, as the audit module records it (see
+// docs/caddyaudit.md): who, what, and the decision. It never holds a token
+// or claims beyond the subject and roles.
+type Event = caddyaudit.Event
 
 // Overview is everything the page shows, in one JSON document.
 type Overview struct {
