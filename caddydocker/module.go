@@ -10,7 +10,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"path/filepath"
-	"reflect"
 	"sort"
 	"strings"
 	"sync"
@@ -21,6 +20,8 @@ import (
 	"github.com/caddyserver/caddy/v2/caddyconfig/caddyfile"
 	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
 	"go.uber.org/zap"
+
+	"github.com/apigate/gateway/internal/adminaddr"
 )
 
 func init() {
@@ -271,48 +272,16 @@ func (a *App) adminEndpoint(ctx caddy.Context) (string, string, error) {
 	listen := a.Admin
 	if listen == "" {
 		disabled := false
-		listen, disabled = adminListen(ctx)
+		listen, disabled = adminaddr.Listen(ctx)
 		if disabled {
 			return "", "", fmt.Errorf("docker: routes are applied through the admin API, which this config disables; enable it or set the docker app's admin address")
 		}
-		if listen == "" {
-			listen = caddy.DefaultAdminListen
-		}
 	}
-	addr, err := caddy.ParseNetworkAddress(listen)
+	network, address, err := adminaddr.Endpoint(listen)
 	if err != nil {
-		return "", "", fmt.Errorf("docker: invalid admin address %q: %w", listen, err)
+		return "", "", fmt.Errorf("docker: %w", err)
 	}
-	if addr.IsUnixNetwork() {
-		return "unix", addr.Host, nil
-	}
-	return "tcp", addr.JoinHostPort(0), nil
-}
-
-// adminListen reads the admin listen address of the config that ctx
-// provisions. Caddy does not export it, so it is read with reflection
-// (read-only); an unexpected layout yields "".
-func adminListen(ctx caddy.Context) (listen string, disabled bool) {
-	defer func() {
-		if recover() != nil {
-			listen, disabled = "", false
-		}
-	}()
-	cfg := reflect.ValueOf(ctx).FieldByName("cfg")
-	if !cfg.IsValid() || cfg.Kind() != reflect.Pointer || cfg.IsNil() {
-		return "", false
-	}
-	admin := cfg.Elem().FieldByName("Admin")
-	if !admin.IsValid() || admin.Kind() != reflect.Pointer || admin.IsNil() {
-		return "", false
-	}
-	if d := admin.Elem().FieldByName("Disabled"); d.IsValid() && d.Kind() == reflect.Bool && d.Bool() {
-		return "", true
-	}
-	if l := admin.Elem().FieldByName("Listen"); l.IsValid() && l.Kind() == reflect.String {
-		return l.String(), false
-	}
-	return "", false
+	return network, address, nil
 }
 
 // withHandler returns raw with "handler": name set (raw may hold the

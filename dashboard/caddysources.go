@@ -14,6 +14,8 @@ import (
 	"github.com/apigate/gateway/caddydocker"
 	"github.com/caddyserver/caddy/v2"
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/apigate/gateway/internal/adminaddr"
 )
 
 // auditEvents is set by audit.go when the audit module is compiled in.
@@ -152,48 +154,19 @@ func requestAdminEndpoint(r *http.Request) (adminEndpoint, bool) {
 	return adminEndpoint{}, false
 }
 
-// configuredAdminEndpoint reads the running config's admin listen address.
-// Caddy does not export it, so it is read with reflection (read-only); an
-// unexpected layout gives Caddy's default admin address.
+// configuredAdminEndpoint reads the running config's admin listen address
+// (an unexpected layout gives Caddy's default admin address).
 func configuredAdminEndpoint() (ep adminEndpoint, err error) {
-	listen, disabled := activeAdminListen()
+	listen, disabled := adminaddr.Listen(caddy.ActiveContext())
 	if disabled {
 		return ep, fmt.Errorf("the admin API is disabled in this config: the dashboard reads routes through it")
 	}
-	if listen == "" {
-		listen = caddy.DefaultAdminListen
-	}
-	addr, err := caddy.ParseNetworkAddress(listen)
+	network, address, err := adminaddr.Endpoint(listen)
 	if err != nil {
-		return ep, fmt.Errorf("invalid admin address %q: %w", listen, err)
+		return ep, err
 	}
-	if addr.IsUnixNetwork() {
-		return adminEndpoint{network: "unix", address: addr.Host, host: "localhost"}, nil
+	if network == "unix" {
+		return adminEndpoint{network: network, address: address, host: "localhost"}, nil
 	}
-	hp := addr.JoinHostPort(0)
-	return adminEndpoint{network: "tcp", address: hp, host: hp}, nil
-}
-
-func activeAdminListen() (listen string, disabled bool) {
-	defer func() {
-		if recover() != nil {
-			listen, disabled = "", false
-		}
-	}()
-	ctx := caddy.ActiveContext()
-	cfg := reflect.ValueOf(ctx).FieldByName("cfg")
-	if !cfg.IsValid() || cfg.Kind() != reflect.Pointer || cfg.IsNil() {
-		return "", false
-	}
-	admin := cfg.Elem().FieldByName("Admin")
-	if !admin.IsValid() || admin.Kind() != reflect.Pointer || admin.IsNil() {
-		return "", false
-	}
-	if d := admin.Elem().FieldByName("Disabled"); d.IsValid() && d.Kind() == reflect.Bool && d.Bool() {
-		return "", true
-	}
-	if l := admin.Elem().FieldByName("Listen"); l.IsValid() && l.Kind() == reflect.String {
-		return l.String(), false
-	}
-	return "", false
+	return adminEndpoint{network: network, address: address, host: address}, nil
 }
