@@ -254,16 +254,23 @@ func (a *App) resolveServer(ctx caddy.Context) error {
 	}
 	sort.Strings(names)
 	if a.Server == "" {
-		if len(names) != 1 {
-			return fmt.Errorf("docker: set server to one of the HTTP servers %v", names)
-		}
-		a.Server = names[0]
-		return nil
+		a.Server, err = onlyServer(names)
+		return err
 	}
 	if _, ok := httpApp.Servers[a.Server]; !ok {
 		return fmt.Errorf("docker: invalid server %q: not an HTTP server of this config (servers: %v; name servers with the `servers { name ... }` global option)", a.Server, names)
 	}
 	return nil
+}
+
+// onlyServer is the server the docker app routes to when its server
+// option is empty: the config's only HTTP server.
+func onlyServer(names []string) (string, error) {
+	sort.Strings(names)
+	if len(names) != 1 {
+		return "", fmt.Errorf("docker: set server to one of the HTTP servers %v", names)
+	}
+	return names[0], nil
 }
 
 // adminEndpoint returns the admin API's network and address: the Admin

@@ -8,7 +8,6 @@ import (
 	"net/http"
 	"net/url"
 	"os"
-	"sort"
 	"strings"
 
 	"github.com/caddyserver/caddy/v2"
@@ -135,11 +134,9 @@ func CarryDiscoveredRoutes(config []byte, live func(server string) ([]json.RawMe
 		for name := range servers {
 			names = append(names, name)
 		}
-		sort.Strings(names)
-		if len(names) != 1 {
-			return nil, "", 0, fmt.Errorf("docker app: set server to one of the HTTP servers %v", names)
+		if server, err = onlyServer(names); err != nil {
+			return nil, "", 0, err
 		}
-		server = names[0]
 	}
 	var srv map[string]json.RawMessage
 	if err := json.Unmarshal(servers[server], &srv); err != nil || srv == nil {
