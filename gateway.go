@@ -10,6 +10,7 @@ import (
 	// the gateway's modules
 	_ "github.com/apigate/gateway/caddyaudit"
 	_ "github.com/apigate/gateway/caddydocker"
+	_ "github.com/apigate/gateway/caddyh1"
 	_ "github.com/apigate/gateway/caddyjwt"
 	_ "github.com/apigate/gateway/caddypermcache"
 	_ "github.com/apigate/gateway/caddyrbac"

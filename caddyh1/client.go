@@ -1,0 +1,659 @@
+package caddyh1
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/http/httptrace"
+	"net/textproto"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+)
+
+// Options configure a Client. Zero values take the defaults in the comments.
+type Options struct {
+	DialTimeout           time.Duration // 0: no limit but the request's context
+	ResponseHeaderTimeout time.Duration // 0: no limit but the request's context
+	IdleTimeout           time.Duration // 0: idle connections are kept until the upstream closes them
+	MaxIdleConnsPerHost   int           // 0: DefaultMaxIdleConnsPerHost
+	MaxConnsPerHost       int           // 0: no limit
+	ReadBufferSize        int           // 0: DefaultBufferSize
+	WriteBufferSize       int           // 0: DefaultBufferSize
+	MaxResponseHeaderSize int           // 0: DefaultMaxResponseHeaderSize
+
+	// Dial opens a connection; nil uses a net.Dialer with DialTimeout.
+	Dial func(ctx context.Context, network, addr string) (net.Conn, error)
+}
+
+// Defaults of Options.
+const (
+	DefaultMaxIdleConnsPerHost   = 1024
+	DefaultBufferSize            = 4096
+	DefaultMaxResponseHeaderSize = 1 << 20
+)
+
+// max1xx bounds the number of informational responses before the final one,
+// as net/http does.
+const max1xx = 5
+
+// Client sends HTTP/1.1 requests over pools of kept-alive connections, one
+// pool per upstream address. A request is written and its response read on
+// the calling goroutine: a connection has no goroutines of its own.
+type Client struct {
+	opts Options
+
+	mu     sync.Mutex                           // serializes writers of pools
+	pools  atomic.Pointer[map[string]*hostPool] // copy on write: lock-free lookups
+	closed bool
+
+	stop chan struct{}
+	done chan struct{}
+}
+
+// NewClient returns a client; Close releases its connections.
+func NewClient(opts Options) *Client {
+	if opts.MaxIdleConnsPerHost == 0 {
+		opts.MaxIdleConnsPerHost = DefaultMaxIdleConnsPerHost
+	}
+	if opts.ReadBufferSize <= 0 {
+		opts.ReadBufferSize = DefaultBufferSize
+	}
+	if opts.WriteBufferSize <= 0 {
+		opts.WriteBufferSize = DefaultBufferSize
+	}
+	if opts.MaxResponseHeaderSize <= 0 {
+		opts.MaxResponseHeaderSize = DefaultMaxResponseHeaderSize
+	}
+	if opts.Dial == nil {
+		d := &net.Dialer{Timeout: opts.DialTimeout, KeepAlive: 30 * time.Second}
+		opts.Dial = d.DialContext
+	}
+	c := &Client{opts: opts, stop: make(chan struct{}), done: make(chan struct{})}
+	m := map[string]*hostPool{}
+	c.pools.Store(&m)
+	go c.janitor()
+	return c
+}
+
+// Close closes the idle connections and makes busy ones close when their
+// response is done. Requests sent after Close fail.
+func (c *Client) Close() {
+	c.mu.Lock()
+	if c.closed {
+		c.mu.Unlock()
+		return
+	}
+	c.closed = true
+	pools := *c.pools.Load()
+	c.mu.Unlock()
+	close(c.stop)
+	<-c.done
+	for _, p := range pools {
+		p.close()
+	}
+}
+
+// Stats are counters of a client's connections, summed over upstreams.
+type Stats struct {
+	Dials   int64 // connections opened
+	Reuses  int64 // requests sent on a kept-alive connection
+	Retries int64 // idempotent requests sent again after a kept-alive connection failed
+	Stale   int64 // idle connections found closed (or sending unasked bytes) when taken
+	Open    int   // connections open now
+	Idle    int   // of which idle
+}
+
+// Stats returns the client's counters.
+func (c *Client) Stats() Stats {
+	var s Stats
+	for _, p := range *c.pools.Load() {
+		p.mu.Lock()
+		s.Dials += p.dials
+		s.Reuses += p.reuses
+		s.Retries += p.retries
+		s.Stale += p.stale
+		s.Open += p.open
+		s.Idle += len(p.idle)
+		p.mu.Unlock()
+	}
+	return s
+}
+
+var errClientClosed = errors.New("h1 transport: closed")
+
+func (c *Client) pool(network, addr string) (*hostPool, error) {
+	key := addr
+	if network != "tcp" {
+		key = network + " " + addr
+	}
+	if p := (*c.pools.Load())[key]; p != nil {
+		return p, nil
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.closed {
+		return nil, errClientClosed
+	}
+	old := *c.pools.Load()
+	if p := old[key]; p != nil {
+		return p, nil
+	}
+	m := make(map[string]*hostPool, len(old)+1)
+	for k, v := range old {
+		m[k] = v
+	}
+	p := &hostPool{c: c, network: network, addr: addr}
+	m[key] = p
+	c.pools.Store(&m)
+	return p, nil
+}
+
+// janitor closes connections that stayed idle longer than IdleTimeout, and
+// forgets upstreams with no connections left.
+func (c *Client) janitor() {
+	defer close(c.done)
+	every := time.Minute
+	if t := c.opts.IdleTimeout; t > 0 {
+		every = min(max(t/4, 100*time.Millisecond), time.Minute)
+	}
+	tick := time.NewTicker(every)
+	defer tick.Stop()
+	for {
+		select {
+		case <-c.stop:
+			return
+		case <-tick.C:
+		}
+		now := time.Now()
+		var empty []string
+		for k, p := range *c.pools.Load() {
+			if p.sweep(now) {
+				empty = append(empty, k)
+			}
+		}
+		if len(empty) > 0 {
+			c.forget(empty)
+		}
+	}
+}
+
+func (c *Client) forget(keys []string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	old := *c.pools.Load()
+	m := make(map[string]*hostPool, len(old))
+	for k, v := range old {
+		m[k] = v
+	}
+	for _, k := range keys {
+		if p := m[k]; p != nil && p.unused() {
+			delete(m, k)
+		}
+	}
+	c.pools.Store(&m)
+}
+
+// DialError is a failure to connect to the upstream: nothing was sent.
+type DialError struct{ Err error }
+
+func (e *DialError) Error() string { return "dialing upstream: " + e.Err.Error() }
+func (e *DialError) Unwrap() error { return e.Err }
+
+// RoundTrip sends req to the upstream at network/addr ("tcp",
+// "127.0.0.1:8080") and reads the response head. The response body reads
+// from the connection; closing it, or reading it to the end, ends the
+// exchange, after which the connection is kept for another request when
+// both sides allow it. A request that cannot be sent again safely
+// (see replayable) is never sent twice.
+func (c *Client) RoundTrip(req *http.Request, network, addr string) (*http.Response, error) {
+	p, err := c.pool(network, addr)
+	if err != nil {
+		return nil, err
+	}
+	ctx := req.Context()
+	var wr writtenRequest
+	if err := wr.check(req); err != nil {
+		return nil, err
+	}
+	for attempt := 0; ; attempt++ {
+		cn, err := p.get(ctx, attempt > 0)
+		if err != nil {
+			return nil, err
+		}
+		res, err := cn.roundTrip(req, &wr)
+		if err == nil {
+			return res, nil
+		}
+		// A kept-alive connection that the upstream closed before answering
+		// fails at once; send an idempotent request once more on a new one.
+		if attempt == 0 && cn.reused && cn.nothingReceived() && wr.replayable && !wr.bodyRead && ctx.Err() == nil {
+			p.mu.Lock()
+			p.retries++
+			p.mu.Unlock()
+			continue
+		}
+		return nil, err
+	}
+}
+
+// hostPool holds the connections to one upstream address.
+type hostPool struct {
+	c       *Client
+	network string
+	addr    string
+
+	mu      sync.Mutex
+	idle    []*conn // most recently used last
+	open    int     // connections open or being dialed
+	waiters []chan *conn
+	closed  bool
+	lastUse time.Time
+
+	dials, reuses, retries, stale int64
+}
+
+// get returns an idle connection (unless fresh is set) or dials a new one.
+func (p *hostPool) get(ctx context.Context, fresh bool) (*conn, error) {
+	for !fresh {
+		p.mu.Lock()
+		n := len(p.idle)
+		if n == 0 {
+			p.mu.Unlock()
+			break
+		}
+		cn := p.idle[n-1]
+		p.idle[n-1] = nil
+		p.idle = p.idle[:n-1]
+		p.reuses++
+		p.mu.Unlock()
+		if t := p.c.opts.IdleTimeout; t > 0 && time.Since(cn.idleSince) > t || !cn.alive() {
+			p.mu.Lock()
+			p.reuses--
+			p.stale++
+			p.mu.Unlock()
+			cn.closeConn()
+			continue
+		}
+		cn.reused = true
+		return cn, nil
+	}
+	// Dial, within MaxConnsPerHost.
+	p.mu.Lock()
+	if p.closed {
+		p.mu.Unlock()
+		return nil, errClientClosed
+	}
+	if max := p.c.opts.MaxConnsPerHost; max > 0 && p.open >= max {
+		ch := make(chan *conn, 1)
+		p.waiters = append(p.waiters, ch)
+		p.mu.Unlock()
+		select {
+		case cn := <-ch:
+			if cn != nil {
+				cn.reused = true
+				return cn, nil
+			}
+			// nil: a slot was freed for us (p.open already counts it)
+		case <-ctx.Done():
+			p.mu.Lock()
+			for i, w := range p.waiters {
+				if w == ch {
+					p.waiters = append(p.waiters[:i], p.waiters[i+1:]...)
+					ch = nil
+					break
+				}
+			}
+			p.mu.Unlock()
+			if ch != nil {
+				// Handed something meanwhile: pass it on.
+				if cn := <-ch; cn != nil {
+					p.put(cn)
+				} else {
+					p.release()
+				}
+			}
+			return nil, ctx.Err()
+		}
+	} else {
+		p.open++
+		p.mu.Unlock()
+	}
+	nc, err := p.c.opts.Dial(ctx, p.network, p.addr)
+	if err != nil {
+		p.release()
+		return nil, &DialError{err}
+	}
+	p.mu.Lock()
+	p.dials++
+	p.mu.Unlock()
+	return newConn(p, nc), nil
+}
+
+// put keeps cn for another request, or closes it.
+func (p *hostPool) put(cn *conn) {
+	p.mu.Lock()
+	if len(p.waiters) > 0 {
+		ch := p.waiters[0]
+		p.waiters = p.waiters[1:]
+		p.mu.Unlock()
+		ch <- cn
+		return
+	}
+	if p.closed || len(p.idle) >= p.c.opts.MaxIdleConnsPerHost {
+		p.mu.Unlock()
+		cn.closeConn()
+		return
+	}
+	now := time.Now()
+	cn.idleSince = now
+	p.lastUse = now
+	p.idle = append(p.idle, cn)
+	p.mu.Unlock()
+}
+
+// release gives back the slot of a closed connection.
+func (p *hostPool) release() {
+	p.mu.Lock()
+	if len(p.waiters) > 0 {
+		ch := p.waiters[0]
+		p.waiters = p.waiters[1:]
+		p.mu.Unlock()
+		ch <- nil // the waiter dials in this slot
+		return
+	}
+	p.open--
+	p.lastUse = time.Now()
+	p.mu.Unlock()
+}
+
+// sweep closes connections idle for longer than IdleTimeout; it reports
+// whether the pool is unused (nothing open for a while).
+func (p *hostPool) sweep(now time.Time) bool {
+	var old []*conn
+	p.mu.Lock()
+	if t := p.c.opts.IdleTimeout; t > 0 {
+		// p.idle is oldest first.
+		i := 0
+		for i < len(p.idle) && now.Sub(p.idle[i].idleSince) > t {
+			i++
+		}
+		if i > 0 {
+			old = append(old, p.idle[:i]...)
+			n := copy(p.idle, p.idle[i:])
+			clear(p.idle[n:])
+			p.idle = p.idle[:n]
+		}
+	}
+	p.mu.Unlock()
+	for _, cn := range old {
+		cn.closeConn()
+	}
+	return p.unused()
+}
+
+func (p *hostPool) unused() bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.open == 0 && len(p.waiters) == 0 && time.Since(p.lastUse) > time.Minute
+}
+
+func (p *hostPool) close() {
+	p.mu.Lock()
+	p.closed = true
+	idle := p.idle
+	p.idle = nil
+	p.mu.Unlock()
+	for _, cn := range idle {
+		cn.closeConn()
+	}
+}
+
+// conn is one upstream connection.
+type conn struct {
+	pool      *hostPool
+	nc        net.Conn
+	raw       syscall.RawConn // for the liveness check; nil if the conn has none
+	rd        rbuf
+	bw        *bufio.Writer
+	reused    bool // taken from the idle pool for this request
+	idleSince time.Time
+
+	// per request
+	stopWatch func() bool // context.AfterFunc's stop
+	aborted   atomic.Bool // the request's context ended: the conn is unusable
+	abortFn   func()
+	closeOnce sync.Once
+}
+
+func newConn(p *hostPool, nc net.Conn) *conn {
+	cn := &conn{pool: p, nc: nc, bw: bufio.NewWriterSize(nc, p.c.opts.WriteBufferSize)}
+	cn.rd = newRbuf(nc, p.c.opts.ReadBufferSize)
+	if sc, ok := nc.(syscall.Conn); ok {
+		if raw, err := sc.SyscallConn(); err == nil {
+			cn.raw = raw
+		}
+	}
+	cn.abortFn = func() {
+		cn.aborted.Store(true)
+		cn.nc.SetDeadline(aLongTimeAgo)
+	}
+	return cn
+}
+
+var aLongTimeAgo = time.Unix(1, 0)
+
+// closeConn closes the connection and gives back its slot in the pool.
+func (cn *conn) closeConn() {
+	cn.closeOnce.Do(func() {
+		cn.nc.Close()
+		cn.pool.release()
+	})
+}
+
+func (cn *conn) nothingReceived() bool { return cn.rd.got == 0 }
+
+// watch makes the request's context ending unblock the connection.
+func (cn *conn) watch(ctx context.Context) {
+	if ctx.Done() != nil {
+		cn.stopWatch = context.AfterFunc(ctx, cn.abortFn)
+	}
+}
+
+// unwatch ends watch; it reports whether the connection can still be used.
+func (cn *conn) unwatch() bool {
+	if cn.stopWatch != nil {
+		cn.stopWatch()
+		cn.stopWatch = nil
+	}
+	return !cn.aborted.Load()
+}
+
+// done ends an exchange: the connection goes back to the pool when reuse is
+// true and nothing is left unread, else it is closed.
+func (cn *conn) done(reuse bool) {
+	if !cn.unwatch() || !reuse || cn.rd.r != cn.rd.w {
+		cn.closeConn()
+		return
+	}
+	cn.pool.put(cn)
+}
+
+// alive reports whether an idle connection is still open and has sent
+// nothing: one non-blocking peek at the socket. An upstream that closed it
+// (keepalive timeout) or sent bytes nobody asked for fails the check.
+func (cn *conn) alive() bool {
+	if cn.rd.r != cn.rd.w {
+		return false
+	}
+	if cn.raw == nil {
+		return true
+	}
+	var buf [1]byte
+	ok := true
+	err := cn.raw.Read(func(fd uintptr) bool {
+		n, _, err := syscall.Recvfrom(int(fd), buf[:], syscall.MSG_PEEK|syscall.MSG_DONTWAIT)
+		switch {
+		case err == syscall.EAGAIN || err == syscall.EINTR:
+		case err != nil, n == 0, n > 0:
+			ok = false // reset, closed by the upstream, or unasked bytes
+		}
+		return true
+	})
+	return ok && err == nil
+}
+
+// roundTrip writes req and reads the response head.
+func (cn *conn) roundTrip(req *http.Request, wr *writtenRequest) (*http.Response, error) {
+	ctx := req.Context()
+	cn.rd.got = 0
+	cn.watch(ctx)
+	if err := wr.write(cn.bw, req); err != nil {
+		cn.done(false)
+		if ctxErr := ctx.Err(); ctxErr != nil {
+			return nil, ctxErr
+		}
+		return nil, err
+	}
+	var h head
+	res, err := cn.readResponse(req, &h)
+	if err != nil {
+		cn.done(false)
+		if ctxErr := ctx.Err(); ctxErr != nil {
+			return nil, ctxErr
+		}
+		return nil, err
+	}
+	keep := !h.close && !wr.close
+	if !h.bodyAllowed(req.Method) {
+		res.Body = http.NoBody
+		if req.Method == http.MethodHead && h.contentLength >= 0 {
+			res.ContentLength = h.contentLength
+		}
+		cn.done(keep)
+		return res, nil
+	}
+	switch {
+	case h.chunked:
+		res.ContentLength = -1
+		res.Body = &body{cn: cn, kind: bodyChunked, keep: keep, res: res, maxTrailer: cn.pool.c.opts.MaxResponseHeaderSize}
+	case h.contentLength == 0:
+		res.Body = http.NoBody
+		cn.done(keep)
+	case h.contentLength > 0:
+		res.Body = &body{cn: cn, kind: bodyFixed, n: h.contentLength, keep: keep}
+	default:
+		res.ContentLength = -1
+		res.Close = true
+		res.Body = &body{cn: cn, kind: bodyToEOF}
+	}
+	return res, nil
+}
+
+// readResponse reads response heads until the final (non-1xx) one, passing
+// informational responses to the request's httptrace.ClientTrace.
+func (cn *conn) readResponse(req *http.Request, h *head) (*http.Response, error) {
+	opts := &cn.pool.c.opts
+	if t := opts.ResponseHeaderTimeout; t > 0 {
+		cn.nc.SetReadDeadline(time.Now().Add(t))
+	}
+	var n1xx int
+	for {
+		b, err := cn.readHead(opts.MaxResponseHeaderSize)
+		if err != nil {
+			return nil, err
+		}
+		err = parseHead(b, h)
+		cn.rd.discard(len(b))
+		if err != nil {
+			return nil, err
+		}
+		if h.status >= 200 {
+			break
+		}
+		if h.status == http.StatusSwitchingProtocols {
+			return nil, errors.New("upstream switched protocols, but the request asked for no upgrade")
+		}
+		if n1xx++; n1xx > max1xx {
+			return nil, errors.New("too many 1xx informational responses from upstream")
+		}
+		if trace := httptrace.ContextClientTrace(req.Context()); trace != nil && trace.Got1xxResponse != nil {
+			if err := trace.Got1xxResponse(h.status, textproto.MIMEHeader(h.header)); err != nil {
+				return nil, err
+			}
+		}
+	}
+	if opts.ResponseHeaderTimeout > 0 {
+		cn.nc.SetReadDeadline(time.Time{})
+		if cn.aborted.Load() {
+			cn.nc.SetDeadline(aLongTimeAgo)
+		}
+	}
+	res := &http.Response{
+		Status:        h.statusText,
+		StatusCode:    h.status,
+		Proto:         "HTTP/1.1",
+		ProtoMajor:    1,
+		ProtoMinor:    h.minor,
+		Header:        h.header,
+		ContentLength: h.contentLength,
+		Close:         h.close,
+		Trailer:       h.trailer,
+		Request:       req,
+	}
+	if h.minor == 0 {
+		res.Proto = "HTTP/1.0"
+	}
+	if res.Header == nil {
+		res.Header = http.Header{}
+	}
+	return res, nil
+}
+
+// errResponseHeaderTimeout is returned when ResponseHeaderTimeout passes. It
+// is a net.Error whose Timeout is true, as net/http's, so that Caddy answers
+// 504.
+var errResponseHeaderTimeout error = timeoutError{}
+
+type timeoutError struct{}
+
+func (timeoutError) Error() string   { return "timeout awaiting response headers from upstream" }
+func (timeoutError) Timeout() bool   { return true }
+func (timeoutError) Temporary() bool { return true }
+
+// readHead returns the next whole response head in the read buffer (which
+// grows for it, up to max bytes); the caller discards it once parsed.
+func (cn *conn) readHead(max int) ([]byte, error) {
+	from := 0
+	for {
+		buf := cn.rd.buffered()
+		if end := findHeadEnd(buf, from); end >= 0 {
+			return buf[:end], nil
+		}
+		from = len(buf)
+		err := cn.rd.fill()
+		if err == io.ErrShortBuffer {
+			if !cn.rd.grow(max) {
+				return nil, fmt.Errorf("upstream response head larger than %d bytes", max)
+			}
+			err = nil
+		}
+		if err != nil {
+			if ne, ok := err.(net.Error); ok && ne.Timeout() && !cn.aborted.Load() {
+				return nil, errResponseHeaderTimeout
+			}
+			if err == io.EOF {
+				if len(cn.rd.buffered()) == 0 {
+					return nil, errors.New("upstream closed the connection before answering")
+				}
+				return nil, io.ErrUnexpectedEOF
+			}
+			return nil, err
+		}
+	}
+}

@@ -1,0 +1,428 @@
+package caddyh1
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"net/http"
+	"strconv"
+)
+
+// A response head (status line and header fields) is parsed strictly, as
+// RFC 9112 asks of an intermediary: anything a lenient parser could read in
+// two ways is refused rather than forwarded. Refused are bare LF and bare CR,
+// obs-fold (a line starting with whitespace), whitespace between a field name
+// and its colon, bytes that are not allowed in a field name or value, a
+// Content-Length together with Transfer-Encoding, differing Content-Length
+// values, and any transfer coding but a single "chunked".
+
+// errHead is wrapped by every error about a malformed response head.
+var errHead = errors.New("malformed upstream response head")
+
+func headErr(format string, args ...any) error {
+	return fmt.Errorf("%w: "+format, append([]any{errHead}, args...)...)
+}
+
+// head is a parsed response head.
+type head struct {
+	status     int
+	statusText string // "200 OK", as http.Response.Status
+	major      int
+	minor      int
+	header     http.Header
+	trailer    http.Header // announced trailer names, with nil values
+
+	// framing
+	contentLength int64 // -1: none given
+	chunked       bool
+	close         bool // the upstream will close the connection after this response
+}
+
+// findHeadEnd returns the length of the head at the start of b (through its
+// final CRLF CRLF), or -1 when b does not hold a whole head yet. from is
+// where to resume the search (0, or where the previous search stopped).
+func findHeadEnd(b []byte, from int) int {
+	if from > 3 {
+		from -= 3
+	} else {
+		from = 0
+	}
+	i := bytes.Index(b[from:], crlfcrlf)
+	if i < 0 {
+		return -1
+	}
+	return from + i + 4
+}
+
+var crlfcrlf = []byte("\r\n\r\n")
+
+// parseHead parses one complete response head, b, which ends with CRLF CRLF
+// (see findHeadEnd). Field names and values are substrings of one string
+// copied from b, so parsing allocates a few times whatever the head's size.
+func parseHead(b []byte, h *head) error {
+	*h = head{contentLength: -1}
+	// Check every byte once: only CRLF pairs may hold a CR or an LF, and the
+	// only other control byte allowed anywhere is HTAB.
+	lines := 0
+	for i := 0; i < len(b); i++ {
+		c := b[i]
+		if c >= 0x20 && c != 0x7f || c == '\t' {
+			continue
+		}
+		switch c {
+		case '\r':
+			if i+1 >= len(b) || b[i+1] != '\n' {
+				return headErr("bare CR")
+			}
+			i++
+			lines++
+		case '\n':
+			return headErr("bare LF")
+		default:
+			return headErr("control byte %#x", c)
+		}
+	}
+	s := string(b[:len(b)-2]) // the lines, each ending in CRLF; the empty last line dropped
+
+	// status-line = HTTP-version SP status-code SP [ reason-phrase ]
+	eol := indexCRLF(s, 0)
+	line := s[:eol]
+	if len(line) < 12 || line[:7] != "HTTP/1." || line[8] != ' ' {
+		return headErr("bad status line %q", truncate(line))
+	}
+	if line[7] < '0' || line[7] > '9' {
+		return headErr("bad HTTP version %q", truncate(line[:8]))
+	}
+	h.major, h.minor = 1, int(line[7]-'0')
+	code := line[9:12]
+	if code[0] < '1' || code[0] > '5' || !isDigit(code[1]) || !isDigit(code[2]) {
+		return headErr("bad status code %q", code)
+	}
+	h.status = int(code[0]-'0')*100 + int(code[1]-'0')*10 + int(code[2]-'0')
+	reason := ""
+	if len(line) > 12 {
+		if line[12] != ' ' {
+			return headErr("bad status line %q", truncate(line))
+		}
+		reason = line[13:]
+	}
+	h.statusText = statusText(h.status, line[9:], reason)
+
+	// field-line = field-name ":" OWS field-value OWS
+	fields := lines - 2 // minus the status line and the empty last line
+	if fields > 0 {
+		h.header = make(http.Header, fields)
+	}
+	var vals []string
+	if fields > 0 {
+		vals = make([]string, fields)
+	}
+	var clSeen, teSeen bool
+	var teValue string
+	pos := eol + 2
+	for pos < len(s) {
+		eol = indexCRLF(s, pos)
+		line = s[pos:eol]
+		pos = eol + 2
+		if line == "" {
+			return headErr("empty line inside the head")
+		}
+		if line[0] == ' ' || line[0] == '\t' {
+			return headErr("obs-fold (a line continued with whitespace)")
+		}
+		colon := -1
+		for i := 0; i < len(line); i++ {
+			if line[i] == ':' {
+				colon = i
+				break
+			}
+			if !isTokenByte(line[i]) {
+				return headErr("invalid byte %#x in field name %q", line[i], truncate(line))
+			}
+		}
+		if colon <= 0 {
+			return headErr("field line without a name and colon: %q", truncate(line))
+		}
+		key := canonicalKey(line[:colon])
+		value := trimOWS(line[colon+1:])
+
+		switch key {
+		case "Content-Length":
+			n, err := parseContentLength(value)
+			if err != nil {
+				return err
+			}
+			if clSeen && n != h.contentLength {
+				return headErr("differing Content-Length values")
+			}
+			clSeen, h.contentLength = true, n
+		case "Transfer-Encoding":
+			if teSeen {
+				return headErr("more than one Transfer-Encoding field")
+			}
+			teSeen, teValue = true, value
+		case "Connection":
+			if hasToken(value, "close") {
+				h.close = true
+			}
+			if h.minor == 0 && !hasToken(value, "keep-alive") {
+				h.close = true
+			}
+		case "Trailer":
+			if err := h.announceTrailers(value); err != nil {
+				return err
+			}
+			continue // not forwarded as a field; http.Response.Trailer holds the names
+		}
+		if old, ok := h.header[key]; ok {
+			h.header[key] = append(old, value)
+			continue
+		}
+		vals[0] = value
+		h.header[key] = vals[:1:1]
+		vals = vals[1:]
+	}
+
+	if h.minor == 0 && h.header["Connection"] == nil {
+		h.close = true // HTTP/1.0 without keep-alive
+	}
+	if teSeen {
+		if clSeen {
+			return headErr("both Content-Length and Transfer-Encoding")
+		}
+		if h.minor == 0 {
+			return headErr("Transfer-Encoding in an HTTP/1.0 response")
+		}
+		if !equalFoldASCII(teValue, "chunked") {
+			return headErr("unsupported Transfer-Encoding %q", truncate(teValue))
+		}
+		h.chunked = true
+		h.contentLength = -1
+		delete(h.header, "Transfer-Encoding") // as net/http: the framing is the transport's
+	}
+	return nil
+}
+
+// announceTrailers records the names a Trailer field announces.
+func (h *head) announceTrailers(value string) error {
+	for value != "" {
+		var name string
+		name, value = nextListItem(value)
+		if name == "" {
+			continue
+		}
+		for i := 0; i < len(name); i++ {
+			if !isTokenByte(name[i]) {
+				return headErr("invalid trailer name %q", truncate(name))
+			}
+		}
+		key := canonicalKey(name)
+		switch key {
+		case "Transfer-Encoding", "Trailer", "Content-Length":
+			return headErr("trailer name %q is not allowed", key)
+		}
+		if h.trailer == nil {
+			h.trailer = make(http.Header)
+		}
+		h.trailer[key] = nil
+	}
+	return nil
+}
+
+// bodyAllowed reports whether a response to method with this status has a
+// body (RFC 9112 section 6.3).
+func (h *head) bodyAllowed(method string) bool {
+	if method == http.MethodHead {
+		return false
+	}
+	return h.status >= 200 && h.status != http.StatusNoContent && h.status != http.StatusNotModified
+}
+
+func indexCRLF(s string, from int) int {
+	for i := from; i < len(s); i++ {
+		if s[i] == '\r' {
+			return i // parseHead checked that every CR is followed by LF
+		}
+	}
+	return len(s)
+}
+
+func parseContentLength(v string) (int64, error) {
+	// A list of identical values ("42, 42") is one value (RFC 9110 8.6).
+	var n int64 = -1
+	for v != "" {
+		var item string
+		item, v = nextListItem(v)
+		if item == "" || len(item) > 18 {
+			return 0, headErr("bad Content-Length %q", truncate(item))
+		}
+		var m int64
+		for i := 0; i < len(item); i++ {
+			if !isDigit(item[i]) {
+				return 0, headErr("bad Content-Length %q", truncate(item))
+			}
+			m = m*10 + int64(item[i]-'0')
+		}
+		if n >= 0 && m != n {
+			return 0, headErr("differing Content-Length values")
+		}
+		n = m
+	}
+	if n < 0 {
+		return 0, headErr("empty Content-Length")
+	}
+	return n, nil
+}
+
+// nextListItem splits a comma-separated list: the first item, trimmed, and
+// the rest.
+func nextListItem(v string) (item, rest string) {
+	for i := 0; i < len(v); i++ {
+		if v[i] == ',' {
+			return trimOWS(v[:i]), v[i+1:]
+		}
+	}
+	return trimOWS(v), ""
+}
+
+func hasToken(v, token string) bool {
+	for v != "" {
+		var item string
+		item, v = nextListItem(v)
+		if equalFoldASCII(item, token) {
+			return true
+		}
+	}
+	return false
+}
+
+func trimOWS(s string) string {
+	for len(s) > 0 && (s[0] == ' ' || s[0] == '\t') {
+		s = s[1:]
+	}
+	for len(s) > 0 && (s[len(s)-1] == ' ' || s[len(s)-1] == '\t') {
+		s = s[:len(s)-1]
+	}
+	return s
+}
+
+func equalFoldASCII(a, b string) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for i := 0; i < len(a); i++ {
+		if lower(a[i]) != lower(b[i]) {
+			return false
+		}
+	}
+	return true
+}
+
+func lower(c byte) byte {
+	if 'A' <= c && c <= 'Z' {
+		return c + 'a' - 'A'
+	}
+	return c
+}
+
+func isDigit(c byte) bool { return '0' <= c && c <= '9' }
+
+// isTokenByte reports whether c may appear in a token (RFC 9110 5.6.2).
+func isTokenByte(c byte) bool {
+	return c < 0x80 && tokenTable[c]
+}
+
+var tokenTable = func() (t [128]bool) {
+	for c := '0'; c <= '9'; c++ {
+		t[c] = true
+	}
+	for c := 'a'; c <= 'z'; c++ {
+		t[c] = true
+		t[c-'a'+'A'] = true
+	}
+	for _, c := range "!#$%&'*+-.^_`|~" {
+		t[c] = true
+	}
+	return t
+}()
+
+// canonicalKey returns the canonical form of a field name made of token
+// bytes, as http.CanonicalHeaderKey would, without allocating when the name
+// is already canonical or is a common one.
+func canonicalKey(name string) string {
+	upper := true
+	for i := 0; i < len(name); i++ {
+		c := name[i]
+		if upper && 'a' <= c && c <= 'z' || !upper && 'A' <= c && c <= 'Z' {
+			return canonicalSlow(name)
+		}
+		upper = c == '-'
+	}
+	return name
+}
+
+func canonicalSlow(name string) string {
+	var buf [64]byte
+	if len(name) > len(buf) {
+		return http.CanonicalHeaderKey(name)
+	}
+	b := buf[:len(name)]
+	upper := true
+	for i := 0; i < len(name); i++ {
+		c := name[i]
+		if upper && 'a' <= c && c <= 'z' {
+			c -= 'a' - 'A'
+		} else if !upper && 'A' <= c && c <= 'Z' {
+			c += 'a' - 'A'
+		}
+		b[i] = c
+		upper = c == '-'
+	}
+	if k, ok := commonKeys[string(b)]; ok { // no allocation: a map lookup by converted bytes
+		return k
+	}
+	return string(b)
+}
+
+var commonKeys = func() map[string]string {
+	m := map[string]string{}
+	for _, k := range []string{
+		"Accept-Ranges", "Access-Control-Allow-Origin", "Age", "Cache-Control",
+		"Connection", "Content-Disposition", "Content-Encoding", "Content-Language",
+		"Content-Length", "Content-Location", "Content-Range", "Content-Security-Policy",
+		"Content-Type", "Date", "Etag", "Expires", "Keep-Alive", "Last-Modified",
+		"Link", "Location", "Pragma", "Retry-After", "Server", "Set-Cookie",
+		"Strict-Transport-Security", "Trailer", "Transfer-Encoding", "Vary",
+		"Www-Authenticate", "X-Content-Type-Options", "X-Frame-Options",
+		"X-Powered-By", "X-Request-Id",
+	} {
+		m[k] = k
+	}
+	return m
+}()
+
+// statusText returns http.Response.Status ("200 OK") without allocating
+// when the reason phrase is the standard one: codeAndReason is the status
+// line from the code on.
+func statusText(code int, codeAndReason, reason string) string {
+	if std := standardStatus[code]; std != "" && std[4:] == reason {
+		return std
+	}
+	return codeAndReason
+}
+
+var standardStatus = func() (s [600]string) {
+	for code := 100; code < 600; code++ {
+		if t := http.StatusText(code); t != "" {
+			s[code] = strconv.Itoa(code) + " " + t
+		}
+	}
+	return s
+}()
+
+func truncate(s string) string {
+	if len(s) > 64 {
+		return s[:64] + "..."
+	}
+	return s
+}

@@ -1,0 +1,268 @@
+package caddyh1
+
+import (
+	"bufio"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"strconv"
+
+	"golang.org/x/net/http/httpguts"
+)
+
+// writtenRequest is what one request's framing is, decided once before the
+// first attempt, and what writing it did.
+type writtenRequest struct {
+	method     string
+	host       string
+	hasBody    bool
+	chunked    bool  // no known length: Transfer-Encoding: chunked
+	length     int64 // when !chunked and hasBody
+	sendLen0   bool  // "Content-Length: 0" for a bodyless POST, PUT or PATCH, as net/http
+	close      bool  // the request asks the upstream to close afterwards
+	replayable bool  // safe to send again on another connection
+	bodyRead   bool  // the body was (partly) read: it cannot be sent again
+}
+
+// check validates req and decides its framing. Invalid field names or values
+// (CR, LF, NUL or other control bytes) are refused, never sent.
+func (wr *writtenRequest) check(req *http.Request) error {
+	*wr = writtenRequest{method: req.Method}
+	if wr.method == "" {
+		wr.method = http.MethodGet
+	}
+	if !validToken(wr.method) {
+		return fmt.Errorf("invalid request method %q", wr.method)
+	}
+	if req.URL == nil {
+		return errors.New("request has no URL")
+	}
+	wr.host = req.Host
+	if wr.host == "" {
+		wr.host = req.URL.Host
+	}
+	if !httpguts.ValidHostHeader(wr.host) {
+		return fmt.Errorf("invalid Host %q", wr.host)
+	}
+	for i := 0; i < len(req.URL.RawQuery); i++ {
+		if c := req.URL.RawQuery[i]; c <= ' ' || c == 0x7f {
+			return fmt.Errorf("invalid byte %#x in the request's query", c)
+		}
+	}
+	for k, vv := range req.Header {
+		if !httpguts.ValidHeaderFieldName(k) {
+			return fmt.Errorf("invalid header field name %q", k)
+		}
+		for _, v := range vv {
+			if !httpguts.ValidHeaderFieldValue(v) {
+				return fmt.Errorf("invalid header field value for %q", k)
+			}
+		}
+	}
+	wr.hasBody = req.Body != nil && req.Body != http.NoBody && req.ContentLength != 0
+	switch {
+	case !wr.hasBody:
+		switch wr.method {
+		case http.MethodPost, http.MethodPut, http.MethodPatch:
+			wr.sendLen0 = true
+		}
+	case req.ContentLength > 0:
+		wr.length = req.ContentLength
+	default:
+		wr.chunked = true
+	}
+	wr.close = req.Close || hasToken(headerValue(req.Header, "Connection"), "close")
+	if !wr.hasBody {
+		switch wr.method {
+		case http.MethodGet, http.MethodHead, http.MethodOptions, http.MethodTrace:
+			wr.replayable = true
+		default:
+			wr.replayable = req.Header["Idempotency-Key"] != nil || req.Header["X-Idempotency-Key"] != nil
+		}
+	}
+	return nil
+}
+
+func headerValue(h http.Header, k string) string {
+	if v := h[k]; len(v) > 0 {
+		return v[0]
+	}
+	return ""
+}
+
+func validToken(s string) bool {
+	if s == "" {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		if !isTokenByte(s[i]) {
+			return false
+		}
+	}
+	return true
+}
+
+// write writes the request head and body to bw and flushes it.
+func (wr *writtenRequest) write(bw *bufio.Writer, req *http.Request) error {
+	bw.WriteString(wr.method)
+	bw.WriteByte(' ')
+	writeRequestURI(bw, req)
+	bw.WriteString(" HTTP/1.1\r\nHost: ")
+	bw.WriteString(wr.host)
+	bw.WriteString("\r\n")
+	for k, vv := range req.Header {
+		switch k {
+		case "Host", "Content-Length", "Transfer-Encoding", "Trailer":
+			continue // the transport's own framing
+		case "User-Agent":
+			// As net/http: the first value; an empty one (Caddy sets it
+			// when the client sent none) sends none.
+			if len(vv) > 0 && vv[0] != "" {
+				writeField(bw, k, vv[0])
+			}
+			continue
+		}
+		for _, v := range vv {
+			writeField(bw, k, v)
+		}
+	}
+	switch {
+	case wr.chunked:
+		bw.WriteString("Transfer-Encoding: chunked\r\n")
+		if len(req.Trailer) > 0 {
+			bw.WriteString("Trailer: ")
+			i := 0
+			for k := range req.Trailer {
+				if i > 0 {
+					bw.WriteString(", ")
+				}
+				bw.WriteString(k)
+				i++
+			}
+			bw.WriteString("\r\n")
+		}
+	case wr.hasBody:
+		bw.WriteString("Content-Length: ")
+		bw.Write(strconv.AppendInt(bw.AvailableBuffer(), wr.length, 10))
+		bw.WriteString("\r\n")
+	case wr.sendLen0:
+		bw.WriteString("Content-Length: 0\r\n")
+	}
+	if req.Close && !hasToken(headerValue(req.Header, "Connection"), "close") {
+		bw.WriteString("Connection: close\r\n")
+	}
+	bw.WriteString("\r\n")
+	if wr.hasBody {
+		wr.bodyRead = true
+		var err error
+		if wr.chunked {
+			err = writeChunked(bw, req)
+		} else {
+			err = writeFixed(bw, req.Body, wr.length)
+		}
+		if err != nil {
+			return err
+		}
+	}
+	return bw.Flush()
+}
+
+func writeField(bw *bufio.Writer, k, v string) {
+	bw.WriteString(k)
+	bw.WriteString(": ")
+	bw.WriteString(trimOWS(v))
+	bw.WriteString("\r\n")
+}
+
+func writeRequestURI(bw *bufio.Writer, req *http.Request) {
+	u := req.URL
+	if u.Opaque != "" {
+		bw.WriteString(u.RequestURI())
+		return
+	}
+	p := u.EscapedPath()
+	if p == "" {
+		p = "/"
+	}
+	bw.WriteString(p)
+	if u.ForceQuery || u.RawQuery != "" {
+		bw.WriteByte('?')
+		bw.WriteString(u.RawQuery)
+	}
+}
+
+// errBodyLength is a request body shorter or longer than its Content-Length.
+var errBodyLength = errors.New("request body length differs from its Content-Length")
+
+// writeFixed copies exactly n bytes of body into bw's free space, flushing
+// when it is full.
+func writeFixed(bw *bufio.Writer, body io.Reader, n int64) error {
+	for n > 0 {
+		if bw.Available() == 0 {
+			if err := bw.Flush(); err != nil {
+				return err
+			}
+		}
+		buf := bw.AvailableBuffer()
+		buf = buf[:min(int64(cap(buf)), n)]
+		k, err := body.Read(buf)
+		if k > 0 {
+			bw.Write(buf[:k]) // copies onto itself: no copy
+			n -= int64(k)
+		}
+		if err == io.EOF {
+			if n > 0 {
+				return errBodyLength
+			}
+			break
+		}
+		if err != nil {
+			return fmt.Errorf("reading the request body: %w", err)
+		}
+	}
+	return nil
+}
+
+var chunkBufs = newBufPool(16 << 10)
+
+// writeChunked copies the body as chunks, flushing each (as net/http does,
+// so a streamed body reaches the upstream as it arrives), then the last
+// chunk and the trailers, which the body's reader fills in at its end.
+func writeChunked(bw *bufio.Writer, req *http.Request) error {
+	bp := chunkBufs.get()
+	defer chunkBufs.put(bp)
+	buf := *bp
+	for {
+		k, err := req.Body.Read(buf)
+		if k > 0 {
+			bw.Write(strconv.AppendInt(bw.AvailableBuffer(), int64(k), 16))
+			bw.WriteString("\r\n")
+			bw.Write(buf[:k])
+			bw.WriteString("\r\n")
+			if ferr := bw.Flush(); ferr != nil {
+				return ferr
+			}
+		}
+		if err == io.EOF {
+			break
+		}
+		if err != nil {
+			return fmt.Errorf("reading the request body: %w", err)
+		}
+	}
+	bw.WriteString("0\r\n")
+	for k, vv := range req.Trailer {
+		if !httpguts.ValidHeaderFieldName(k) {
+			return fmt.Errorf("invalid trailer name %q", k)
+		}
+		for _, v := range vv {
+			if !httpguts.ValidHeaderFieldValue(v) {
+				return fmt.Errorf("invalid trailer value for %q", k)
+			}
+			writeField(bw, k, v)
+		}
+	}
+	bw.WriteString("\r\n")
+	return nil
+}
