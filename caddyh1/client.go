@@ -425,6 +425,8 @@ type conn struct {
 	idleSince time.Time
 
 	// per request
+	ctx       context.Context
+	watching  bool        // network reads of this exchange install the context watch
 	stopWatch func() bool // context.AfterFunc's stop
 	aborted   atomic.Bool // the request's context ended: the conn is unusable
 	abortFn   func()
@@ -443,6 +445,7 @@ func newConn(p *hostPool, nc net.Conn) *conn {
 		cn.aborted.Store(true)
 		cn.nc.SetDeadline(aLongTimeAgo)
 	}
+	cn.rd.beforeRead = cn.beforeRead
 	return cn
 }
 
@@ -458,15 +461,35 @@ func (cn *conn) closeConn() {
 
 func (cn *conn) nothingReceived() bool { return cn.rd.got == 0 }
 
-// watch makes the request's context ending unblock the connection.
-func (cn *conn) watch(ctx context.Context) {
-	if ctx.Done() != nil {
-		cn.stopWatch = context.AfterFunc(ctx, cn.abortFn)
+// A request's context ending (the client went away) must unblock the
+// connection, as net/http's transport does. Watching the context
+// (context.AfterFunc) costs about as much as the rest of the transport's
+// work for a small response, so it is done only when an exchange has to
+// wait: while the response head is awaited, a read deadline every
+// ctxPoll checks the context instead, and the watch starts when the head
+// takes longer than that, when a request body is written, or when the
+// response body needs a read from the network (it did not arrive with the
+// head).
+const ctxPoll = 250 * time.Millisecond
+
+// watch starts watching the request's context, once per exchange.
+func (cn *conn) watch() {
+	if cn.stopWatch == nil && cn.ctx.Done() != nil {
+		cn.stopWatch = context.AfterFunc(cn.ctx, cn.abortFn)
+	}
+}
+
+// beforeRead is called by the read buffer before it reads from the network.
+func (cn *conn) beforeRead() {
+	if cn.watching {
+		cn.watch()
 	}
 }
 
 // unwatch ends watch; it reports whether the connection can still be used.
 func (cn *conn) unwatch() bool {
+	cn.watching = false
+	cn.ctx = nil
 	if cn.stopWatch != nil {
 		cn.stopWatch()
 		cn.stopWatch = nil
@@ -512,7 +535,10 @@ func (cn *conn) alive() bool {
 func (cn *conn) roundTrip(req *http.Request, wr *writtenRequest) (*http.Response, error) {
 	ctx := req.Context()
 	cn.rd.got = 0
-	cn.watch(ctx)
+	cn.ctx = ctx
+	if wr.hasBody {
+		cn.watch() // writing the body can block on the client or on the upstream
+	}
 	if err := wr.write(cn.bw, req); err != nil {
 		cn.done(false)
 		if ctxErr := ctx.Err(); ctxErr != nil {
@@ -532,8 +558,8 @@ func (cn *conn) roundTrip(req *http.Request, wr *writtenRequest) (*http.Response
 	keep := !h.close && !wr.close
 	if !h.bodyAllowed(req.Method) {
 		res.Body = http.NoBody
-		if req.Method == http.MethodHead && h.contentLength >= 0 {
-			res.ContentLength = h.contentLength
+		if req.Method != http.MethodHead {
+			res.ContentLength = 0 // to HEAD it stays the announced one, as with net/http
 		}
 		cn.done(keep)
 		return res, nil
@@ -559,12 +585,36 @@ func (cn *conn) roundTrip(req *http.Request, wr *writtenRequest) (*http.Response
 // informational responses to the request's httptrace.ClientTrace.
 func (cn *conn) readResponse(req *http.Request, h *head) (*http.Response, error) {
 	opts := &cn.pool.c.opts
-	if t := opts.ResponseHeaderTimeout; t > 0 {
-		cn.nc.SetReadDeadline(time.Now().Add(t))
+	var headerDeadline, deadline time.Time
+	if t := opts.ResponseHeaderTimeout; t > 0 || cn.stopWatch == nil && cn.ctx.Done() != nil {
+		now := time.Now()
+		if t > 0 {
+			headerDeadline = now.Add(t)
+		}
+		deadline = headerDeadline
+		if cn.stopWatch == nil && cn.ctx.Done() != nil {
+			if poll := now.Add(ctxPoll); deadline.IsZero() || poll.Before(deadline) {
+				deadline = poll
+			}
+		}
+		cn.nc.SetReadDeadline(deadline)
+	}
+	// onTimeout decides what a read deadline passing means.
+	onTimeout := func() error {
+		if err := cn.ctx.Err(); err != nil {
+			return err
+		}
+		if !headerDeadline.IsZero() && !time.Now().Before(headerDeadline) {
+			return errResponseHeaderTimeout
+		}
+		// A slow head: watch the context from now on, keep the timeout.
+		cn.watch()
+		cn.nc.SetReadDeadline(headerDeadline)
+		return nil
 	}
 	var n1xx int
 	for {
-		b, err := cn.readHead(opts.MaxResponseHeaderSize)
+		b, err := cn.readHead(opts.MaxResponseHeaderSize, onTimeout)
 		if err != nil {
 			return nil, err
 		}
@@ -588,12 +638,13 @@ func (cn *conn) readResponse(req *http.Request, h *head) (*http.Response, error)
 			}
 		}
 	}
-	if opts.ResponseHeaderTimeout > 0 {
+	if !deadline.IsZero() {
 		cn.nc.SetReadDeadline(time.Time{})
 		if cn.aborted.Load() {
 			cn.nc.SetDeadline(aLongTimeAgo)
 		}
 	}
+	cn.watching = true // from here on, reads from the network are watched
 	res := &http.Response{
 		Status:        h.statusText,
 		StatusCode:    h.status,
@@ -628,7 +679,7 @@ func (timeoutError) Temporary() bool { return true }
 
 // readHead returns the next whole response head in the read buffer (which
 // grows for it, up to max bytes); the caller discards it once parsed.
-func (cn *conn) readHead(max int) ([]byte, error) {
+func (cn *conn) readHead(max int, onTimeout func() error) ([]byte, error) {
 	from := 0
 	for {
 		buf := cn.rd.buffered()
@@ -643,10 +694,13 @@ func (cn *conn) readHead(max int) ([]byte, error) {
 			}
 			err = nil
 		}
-		if err != nil {
-			if ne, ok := err.(net.Error); ok && ne.Timeout() && !cn.aborted.Load() {
-				return nil, errResponseHeaderTimeout
+		if ne, ok := err.(net.Error); ok && ne.Timeout() && !cn.aborted.Load() {
+			if err = onTimeout(); err != nil {
+				return nil, err
 			}
+			continue
+		}
+		if err != nil {
 			if err == io.EOF {
 				if len(cn.rd.buffered()) == 0 {
 					return nil, errors.New("upstream closed the connection before answering")

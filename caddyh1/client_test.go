@@ -30,6 +30,8 @@ type upstream struct {
 	open     atomic.Int64 // connections open now
 	maxOpen  atomic.Int64
 	wg       sync.WaitGroup
+	mu       sync.Mutex
+	conns    map[net.Conn]bool
 }
 
 type handleFunc func(c net.Conn, req *http.Request, body []byte, n int) (keep bool)
@@ -40,7 +42,7 @@ func newUpstream(t testing.TB, handle handleFunc) *upstream {
 	if err != nil {
 		t.Fatal(err)
 	}
-	u := &upstream{ln: ln}
+	u := &upstream{ln: ln, conns: map[net.Conn]bool{}}
 	u.wg.Add(1)
 	go func() {
 		defer u.wg.Done()
@@ -57,11 +59,19 @@ func newUpstream(t testing.TB, handle handleFunc) *upstream {
 					break
 				}
 			}
+			u.mu.Lock()
+			u.conns[c] = true
+			u.mu.Unlock()
 			u.wg.Add(1)
 			go func() {
 				defer u.wg.Done()
 				defer u.open.Add(-1)
-				defer c.Close()
+				defer func() {
+					c.Close()
+					u.mu.Lock()
+					delete(u.conns, c)
+					u.mu.Unlock()
+				}()
 				br := bufio.NewReader(c)
 				for n := 0; ; n++ {
 					req, err := http.ReadRequest(br)
@@ -82,6 +92,11 @@ func newUpstream(t testing.TB, handle handleFunc) *upstream {
 	}()
 	t.Cleanup(func() {
 		ln.Close()
+		u.mu.Lock()
+		for c := range u.conns {
+			c.Close() // kept alive by a client
+		}
+		u.mu.Unlock()
 		u.wg.Wait()
 	})
 	return u

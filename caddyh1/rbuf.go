@@ -14,7 +14,9 @@ type rbuf struct {
 	buf  []byte
 	base []byte // the connection's own buffer, restored when a grown buffer empties
 	r, w int
-	got  int64 // bytes read from rd since the last resetCount
+	got  int64 // bytes read from rd since the exchange began
+
+	beforeRead func() // called before every read from rd, if set
 }
 
 var errLineTooLong = errors.New("line too long")
@@ -37,6 +39,9 @@ func (b *rbuf) fill() error {
 	}
 	if b.w == len(b.buf) {
 		return io.ErrShortBuffer
+	}
+	if b.beforeRead != nil {
+		b.beforeRead()
 	}
 	for range 100 {
 		n, err := b.rd.Read(b.buf[b.w:])
@@ -87,6 +92,9 @@ func (b *rbuf) Read(p []byte) (int, error) {
 	}
 	if b.r == b.w {
 		if len(p) >= len(b.buf) {
+			if b.beforeRead != nil {
+				b.beforeRead()
+			}
 			n, err := b.rd.Read(p)
 			b.got += int64(max(n, 0))
 			return n, err
