@@ -21,7 +21,7 @@ type Options struct {
 	DialTimeout           time.Duration // 0: no limit but the request's context
 	ResponseHeaderTimeout time.Duration // 0: no limit but the request's context
 	IdleTimeout           time.Duration // 0: idle connections are kept until the upstream closes them
-	MaxIdleConnsPerHost   int           // 0: DefaultMaxIdleConnsPerHost
+	MaxIdleConnsPerHost   int           // 0: DefaultMaxIdleConnsPerHost; -1: no keepalive
 	MaxConnsPerHost       int           // 0: no limit
 	ReadBufferSize        int           // 0: DefaultBufferSize
 	WriteBufferSize       int           // 0: DefaultBufferSize
@@ -220,6 +220,9 @@ func (c *Client) RoundTrip(req *http.Request, network, addr string) (*http.Respo
 	var wr writtenRequest
 	if err := wr.check(req); err != nil {
 		return nil, err
+	}
+	if c.opts.MaxIdleConnsPerHost < 0 && !wr.close {
+		wr.close, wr.sendClose = true, true // keepalive off: tell the upstream
 	}
 	for attempt := 0; ; attempt++ {
 		cn, err := p.get(ctx, attempt > 0)

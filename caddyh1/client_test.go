@@ -149,6 +149,25 @@ func TestKeepAliveReuse(t *testing.T) {
 	}
 }
 
+func TestKeepAliveOff(t *testing.T) {
+	var closes atomic.Int64
+	u := newUpstream(t, func(c net.Conn, req *http.Request, _ []byte, n int) bool {
+		if req.Close {
+			closes.Add(1)
+		}
+		return reply(c, okResponse)
+	})
+	c := newTestClient(t, Options{MaxIdleConnsPerHost: -1})
+	for i := 0; i < 3; i++ {
+		if _, body, err := get(t, c, u, "GET", "/", nil); err != nil || body != "hello" {
+			t.Fatal(body, err)
+		}
+	}
+	if st := c.Stats(); st.Dials != 3 || st.Open != 0 || closes.Load() != 3 {
+		t.Fatalf("dials %d, open %d, Connection: close sent %d times; want a connection per request", st.Dials, st.Open, closes.Load())
+	}
+}
+
 // TestStaleConnection: the upstream closes a kept-alive connection when
 // the next request arrives, without answering (the race of an idle timeout
 // with a new request). An idempotent request is sent once more on a new

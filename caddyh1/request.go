@@ -21,6 +21,7 @@ type writtenRequest struct {
 	length     int64 // when !chunked and hasBody
 	sendLen0   bool  // "Content-Length: 0" for a bodyless POST, PUT or PATCH, as net/http
 	close      bool  // the request asks the upstream to close afterwards
+	sendClose  bool  // write "Connection: close" (the request or the client asks for it)
 	replayable bool  // safe to send again on another connection
 	bodyRead   bool  // the body was (partly) read: it cannot be sent again
 }
@@ -72,7 +73,9 @@ func (wr *writtenRequest) check(req *http.Request) error {
 	default:
 		wr.chunked = true
 	}
-	wr.close = req.Close || hasToken(headerValue(req.Header, "Connection"), "close")
+	hasClose := hasToken(headerValue(req.Header, "Connection"), "close")
+	wr.close = req.Close || hasClose
+	wr.sendClose = req.Close && !hasClose
 	if !wr.hasBody {
 		switch wr.method {
 		case http.MethodGet, http.MethodHead, http.MethodOptions, http.MethodTrace:
@@ -149,7 +152,7 @@ func (wr *writtenRequest) write(bw *bufio.Writer, req *http.Request) error {
 	case wr.sendLen0:
 		bw.WriteString("Content-Length: 0\r\n")
 	}
-	if req.Close && !hasToken(headerValue(req.Header, "Connection"), "close") {
+	if wr.sendClose {
 		bw.WriteString("Connection: close\r\n")
 	}
 	bw.WriteString("\r\n")
