@@ -12,7 +12,6 @@ import (
 	"net/textproto"
 	"sync"
 	"sync/atomic"
-	"syscall"
 	"time"
 )
 
@@ -421,7 +420,7 @@ func (p *hostPool) close() {
 type conn struct {
 	pool      *hostPool
 	nc        net.Conn
-	raw       syscall.RawConn // for the liveness check; nil if the conn has none
+	fd        int // the socket, for the liveness check; -1 if none
 	rd        rbuf
 	bw        *bufio.Writer
 	reused    bool // taken from the idle pool for this request
@@ -439,11 +438,7 @@ type conn struct {
 func newConn(p *hostPool, nc net.Conn) *conn {
 	cn := &conn{pool: p, nc: nc, bw: bufio.NewWriterSize(nc, p.c.opts.WriteBufferSize)}
 	cn.rd = newRbuf(nc, p.c.opts.ReadBufferSize)
-	if sc, ok := nc.(syscall.Conn); ok {
-		if raw, err := sc.SyscallConn(); err == nil {
-			cn.raw = raw
-		}
-	}
+	cn.fd = socketFD(nc)
 	cn.abortFn = func() {
 		cn.aborted.Store(true)
 		cn.nc.SetDeadline(aLongTimeAgo)
@@ -511,27 +506,14 @@ func (cn *conn) done(reuse bool) {
 }
 
 // alive reports whether an idle connection is still open and has sent
-// nothing: one non-blocking peek at the socket. An upstream that closed it
-// (keepalive timeout) or sent bytes nobody asked for fails the check.
+// nothing: one non-blocking peek at the socket (peek_linux.go). An upstream
+// that closed it (keepalive timeout) or sent bytes nobody asked for fails
+// the check: those bytes would otherwise be read as the next response.
 func (cn *conn) alive() bool {
 	if cn.rd.r != cn.rd.w {
 		return false
 	}
-	if cn.raw == nil {
-		return true
-	}
-	var buf [1]byte
-	ok := true
-	err := cn.raw.Read(func(fd uintptr) bool {
-		n, _, err := syscall.Recvfrom(int(fd), buf[:], syscall.MSG_PEEK|syscall.MSG_DONTWAIT)
-		switch {
-		case err == syscall.EAGAIN || err == syscall.EINTR:
-		case err != nil, n == 0, n > 0:
-			ok = false // reset, closed by the upstream, or unasked bytes
-		}
-		return true
-	})
-	return ok && err == nil
+	return cn.peekIdle()
 }
 
 // roundTrip writes req and reads the response head.
