@@ -19,7 +19,14 @@ import (
 // each denial, and checks that every request produced exactly one audit
 // event, with the right decision, in both the webhook and NATS sinks.
 func TestDutyChain(t *testing.T) {
+	for _, tr := range transports {
+		t.Run(transportName(tr), func(t *testing.T) { testDutyChain(t, tr) })
+	}
+}
+
+func testDutyChain(t *testing.T, transport string) {
 	s := newStack(t)
+	s.transport = transport
 	s.permDeny.Store("carol", true)
 	s.start()
 
@@ -354,7 +361,14 @@ func TestFaults(t *testing.T) {
 // TestReloadUnderLoad reloads the config ten times through the admin API
 // while 300 connections send requests; no client request may fail.
 func TestReloadUnderLoad(t *testing.T) {
+	for _, tr := range transports {
+		t.Run(transportName(tr), func(t *testing.T) { testReloadUnderLoad(t, tr) })
+	}
+}
+
+func testReloadUnderLoad(t *testing.T, transport string) {
 	s := newStack(t)
+	s.transport = transport
 	s.start()
 	tok := s.token("loader", []string{"reader"}, time.Hour, nil)
 	ld := startLoad(tok, "/bulk/reload", 300)

@@ -225,6 +225,9 @@ type stack struct {
 	cmd      *exec.Cmd
 	// global is added to the global options (e.g. a docker app block).
 	global string
+	// transport is the reverse_proxy transport of the routes: "" (Caddy's
+	// standard one) or "h1".
+	transport string
 	// rateEvents is the per-user limit of the /api route (default 5).
 	rateEvents int
 	rateWindow string
@@ -438,7 +441,7 @@ http://127.0.0.1:%[5]d {
 			stale_if_error 5m
 			on_error deny
 		}
-		reverse_proxy %[8]s
+		reverse_proxy %[8]s%[12]s
 	}
 	handle /bulk/* {
 		audit
@@ -446,14 +449,33 @@ http://127.0.0.1:%[5]d {
 			jwks_url %[6]s/jwks.json
 			algorithms RS256
 		}
-		reverse_proxy %[8]s
+		reverse_proxy %[8]s%[12]s
 	}
 	handle {
 		respond `+"`"+`{"error":"no_route"}`+"`"+` 404
 	}
 }
 `, adminAddr, s.dir, s.receiver.URL(), s.natsURL, gwPort, s.jwks.URL(), s.perm.URL(),
-		strings.TrimPrefix(s.upstream.URL, "http://"), s.rateEvents, s.rateWindow, s.global)
+		strings.TrimPrefix(s.upstream.URL, "http://"), s.rateEvents, s.rateWindow, s.global, s.transportBlock())
+}
+
+// transportBlock is the reverse_proxy block choosing s.transport.
+func (s *stack) transportBlock() string {
+	if s.transport == "" {
+		return ""
+	}
+	return " {\n\t\ttransport " + s.transport + "\n\t}"
+}
+
+// transports are the reverse_proxy transports the end-to-end tests run
+// with: Caddy's standard one and the gateway's h1.
+var transports = []string{"", "h1"}
+
+func transportName(tr string) string {
+	if tr == "" {
+		return "transport http"
+	}
+	return "transport " + tr
 }
 
 // start runs bin/caddy on the stack's Caddyfile and waits for it to serve.
