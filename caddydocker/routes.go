@@ -10,6 +10,8 @@ import (
 	"sort"
 	"strings"
 	"time"
+
+	_ "github.com/apigate/gateway/caddyh1" // the module of DefaultTransport
 )
 
 // Discovered is one container the engine reported as opted in, with the
@@ -68,10 +70,11 @@ type BuildOptions struct {
 // DefaultStreamCloseDelay is the app's default stream_close_delay.
 const DefaultStreamCloseDelay = time.Hour
 
-// DefaultTransport is the upstream transport of discovered routes: HTTP/1.1
-// with a keepalive pool sized for a gateway, and a short dial timeout so a
-// vanished upstream fails fast.
-var DefaultTransport = json.RawMessage(`{"protocol":"http","dial_timeout":"2s","keep_alive":{"enabled":true,"probe_interval":"30s","max_idle_conns":1024,"max_idle_conns_per_host":128,"idle_timeout":"90s"}}`)
+// DefaultTransport is the upstream transport of discovered routes: the
+// gateway's h1 transport (docs/h1.md), whose keepalive pool per upstream
+// outlives the config reloads that every container change causes, with a
+// short dial timeout so a vanished upstream fails fast.
+var DefaultTransport = json.RawMessage(`{"protocol":"h1","dial_timeout":"2s","keepalive":"90s"}`)
 
 // DefaultRBAC builds {"handler":"rbac","require":[{"any":[...]}]}, the
 // rbac handler requiring any of roles. The app builds the handler with the
