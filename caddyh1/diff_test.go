@@ -21,9 +21,10 @@ import (
 	_ "github.com/caddyserver/caddy/v2/modules/standard"
 )
 
-// Ports of this package: admin 2910, listeners 20100-20199.
+// Ports of this package: admin 2909, listeners 20100-20199 (bench/ uses
+// 2910-2919 and 19900-19999; the other packages 2901-2908 and 2917-2927).
 const (
-	adminPort = 2910
+	adminPort = 2909
 	httpPort  = 20102 // reverse_proxy with transport http
 	h1Port    = 20103 // reverse_proxy with transport h1
 )

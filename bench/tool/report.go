@@ -217,11 +217,19 @@ func (r *Report) evaluate() {
 				tr.Goal = "reported (vs " + against + ")"
 			}
 		case "ratio":
-			if t.Limit >= 1 {
+			switch {
+			case t.Report:
+				tr.Goal = "reported (share of " + against + ")"
+			case t.Limit >= 1:
 				tr.Goal = fmt.Sprintf(">= %.1fx %s", t.Limit, against)
-			} else {
+			default:
 				tr.Goal = ">= " + pct(t.Limit) + " of " + against
 			}
+		}
+		switch t.Kind {
+		case "p99", "conns", "rss":
+			out = append(out, r.evaluateOther(t, tr, against, ok))
+			continue
 		}
 		st := r.ratio(t.Scenario, against, c)
 		if !ok || !st.valid() {
@@ -275,6 +283,71 @@ func (r *Report) evaluate() {
 		out = append(out, tr)
 	}
 	r.Targets = out
+}
+
+// evaluateOther evaluates the targets that are not throughput ratios: a
+// P99 against another scenario's (round by round), the upstream
+// connections a proxy opened in a run, and peak memory against another
+// scenario's.
+func (r *Report) evaluateOther(t Target, tr TargetResult, against string, ok bool) TargetResult {
+	const c = 300
+	notMeasured := func() TargetResult {
+		tr.Measured, tr.Status = "-", "not measured"
+		return tr
+	}
+	if !ok {
+		return notMeasured()
+	}
+	switch t.Kind {
+	case "p99":
+		tr.Goal = fmt.Sprintf("<= %.1fx %s's P99", t.Limit, against)
+		base := map[int]float64{}
+		for _, s := range r.Samples[against] {
+			if s.ok(c) {
+				base[s.Round] = s.At[c].P99ms
+			}
+		}
+		var v []float64
+		for _, s := range r.Samples[t.Scenario] {
+			if b, have := base[s.Round]; have && b > 0 && s.ok(c) {
+				v = append(v, s.At[c].P99ms/b)
+			}
+		}
+		st := stat(v)
+		if !st.valid() {
+			return notMeasured()
+		}
+		tr.Value = st.Med
+		tr.Measured = fmt.Sprintf("%s (P99 %.1f ms vs %.1f ms)", ratioStr(st), r.lat(t.Scenario, c, true).Med, r.lat(against, c, true).Med)
+		tr.Status = metStr(st.Med <= t.Limit)
+	case "conns":
+		tr.Goal = fmt.Sprintf("<= %.0f (the client connections), warm-up and both loads", t.Limit)
+		var most float64 = -1
+		for _, s := range r.Samples[t.Scenario] {
+			if v, have := s.Extra["upstream_conns"]; have && s.Err == "" && v > most {
+				most = v
+			}
+		}
+		if most < 0 {
+			return notMeasured()
+		}
+		tr.Value = most
+		tr.Measured = fmt.Sprintf("%.0f, most of any round", most)
+		tr.Status = metStr(most <= t.Limit)
+	case "rss":
+		tr.Goal = "<= " + against + "'s"
+		m, b := r.peak(t.Scenario), r.peak(against)
+		if m <= 0 || b <= 0 {
+			return notMeasured()
+		}
+		tr.Value = m / 1e6
+		tr.Measured = fmt.Sprintf("%.1f MB vs %.1f MB (VmHWM, max of rounds; anon %.1f vs %.1f)", m/1e6, b/1e6, r.peakAnon(t.Scenario)/1e6, r.peakAnon(against)/1e6)
+		tr.Status = metStr(m <= b)
+	}
+	if t.Report {
+		tr.Status = "reported"
+	}
+	return tr
 }
 
 func metStr(ok bool) string {

@@ -207,6 +207,7 @@ func (b *Bench) runScenario(s Scenario, idx, round int) Sample {
 	// offset: where in the token pool the next run starts (after the tokens
 	// already sent, plus the requests that were in flight)
 	var offset int64
+	upBefore := jsonNumber("http://"+backendAddr+"/__bench/stats", "accepted")
 	w, err := runWrk(b.wrkJob(s, url, 50, b.Warmup, offset))
 	if err != nil {
 		smp.Err = err.Error()
@@ -247,6 +248,10 @@ func (b *Bench) runScenario(s Scenario, idx, round int) Sample {
 	after := b.counters(s)
 	for k, v := range after {
 		smp.Extra[k] = v - before[k]
+	}
+	if s.Server != "direct" {
+		// connections the proxy opened to the backend, warm-up included
+		smp.Extra["upstream_conns"] = jsonNumber("http://"+backendAddr+"/__bench/stats", "accepted") - upBefore
 	}
 	if p != nil && p.Exited() {
 		smp.Err = "server exited during the run: " + p.LogTail(10)

@@ -34,6 +34,7 @@ type Conf struct {
 	Perm        string // "" | cached | nocache
 	AuditSink   string // "" | http | http1 | nats | natsjs
 	ReloadRoute string // an extra route (operations: reload)
+	Transport   string // reverse_proxy transport: "" (Caddy's http) | h1
 }
 
 // Target is a goal from issue 7, checked against the measured medians at
@@ -41,7 +42,7 @@ type Conf struct {
 type Target struct {
 	Name     string
 	Scenario string
-	Kind     string  // cost (<= Limit), ratio (>= Limit)
+	Kind     string  // cost (<= Limit), ratio (>= Limit), p99 (<= Limit x Against's), conns (<= Limit), rss (<= Against's)
 	Against  string  // scenario the ratio is taken against (default: Baseline)
 	Limit    float64 // fraction
 	Report   bool    // reported only, no limit
@@ -55,6 +56,7 @@ func scenarios() []Scenario {
 		{Name: "haproxy", Label: "HAProxy 2.6", Group: "bare", Server: "haproxy", Baseline: "direct"},
 		{Name: "caddy", Label: "stock Caddy v2.11.9", Group: "bare", Server: "caddy", Baseline: "direct"},
 		{Name: "gw", Label: "gateway, no duties", Group: "bare", Server: "gateway", Baseline: "caddy"},
+		{Name: "gw-h1", Label: "gateway, no duties, transport h1", Group: "bare", Server: "gateway", Conf: Conf{Transport: "h1"}, Baseline: "caddy"},
 
 		// 2. authentication
 		{Name: "gw-jwt-hs256", Label: "gateway jwt_auth HS256, one token", Group: "auth", Server: "gateway", Conf: Conf{JWT: "HS256"}, Token: "HS256", Baseline: "gw"},
@@ -79,6 +81,8 @@ func scenarios() []Scenario {
 		{Name: "gw-audit-natsjs", Label: "gateway audit -> NATS JetStream", Group: "duties", Server: "gateway", Conf: Conf{AuditSink: "natsjs"}, Baseline: "gw"},
 		{Name: "gw-all", Label: "gateway all duties (audit HTTP, jwt HS256, rbac, rate_limit, permission cached)", Group: "duties", Server: "gateway",
 			Conf: Conf{AuditSink: "http", JWT: "HS256", RBAC: true, RateLimit: true, Perm: "cached"}, Token: "HS256", Baseline: "gw"},
+		{Name: "gw-all-h1", Label: "gateway all duties, transport h1", Group: "duties", Server: "gateway",
+			Conf: Conf{AuditSink: "http", JWT: "HS256", RBAC: true, RateLimit: true, Perm: "cached", Transport: "h1"}, Token: "HS256", Baseline: "gw-h1"},
 	}
 }
 
@@ -99,6 +103,14 @@ func targets() []Target {
 		{Name: "all duties, share of bare gateway", Scenario: "gw-all", Kind: "ratio", Limit: 0.85},
 		{Name: "gateway no duties, share of stock Caddy", Scenario: "gw", Kind: "ratio", Against: "caddy", Limit: 0.98},
 		{Name: "all duties vs Caddy + forward_auth (HS256)", Scenario: "gw-all", Kind: "ratio", Against: "caddy-fwdauth-hs256", Limit: 2.0},
+		// issue 14: the h1 transport
+		{Name: "transport h1, no duties, vs stock Caddy", Scenario: "gw-h1", Kind: "ratio", Against: "caddy", Limit: 2.0},
+		{Name: "transport h1, no duties, P99 vs nginx", Scenario: "gw-h1", Kind: "p99", Against: "nginx", Limit: 1.5},
+		{Name: "transport h1, all duties, vs all duties with transport http", Scenario: "gw-all-h1", Kind: "ratio", Against: "gw-all", Limit: 1.8},
+		{Name: "transport h1, all duties, vs nginx + auth_request (HS256)", Scenario: "gw-all-h1", Kind: "ratio", Against: "nginx-authreq-hs256", Report: true},
+		{Name: "transport h1, all duties, vs HAProxy + jwt_verify (HS256)", Scenario: "gw-all-h1", Kind: "ratio", Against: "haproxy-jwt-hs256", Report: true},
+		{Name: "transport h1: upstream connections opened per run", Scenario: "gw-h1", Kind: "conns", Limit: 300},
+		{Name: "transport h1: peak memory vs transport http", Scenario: "gw-h1", Kind: "rss", Against: "gw"},
 	}
 }
 
