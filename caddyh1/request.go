@@ -51,15 +51,8 @@ func (wr *writtenRequest) check(req *http.Request) error {
 			return fmt.Errorf("invalid byte %#x in the request's query", c)
 		}
 	}
-	for k, vv := range req.Header {
-		if !httpguts.ValidHeaderFieldName(k) {
-			return fmt.Errorf("invalid header field name %q", k)
-		}
-		for _, v := range vv {
-			if !httpguts.ValidHeaderFieldValue(v) {
-				return fmt.Errorf("invalid header field value for %q", k)
-			}
-		}
+	if err := checkFields(req.Header, "header field"); err != nil {
+		return err
 	}
 	wr.hasBody = req.Body != nil && req.Body != http.NoBody && req.ContentLength != 0
 	switch {
@@ -82,6 +75,22 @@ func (wr *writtenRequest) check(req *http.Request) error {
 			wr.replayable = true
 		default:
 			wr.replayable = req.Header["Idempotency-Key"] != nil || req.Header["X-Idempotency-Key"] != nil
+		}
+	}
+	return nil
+}
+
+// checkFields refuses a name that is not a token, or a value with a byte
+// that could end the field (CR, LF, NUL or another control byte).
+func checkFields(h http.Header, what string) error {
+	for k, vv := range h {
+		if !httpguts.ValidHeaderFieldName(k) {
+			return fmt.Errorf("invalid %s name %q", what, k)
+		}
+		for _, v := range vv {
+			if !httpguts.ValidHeaderFieldValue(v) {
+				return fmt.Errorf("invalid %s value for %q", what, k)
+			}
 		}
 	}
 	return nil
@@ -255,14 +264,12 @@ func writeChunked(bw *bufio.Writer, req *http.Request) error {
 		}
 	}
 	bw.WriteString("0\r\n")
+	// the trailers are only known now: the body's reader fills them at its end
+	if err := checkFields(req.Trailer, "trailer"); err != nil {
+		return err
+	}
 	for k, vv := range req.Trailer {
-		if !httpguts.ValidHeaderFieldName(k) {
-			return fmt.Errorf("invalid trailer name %q", k)
-		}
 		for _, v := range vv {
-			if !httpguts.ValidHeaderFieldValue(v) {
-				return fmt.Errorf("invalid trailer value for %q", k)
-			}
 			writeField(bw, k, v)
 		}
 	}
