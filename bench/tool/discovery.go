@@ -126,7 +126,14 @@ func (b *Bench) discovery(n int) {
 }
 
 :%d {
-	respond /healthz "ok"
+	handle /healthz {
+		respond "ok"
+	}
+	# what the gateway answers when no route matches, so that a removal
+	# is the same answer from both proxies
+	handle {
+		respond `+"`"+`{"error":"no_route"}`+"`"+` 404
+	}
 }
 `, discCDPAdm, discCDPPort, discCDPPort)), 0o644)
 		// CADDY_DOCKER_NO_SCOPE: as caddy-docker-proxy recommends for Podman;
@@ -251,9 +258,10 @@ func lastLat(ts []target, gone bool) string {
 }
 
 // waitRoute polls url until the container's answer appears (add) or until
-// the route no longer leads to it (remove: any answer that is neither the
-// container's nor a 502 from its dead address). It returns the latency
-// from t0 in milliseconds.
+// the route is gone (remove: the proxy's own answer for a request no route
+// matches, 404 {"error":"no_route"}; a 502 from the dead address or any
+// other answer is not a removal). It returns the latency from t0 in
+// milliseconds.
 func waitRoute(url, name string, gone bool, timeout time.Duration, t0 time.Time) (float64, error) {
 	deadline := t0.Add(timeout)
 	last := ""
@@ -266,7 +274,7 @@ func waitRoute(url, name string, gone bool, timeout time.Duration, t0 time.Time)
 		if !gone && mine {
 			return ms(now.Sub(t0)), nil
 		}
-		if gone && err == nil && !mine && st != 502 {
+		if gone && err == nil && st == 404 && strings.Contains(body, `"error":"no_route"`) {
 			return ms(now.Sub(t0)), nil
 		}
 		if err != nil {
@@ -289,8 +297,8 @@ func (d *DiscoveryResult) markdown(p func(string, ...any)) {
 	}
 	p("%d containers (host network, a static HTTP server each) started one at a time with `podman run -d`, then stopped one at a time with `podman stop`, "+
 		"on a private Podman %s; the gateway (docker app, default debounce) and Caddy with caddy-docker-proxy (event throttle 100 ms) watch the same API socket. "+
-		"Latency: from the podman command returning (the container is running / has exited) to the first request the proxy routes to the container / no longer routes to it "+
-		"(polled every 5 ms). The podman commands themselves took: run p50 %.0f ms, stop p50 %.0f ms.",
+		"Latency: from the podman command returning (the container is running / has exited) to the first request the proxy routes to the container / answers with its own `404 {\"error\":\"no_route\"}` "+
+		"(caddy-docker-proxy's Caddyfile has the same catch-all; polled every 5 ms). The podman commands themselves took: run p50 %.0f ms, stop p50 %.0f ms.",
 		d.Containers, "(runc)", stat(d.PodmanRun).Med, stat(d.PodmanStop).Med)
 	p("")
 	p("| proxy | add p50 | add min-max | remove p50 | remove min-max | add p50 from command start | remove p50 from command start | failures |")

@@ -2,10 +2,12 @@
 // benchmark (see bench/README.md) and the small services it needs.
 //
 //	benchtool run [flags]              the benchmark; writes bench/results/<date>.md, .png, .json
-//	benchtool backend <addr>           the one backend: a fixed small JSON response
 //	benchtool authsvc <addr> <keydir>  auth service for nginx auth_request / Caddy forward_auth
 //	benchtool permsvc <addr>           permission service (allows everything)
 //	benchtool auditsink <addr>         audit webhook receiver
+//	benchtool openloop <addr> <path> <rate> <conns> <duration> [header]   fixed-rate load, JSON result
+//	benchtool idleconns <addr> <path> <n> [header]   hold n idle keep-alive connections until stdin closes
+//	benchtool flaky <addr> <ctl>       the failing upstream of the circuit-breaking part
 //	benchtool chart <results.json> <out.png>   redraw a chart
 package main
 
@@ -13,6 +15,7 @@ import (
 	"flag"
 	"fmt"
 	"os"
+	"strings"
 	"time"
 )
 
@@ -22,9 +25,6 @@ func main() {
 	}
 	var err error
 	switch os.Args[1] {
-	case "backend":
-		need(3)
-		err = serveBackend(os.Args[2])
 	case "authsvc":
 		need(4)
 		var k *Keys
@@ -44,7 +44,15 @@ func main() {
 			err = drawChart(r, os.Args[3])
 		}
 	case "run":
+		raiseFDLimit()
 		err = cmdRun(os.Args[2:])
+	case "openloop":
+		err = cmdOpenLoop(os.Args[2:])
+	case "idleconns":
+		err = cmdIdleConns(os.Args[2:])
+	case "flaky":
+		need(4)
+		err = serveFlaky(os.Args[2], os.Args[3])
 	default:
 		usage()
 	}
@@ -61,7 +69,7 @@ func need(n int) {
 }
 
 func usage() {
-	fmt.Fprintln(os.Stderr, "usage: benchtool run [flags] | backend <addr> | authsvc <addr> <keydir> | permsvc <addr> | auditsink <addr> | chart <json> <png>")
+	fmt.Fprintln(os.Stderr, "usage: benchtool run [flags] | authsvc <addr> <keydir> | permsvc <addr> | auditsink <addr> | openloop ... | idleconns ... | flaky <addr> <ctl> | chart <json> <png>")
 	os.Exit(2)
 }
 
@@ -85,8 +93,8 @@ func cmdRun(args []string) error {
 	dur := fs.Duration("duration", 5*time.Second, "wrk duration per connection level")
 	fs.DurationVar(&b.Warmup, "warmup", 2*time.Second, "wrk warm-up before each scenario's runs")
 	fs.BoolVar(&b.Quick, "quick", false, "quick mode (results file gets a -quick suffix)")
-	fs.StringVar(&b.Only, "only", "", "comma-separated scenario names (default: all)")
-	skip := fs.String("skip", "", "comma-separated parts to skip: load, discovery, ops, profile")
+	fs.StringVar(&b.Only, "only", "", "comma-separated scenario names and parts (default: all); naming a part runs only the named parts")
+	skip := fs.String("skip", "", "comma-separated parts to skip: "+strings.Join(parts, ", "))
 	containers := fs.Int("containers", 10, "containers in the discovery test")
 	note := fs.String("note", "", "a note for the report (e.g. machine load)")
 	fs.Parse(args)

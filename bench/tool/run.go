@@ -63,9 +63,23 @@ type Sample struct {
 	PeakAnon int64              `json:"peak_anon_rss_bytes"`
 	Extra    map[string]float64 `json:"extra,omitempty"`
 	Err      string             `json:"error,omitempty"`
+	// Saturated: the server under test used at least minBusy of core 1
+	// during the run; a run that did not measured its load, not the server.
+	Saturated bool `json:"saturated"`
+	// Reruns: how many times the round's run was repeated because other
+	// processes took more than maxOthers of core 1.
+	Reruns int `json:"reruns,omitempty"`
 }
 
-var connLevels = []int{50, 300}
+// connLevels are the load rounds' connection counts; the scaling part
+// measures 100 to 10,000.
+var connLevels = []int{300}
+
+const (
+	minBusy   = 0.90 // share of core 1 a saturated server uses
+	maxOthers = 0.10 // share of core 1 other processes may take before a run is repeated
+	maxReruns = 2
+)
 
 func (b *Bench) conf(s Scenario, port int) Conf {
 	c := s.Conf
@@ -80,6 +94,8 @@ func (b *Bench) conf(s Scenario, port int) Conf {
 	c.PubPEM = b.Keys.PubPEM
 	c.Issuer = tokenIssuer
 	c.Audience = tokenAudience
+	c.FDLimit = fdLimit()
+	c.MaxConn = maxConns()
 	switch s.Server {
 	case "gateway":
 		c.Admin = gwAdmin
@@ -89,7 +105,10 @@ func (b *Bench) conf(s Scenario, port int) Conf {
 	return c
 }
 
-func (b *Bench) render(tmplName, out string, c Conf) error {
+func (b *Bench) render(tmplName, out string, c Conf) error { return b.renderAny(tmplName, out, c) }
+
+// renderAny renders a template of bench/configs with any data.
+func (b *Bench) renderAny(tmplName, out string, c any) error {
 	t, err := template.ParseFiles(filepath.Join(b.Root, "bench", "configs", tmplName))
 	if err != nil {
 		return err
@@ -207,7 +226,7 @@ func (b *Bench) runScenario(s Scenario, idx, round int) Sample {
 	// offset: where in the token pool the next run starts (after the tokens
 	// already sent, plus the requests that were in flight)
 	var offset int64
-	upBefore := jsonNumber("http://"+backendAddr+"/__bench/stats", "accepted")
+	upBefore, upErr := backendAccepts()
 	w, err := runWrk(b.wrkJob(s, url, 50, b.Warmup, offset))
 	if err != nil {
 		smp.Err = err.Error()
@@ -238,6 +257,7 @@ func (b *Bench) runScenario(s Scenario, idx, round int) Sample {
 		smp.At[conns] = r
 	}
 	smp.CoreOurs, smp.CoreOthers = share.end()
+	smp.Saturated = s.Server == "direct" || smp.CoreOurs >= minBusy
 	if p != nil {
 		smp.PeakAnon = anon.stop()
 		smp.PeakRSS = peakRSS(p.Pid())
@@ -249,9 +269,9 @@ func (b *Bench) runScenario(s Scenario, idx, round int) Sample {
 	for k, v := range after {
 		smp.Extra[k] = v - before[k]
 	}
-	if s.Server != "direct" {
+	if s.Server != "direct" && upErr == nil {
 		// connections the proxy opened to the backend, warm-up included
-		smp.Extra["upstream_conns"] = jsonNumber("http://"+backendAddr+"/__bench/stats", "accepted") - upBefore
+		smp.Extra["upstream_conns"] = upstreamConnsSince(upBefore)
 	}
 	if p != nil && p.Exited() {
 		smp.Err = "server exited during the run: " + p.LogTail(10)
@@ -265,7 +285,8 @@ func (b *Bench) runScenario(s Scenario, idx, round int) Sample {
 func (b *Bench) counters(s Scenario) map[string]float64 {
 	m := map[string]float64{}
 	if s.Server == "gateway" {
-		for k, v := range scrapeMetrics("http://"+gwAdmin+"/metrics", "gateway_jwt_cache_hits_total", "gateway_jwt_cache_misses_total") {
+		for k, v := range scrapeMetrics("http://"+gwAdmin+"/metrics", "gateway_jwt_cache_hits_total", "gateway_jwt_cache_misses_total",
+			"gateway_audit_events_enqueued_total", "gateway_audit_events_sent_total", "gateway_audit_events_spooled_total", "gateway_audit_events_dropped_total") {
 			m[k] = v
 		}
 	}
@@ -325,8 +346,16 @@ func (b *Bench) startServices() error {
 	}
 	natsDir := filepath.Join(b.Work, "nats")
 	os.RemoveAll(natsDir)
+	waitPortFree(backendAddr, 3*time.Second)
+	bp, err := b.startBackend()
+	if err != nil {
+		return err
+	}
+	b.services = append(b.services, bp)
+	if err := waitTCP(backendAddr, 20*time.Second, bp); err != nil {
+		return fmt.Errorf("backend: %v", err)
+	}
 	list := []svc{
-		{"backend", backendAddr, []string{b.Tool, "backend", backendAddr}},
 		{"authsvc", authAddr, []string{b.Tool, "authsvc", authAddr, b.Keys.Dir}},
 		{"permsvc", permAddr, []string{b.Tool, "permsvc", permAddr}},
 		{"auditsink", auditAddr, []string{b.Tool, "auditsink", auditAddr}},

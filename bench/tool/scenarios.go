@@ -31,10 +31,17 @@ type Conf struct {
 	FwdAuth     bool   // nginx auth_request / Caddy forward_auth to the auth service
 	RBAC        bool
 	RateLimit   bool
-	Perm        string // "" | cached | nocache
-	AuditSink   string // "" | http | http1 | nats | natsjs
-	ReloadRoute string // an extra route (operations: reload)
-	Transport   string // reverse_proxy transport: "" (Caddy's http) | h1
+	Perm        string   // "" | cached | nocache
+	AuditSink   string   // "" | http | http1 | nats | natsjs
+	ReloadRoute string   // an extra route (operations: reload)
+	Transport   string   // reverse_proxy transport: "" (Caddy's http) | h1
+	TLSCert     string   // TLS 1.3 termination with this certificate ...
+	TLSKey      string   // ... and key
+	TLSPem      string   // (HAProxy: both in one file)
+	Gzip        bool     // compress answers (gzip, level 6) for clients that accept it
+	Upstreams   []string // several upstreams (circuit breaking) instead of Backend
+	FDLimit     int      // the open-file limit the servers run with
+	MaxConn     int      // client connections a server must take: maxConns()
 }
 
 // Target is a goal from issue 7, checked against the measured medians at

@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"os"
 	"strings"
@@ -16,46 +15,6 @@ import (
 // The helper services run as separate processes (subcommands of this tool),
 // pinned with the load generator to core 0, so the gateway under test has
 // core 1 to itself.
-
-// backendBody is the one response every proxy forwards: a small JSON object.
-var backendBody = []byte(`{"id":42,"name":"widget","price":9.99,"tags":["a","b"],"in_stock":true}`)
-
-// serveBackend answers every request with backendBody, but for
-// /__bench/stats: how many connections it has accepted (so the report can
-// show whether a proxy keeps its upstream connections or churns them).
-func serveBackend(addr string) error {
-	var accepted atomic.Int64
-	h := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if r.URL.Path == "/__bench/stats" {
-			fmt.Fprintf(w, `{"accepted":%d}`, accepted.Load())
-			return
-		}
-		hd := w.Header()
-		hd["Content-Type"] = []string{"application/json"}
-		hd["Content-Length"] = []string{fmt.Sprint(len(backendBody))}
-		w.Write(backendBody)
-	})
-	ln, err := net.Listen("tcp", addr)
-	if err != nil {
-		return err
-	}
-	srv := &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 120 * time.Second}
-	fmt.Fprintf(os.Stderr, "listening on %s\n", addr)
-	return srv.Serve(countingListener{ln, &accepted})
-}
-
-type countingListener struct {
-	net.Listener
-	n *atomic.Int64
-}
-
-func (l countingListener) Accept() (net.Conn, error) {
-	c, err := l.Listener.Accept()
-	if err == nil {
-		l.n.Add(1)
-	}
-	return c, err
-}
 
 // serveAuth is the small auth service that nginx auth_request and Caddy
 // forward_auth call: GET /verify checks the bearer token (HS256 or RS256,

@@ -79,7 +79,11 @@ func parseWrk(s string) (WrkResult, error) {
 			r.Errors += n
 		}
 	}
-	for _, m := range reLat.FindAllStringSubmatch(s, -1) {
+	lat := reLat.FindAllStringSubmatch(s, -1)
+	if len(lat) != 2 {
+		return r, fmt.Errorf("wrk output without its 50%% and 99%% latency lines (found %d): %s", len(lat), s)
+	}
+	for _, m := range lat {
 		v, _ := strconv.ParseFloat(m[2], 64)
 		switch m[3] {
 		case "us":

@@ -1,0 +1,656 @@
+package main
+
+import (
+	"bufio"
+	"compress/gzip"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"encoding/pem"
+	"fmt"
+	"io"
+	"math/big"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+)
+
+// The parts after the load rounds: TLS termination, gzip, connection
+// scaling, fixed-rate latency and idle connections. Each starts every proxy
+// fresh, on core 1, with the load on core 0, as the load rounds do.
+
+const extrasPort = 19950
+
+// ExtraRow is one proxy measured in one of these parts.
+type ExtraRow struct {
+	Part    string             `json:"part"`    // tls | gzip | scaling | latency | idle
+	Proxy   string             `json:"proxy"`   // scenario name
+	Case    string             `json:"case"`    // e.g. "handshakes", "keep-alive", "1000 connections", "80%"
+	Rounds  []float64          `json:"rounds"`  // the main figure of each round (req/s, or MB for idle)
+	Extra   map[string]float64 `json:"extra"`   // p99_ms, peak_rss_mb, ...
+	Checked string             `json:"checked"` // what was checked of the answers
+	Err     string             `json:"error,omitempty"`
+}
+
+// extraProxies: the proxies the extra parts compare.
+func extraProxies(withAll bool) []Scenario {
+	l := []Scenario{
+		{Name: "gw-h1", Label: "gateway, transport h1", Server: "gateway", Conf: Conf{Transport: "h1"}},
+		{Name: "caddy", Label: "stock Caddy", Server: "caddy"},
+		{Name: "nginx", Label: "nginx", Server: "nginx"},
+		{Name: "haproxy", Label: "HAProxy", Server: "haproxy"},
+	}
+	if withAll {
+		l[0] = Scenario{Name: "gw-all-h1", Label: "gateway, all duties, transport h1", Server: "gateway",
+			Conf: Conf{AuditSink: "http", JWT: "HS256", RBAC: true, RateLimit: true, Perm: "cached", Transport: "h1"}, Token: "HS256"}
+	}
+	return l
+}
+
+// extraRounds: the extra parts run 3 interleaved rounds (1 when quick).
+func (b *Bench) extraRounds() int {
+	if b.Quick {
+		return 1
+	}
+	return 3
+}
+
+// withServer starts s (with conf tweaks) on extrasPort, waits for url to
+// answer 200, runs f, and stops it.
+func (b *Bench) withServer(s Scenario, tweak func(*Conf), tag, path string, f func(p *Proc, base string) error) error {
+	if s.Server == "direct" {
+		return f(nil, "http://"+backendAddr)
+	}
+	c := b.conf(s, extrasPort)
+	if tweak != nil {
+		tweak(&c)
+	}
+	scheme := "http"
+	if c.TLSCert != "" {
+		scheme = "https"
+	}
+	addr := fmt.Sprintf("127.0.0.1:%d", extrasPort)
+	base := scheme + "://" + addr
+	waitPortFree(addr, 5*time.Second)
+	p, err := b.startServer(s, c, tag)
+	if err != nil {
+		return err
+	}
+	defer func() { p.Stop(5 * time.Second); waitPortFree(addr, 5*time.Second) }()
+	if err := waitStatus(base+path, b.authHeader(s), 200, 20*time.Second, p); err != nil {
+		return err
+	}
+	return f(p, base)
+}
+
+// --- TLS 1.3 termination ---
+
+// tlsFiles makes (once) an ECDSA P-256 certificate for 127.0.0.1: cert,
+// key, and both in one file for HAProxy.
+func (b *Bench) tlsFiles() (cert, key, pemFile string, err error) {
+	dir := filepath.Join(b.Work, "tls")
+	cert, key, pemFile = filepath.Join(dir, "cert.pem"), filepath.Join(dir, "key.pem"), filepath.Join(dir, "combined.pem")
+	if _, err := os.Stat(pemFile); err == nil {
+		return cert, key, pemFile, nil
+	}
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return "", "", "", err
+	}
+	k, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		return "", "", "", err
+	}
+	tmpl := &x509.Certificate{
+		SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "bench"},
+		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(10 * 365 * 24 * time.Hour),
+		IPAddresses: []net.IP{net.ParseIP("127.0.0.1")}, DNSNames: []string{"localhost"},
+		KeyUsage: x509.KeyUsageDigitalSignature, ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
+	}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &k.PublicKey, k)
+	if err != nil {
+		return "", "", "", err
+	}
+	kder, err := x509.MarshalECPrivateKey(k)
+	if err != nil {
+		return "", "", "", err
+	}
+	cp := pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der})
+	kp := pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: kder})
+	for _, f := range []struct {
+		path string
+		data []byte
+	}{{cert, cp}, {key, kp}, {pemFile, append(append([]byte{}, cp...), kp...)}} {
+		if err := os.WriteFile(f.path, f.data, 0o600); err != nil {
+			return "", "", "", err
+		}
+	}
+	return cert, key, pemFile, nil
+}
+
+// tls measures TLS 1.3 termination with a 5 KB answer: full handshakes per
+// second (wrk sends Connection: close, so every request is a new TLS
+// connection), and keep-alive throughput at 300 connections.
+func (b *Bench) tlsPart() {
+	cert, key, pemFile, err := b.tlsFiles()
+	if err != nil {
+		b.report.NotRun = append(b.report.NotRun, "tls: "+err.Error())
+		return
+	}
+	progress("TLS 1.3 termination (ECDSA P-256, 5 KB answer): handshakes per second and keep-alive throughput, %d rounds", b.extraRounds())
+	tweak := func(c *Conf) { c.TLSCert, c.TLSKey, c.TLSPem = cert, key, pemFile }
+	rows := map[string]*ExtraRow{}
+	for round := 1; round <= b.extraRounds(); round++ {
+		for _, s := range rotate(extraProxies(false), round) {
+			err := b.withServer(s, tweak, fmt.Sprintf("tls-%s-r%d", s.Name, round), "/5k", func(p *Proc, base string) error {
+				if err := checkBody(base+"/5k", "", len(body5k), ""); err != nil {
+					return err
+				}
+				for _, c := range []struct {
+					name   string
+					conns  int
+					header string
+				}{{"handshakes", 50, "Connection: close"}, {"keep-alive", 300, ""}} {
+					w, err := runWrk(WrkJob{URL: base + "/5k", Conns: c.conns, Duration: b.Dur, Header: c.header})
+					if err != nil {
+						return err
+					}
+					if w.Non2xx > 0 || w.Errors > 0 && c.header == "" {
+						return fmt.Errorf("%s: %d non-2xx, %d socket errors", c.name, w.Non2xx, w.Errors)
+					}
+					row := rowFor(rows, &b.report.Extras, "tls", s.Name, c.name)
+					row.Rounds = append(row.Rounds, w.RPS)
+					row.Extra["p99_ms_r"+strconv.Itoa(round)] = w.P99ms
+					row.Checked = "a check request got the 5 KB body over TLS 1.3"
+				}
+				return nil
+			})
+			if err != nil {
+				rowFor(rows, &b.report.Extras, "tls", s.Name, "handshakes").Err = err.Error()
+				progress("  tls %-10s ERROR: %s", s.Name, oneLine(err.Error()))
+				continue
+			}
+			progress("  tls %-10s round %d: %.0f handshakes/s, %.0f req/s keep-alive", s.Name, round,
+				last(rows["tls/"+s.Name+"/handshakes"].Rounds), last(rows["tls/"+s.Name+"/keep-alive"].Rounds))
+		}
+	}
+}
+
+// gzipPart measures compressing a 10 KB JSON answer at level 6, at 300
+// connections, for clients that accept gzip.
+func (b *Bench) gzipPart() {
+	progress("gzip level 6 of a 10 KB JSON answer, 300 connections, %d rounds", b.extraRounds())
+	tweak := func(c *Conf) { c.Gzip = true }
+	rows := map[string]*ExtraRow{}
+	for round := 1; round <= b.extraRounds(); round++ {
+		for _, s := range rotate(extraProxies(false), round) {
+			err := b.withServer(s, tweak, fmt.Sprintf("gzip-%s-r%d", s.Name, round), "/json10k", func(p *Proc, base string) error {
+				if err := checkBody(base+"/json10k", "", len(body10k), "gzip"); err != nil {
+					return err
+				}
+				w, err := runWrk(WrkJob{URL: base + "/json10k", Conns: 300, Duration: b.Dur, Header: "Accept-Encoding: gzip"})
+				if err != nil {
+					return err
+				}
+				if w.Non2xx > 0 || w.Errors > 0 {
+					return fmt.Errorf("%d non-2xx, %d socket errors", w.Non2xx, w.Errors)
+				}
+				row := rowFor(rows, &b.report.Extras, "gzip", s.Name, "300 connections")
+				row.Rounds = append(row.Rounds, w.RPS)
+				row.Extra["p99_ms_r"+strconv.Itoa(round)] = w.P99ms
+				row.Checked = "a check request got Content-Encoding: gzip, and the body unzipped to the 10 KB JSON"
+				return nil
+			})
+			if err != nil {
+				rowFor(rows, &b.report.Extras, "gzip", s.Name, "300 connections").Err = err.Error()
+				progress("  gzip %-10s ERROR: %s", s.Name, oneLine(err.Error()))
+				continue
+			}
+			progress("  gzip %-10s round %d: %.0f req/s", s.Name, round, last(rows["gzip/"+s.Name+"/300 connections"].Rounds))
+		}
+	}
+}
+
+// scalingLevels are the connection counts of the scaling part.
+var scalingLevels = []int{100, 1000, 5000, 10000}
+
+// scalingPart measures req/s, P99 and peak memory from 100 to 10,000
+// concurrent connections, levels in increasing order on one process each.
+func (b *Bench) scalingPart() {
+	// A proxy holds a descriptor per client and per upstream connection:
+	// where the open-file limit (its hard limit cannot be raised here)
+	// does not allow a level, the largest thousand that fits is measured.
+	var levels []int
+	lim := fdLimit()
+	for _, l := range scalingLevels {
+		if l > maxConns() {
+			capped := maxConns() / 1000 * 1000
+			b.report.NotRun = append(b.report.NotRun, fmt.Sprintf("scaling: %d connections need about %d open files per proxy; the limit is %d, so %d were measured instead", l, 2*l+200, lim, capped))
+			l = capped
+		}
+		if len(levels) == 0 || levels[len(levels)-1] < l {
+			levels = append(levels, l)
+		}
+	}
+	progress("connection scaling: %v connections, 1 round", levels)
+	rows := map[string]*ExtraRow{}
+	for _, s := range extraProxies(true) {
+		err := b.withServer(s, nil, "scaling-"+s.Name, "/items/1", func(p *Proc, base string) error {
+			if _, err := runWrk(b.wrkJob(s, base+"/items/1", 100, b.Warmup, 0)); err != nil {
+				return err
+			}
+			for _, n := range levels {
+				w, err := runWrk(b.wrkJob(s, base+"/items/1", n, b.Dur, 0))
+				if err != nil {
+					return err
+				}
+				row := rowFor(rows, &b.report.Extras, "scaling", s.Name, fmt.Sprintf("%d connections", n))
+				row.Rounds = append(row.Rounds, w.RPS)
+				row.Extra["p99_ms"] = w.P99ms
+				row.Extra["peak_rss_mb"] = float64(peakRSS(p.Pid())) / 1e6
+				row.Extra["errors"] = float64(w.Errors + w.Non2xx)
+				row.Checked = "wrk's answers: non-2xx and socket errors counted"
+				progress("  scaling %-10s %5d connections: %.0f req/s, p99 %.1f ms, peak RSS %.1f MB, %d errors", s.Name, n, w.RPS, w.P99ms, row.Extra["peak_rss_mb"], w.Errors+w.Non2xx)
+			}
+			return nil
+		})
+		if err != nil {
+			rowFor(rows, &b.report.Extras, "scaling", s.Name, "error").Err = err.Error()
+			progress("  scaling %-10s ERROR: %s", s.Name, oneLine(err.Error()))
+		}
+	}
+}
+
+// latencyPart drives each proxy at 50% and 80% of the maximum it reached
+// in the load rounds (measured again here if it did not run there), with
+// the open-loop generator: P50, P99 and P99.9 from each request's
+// scheduled time.
+func (b *Bench) latencyPart() {
+	progress("fixed-rate latency at 50%% and 80%% of each proxy's maximum, %s each, open loop", 2*b.Dur)
+	// "direct" (the backend itself) shows the floor the generator and
+	// the backend set, sharing core 0
+	list := append([]Scenario{{Name: "direct", Label: "backend directly", Server: "direct"}}, append(extraProxies(false), extraProxies(true)[0])...)
+	rows := map[string]*ExtraRow{}
+	for _, s := range list {
+		err := b.withServer(s, nil, "latency-"+s.Name, "/items/1", func(p *Proc, base string) error {
+			max := b.report.rps(s.Name, 300).Med
+			source := "the load rounds' median at 300 connections"
+			if !(max > 0) {
+				w, err := runWrk(b.wrkJob(s, base+"/items/1", 300, b.Dur, 0))
+				if err != nil {
+					return err
+				}
+				max, source = w.RPS, "a wrk run at 300 connections just before"
+			}
+			for _, frac := range []float64{0.5, 0.8} {
+				header := ""
+				if s.Token != "" {
+					header = "Authorization: Bearer " + b.tokens[s.Token]
+				}
+				o, err := b.runOpenLoop(strings.TrimPrefix(base, "http://"), "/items/1", header, frac*max, 300, 2*b.Dur)
+				if err != nil {
+					return err
+				}
+				row := rowFor(rows, &b.report.Extras, "latency", s.Name, fmt.Sprintf("%.0f%%", 100*frac))
+				row.Rounds = append(row.Rounds, o.Achieved)
+				row.Extra = map[string]float64{"rate": o.Rate, "max": max, "p50_ms": o.P50ms, "p99_ms": o.P99ms, "p999_ms": o.P999ms,
+					"max_ms": o.MaxMs, "errors": float64(o.Errors), "late": float64(o.Late), "sent": float64(o.Sent)}
+				row.Checked = "maximum from " + source
+				progress("  latency %-10s %3.0f%% of %.0f: p50 %.2f ms, p99 %.2f ms, p99.9 %.2f ms, %d late, %d errors",
+					s.Name, 100*frac, max, o.P50ms, o.P99ms, o.P999ms, o.Late, o.Errors)
+			}
+			return nil
+		})
+		if err != nil {
+			rowFor(rows, &b.report.Extras, "latency", s.Name, "error").Err = err.Error()
+			progress("  latency %-10s ERROR: %s", s.Name, oneLine(err.Error()))
+		}
+	}
+}
+
+// idleConns is how many idle keep-alive client connections the idle part
+// holds, if the open-file limit allows (maxConns).
+const idleConns = 10000
+
+// maxConns is the most client connections every proxy can take under the
+// open-file limit, each with a server connection beside it: 10,000, or
+// fewer where the limit (a hard limit of 20,000 here) does not allow it.
+func maxConns() int { return min(idleConns, (fdLimit()-200)/2) }
+
+// idlePart measures each proxy's memory with 10,000 idle keep-alive
+// client connections (each sent one request, then left open).
+func (b *Bench) idlePart() {
+	n := maxConns()
+	if n < idleConns {
+		b.report.NotRun = append(b.report.NotRun, fmt.Sprintf("idle: the open-file limit (%d) lets every proxy take %d connections, so %d were held instead of %d", fdLimit(), n, n, idleConns))
+	}
+	progress("idle memory: %d idle keep-alive connections", n)
+	rows := map[string]*ExtraRow{}
+	for _, s := range extraProxies(true) {
+		err := b.withServer(s, nil, "idle-"+s.Name, "/items/1", func(p *Proc, base string) error {
+			before := float64(statusKB(p.Pid(), "VmRSS:")) / 1024
+			addr := strings.TrimPrefix(base, "http://")
+			header := ""
+			if s.Token != "" {
+				header = "Authorization: Bearer " + b.tokens[s.Token]
+			}
+			cmd := exec.Command("taskset", "-c", coreLoad, b.Tool, "idleconns", addr, "/items/1", strconv.Itoa(n), header)
+			cmd.Env = append(os.Environ(), "GOMAXPROCS=1")
+			stdin, _ := cmd.StdinPipe()
+			out, _ := cmd.StdoutPipe()
+			cmd.Stderr = os.Stderr
+			if err := cmd.Start(); err != nil {
+				return err
+			}
+			defer func() { stdin.Close(); cmd.Wait() }()
+			line, err := bufio.NewReader(out).ReadString('\n')
+			if err != nil || !strings.HasPrefix(line, "ready") {
+				return fmt.Errorf("idleconns: %q %v", line, err)
+			}
+			time.Sleep(2 * time.Second) // let the proxy settle
+			rss := 0.0
+			for _, pid := range append([]int{p.Pid()}, descendants(p.Pid())...) {
+				rss += float64(statusKB(pid, "VmRSS:")) / 1024
+			}
+			row := rowFor(rows, &b.report.Extras, "idle", s.Name, fmt.Sprintf("%d idle connections", n))
+			row.Rounds = append(row.Rounds, rss*1.048576) // MB
+			row.Extra["rss_before_mb"] = before * 1.048576
+			row.Extra["answered"] = parseLeadingFloat(strings.TrimPrefix(line, "ready "))
+			row.Checked = "each connection got a 2xx answer before it went idle"
+			progress("  idle %-10s RSS %.1f MB with %d idle connections (%.1f MB before)", s.Name, rss*1.048576, n, before*1.048576)
+			return nil
+		})
+		if err != nil {
+			rowFor(rows, &b.report.Extras, "idle", s.Name, "error").Err = err.Error()
+			progress("  idle %-10s ERROR: %s", s.Name, oneLine(err.Error()))
+		}
+	}
+}
+
+// cmdIdleConns is `benchtool idleconns <addr> <path> <n> [header]`: it
+// opens n connections, sends one request on each and reads its answer,
+// prints "ready <answered>", and keeps them open until stdin closes.
+func cmdIdleConns(args []string) error {
+	if len(args) < 3 {
+		return fmt.Errorf("usage: idleconns <addr> <path> <n> [header]")
+	}
+	n, err := strconv.Atoi(args[2])
+	if err != nil {
+		return err
+	}
+	header := ""
+	if len(args) > 3 {
+		header = args[3] + "\r\n"
+	}
+	req := []byte("GET " + args[1] + " HTTP/1.1\r\nHost: " + args[0] + "\r\n" + header + "\r\n")
+	conns := make([]net.Conn, 0, n)
+	answered := 0
+	for i := 0; i < n; i++ {
+		c, err := net.DialTimeout("tcp", args[0], 10*time.Second)
+		if err != nil {
+			return fmt.Errorf("connection %d: %v", i, err)
+		}
+		c.SetDeadline(time.Now().Add(30 * time.Second))
+		ok, err := roundTripRaw(c, bufio.NewReaderSize(c, 4096), req)
+		if err != nil {
+			return fmt.Errorf("connection %d: %v", i, err)
+		}
+		if ok {
+			answered++
+		}
+		c.SetDeadline(time.Time{})
+		conns = append(conns, c)
+	}
+	fmt.Printf("ready %d\n", answered)
+	io.Copy(io.Discard, os.Stdin) // until the bench closes it
+	for _, c := range conns {
+		c.Close()
+	}
+	return nil
+}
+
+// checkBody fetches url and checks that its body is want bytes long,
+// after gunzipping when encoding is gzip (which it then must be).
+func checkBody(url, auth string, want int, encoding string) error {
+	req, _ := http.NewRequest("GET", url, nil)
+	if encoding != "" {
+		req.Header.Set("Accept-Encoding", encoding)
+	}
+	if auth != "" {
+		req.Header.Set("Authorization", auth)
+	}
+	resp, err := insecureClient.Do(req)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	var body io.Reader = resp.Body
+	if encoding == "gzip" {
+		if resp.Header.Get("Content-Encoding") != "gzip" {
+			return fmt.Errorf("%s: answered without Content-Encoding: gzip", url)
+		}
+		zr, err := gzipReader(resp.Body)
+		if err != nil {
+			return err
+		}
+		body = zr
+	}
+	b, err := io.ReadAll(body)
+	if err != nil {
+		return err
+	}
+	if len(b) != want {
+		return fmt.Errorf("%s: body of %d bytes, want %d", url, len(b), want)
+	}
+	if resp.TLS != nil && resp.TLS.Version != 0x0304 {
+		return fmt.Errorf("%s: TLS version %#x, want 1.3", url, resp.TLS.Version)
+	}
+	return nil
+}
+
+// fdLimit is this process's open-file limit (the servers and wrk inherit it).
+func fdLimit() int {
+	var r syscall.Rlimit
+	if err := syscall.Getrlimit(syscall.RLIMIT_NOFILE, &r); err != nil {
+		return 1024
+	}
+	return int(r.Cur)
+}
+
+// raiseFDLimit lifts the open-file limit as far as it may go (as root, past
+// the hard limit), so that 10,000 connections fit in every process.
+func raiseFDLimit() {
+	var r syscall.Rlimit
+	if syscall.Getrlimit(syscall.RLIMIT_NOFILE, &r) != nil {
+		return
+	}
+	want := uint64(200000)
+	if r.Max < want {
+		r2 := syscall.Rlimit{Cur: want, Max: want}
+		if syscall.Setrlimit(syscall.RLIMIT_NOFILE, &r2) == nil {
+			return
+		}
+	}
+	r.Cur = r.Max
+	syscall.Setrlimit(syscall.RLIMIT_NOFILE, &r)
+}
+
+func rowFor(rows map[string]*ExtraRow, all *[]*ExtraRow, part, proxy, cas string) *ExtraRow {
+	k := part + "/" + proxy + "/" + cas
+	if r, ok := rows[k]; ok {
+		return r
+	}
+	r := &ExtraRow{Part: part, Proxy: proxy, Case: cas, Extra: map[string]float64{}}
+	rows[k] = r
+	*all = append(*all, r)
+	return r
+}
+
+// rotate starts the list at a different place in each round.
+func rotate(l []Scenario, round int) []Scenario {
+	k := (round - 1) % len(l)
+	return append(append([]Scenario{}, l[k:]...), l[:k]...)
+}
+
+func last(v []float64) float64 {
+	if len(v) == 0 {
+		return 0
+	}
+	return v[len(v)-1]
+}
+
+func parseLeadingFloat(s string) float64 {
+	v, _ := strconv.ParseFloat(strings.Fields(s + " 0")[0], 64)
+	return v
+}
+
+func gzipReader(r io.Reader) (io.Reader, error) { return gzip.NewReader(r) }
+
+// extrasMarkdown writes the sections of the extra parts.
+func (r *Report) extrasMarkdown(p func(string, ...any)) {
+	byPart := map[string][]*ExtraRow{}
+	for _, x := range r.Extras {
+		byPart[x.Part] = append(byPart[x.Part], x)
+	}
+	med := func(x *ExtraRow) string {
+		st := stat(x.Rounds)
+		if !st.valid() {
+			return "-"
+		}
+		if len(x.Rounds) == 1 {
+			return fmt.Sprintf("%.0f", st.Med)
+		}
+		return fmt.Sprintf("%.0f [%.0f-%.0f]", st.Med, st.Min, st.Max)
+	}
+	p99 := func(x *ExtraRow) string {
+		var v []float64
+		for k, val := range x.Extra {
+			if strings.HasPrefix(k, "p99_ms_r") {
+				v = append(v, val)
+			}
+		}
+		if st := stat(v); st.valid() {
+			return fmt.Sprintf("%.1f", st.Med)
+		}
+		return "-"
+	}
+	errs := func(rows []*ExtraRow) {
+		for _, x := range rows {
+			if x.Err != "" {
+				p("- %s: **error**: %s", x.Proxy, oneLine(x.Err))
+			}
+		}
+	}
+	if rows := byPart["tls"]; len(rows) > 0 {
+		p("## 6. TLS 1.3 termination")
+		p("")
+		p("Each proxy terminates TLS 1.3 only, with an ECDSA P-256 certificate, and forwards to the backend's 5 KB answer. *Handshakes*: wrk at 50 connections sends `Connection: close`, so every request is a new connection and a full handshake; *keep-alive*: 300 connections. " +
+			"nginx has `ssl_session_cache shared:SSL:10m` as its docs recommend (wrk does not resume sessions, so every handshake is a full one). Median of the rounds [min-max], req/s.")
+		p("")
+		p("| proxy | handshakes per second | keep-alive req/s | keep-alive p99 ms |")
+		p("|---|---|---|---|")
+		for _, s := range extraProxies(false) {
+			var hs, ka *ExtraRow
+			for _, x := range rows {
+				if x.Proxy == s.Name && x.Case == "handshakes" {
+					hs = x
+				}
+				if x.Proxy == s.Name && x.Case == "keep-alive" {
+					ka = x
+				}
+			}
+			if hs == nil && ka == nil {
+				continue
+			}
+			h, k, kp := "-", "-", "-"
+			if hs != nil {
+				h = med(hs)
+			}
+			if ka != nil {
+				k, kp = med(ka), p99(ka)
+			}
+			p("| %s | %s | %s | %s |", s.Label, h, k, kp)
+		}
+		p("")
+		errs(rows)
+		p("")
+	}
+	if rows := byPart["gzip"]; len(rows) > 0 {
+		p("## 7. gzip")
+		p("")
+		p("A 10 KB JSON answer compressed at level 6 for wrk, which sends `Accept-Encoding: gzip`, at 300 connections: Caddy's `encode { gzip 6 }`, nginx's `gzip_comp_level 6` (`gzip_proxied any`), HAProxy's `compression algo gzip` (Debian's HAProxy is built with libslz, which has no levels: `tune.comp.maxlevel 6` is set but is not a zlib level). A check request must get `Content-Encoding: gzip` and the whole JSON. Median of the rounds [min-max].")
+		p("")
+		p("| proxy | req/s | p99 ms |")
+		p("|---|---|---|")
+		for _, x := range rows {
+			if x.Err == "" {
+				p("| %s | %s | %s |", x.Proxy, med(x), p99(x))
+			}
+		}
+		p("")
+		errs(rows)
+		p("")
+	}
+	if rows := byPart["scaling"]; len(rows) > 0 {
+		p("## 8. Connection scaling")
+		p("")
+		p("One process per proxy, wrk at each level of concurrent connections in turn (%v were planned; see *Not measured* for a level the machine's open-file limit lowered; %s each, after a warm-up at 100), one round. Peak RSS is VmHWM after each level (it only grows, so each figure is the peak up to that level). The gateway runs every duty (audit, jwt_auth, rbac, rate_limit, permission) with transport h1.", scalingLevels, r.durStr())
+		p("")
+		p("| proxy | connections | req/s | p99 ms | peak RSS | errors (non-2xx and socket) |")
+		p("|---|---|---|---|---|---|")
+		for _, x := range rows {
+			if x.Err == "" {
+				p("| %s | %s | %s | %.1f | %.1f MB | %.0f |", x.Proxy, strings.TrimSuffix(x.Case, " connections"), med(x), x.Extra["p99_ms"], x.Extra["peak_rss_mb"], x.Extra["errors"])
+			}
+		}
+		p("")
+		errs(rows)
+		p("")
+	}
+	if rows := byPart["latency"]; len(rows) > 0 {
+		p("## 9. Latency at a fixed rate")
+		p("")
+		p("`benchtool openloop` (Debian packages no wrk2) schedules requests at a fixed rate over 300 kept-alive connections and measures each one from the time it was *scheduled*, so a stalled server is charged for the requests it delayed (no coordinated omission). Rates: 50%% and 80%% of the proxy's maximum in this run's load rounds (300 connections). %s per rate. "+
+			"The generator shares core 0 with the backend: a request it could only send more than 1 ms after its time is counted as *sent late*, and its delay is charged to the proxy, so these figures are upper bounds; the *direct* rows (the backend alone) show that floor.", r.durStr2())
+		p("")
+		p("| proxy | load | rate req/s | P50 ms | P99 ms | P99.9 ms | max ms | sent late (> 1 ms) | errors |")
+		p("|---|---|---|---|---|---|---|---|---|")
+		for _, x := range rows {
+			if x.Err == "" {
+				p("| %s | %s of %.0f | %.0f | %.2f | %.2f | %.2f | %.1f | %.0f of %.0f | %.0f |", x.Proxy, x.Case, x.Extra["max"], x.Extra["rate"],
+					x.Extra["p50_ms"], x.Extra["p99_ms"], x.Extra["p999_ms"], x.Extra["max_ms"], x.Extra["late"], x.Extra["sent"], x.Extra["errors"])
+			}
+		}
+		p("")
+		errs(rows)
+		p("")
+	}
+	r.breakerMarkdown(p)
+	if rows := byPart["idle"]; len(rows) > 0 {
+		p("## 11. Idle connections")
+		p("")
+		p("Resident memory (VmRSS, for nginx master + worker) of each proxy holding the idle keep-alive client connections of the table (10,000 where the open-file limit allows), each of which got one answer; measured 2 s after the last one went idle. The gateway runs every duty with transport h1.")
+		p("")
+		p("| proxy | RSS with the idle connections | RSS before | per connection |")
+		p("|---|---|---|---|")
+		for _, x := range rows {
+			if x.Err == "" && len(x.Rounds) > 0 {
+				n := parseLeadingFloat(x.Case)
+				p("| %s | %.1f MB | %.1f MB | %.1f KB |", x.Proxy, x.Rounds[0], x.Extra["rss_before_mb"], 1000*(x.Rounds[0]-x.Extra["rss_before_mb"])/n)
+			}
+		}
+		p("")
+		errs(rows)
+		p("")
+	}
+}
+
+func (r *Report) durStr() string  { return fmt.Sprintf("%.0f s", r.DurationS) }
+func (r *Report) durStr2() string { return fmt.Sprintf("%.0f s", 2*r.DurationS) }
