@@ -89,7 +89,7 @@ func cmdRun(args []string) error {
 	fs.StringVar(&b.Caddy, "caddy", "bench/work/caddy-stock", "stock Caddy binary")
 	fs.StringVar(&b.CDP, "cdp", "bench/work/caddy-cdp", "Caddy with caddy-docker-proxy")
 	fs.StringVar(&b.CtrServer, "ctrserver", "bench/work/ctrserver", "static container server binary")
-	fs.IntVar(&b.Rounds, "rounds", 3, "interleaved rounds")
+	fs.IntVar(&b.Rounds, "rounds", 5, "interleaved rounds")
 	dur := fs.Duration("duration", 5*time.Second, "wrk duration per connection level")
 	fs.DurationVar(&b.Warmup, "warmup", 2*time.Second, "wrk warm-up before each scenario's runs")
 	fs.BoolVar(&b.Quick, "quick", false, "quick mode (results file gets a -quick suffix)")
