@@ -624,8 +624,12 @@ func (r *Report) extrasMarkdown(p func(string, ...any)) {
 		p("|---|---|---|---|---|---|---|---|---|")
 		for _, x := range rows {
 			if x.Err == "" {
-				p("| %s | %s of %.0f | %.0f | %.2f | %.2f | %.2f | %.1f | %.0f of %.0f | %.0f |", x.Proxy, x.Case, x.Extra["max"], x.Extra["rate"],
-					x.Extra["p50_ms"], x.Extra["p99_ms"], x.Extra["p999_ms"], x.Extra["max_ms"], x.Extra["late"], x.Extra["sent"], x.Extra["errors"])
+				late := fmt.Sprintf("%.0f of %.0f", x.Extra["late"], x.Extra["sent"])
+				if x.Extra["late"] > 0.1*x.Extra["sent"] {
+					late += " (*the generator could not keep this rate: not the proxy's figure*)"
+				}
+				p("| %s | %s of %.0f | %.0f | %.2f | %.2f | %.2f | %.1f | %s | %.0f |", x.Proxy, x.Case, x.Extra["max"], x.Extra["rate"],
+					x.Extra["p50_ms"], x.Extra["p99_ms"], x.Extra["p999_ms"], x.Extra["max_ms"], late, x.Extra["errors"])
 			}
 		}
 		p("")

@@ -9,12 +9,14 @@
 //	benchtool idleconns <addr> <path> <n> [header]   hold n idle keep-alive connections until stdin closes
 //	benchtool flaky <addr> <ctl>       the failing upstream of the circuit-breaking part
 //	benchtool chart <results.json> <out.png>   redraw a chart
+//	benchtool report <results.json>    write the report's Markdown again (beside the JSON)
 package main
 
 import (
 	"flag"
 	"fmt"
 	"os"
+	"path/filepath"
 	"strings"
 	"time"
 )
@@ -37,6 +39,12 @@ func main() {
 	case "auditsink":
 		need(3)
 		err = serveAuditReceiver(os.Args[2])
+	case "report":
+		need(3)
+		var r *Report
+		if r, err = loadReport(os.Args[2]); err == nil {
+			err = os.WriteFile(strings.TrimSuffix(os.Args[2], ".json")+".md", []byte(r.markdown(filepath.Base(strings.TrimSuffix(os.Args[2], ".json")+".png"))), 0o644)
+		}
 	case "chart":
 		need(4)
 		var r *Report

@@ -526,10 +526,10 @@ func (r *Report) markdown(png string) string {
 	}
 	p("Machine: %s, %s cores, %s, kernel %s; load average before %s, after %s.",
 		r.Machine["cpu"], r.Machine["cores"], r.Machine["memory"], r.Machine["kernel"], r.Machine["load_before"], r.Machine["load_after"])
-	p("Proxy under test pinned to core %s; wrk (1 thread), the backend and the helper services on core %s. "+
-		"%d interleaved rounds; each scenario is started fresh per round, warmed up %gs, then wrk runs %gs at 50 and %gs at 300 connections. "+
+	p("Proxy under test pinned to core %s; wrk (1 thread), the backend (nginx) and the helper services on core %s. "+
+		"%d interleaved rounds; each scenario is started fresh per round, warmed up %g s at 50 connections, then wrk runs %g s at 300 connections. "+
 		"Figures are medians over rounds, with [min-max]; a cost is 1 - (throughput / its baseline's throughput in the same round).",
-		coreGateway, coreLoad, r.Rounds, r.WarmupS, r.DurationS, r.DurationS)
+		coreGateway, coreLoad, r.Rounds, r.WarmupS, r.DurationS)
 	p("")
 	p("![throughput chart](%s)", png)
 	p("")
