@@ -13,10 +13,11 @@ import (
 	"testing"
 	"time"
 
-	"github.com/caddyserver/caddy/v2/caddytest"
 	"github.com/golang-jwt/jwt/v5"
 
 	"github.com/apigate/gateway/caddyaudit"
+
+	"github.com/apigate/gateway/internal/caddytester"
 )
 
 // Ports of this package (see the team brief): admin 2904, listeners
@@ -105,15 +106,7 @@ func TestEndToEnd(t *testing.T) {
 }
 `, e2eAdminPort, e2ePort, hook.URL, file, e2eSecret, upstream.Listener.Addr().String())
 
-	tester := caddytest.NewTester(t).WithDefaultOverrides(caddytest.Config{
-		AdminPort:          e2eAdminPort,
-		LoadRequestTimeout: 30 * time.Second,
-		TestRequestTimeout: 30 * time.Second,
-	})
-	tester.InitServer(config, "caddyfile")
-	if t.Skipped() || t.Failed() {
-		t.Fatal("caddy did not load the config")
-	}
+	tester := caddytester.Load(t, e2eAdminPort, config)
 
 	sign := func(sub string, roles ...string) string {
 		s, err := jwt.NewWithClaims(jwt.SigningMethodHS256, jwt.MapClaims{

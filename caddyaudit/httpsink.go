@@ -9,6 +9,8 @@ import (
 	"net/http"
 	"net/url"
 	"time"
+
+	"github.com/apigate/gateway/internal/urls"
 )
 
 // httpSink POSTs batches as a JSON array of events.
@@ -75,7 +77,7 @@ func (s *httpSink) Send(ctx context.Context, recs []record) error {
 		if errors.As(err, &uerr) {
 			err = uerr.Err
 		}
-		return fmt.Errorf("POST %s: %w", redactURL(s.url), err)
+		return fmt.Errorf("POST %s: %w", urls.Redact(s.url), err)
 	}
 	defer resp.Body.Close()
 	snippet, _ := io.ReadAll(io.LimitReader(resp.Body, 256))

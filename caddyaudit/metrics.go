@@ -1,11 +1,12 @@
 package caddyaudit
 
 import (
-	"errors"
 	"sync"
 	"sync/atomic"
 
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/apigate/gateway/internal/metrics"
 )
 
 // Process-wide collectors. Workers outlive config reloads, and Caddy makes
@@ -45,19 +46,8 @@ func (d *depthCollector) Collect(ch chan<- prometheus.Metric) {
 
 // registerMetrics registers the audit collectors on reg; registering twice
 // on one registry is fine.
-func registerMetrics(reg prometheus.Registerer) error {
-	if reg == nil {
-		return nil
-	}
-	for _, c := range []prometheus.Collector{mEnqueued, mSent, mRetried, mSpooled, mDropped, mPoisoned, mCorrupt, mLatency, mDepth} {
-		if err := reg.Register(c); err != nil {
-			var are prometheus.AlreadyRegisteredError
-			if !errors.As(err, &are) {
-				return err
-			}
-		}
-	}
-	return nil
+func registerMetrics(reg *prometheus.Registry) error {
+	return metrics.Register(reg, mEnqueued, mSent, mRetried, mSpooled, mDropped, mPoisoned, mCorrupt, mLatency, mDepth)
 }
 
 // sinkMetrics are one sink's counters: Prometheus children, plus plain

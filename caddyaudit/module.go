@@ -13,7 +13,6 @@ import (
 	"io"
 	"net"
 	"net/http"
-	"net/url"
 	"path/filepath"
 	"strings"
 	"time"
@@ -22,9 +21,10 @@ import (
 	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
 	"go.uber.org/zap"
 
-	"github.com/apigate/gateway/caddyjwt"
-	"github.com/apigate/gateway/internal/gwctx"
+	"github.com/apigate/gateway/identity"
 	"github.com/apigate/gateway/internal/natsconn"
+
+	"github.com/apigate/gateway/internal/urls"
 )
 
 func init() {
@@ -230,9 +230,8 @@ func (sc SinkConfig) expand(repl *caddy.Replacer) SinkConfig {
 func (sc SinkConfig) validate() error {
 	switch sc.Type {
 	case "http":
-		u, err := url.Parse(sc.URL)
-		if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
-			return fmt.Errorf("invalid http sink url %q: must be an http:// or https:// URL", redactURL(sc.URL))
+		if err := urls.CheckHTTP("http sink url", sc.URL); err != nil {
+			return err
 		}
 	case "nats":
 		if strings.TrimSpace(sc.URL) == "" {
@@ -271,21 +270,9 @@ func (sc SinkConfig) defaultName() string {
 	case "file":
 		return "file:" + sc.Path
 	case "nats":
-		return "nats:" + redactURL(strings.Split(sc.URL, ",")[0]) + "/" + sc.Subject
+		return "nats:" + urls.Redact(strings.Split(sc.URL, ",")[0]) + "/" + sc.Subject
 	}
-	return sc.Type + ":" + redactURL(sc.URL)
-}
-
-// redactURL keeps scheme, host and path: no user info, no query.
-func redactURL(s string) string {
-	u, err := url.Parse(s)
-	if err != nil || u.Host == "" {
-		if at := strings.LastIndex(s, "@"); at >= 0 {
-			return s[at+1:]
-		}
-		return s
-	}
-	return u.Scheme + "://" + u.Host + u.Path
+	return sc.Type + ":" + urls.Redact(sc.URL)
 }
 
 func newSink(sc SinkConfig) (Sink, error) {
@@ -293,13 +280,7 @@ func newSink(sc SinkConfig) (Sink, error) {
 	case "http":
 		return newHTTPSink(sc.URL, sc.Headers, time.Duration(sc.Timeout)), nil
 	case "nats":
-		var servers []string
-		for _, s := range strings.Split(sc.URL, ",") {
-			if s = strings.TrimSpace(s); s != "" {
-				servers = append(servers, s)
-			}
-		}
-		return newNATSSink(natsconn.Options{Servers: servers, User: sc.User, Password: sc.Password,
+		return newNATSSink(natsconn.Options{Servers: natsconn.SplitServers(sc.URL), User: sc.User, Password: sc.Password,
 			Token: sc.Token, CredsFile: sc.CredsFile}, sc.Subject, sc.JetStream, sc.Stream, time.Duration(sc.Timeout))
 	case "file":
 		return newFileSink(sc.Path)
@@ -412,7 +393,7 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyht
 		Status:     status,
 		DurationMS: float64(time.Since(start).Microseconds()) / 1000,
 		BytesOut:   rec.bytes,
-		Roles:      gwctx.Roles(r),
+		Roles:      identity.Roles(r),
 	}
 	if h.RequestIDHeader != "" {
 		ev.RequestID = r.Header.Get(h.RequestIDHeader)
@@ -437,10 +418,10 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyht
 	} else {
 		ev.RemoteIP = r.RemoteAddr
 	}
-	if id, ok := caddyjwt.FromRequest(r); ok {
+	if id, ok := identity.FromRequest(r); ok {
 		ev.Subject = id.Subject
 	}
-	by, reason := gwctx.Denial(r)
+	by, reason := identity.Denial(r)
 	ev.Decision, ev.Reason = decide(status, by, reason)
 	h.app.Record(&ev)
 	return err

@@ -8,9 +8,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/caddyserver/caddy/v2/caddytest"
-
 	"github.com/apigate/gateway/caddyaudit"
+
+	"github.com/apigate/gateway/internal/caddytester"
 )
 
 // TestReloadKeepsAndDrainsQueues: events queued while the receiver is down
@@ -42,13 +42,7 @@ func TestReloadKeepsAndDrainsQueues(t *testing.T) {
 }
 `, hook.URL, batch)
 	}
-	tester := caddytest.NewTester(t).WithDefaultOverrides(caddytest.Config{
-		AdminPort: 2904, LoadRequestTimeout: 30 * time.Second, TestRequestTimeout: 30 * time.Second,
-	})
-	tester.InitServer(config(5), "caddyfile")
-	if t.Failed() {
-		t.Fatal("config not loaded")
-	}
+	tester := caddytester.Load(t, 2904, config(5))
 	run := fmt.Sprint(time.Now().UnixNano())
 	n := 0
 	send := func(k int) {
@@ -122,13 +116,7 @@ func TestRequestOutlivingItsConfig(t *testing.T) {
 }
 `, hook.URL, batch, slow.Listener.Addr())
 	}
-	tester := caddytest.NewTester(t).WithDefaultOverrides(caddytest.Config{
-		AdminPort: 2904, LoadRequestTimeout: 30 * time.Second, TestRequestTimeout: 30 * time.Second,
-	})
-	tester.InitServer(config(3), "caddyfile")
-	if t.Failed() {
-		t.Fatal("config not loaded")
-	}
+	tester := caddytester.Load(t, 2904, config(3))
 	run := fmt.Sprint(time.Now().UnixNano())
 	for i, batch := range []int{3, 4} { // same sink, then a changed one
 		path := fmt.Sprintf("/%s/outlive-%d", run, i)

@@ -6,9 +6,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/caddyserver/caddy/v2/caddytest"
-
 	"github.com/apigate/gateway/caddyaudit"
+
+	"github.com/apigate/gateway/internal/caddytester"
 )
 
 // TestSpoolAcrossGatewayRestart: the receiver is down, N requests pass,
@@ -51,14 +51,8 @@ func TestSpoolAcrossGatewayRestart(t *testing.T) {
 	respond "ok"
 }
 `
-	tester := caddytest.NewTester(t).WithDefaultOverrides(caddytest.Config{
-		AdminPort: 2904, LoadRequestTimeout: 30 * time.Second, TestRequestTimeout: 30 * time.Second,
-	})
 	hook.down.Store(true)
-	tester.InitServer(withAudit, "caddyfile")
-	if t.Failed() {
-		t.Fatal("config not loaded")
-	}
+	tester := caddytester.Load(t, 2904, withAudit)
 	run := fmt.Sprint(time.Now().UnixNano())
 	for i := 0; i < n; i++ {
 		resp, err := tester.Client.Get(fmt.Sprintf("http://127.0.0.1:19403/%s/%d", run, i))

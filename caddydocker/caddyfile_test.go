@@ -13,11 +13,12 @@ import (
 	"github.com/caddyserver/caddy/v2/caddyconfig/caddyfile"
 
 	// The handler modules whose Caddyfile syntax the docker block embeds.
+	_ "github.com/mholt/caddy-ratelimit"
+
 	_ "github.com/apigate/gateway/caddyaudit"
 	_ "github.com/apigate/gateway/caddyjwt"
 	_ "github.com/apigate/gateway/caddypermcache"
 	_ "github.com/apigate/gateway/caddyrbac"
-	_ "github.com/mholt/caddy-ratelimit"
 )
 
 // TestCaddyfileGolden adapts testdata/caddyfile/*.caddyfiletest (a

@@ -1,10 +1,11 @@
 package caddydocker
 
 import (
-	"errors"
 	"sync"
 
 	"github.com/prometheus/client_golang/prometheus"
+
+	gwmetrics "github.com/apigate/gateway/internal/metrics"
 )
 
 // metrics are process-wide: the watcher they describe outlives config
@@ -59,18 +60,6 @@ func globalMetrics() *metrics {
 
 // register registers the collectors on reg, reusing collectors that are
 // already registered there.
-func (m *metrics) register(reg prometheus.Registerer) error {
-	if reg == nil {
-		return nil
-	}
-	for _, c := range []prometheus.Collector{m.containers, m.routes, m.applies, m.applyDuration, m.errors, m.events} {
-		if err := reg.Register(c); err != nil {
-			var are prometheus.AlreadyRegisteredError
-			if errors.As(err, &are) {
-				continue
-			}
-			return err
-		}
-	}
-	return nil
+func (m *metrics) register(reg *prometheus.Registry) error {
+	return gwmetrics.Register(reg, m.containers, m.routes, m.applies, m.applyDuration, m.errors, m.events)
 }

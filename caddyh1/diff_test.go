@@ -17,8 +17,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/caddyserver/caddy/v2/caddytest"
 	_ "github.com/caddyserver/caddy/v2/modules/standard"
+
+	"github.com/apigate/gateway/internal/caddytester"
 )
 
 // Ports of this package: admin 2909, listeners 20100-20199 (bench/ uses
@@ -30,24 +31,7 @@ const (
 )
 
 // startCaddy loads config into the in-process Caddy of this test binary.
-// caddytest skips (rather than fails) when Caddy cannot start; loading in a
-// subtest turns such a skip into a failure.
-func startCaddy(t *testing.T, config string) {
-	t.Helper()
-	loaded := false
-	t.Run("load config", func(t *testing.T) {
-		tester := caddytest.NewTester(t).WithDefaultOverrides(caddytest.Config{
-			AdminPort:          adminPort,
-			LoadRequestTimeout: 30 * time.Second,
-			TestRequestTimeout: 30 * time.Second,
-		})
-		tester.InitServer(config, "caddyfile")
-		loaded = !t.Failed()
-	})
-	if !loaded {
-		t.Fatal("caddy did not start or did not load the config")
-	}
-}
+func startCaddy(t *testing.T, config string) { caddytester.Load(t, adminPort, config) }
 
 func globalOptions() string {
 	return fmt.Sprintf(`{

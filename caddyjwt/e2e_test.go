@@ -16,8 +16,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/caddyserver/caddy/v2/caddytest"
 	"github.com/golang-jwt/jwt/v5"
+
+	"github.com/apigate/gateway/internal/caddytester"
 )
 
 // Ports of this package (see the team brief): admin 2901, listeners
@@ -130,8 +131,7 @@ func TestEndToEnd(t *testing.T) {
 	up := newUpstream(t)
 	upAddr := strings.TrimPrefix(up.srv.URL, "http://")
 
-	tester := caddytest.NewTester(t).WithDefaultOverrides(caddytest.Config{AdminPort: adminPort})
-	tester.InitServer(fmt.Sprintf(`
+	tester := caddytester.Load(t, adminPort, fmt.Sprintf(`
 {
 	admin localhost:%[1]d
 	http_port 19100
@@ -180,10 +180,7 @@ func TestEndToEnd(t *testing.T) {
 		reverse_proxy %[4]s
 	}
 }
-`, adminPort, listen, p.srv.URL, upAddr), "caddyfile")
-	if t.Failed() {
-		return
-	}
+`, adminPort, listen, p.srv.URL, upAddr))
 	base := fmt.Sprintf("http://127.0.0.1:%d", listen)
 
 	claims := func(extra ...any) jwt.MapClaims {

@@ -5,10 +5,11 @@ package caddyjwt_test
 
 import (
 	"flag"
-	"github.com/apigate/gateway/internal/goldentest"
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/apigate/gateway/internal/goldentest"
 
 	"github.com/caddyserver/caddy/v2/caddyconfig/caddyfile"
 	_ "github.com/caddyserver/caddy/v2/caddyconfig/httpcaddyfile"

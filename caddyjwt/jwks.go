@@ -62,6 +62,7 @@ type JWKSet struct {
 
 	startOnce sync.Once
 	stopOnce  sync.Once
+	loaded    chan struct{} // closed when the first fetch has ended, well or not
 	ctx       context.Context
 	cancel    context.CancelFunc
 	wg        sync.WaitGroup
@@ -92,6 +93,7 @@ func NewJWKSet(cfg JWKSConfig) *JWKSet {
 	empty := []*Key{}
 	s.keys.Store(&empty)
 	s.ctx, s.cancel = context.WithCancel(context.Background())
+	s.loaded = make(chan struct{})
 	return s
 }
 
@@ -114,17 +116,26 @@ func (s *JWKSet) OnFetch(fn func(result string)) {
 	s.hook.Store(&fn)
 }
 
-// Start fetches the keys once (a failure is logged, not returned: the
-// gateway starts without its identity provider and retries in the
-// background) and starts the refresh loop. Later calls do nothing.
+// Start starts the refresh loop, whose first fetch is at once. It does not
+// wait for it: a config load never waits on the identity provider. Requests
+// that come before the keys do wait for that first fetch (RefreshEarly),
+// and get 401 if it fails. Later calls do nothing.
 func (s *JWKSet) Start() {
 	s.startOnce.Do(func() {
-		if err := s.Fetch(s.ctx); err != nil {
-			s.log.Error("initial JWKS fetch failed; retrying in the background", zap.Error(err))
-		}
+		s.log.Info("JWKS not loaded yet: fetching in the background")
 		s.wg.Add(1)
 		go s.loop()
 	})
+}
+
+// Loaded reports whether the first fetch has ended (whatever its result).
+func (s *JWKSet) Loaded() bool {
+	select {
+	case <-s.loaded:
+		return true
+	default:
+		return false
+	}
 }
 
 // Stop ends the refresh loop and waits for it.
@@ -148,6 +159,11 @@ func (s *JWKSet) loop() {
 			s.log.Error("JWKS refresh loop panicked", zap.Any("panic", r), zap.ByteString("stack", debug.Stack()))
 		}
 	}()
+	err := s.Fetch(s.ctx)
+	close(s.loaded)
+	if err != nil && s.ctx.Err() == nil {
+		s.log.Error("initial JWKS fetch failed; retrying in the background", zap.Error(err))
+	}
 	retry := minRetry
 	for {
 		wait := s.cfg.Refresh
@@ -177,7 +193,17 @@ const failingCooldown = time.Second
 // RefreshEarly fetches now unless a fetch started less than the cooldown
 // ago. It reports whether new keys may be available (it fetched, or
 // another caller fetched while this one waited).
-func (s *JWKSet) RefreshEarly(context.Context) bool {
+func (s *JWKSet) RefreshEarly(ctx context.Context) bool {
+	if !s.Loaded() {
+		// the first fetch is under way: wait for it rather than refuse a
+		// token whose key it may bring
+		select {
+		case <-s.loaded:
+			return true
+		case <-ctx.Done():
+			return false
+		}
+	}
 	last := s.lastAttempt.Load()
 	cooldown := s.cfg.Cooldown
 	if s.failing.Load() && cooldown > failingCooldown {

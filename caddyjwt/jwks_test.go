@@ -65,10 +65,11 @@ func TestJWKSetFetchRefreshAndKeepLastGood(t *testing.T) {
 		n, _ := results.LoadOrStore(r, new(atomic.Int32))
 		n.(*atomic.Int32).Add(1)
 	})
-	s.Start()
+	s.Start() // returns at once: the first fetch is in the background
 	defer s.Stop()
+	waitFor(t, "the first fetch", s.Loaded)
 	if got := s.Keys(); len(got) != 1 || got[0].ID != "k1" {
-		t.Fatalf("keys after Start: %v", got)
+		t.Fatalf("keys after the first fetch: %v", got)
 	}
 	gen := s.Generation()
 

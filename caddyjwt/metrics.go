@@ -1,14 +1,36 @@
 package caddyjwt
 
 import (
-	"errors"
-
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/apigate/gateway/internal/metrics"
 )
 
-// metrics are the module's Prometheus collectors, registered on the
-// config's registry (and reused when a reload registers them again).
-type metrics struct {
+// The module's Prometheus collectors, made once per process so that their
+// counts survive config reloads (which, with discovery, happen at every
+// container change); each config's registry gets them registered.
+var (
+	verificationsVec = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Namespace: "gateway", Subsystem: "jwt", Name: "verifications_total",
+		Help: "Requests seen by jwt_auth, by result (valid, invalid, missing, anonymous) and reason.",
+	}, []string{"result", "reason"})
+	cacheHitsTotal = prometheus.NewCounter(prometheus.CounterOpts{
+		Namespace: "gateway", Subsystem: "jwt", Name: "cache_hits_total",
+		Help: "Tokens found in the verified-token cache.",
+	})
+	cacheMissesTotal = prometheus.NewCounter(prometheus.CounterOpts{
+		Namespace: "gateway", Subsystem: "jwt", Name: "cache_misses_total",
+		Help: "Tokens not in the verified-token cache (fully verified).",
+	})
+	jwksFetchesVec = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Namespace: "gateway", Subsystem: "jwt", Name: "jwks_refreshes_total",
+		Help: "JWKS fetches, by URL and result (ok, error).",
+	}, []string{"url", "result"})
+)
+
+// jwtMetrics are the collectors and the children the request path uses,
+// resolved once.
+type jwtMetrics struct {
 	verifications *prometheus.CounterVec
 	cacheHits     prometheus.Counter
 	cacheMisses   prometheus.Counter
@@ -19,57 +41,18 @@ type metrics struct {
 	anonymous prometheus.Counter
 }
 
-const metricsNamespace = "gateway"
-
-func newMetrics(reg prometheus.Registerer) *metrics {
-	m := &metrics{
-		verifications: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Namespace: metricsNamespace,
-			Subsystem: "jwt",
-			Name:      "verifications_total",
-			Help:      "Requests seen by jwt_auth, by result (valid, invalid, missing, anonymous) and reason.",
-		}, []string{"result", "reason"}),
-		cacheHits: prometheus.NewCounter(prometheus.CounterOpts{
-			Namespace: metricsNamespace,
-			Subsystem: "jwt",
-			Name:      "cache_hits_total",
-			Help:      "Tokens found in the verified-token cache.",
-		}),
-		cacheMisses: prometheus.NewCounter(prometheus.CounterOpts{
-			Namespace: metricsNamespace,
-			Subsystem: "jwt",
-			Name:      "cache_misses_total",
-			Help:      "Tokens not in the verified-token cache (fully verified).",
-		}),
-		jwksFetches: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Namespace: metricsNamespace,
-			Subsystem: "jwt",
-			Name:      "jwks_refreshes_total",
-			Help:      "JWKS fetches, by URL and result (ok, error).",
-		}, []string{"url", "result"}),
+// newMetrics registers the collectors on reg (a config's registry; nil: none).
+func newMetrics(reg *prometheus.Registry) (*jwtMetrics, error) {
+	if err := metrics.Register(reg, verificationsVec, cacheHitsTotal, cacheMissesTotal, jwksFetchesVec); err != nil {
+		return nil, err
 	}
-	if reg != nil {
-		m.verifications = register(reg, m.verifications)
-		m.cacheHits = register(reg, m.cacheHits)
-		m.cacheMisses = register(reg, m.cacheMisses)
-		m.jwksFetches = register(reg, m.jwksFetches)
-	}
-	m.valid = m.verifications.WithLabelValues("valid", "ok")
-	m.missing = m.verifications.WithLabelValues("missing", "missing token")
-	m.anonymous = m.verifications.WithLabelValues("anonymous", "missing token")
-	return m
-}
-
-// register registers c, or returns the collector already registered
-// under the same name (Provision runs again on every config reload).
-func register[T prometheus.Collector](reg prometheus.Registerer, c T) T {
-	if err := reg.Register(c); err != nil {
-		var are prometheus.AlreadyRegisteredError
-		if errors.As(err, &are) {
-			if existing, ok := are.ExistingCollector.(T); ok {
-				return existing
-			}
-		}
-	}
-	return c
+	return &jwtMetrics{
+		verifications: verificationsVec,
+		cacheHits:     cacheHitsTotal,
+		cacheMisses:   cacheMissesTotal,
+		jwksFetches:   jwksFetchesVec,
+		valid:         verificationsVec.WithLabelValues("valid", "ok"),
+		missing:       verificationsVec.WithLabelValues("missing", "missing token"),
+		anonymous:     verificationsVec.WithLabelValues("anonymous", "missing token"),
+	}, nil
 }

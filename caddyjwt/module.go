@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"net/http"
 	"net/textproto"
-	"net/url"
 	"os"
 	"strings"
 	"time"
@@ -16,7 +15,10 @@ import (
 	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
 	"go.uber.org/zap"
 
-	"github.com/apigate/gateway/internal/gwctx"
+	"github.com/apigate/gateway/identity"
+	"github.com/apigate/gateway/internal/deny"
+
+	"github.com/apigate/gateway/internal/urls"
 )
 
 func init() {
@@ -134,7 +136,7 @@ type JWTAuth struct {
 	forward     []forward
 	spoofable   []string
 	challenge   string
-	metrics     *metrics
+	metrics     *jwtMetrics
 	logger      *zap.Logger
 	jwksKeys    []string
 	verifierKey string
@@ -169,11 +171,14 @@ func (pooledVerifier) Destruct() error { return nil }
 // verifier, and registers the metrics.
 func (j *JWTAuth) Provision(ctx caddy.Context) error {
 	j.logger = ctx.Logger(j)
-	j.metrics = newMetrics(ctx.GetMetricsRegistry())
+	var err error
+	if j.metrics, err = newMetrics(ctx.GetMetricsRegistry()); err != nil {
+		return err
+	}
 	if j.Realm == "" {
 		j.Realm = DefaultRealm
 	}
-	j.challenge = `Bearer realm="` + quoteEscape(j.Realm) + `"`
+	j.challenge = deny.BearerChallenge(j.Realm)
 	if err := j.Validate(); err != nil {
 		return err
 	}
@@ -236,9 +241,8 @@ func (j *JWTAuth) Provision(ctx caddy.Context) error {
 	}
 	for _, raw := range j.JWKSURLs {
 		u := repl.ReplaceKnown(raw, "")
-		pu, err := url.Parse(u)
-		if err != nil || (pu.Scheme != "http" && pu.Scheme != "https") || pu.Host == "" {
-			return fmt.Errorf("invalid jwks_url %q: must be an absolute http or https URL", u)
+		if err := urls.CheckHTTP("jwks_url", u); err != nil {
+			return err
 		}
 		poolKey := fmt.Sprintf("jwks|%s|%d|%d|%d", u, refresh, cooldown, timeout)
 		logger := j.logger
@@ -386,11 +390,9 @@ func (j *JWTAuth) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyht
 			return next.ServeHTTP(w, r)
 		}
 		j.metrics.missing.Inc()
-		gwctx.SetDenial(r, "jwt_auth", "missing token")
-		h := w.Header()
-		h.Set("WWW-Authenticate", j.challenge)
-		writeJSON(w, http.StatusUnauthorized, "unauthorized", "missing token")
-		return nil
+		identity.SetDenial(r, "jwt_auth", "missing token")
+		w.Header().Set("WWW-Authenticate", j.challenge)
+		return deny.Respond(w, r, http.StatusUnauthorized, "unauthorized", "missing token")
 	}
 
 	id, hit, err := j.verifier.VerifyCached(r.Context(), token)
@@ -420,12 +422,12 @@ func (j *JWTAuth) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyht
 			if !ok {
 				return "", true
 			}
-			return Stringify(v), true
+			return identity.Stringify(v), true
 		})
 	}
 	for _, f := range j.forward {
 		if v, ok := f.path.Lookup(id.Claims); ok && v != nil {
-			r.Header.Set(f.header, headerSafe(Stringify(v)))
+			r.Header.Set(f.header, headerSafe(identity.Stringify(v)))
 		}
 	}
 	if j.StripToken {
@@ -443,42 +445,9 @@ func (j *JWTAuth) invalid(w http.ResponseWriter, r *http.Request, err error) err
 	if ce := j.logger.Check(zap.DebugLevel, "token rejected"); ce != nil {
 		ce.Write(zap.String("reason", e.Reason), zap.String("remote_addr", r.RemoteAddr))
 	}
-	gwctx.SetDenial(r, "jwt_auth", e.Reason)
-	w.Header().Set("WWW-Authenticate", `Bearer error="invalid_token", error_description="`+quoteEscape(e.Reason)+`"`)
-	writeJSON(w, http.StatusUnauthorized, "invalid_token", e.Reason)
-	return nil
-}
-
-func writeJSON(w http.ResponseWriter, status int, code, reason string) {
-	body, _ := json.Marshal(struct {
-		Error  string `json:"error"`
-		Reason string `json:"reason"`
-	}{code, reason})
-	h := w.Header()
-	h.Set("Content-Type", "application/json")
-	h.Set("Cache-Control", "no-store")
-	w.WriteHeader(status)
-	_, _ = w.Write(append(body, '\n'))
-}
-
-// quoteEscape makes s safe inside an HTTP quoted-string.
-func quoteEscape(s string) string {
-	if !strings.ContainsAny(s, "\"\\\r\n") {
-		return s
-	}
-	var b strings.Builder
-	for i := 0; i < len(s); i++ {
-		switch c := s[i]; c {
-		case '"', '\\':
-			b.WriteByte('\\')
-			b.WriteByte(c)
-		case '\r', '\n':
-			b.WriteByte(' ')
-		default:
-			b.WriteByte(c)
-		}
-	}
-	return b.String()
+	identity.SetDenial(r, "jwt_auth", e.Reason)
+	w.Header().Set("WWW-Authenticate", deny.InvalidTokenChallenge(e.Reason))
+	return deny.Respond(w, r, http.StatusUnauthorized, "invalid_token", e.Reason)
 }
 
 // headerSafe drops control characters a claim could smuggle into a header.

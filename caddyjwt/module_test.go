@@ -17,7 +17,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	dto "github.com/prometheus/client_model/go"
 
-	"github.com/apigate/gateway/internal/gwctx"
+	"github.com/apigate/gateway/identity"
 )
 
 func provision(t *testing.T, j *JWTAuth) caddy.Context {
@@ -134,7 +134,7 @@ func TestServeHTTP(t *testing.T) {
 				if ct := w.Header().Get("Content-Type"); ct != "application/json" {
 					t.Fatalf("content type %q", ct)
 				}
-				if by, reason := gwctx.Denial(r); by != "jwt_auth" || reason != tc.denial {
+				if by, reason := identity.Denial(r); by != "jwt_auth" || reason != tc.denial {
 					t.Fatalf("denial (%q, %q)", by, reason)
 				}
 				return

@@ -366,8 +366,9 @@ func (v *Verifier) checkSignature(ctx context.Context, a *alg, kid string, signe
 	if k := search(); k != nil {
 		return k, nil
 	}
-	if kid != "" && !found && len(v.sets) > 0 {
-		// a key the sets do not know yet: maybe the issuer rotated
+	if (kid != "" && !found || kid == "" && !tried) && len(v.sets) > 0 {
+		// a key the sets do not know yet: maybe the issuer rotated, or the
+		// first fetch has not ended (then RefreshEarly waits for it)
 		refreshed := false
 		for _, s := range v.sets {
 			if s.RefreshEarly(ctx) {

@@ -9,10 +9,11 @@ import (
 	"testing"
 	"time"
 
-	"github.com/caddyserver/caddy/v2/caddytest"
 	"github.com/golang-jwt/jwt/v5"
 
 	_ "github.com/apigate/gateway/caddyjwt" // jwt_auth
+
+	"github.com/apigate/gateway/internal/caddytester"
 )
 
 // Ports of this package (see the team brief): admin 2903, listeners 19300-19399.
@@ -69,8 +70,7 @@ func TestE2EReloadKeepsCache(t *testing.T) {
 		}
 	})
 	svc := newPermService(t, nil)
-	tester := caddytest.NewTester(t).WithDefaultOverrides(caddytest.Config{AdminPort: e2eAdminPort})
-	tester.InitServer(e2eConfig(svc.URL+"/check", "v1"), "caddyfile")
+	tester := caddytester.Load(t, e2eAdminPort, e2eConfig(svc.URL+"/check", "v1"))
 
 	alice := e2eToken(t, "alice", "admin", "editor")
 	get := func(path, token string, status int, body string) {

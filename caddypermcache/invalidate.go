@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"runtime/debug"
-	"strings"
 	"time"
 
 	"github.com/caddyserver/caddy/v2"
@@ -15,6 +14,8 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/apigate/gateway/internal/natsconn"
+
+	"github.com/apigate/gateway/internal/metrics"
 )
 
 // Invalidation (fleet): with invalidate_subject set, every replica
@@ -116,15 +117,7 @@ func registerInvalidationMetrics(reg *prometheus.Registry) error {
 	if reg == nil {
 		return nil
 	}
-	for _, c := range []prometheus.Collector{invalidationsVec, invalidatedVec} {
-		if err := reg.Register(c); err != nil {
-			var are prometheus.AlreadyRegisteredError
-			if !errors.As(err, &are) {
-				return err
-			}
-		}
-	}
-	return nil
+	return metrics.Register(reg, invalidationsVec, invalidatedVec)
 }
 
 // invalidation is one handler's subscription.
@@ -144,20 +137,18 @@ func (inv *invalidation) stop() {
 }
 
 // natsOptions are the connection options for invalidation: the handler's
-// own servers, else those of the `storage nats` global option.
-func (h *Handler) natsOptions() (natsconn.Options, error) {
+// own servers, else those of this config's `storage nats` global option
+// (storage returns the config's storage if it is one, else nil; it is only
+// called when the handler has no servers of its own).
+func (h *Handler) natsOptions(storage func() natsconn.OptionsProvider) (natsconn.Options, error) {
 	repl := caddy.NewReplacer()
 	var servers []string
 	for _, s := range h.NATSServers {
-		for _, one := range strings.Split(repl.ReplaceKnown(s, ""), ",") {
-			if one = strings.TrimSpace(one); one != "" {
-				servers = append(servers, one)
-			}
-		}
+		servers = append(servers, natsconn.SplitServers(repl.ReplaceKnown(s, ""))...)
 	}
 	if len(servers) == 0 {
-		if o, ok := natsconn.Default(); ok {
-			return o, nil
+		if p := storage(); p != nil {
+			return p.NATSOptions(), nil
 		}
 		return natsconn.Options{}, errors.New("invalidate_subject needs NATS servers: set nats_servers, or configure the `storage nats` global option")
 	}
@@ -175,7 +166,10 @@ func (h *Handler) startInvalidation(ctx caddy.Context) error {
 	if err := natsconn.RegisterMetrics(ctx.GetMetricsRegistry()); err != nil {
 		return err
 	}
-	opts, err := h.natsOptions()
+	opts, err := h.natsOptions(func() natsconn.OptionsProvider {
+		p, _ := ctx.Storage().(natsconn.OptionsProvider)
+		return p
+	})
 	if err != nil {
 		return err
 	}

@@ -10,6 +10,8 @@ import (
 	natstest "github.com/nats-io/nats-server/v2/test"
 	"github.com/nats-io/nats.go"
 	"go.uber.org/zap"
+
+	"github.com/apigate/gateway/internal/natsconn"
 )
 
 func TestParseInvalidateMessage(t *testing.T) {
@@ -138,14 +140,25 @@ func TestInvalidationOverNATS(t *testing.T) {
 	waitLen(0)
 }
 
-func TestInvalidationNeedsServers(t *testing.T) {
+type storageNATS natsconn.Options
+
+func (s storageNATS) NATSOptions() natsconn.Options { return natsconn.Options(s) }
+
+// TestInvalidationServers: the handler's own servers, else the config's
+// `storage nats` cluster, else an error naming the setting.
+func TestInvalidationServers(t *testing.T) {
 	h := &Handler{InvalidateSubject: "x"}
-	if _, err := h.natsOptions(); err == nil || !strings.Contains(err.Error(), "nats_servers") {
-		// natsconn.Default may be set by another test of this process; only
-		// check the message when it is not.
-		if err != nil {
-			t.Fatal(err)
-		}
+	none := func() natsconn.OptionsProvider { return nil }
+	if _, err := h.natsOptions(none); err == nil || !strings.Contains(err.Error(), "nats_servers") {
+		t.Fatalf("no servers and no storage nats: %v, want an error naming nats_servers", err)
+	}
+	storage := func() natsconn.OptionsProvider { return storageNATS{Servers: []string{"nats://storage:4222"}} }
+	if o, err := h.natsOptions(storage); err != nil || len(o.Servers) != 1 || o.Servers[0] != "nats://storage:4222" {
+		t.Fatalf("with storage nats: %+v, %v", o, err)
+	}
+	h.NATSServers = []string{"nats://a:4222, nats://b:4222"}
+	if o, err := h.natsOptions(storage); err != nil || len(o.Servers) != 2 || o.Servers[0] != "nats://a:4222" {
+		t.Fatalf("own servers: %+v, %v", o, err)
 	}
 }
 

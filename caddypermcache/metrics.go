@@ -1,10 +1,11 @@
 package caddypermcache
 
 import (
-	"errors"
 	"sync"
 
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/apigate/gateway/internal/metrics"
 )
 
 // The collectors are global, so their counts survive config reloads; every
@@ -47,16 +48,7 @@ func registerMetrics(reg *prometheus.Registry) error {
 	if reg == nil {
 		return nil
 	}
-	for _, c := range collectors {
-		if err := reg.Register(c); err != nil {
-			var are prometheus.AlreadyRegisteredError
-			if errors.As(err, &are) {
-				continue // another permission handler of this config did it
-			}
-			return err
-		}
-	}
-	return nil
+	return metrics.Register(reg, collectors...)
 }
 
 // routeMetrics are one route's children, resolved once at Provision so

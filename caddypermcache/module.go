@@ -8,9 +8,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"net/http"
-	"net/url"
 	"runtime/debug"
 	"strconv"
 	"strings"
@@ -22,8 +20,10 @@ import (
 	"go.uber.org/zap/zapcore"
 	"golang.org/x/sync/singleflight"
 
-	"github.com/apigate/gateway/caddyjwt"
-	"github.com/apigate/gateway/internal/gwctx"
+	"github.com/apigate/gateway/identity"
+	"github.com/apigate/gateway/internal/deny"
+
+	"github.com/apigate/gateway/internal/urls"
 )
 
 func init() {
@@ -40,12 +40,10 @@ const (
 	DefaultRolesClaim  = "roles"
 )
 
-// Response bodies.
+// Denial reasons (the answers' bodies are deny.Body with them).
 const (
-	deniedBody      = `{"error":"forbidden","reason":"permission denied"}`
-	unavailableBody = `{"error":"permission_unavailable","reason":"permission service unavailable"}`
-	deniedReason    = "permission denied"
-	unavailReason   = "permission service unavailable"
+	deniedReason  = "permission denied"
+	unavailReason = "permission service unavailable"
 )
 
 // Handler asks an external permission service whether a request may
@@ -120,7 +118,7 @@ type Handler struct {
 	NATSCredsFile string `json:"nats_creds_file,omitempty"`
 
 	tmpl       *KeyTemplate
-	rolesPath  caddyjwt.ClaimPath
+	rolesPath  identity.ClaimPath
 	timeout    time.Duration
 	ttl        time.Duration
 	negTTL     time.Duration
@@ -231,12 +229,8 @@ func (h *Handler) check() error {
 		return errors.New("url is required: the permission service's address")
 	}
 	h.url = caddy.NewReplacer().ReplaceKnown(h.URL, "")
-	u, err := url.Parse(h.url)
-	if err != nil {
-		return fmt.Errorf("invalid url %q: %v", h.URL, err)
-	}
-	if (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
-		return fmt.Errorf("invalid url %q: must be an absolute http:// or https:// URL", h.URL)
+	if err := urls.CheckHTTP("url", h.url); err != nil {
+		return err
 	}
 	if h.Timeout < 0 {
 		return fmt.Errorf("invalid timeout %q: must be positive", time.Duration(h.Timeout))
@@ -262,6 +256,7 @@ func (h *Handler) check() error {
 	if key == "" {
 		key = DefaultKey
 	}
+	var err error
 	if h.tmpl, err = ParseKeyTemplate(key); err != nil {
 		return fmt.Errorf("invalid key: %v", err)
 	}
@@ -269,7 +264,7 @@ func (h *Handler) check() error {
 	if rc == "" {
 		rc = DefaultRolesClaim
 	}
-	if h.rolesPath, err = caddyjwt.ParseClaimPath(rc); err != nil {
+	if h.rolesPath, err = identity.ParseClaimPath(rc); err != nil {
 		return fmt.Errorf("invalid roles_claim: %v", err)
 	}
 	return nil
@@ -296,7 +291,7 @@ const keyBufSize = 256
 
 // ServeHTTP checks the request's permission.
 func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyhttp.Handler) error {
-	id, _ := caddyjwt.FromRequest(r)
+	id, _ := identity.FromRequest(r)
 	var buf [keyBufSize]byte
 	key := h.appendKey(buf[:0], r, id)
 	s := h.shared
@@ -319,9 +314,8 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyht
 			return next.ServeHTTP(w, r)
 		}
 		h.m.onErrDeny.Inc()
-		gwctx.SetDenial(r, "permission", unavailReason)
-		writeJSON(w, http.StatusServiceUnavailable, unavailableBody)
-		return nil
+		identity.SetDenial(r, "permission", unavailReason)
+		return deny.Respond(w, r, http.StatusServiceUnavailable, "permission_unavailable", unavailReason)
 	}
 	return h.decide(w, r, next, ans.Allow)
 }
@@ -330,17 +324,8 @@ func (h *Handler) decide(w http.ResponseWriter, r *http.Request, next caddyhttp.
 	if allow {
 		return next.ServeHTTP(w, r)
 	}
-	gwctx.SetDenial(r, "permission", deniedReason)
-	writeJSON(w, http.StatusForbidden, deniedBody)
-	return nil
-}
-
-func writeJSON(w http.ResponseWriter, status int, body string) {
-	hdr := w.Header()
-	hdr.Set("Content-Type", "application/json")
-	hdr.Set("Cache-Control", "no-store")
-	w.WriteHeader(status)
-	_, _ = io.WriteString(w, body)
+	identity.SetDenial(r, "permission", deniedReason)
+	return deny.Respond(w, r, http.StatusForbidden, "forbidden", deniedReason)
 }
 
 var errClientGone = errors.New("client closed the request while the permission check was pending")
@@ -349,7 +334,7 @@ var errClientGone = errors.New("client closed the request while the permission c
 // The call is not tied to the first caller's context, so a client that goes
 // away does not fail the others waiting on the same key. Failures are
 // logged here, once per call, not once per waiting request.
-func (h *Handler) call(r *http.Request, key string, id *caddyjwt.Identity) (Answer, error) {
+func (h *Handler) call(r *http.Request, key string, id *identity.Identity) (Answer, error) {
 	s := h.shared
 	// built here, on the request's goroutine: the call may outlive it
 	req := h.checkRequest(r, id)
@@ -407,7 +392,7 @@ func (h *Handler) call(r *http.Request, key string, id *caddyjwt.Identity) (Answ
 }
 
 // checkRequest builds the body sent to the service.
-func (h *Handler) checkRequest(r *http.Request, id *caddyjwt.Identity) CheckRequest {
+func (h *Handler) checkRequest(r *http.Request, id *identity.Identity) CheckRequest {
 	req := CheckRequest{
 		Method: r.Method,
 		Host:   hostOnly(r.Host),
@@ -417,19 +402,12 @@ func (h *Handler) checkRequest(r *http.Request, id *caddyjwt.Identity) CheckRequ
 	if id != nil {
 		req.Subject = id.Subject
 	}
-	if roles := gwctx.Roles(r); roles != nil {
-		req.Roles = roles
-	} else if id != nil {
-		if v, ok := h.rolesPath.Lookup(id.Claims); ok {
-			roles, err := caddyjwt.Strings(v)
-			if err != nil {
-				if c := h.logger.Check(zapcore.DebugLevel, "roles claim ignored"); c != nil {
-					c.Write(zap.String("roles_claim", h.RolesClaim), zap.Error(err))
-				}
-			} else {
-				req.Roles = roles
-			}
+	if roles, err := identity.RolesAt(r, id, h.rolesPath); err != nil {
+		if c := h.logger.Check(zapcore.DebugLevel, "roles claim ignored"); c != nil {
+			c.Write(zap.String("roles_claim", h.RolesClaim), zap.Error(err))
 		}
+	} else {
+		req.Roles = roles
 	}
 	if req.Roles == nil {
 		req.Roles = []string{}
@@ -440,7 +418,7 @@ func (h *Handler) checkRequest(r *http.Request, id *caddyjwt.Identity) CheckRequ
 // appendKey renders the key template for r into dst. The common
 // placeholders come straight from the request; others go through the
 // request's replacer.
-func (h *Handler) appendKey(dst []byte, r *http.Request, id *caddyjwt.Identity) []byte {
+func (h *Handler) appendKey(dst []byte, r *http.Request, id *identity.Identity) []byte {
 	var repl *caddy.Replacer
 	for _, seg := range h.tmpl.segs {
 		var v string

@@ -19,8 +19,7 @@ import (
 	dto "github.com/prometheus/client_model/go"
 	"go.uber.org/zap"
 
-	"github.com/apigate/gateway/caddyjwt"
-	"github.com/apigate/gateway/internal/gwctx"
+	"github.com/apigate/gateway/identity"
 )
 
 // permService is a real HTTP permission service that counts its calls.
@@ -113,12 +112,12 @@ type reqOpt func(r *http.Request)
 
 func withIdentity(sub string, claims map[string]any) reqOpt {
 	return func(r *http.Request) {
-		caddyjwt.SetIdentity(r, &caddyjwt.Identity{Subject: sub, Claims: claims})
+		identity.Set(r, &identity.Identity{Subject: sub, Claims: claims})
 	}
 }
 
 func withRoles(roles ...string) reqOpt {
-	return func(r *http.Request) { gwctx.SetRoles(r, roles) }
+	return func(r *http.Request) { identity.SetRoles(r, roles) }
 }
 
 // newRequest builds a request as Caddy hands it to a handler: with the vars
@@ -151,7 +150,7 @@ func serve(t testing.TB, h *Handler, r *http.Request) result {
 	if err := h.ServeHTTP(w, r, nextOK); err != nil {
 		t.Fatalf("ServeHTTP: %v", err)
 	}
-	by, reason := gwctx.Denial(r)
+	by, reason := identity.Denial(r)
 	return result{w.Code, w.Body.String(), by, reason, w.Header().Get("Content-Type")}
 }
 
@@ -651,3 +650,9 @@ func TestMetricsGather(t *testing.T) {
 		t.Fatalf("metrics\n got %v\nwant %v", got, want)
 	}
 }
+
+// The contract's answers.
+const (
+	deniedBody      = `{"error":"forbidden","reason":"permission denied"}` + "\n"
+	unavailableBody = `{"error":"permission_unavailable","reason":"permission service unavailable"}` + "\n"
+)

@@ -14,11 +14,13 @@ import (
 	"testing"
 	"time"
 
-	"github.com/caddyserver/caddy/v2/caddytest"
 	"github.com/golang-jwt/jwt/v5"
 
-	_ "github.com/apigate/gateway/caddyjwt"
 	_ "github.com/mholt/caddy-ratelimit"
+
+	_ "github.com/apigate/gateway/caddyjwt"
+
+	"github.com/apigate/gateway/internal/caddytester"
 )
 
 // Ports of this package (see the team brief): admin 2902, listeners
@@ -172,22 +174,7 @@ func TestEndToEnd(t *testing.T) {
 }
 `, e2eAdminPort, e2ePort, e2eSecret, ln.Addr().String(), run)
 
-	// caddytest skips (rather than fails) when it cannot start Caddy; load
-	// in a subtest so that a skip there fails this test instead
-	var tester *caddytest.Tester
-	loaded := false
-	t.Run("load config", func(t *testing.T) {
-		tester = caddytest.NewTester(t).WithDefaultOverrides(caddytest.Config{
-			AdminPort:          e2eAdminPort,
-			LoadRequestTimeout: 30 * time.Second,
-			TestRequestTimeout: 30 * time.Second,
-		})
-		tester.InitServer(config, "caddyfile")
-		loaded = !t.Failed()
-	})
-	if !loaded {
-		t.Fatal("caddy did not start or did not load the config")
-	}
+	tester := caddytester.Load(t, e2eAdminPort, config)
 
 	base := fmt.Sprintf("http://127.0.0.1:%d", e2ePort)
 	get := func(t *testing.T, path, token string) (int, http.Header, string) {

@@ -5,7 +5,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/apigate/gateway/caddyjwt"
+	"github.com/apigate/gateway/identity"
 )
 
 // FuzzParseClaimPath feeds arbitrary claim paths (from configs) and claim
@@ -30,7 +30,7 @@ func FuzzParseClaimPath(f *testing.F) {
 		f.Add(s.path, s.claims)
 	}
 	f.Fuzz(func(t *testing.T, path, claimsJSON string) {
-		p, err := caddyjwt.ParseClaimPath(path)
+		p, err := identity.ParseClaimPath(path)
 		if err != nil {
 			return
 		}
@@ -52,7 +52,7 @@ func FuzzParseClaimPath(f *testing.F) {
 		for i, s := range segs {
 			esc[i] = strings.NewReplacer(`\`, `\\`, `.`, `\.`).Replace(s)
 		}
-		p2, err := caddyjwt.ParseClaimPath(strings.Join(esc, "."))
+		p2, err := identity.ParseClaimPath(strings.Join(esc, "."))
 		if err != nil {
 			t.Fatalf("re-escaped path of %q does not parse: %v", path, err)
 		}
@@ -69,7 +69,7 @@ func FuzzParseClaimPath(f *testing.F) {
 		if !ok {
 			t.Fatalf("Lookup(%q) did not find the nested value", path)
 		}
-		if got, err := caddyjwt.Strings(v); err != nil || len(got) != 2 {
+		if got, err := identity.Strings(v); err != nil || len(got) != 2 {
 			// the raw-name shortcut may return something else only when
 			// the raw path equals the first segment's key
 			if len(segs) == 1 || path != segs[0] {
@@ -83,7 +83,7 @@ func FuzzParseClaimPath(f *testing.F) {
 			return
 		}
 		if v, ok := p.Lookup(claims); ok {
-			_ = caddyjwt.EachString(v, func(s string) bool { return s != "" })
+			_ = identity.EachString(v, func(s string) bool { return s != "" })
 		}
 		rule, err := NewRule(All, []string{"a", "b"})
 		if err != nil {

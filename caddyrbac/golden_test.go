@@ -6,9 +6,10 @@ package caddyrbac_test
 
 import (
 	"flag"
-	"github.com/apigate/gateway/internal/goldentest"
 	"path/filepath"
 	"testing"
+
+	"github.com/apigate/gateway/internal/goldentest"
 
 	_ "github.com/caddyserver/caddy/v2/caddyconfig/httpcaddyfile"
 	_ "github.com/caddyserver/caddy/v2/modules/standard"

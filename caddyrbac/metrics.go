@@ -1,9 +1,9 @@
 package caddyrbac
 
 import (
-	"errors"
-
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/apigate/gateway/internal/metrics"
 )
 
 // decisionsVec is global, so its counts survive config reloads; every
@@ -18,14 +18,7 @@ func registerMetrics(reg *prometheus.Registry) error {
 	if reg == nil {
 		return nil
 	}
-	if err := reg.Register(decisionsVec); err != nil {
-		var are prometheus.AlreadyRegisteredError
-		if errors.As(err, &are) {
-			return nil // another rbac handler of this config did it
-		}
-		return err
-	}
-	return nil
+	return metrics.Register(reg, decisionsVec)
 }
 
 // decisionCounters are the children of decisionsVec, resolved once so the

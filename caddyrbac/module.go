@@ -1,6 +1,6 @@
 // Package caddyrbac is a Caddy HTTP handler that allows a request only when
 // the roles and scopes in its verified JWT claims (put on the request by
-// jwt_auth, see caddyjwt.FromRequest) satisfy the configured rules.
+// jwt_auth, see identity.FromRequest) satisfy the configured rules.
 //
 // Which routes, methods and paths a policy applies to is decided by Caddy's
 // own request matchers (a matcher on the directive, named matchers, or a
@@ -17,8 +17,8 @@ import (
 	"go.uber.org/zap"
 	"go.uber.org/zap/zapcore"
 
-	"github.com/apigate/gateway/caddyjwt"
-	"github.com/apigate/gateway/internal/gwctx"
+	"github.com/apigate/gateway/identity"
+	"github.com/apigate/gateway/internal/deny"
 )
 
 func init() {
@@ -152,7 +152,7 @@ func (h *RBAC) compile() error {
 		return err
 	}
 	h.policy = p
-	h.challenge = `Bearer realm="` + strings.NewReplacer(`\`, `\\`, `"`, `\"`).Replace(h.Realm) + `"`
+	h.challenge = deny.BearerChallenge(h.Realm)
 	return nil
 }
 
@@ -169,29 +169,22 @@ func (h *RBAC) Validate() error {
 func (h *RBAC) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyhttp.Handler) error {
 	repl, _ := r.Context().Value(caddy.ReplacerCtxKey).(*caddy.Replacer)
 
-	id, ok := caddyjwt.FromRequest(r)
+	id, ok := identity.FromRequest(r)
 	if !ok {
 		h.metrics.inc(Unauthenticated)
-		h.deny(w, r, repl, Unauthenticated, ReasonMissingIdentity)
-		return nil
+		return h.deny(w, r, repl, Unauthenticated, ReasonMissingIdentity)
 	}
 
 	// expose the roles: the vars table for audit and permission, the
 	// placeholder for rate_limit keys, logs and headers (joined lazily)
-	if v, found := h.policy.RolesPath.Lookup(id.Claims); found {
-		if roles, err := rolesOf(v); err == nil {
-			gwctx.SetRoles(r, roles)
-			if repl != nil {
-				repl.Set(PlaceholderRoles, joinedRoles(roles))
-			}
-		}
+	if roles, err := identity.RolesAt(r, id, h.policy.RolesPath); err == nil && roles != nil && repl != nil {
+		repl.Set(PlaceholderRoles, joinedRoles(roles))
 	}
 
 	res, reason := h.policy.Check(id.Claims)
 	h.metrics.inc(res)
 	if res != Allow {
-		h.deny(w, r, repl, res, reason)
-		return nil
+		return h.deny(w, r, repl, res, reason)
 	}
 	if repl != nil {
 		repl.Set(PlaceholderDecision, "allow")
@@ -199,9 +192,9 @@ func (h *RBAC) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyhttp.
 	return next.ServeHTTP(w, r)
 }
 
-// deny records the denial and writes the documented answer.
-func (h *RBAC) deny(w http.ResponseWriter, r *http.Request, repl *caddy.Replacer, res Result, reason string) {
-	gwctx.SetDenial(r, "rbac", reason)
+// deny records the denial and answers it (see deny.Respond).
+func (h *RBAC) deny(w http.ResponseWriter, r *http.Request, repl *caddy.Replacer, res Result, reason string) error {
+	identity.SetDenial(r, "rbac", reason)
 	if repl != nil {
 		repl.Set(PlaceholderReason, reason)
 		repl.Set(PlaceholderDecision, res.String())
@@ -214,24 +207,7 @@ func (h *RBAC) deny(w http.ResponseWriter, r *http.Request, repl *caddy.Replacer
 		status, code = http.StatusUnauthorized, "unauthorized"
 		w.Header().Set("WWW-Authenticate", h.challenge)
 	}
-	writeJSONError(w, status, code, reason)
-}
-
-// rolesOf returns the strings of a roles claim value, with one allocation
-// for the common array case.
-func rolesOf(v any) ([]string, error) {
-	if arr, ok := v.([]any); ok {
-		roles := make([]string, 0, len(arr))
-		for _, e := range arr {
-			s, ok := e.(string)
-			if !ok {
-				return nil, fmt.Errorf("roles claim holds %s", caddyjwt.TypeName(e))
-			}
-			roles = append(roles, s)
-		}
-		return roles, nil
-	}
-	return caddyjwt.Strings(v)
+	return deny.Respond(w, r, status, code, reason)
 }
 
 // joinedRoles is the roles placeholder value; it is joined only when a

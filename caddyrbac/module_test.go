@@ -11,8 +11,8 @@ import (
 	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
 	dto "github.com/prometheus/client_model/go"
 
-	"github.com/apigate/gateway/caddyjwt"
-	"github.com/apigate/gateway/internal/gwctx"
+	"github.com/apigate/gateway/identity"
+	"github.com/apigate/gateway/internal/deny"
 )
 
 func provisioned(t testing.TB, h *RBAC) *RBAC {
@@ -115,7 +115,7 @@ func TestServeHTTP(t *testing.T) {
 			h := provisioned(t, &tc.h)
 			r, repl := caddyRequest("GET", "/orders")
 			if tc.claims != "" {
-				caddyjwt.SetIdentity(r, &caddyjwt.Identity{Subject: "x", Claims: claimsJSON(t, tc.claims)})
+				identity.Set(r, &identity.Identity{Subject: "x", Claims: claimsJSON(t, tc.claims)})
 			}
 			before := counterValue(t, tc.metric)
 			w := httptest.NewRecorder()
@@ -139,25 +139,25 @@ func TestServeHTTP(t *testing.T) {
 				t.Errorf("roles placeholder %q, want %q", got, tc.roles)
 			}
 			if tc.roles != "" {
-				if got := gwctx.Roles(r); len(got) == 0 {
-					t.Errorf("gwctx.Roles empty")
+				if got := identity.Roles(r); len(got) == 0 {
+					t.Errorf("identity.Roles empty")
 				}
 			}
 			if got := w.Header().Get("WWW-Authenticate"); got != tc.challenge {
 				t.Errorf("WWW-Authenticate %q, want %q", got, tc.challenge)
 			}
-			by, reason := gwctx.Denial(r)
+			by, reason := identity.Denial(r)
 			if tc.want == 204 {
 				if by != "" || reason != "" {
 					t.Errorf("denial recorded on allow: %q %q", by, reason)
 				}
 				return
 			}
-			var body errorBody
+			var body deny.Body
 			if err := json.Unmarshal(w.Body.Bytes(), &body); err != nil {
 				t.Fatalf("body %q: %v", w.Body.String(), err)
 			}
-			want := errorBody{}
+			want := deny.Body{}
 			_ = json.Unmarshal([]byte(tc.body), &want)
 			if body != want {
 				t.Errorf("body %q, want %s", w.Body.String(), tc.body)
@@ -202,9 +202,9 @@ func TestProvisionErrors(t *testing.T) {
 // placeholder value).
 func BenchmarkServeHTTP(b *testing.B) {
 	h := provisioned(b, &RBAC{RolesClaim: "realm_access.roles", Require: []RuleConfig{{Any: []string{"admin", "editor"}}}})
-	id := &caddyjwt.Identity{Subject: "alice", Claims: claimsJSON(b, `{"realm_access":{"roles":["viewer","editor"]}}`)}
+	id := &identity.Identity{Subject: "alice", Claims: claimsJSON(b, `{"realm_access":{"roles":["viewer","editor"]}}`)}
 	r, _ := caddyRequest("GET", "/")
-	caddyjwt.SetIdentity(r, id)
+	identity.Set(r, id)
 	w := httptest.NewRecorder()
 	next := &nextHandler{}
 	b.ReportAllocs()

@@ -4,7 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 
-	"github.com/apigate/gateway/caddyjwt"
+	"github.com/apigate/gateway/identity"
 )
 
 // MaxValuesPerRule bounds the roles (or scopes) of one `require` line, so
@@ -113,8 +113,8 @@ func NewRule(mode Mode, values []string) (Rule, error) {
 // Policy is a compiled rbac configuration. It is safe for concurrent use
 // and Check does not allocate on any path.
 type Policy struct {
-	RolesPath  caddyjwt.ClaimPath
-	ScopesPath caddyjwt.ClaimPath
+	RolesPath  identity.ClaimPath
+	ScopesPath identity.ClaimPath
 	Roles      []Rule // ANDed
 	Scopes     []Rule // ANDed
 
@@ -125,7 +125,7 @@ type Policy struct {
 // values of every rule, one bit each, so that one walk over the claim
 // value decides every rule.
 type ruleSet struct {
-	path     caddyjwt.ClaimPath
+	path     identity.ClaimPath
 	values   []string // distinct values of all rules
 	union    uint64   // one bit per value
 	masks    []uint64 // per rule: its values
@@ -136,7 +136,7 @@ type ruleSet struct {
 	disabled bool // no rules
 }
 
-func compileRules(kind string, path caddyjwt.ClaimPath, rules []Rule, deny Result, missing string) (ruleSet, error) {
+func compileRules(kind string, path identity.ClaimPath, rules []Rule, deny Result, missing string) (ruleSet, error) {
 	rs := ruleSet{path: path, deny: deny, missing: missing, reasons: newTypeReasons(kind), disabled: len(rules) == 0}
 	for _, r := range rules {
 		var mask uint64
@@ -223,7 +223,7 @@ func (rs *ruleSet) walk(v any) (seen uint64, bad bool) {
 		}
 		return seen, false
 	case string, []string:
-		_ = caddyjwt.EachString(t, func(s string) bool {
+		_ = identity.EachString(t, func(s string) bool {
 			for i, want := range values {
 				if s == want {
 					seen |= 1 << uint(i)
@@ -279,11 +279,11 @@ func NewPolicy(rolesClaim, scopesClaim string, roles, scopes []Rule) (*Policy, e
 	if scopesClaim == "" {
 		scopesClaim = DefaultScopesClaim
 	}
-	rp, err := caddyjwt.ParseClaimPath(rolesClaim)
+	rp, err := identity.ParseClaimPath(rolesClaim)
 	if err != nil {
 		return nil, fmt.Errorf("invalid roles_claim: %v", err)
 	}
-	sp, err := caddyjwt.ParseClaimPath(scopesClaim)
+	sp, err := identity.ParseClaimPath(scopesClaim)
 	if err != nil {
 		return nil, fmt.Errorf("invalid scopes_claim: %v", err)
 	}

@@ -8,7 +8,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/apigate/gateway/caddyjwt"
+	"github.com/apigate/gateway/identity"
 )
 
 func mustRule(t testing.TB, mode Mode, values ...string) Rule {
@@ -360,7 +360,7 @@ func threadCPUTime() (time.Duration, bool) {
 
 func BenchmarkClaimLookup(b *testing.B) {
 	claims := claimsJSON(b, `{"realm_access":{"roles":["a","b","admin"]}}`)
-	p, err := caddyjwt.ParseClaimPath("realm_access.roles")
+	p, err := identity.ParseClaimPath("realm_access.roles")
 	if err != nil {
 		b.Fatal(err)
 	}

@@ -2,10 +2,11 @@ package dashboard
 
 import (
 	"flag"
-	"github.com/apigate/gateway/internal/goldentest"
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/apigate/gateway/internal/goldentest"
 
 	"github.com/caddyserver/caddy/v2/caddyconfig/caddyfile"
 )

@@ -11,9 +11,10 @@ import (
 	"sync"
 	"time"
 
-	"github.com/apigate/gateway/caddydocker"
 	"github.com/caddyserver/caddy/v2"
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/apigate/gateway/caddydocker"
 
 	"github.com/apigate/gateway/internal/adminaddr"
 )

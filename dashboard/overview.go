@@ -6,9 +6,10 @@ import (
 	"strings"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+
 	"github.com/apigate/gateway/caddyaudit"
 	"github.com/apigate/gateway/caddydocker"
-	"github.com/prometheus/client_golang/prometheus"
 )
 
 // Sources are where the dashboard reads from. Every field is optional: a

@@ -6,6 +6,8 @@ import (
 	"sort"
 	"strings"
 	"time"
+
+	"github.com/apigate/gateway/internal/urls"
 )
 
 // Route is one effective route of the running config, flattened from
@@ -352,16 +354,5 @@ func durationText(w string) string {
 	return d.String()
 }
 
-// redactURL drops user info and the query, which may hold credentials.
-func redactURL(s string) string {
-	if i := strings.Index(s, "://"); i >= 0 {
-		rest := s[i+3:]
-		if at := strings.LastIndex(strings.SplitN(rest, "/", 2)[0], "@"); at >= 0 {
-			s = s[:i+3] + rest[at+1:]
-		}
-	}
-	if q := strings.IndexAny(s, "?#"); q >= 0 {
-		s = s[:q]
-	}
-	return short(s)
-}
+// redactURL shows a URL without what may hold a credential, shortened.
+func redactURL(s string) string { return short(urls.Redact(s)) }

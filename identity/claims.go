@@ -1,6 +1,7 @@
-package caddyjwt
+package identity
 
 import (
+	"encoding/json"
 	"fmt"
 	"strconv"
 	"strings"
@@ -191,10 +192,12 @@ func Stringify(v any) string {
 	case []string:
 		return strings.Join(t, ",")
 	default:
-		b, err := jsonMarshal(t)
+		b, err := json.Marshal(t)
 		if err != nil {
 			return ""
 		}
 		return string(b)
 	}
 }
+
+func errNotString(e any) error { return fmt.Errorf("roles claim holds %s", TypeName(e)) }

@@ -17,6 +17,8 @@ import (
 	"github.com/caddyserver/certmagic"
 	"github.com/nats-io/nats.go/jetstream"
 	"go.uber.org/zap"
+
+	"github.com/apigate/gateway/internal/natsconn"
 )
 
 // KVConfig configures a KV storage.
@@ -36,10 +38,11 @@ type KVConfig struct {
 // binds the buckets lazily (creating them when missing), so it can be made
 // while NATS is unreachable; operations fail until NATS is back.
 type KV struct {
-	js     jetstream.JetStream
-	cfg    KVConfig
-	logger *zap.Logger
-	owner  string
+	js       jetstream.JetStream
+	cfg      KVConfig
+	logger   *zap.Logger
+	owner    string
+	natsOpts natsconn.Options // the connection's, for NATSOptions
 
 	bindMu sync.Mutex
 	data   jetstream.KeyValue
@@ -482,3 +485,14 @@ var (
 	_ certmagic.Storage   = (*KV)(nil)
 	_ certmagic.TryLocker = (*KV)(nil)
 )
+
+// NATSOptions returns the options of the storage's NATS connection
+// (natsconn.OptionsProvider), for the modules of the same config that use
+// its cluster.
+func (kv *KV) NATSOptions() natsconn.Options {
+	o := kv.natsOpts
+	o.Servers = append([]string(nil), o.Servers...)
+	return o
+}
+
+var _ natsconn.OptionsProvider = (*KV)(nil)

@@ -7,7 +7,6 @@ package natsstore
 import (
 	"fmt"
 	"regexp"
-	"strings"
 	"time"
 
 	"github.com/caddyserver/caddy/v2"
@@ -79,15 +78,10 @@ var bucketName = regexp.MustCompile(`^[a-zA-Z0-9_-]+$`)
 func (s *Storage) Provision(ctx caddy.Context) error {
 	s.logger = ctx.Logger()
 	repl := caddy.NewReplacer()
-	var servers []string
-	for _, u := range s.Servers {
-		for _, one := range strings.Split(repl.ReplaceKnown(u, ""), ",") {
-			if one = strings.TrimSpace(one); one != "" {
-				servers = append(servers, one)
-			}
-		}
+	for i, u := range s.Servers {
+		s.Servers[i] = repl.ReplaceKnown(u, "")
 	}
-	s.Servers = servers
+	s.Servers = natsconn.SplitServers(s.Servers...)
 	s.CredsFile = repl.ReplaceKnown(s.CredsFile, "")
 	s.User = repl.ReplaceKnown(s.User, "")
 	s.Password = repl.ReplaceKnown(s.Password, "")
@@ -130,13 +124,13 @@ func (s *Storage) Provision(ctx caddy.Context) error {
 		return fmt.Errorf("storage nats: jetstream: %w", err)
 	}
 	s.release = release
-	// Modules configured without NATS servers of their own (permission
-	// invalidation) use this cluster and share this connection.
-	natsconn.SetDefault(opts)
 	s.kv = NewKV(js, KVConfig{
 		Bucket: s.Bucket, Replicas: s.Replicas,
 		LockTTL: time.Duration(s.LockTTL), Timeout: time.Duration(s.Timeout),
 	}, s.logger)
+	// Modules of this config without NATS servers of their own (permission
+	// invalidation) use this cluster and share this connection.
+	s.kv.natsOpts = opts
 	return nil
 }
 

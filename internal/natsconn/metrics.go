@@ -1,10 +1,10 @@
 package natsconn
 
 import (
-	"errors"
-
 	"github.com/nats-io/nats.go"
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/apigate/gateway/internal/metrics"
 )
 
 // The shared connections' metrics, labelled by connection: the server list
@@ -69,11 +69,5 @@ func RegisterMetrics(reg *prometheus.Registry) error {
 	if reg == nil {
 		return nil
 	}
-	if err := reg.Register(collector{}); err != nil {
-		var are prometheus.AlreadyRegisteredError
-		if !errors.As(err, &are) {
-			return err
-		}
-	}
-	return nil
+	return metrics.Register(reg, collector{})
 }

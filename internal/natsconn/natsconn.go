@@ -19,6 +19,8 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/apigate/gateway/internal/urls"
 )
 
 // Options identify a connection. Two Get calls with equal Options share one
@@ -141,32 +143,16 @@ func (c *Conn) JetStream() (jetstream.JetStream, error) {
 var (
 	mu    sync.Mutex
 	conns = map[string]*Conn{}
-
-	defMu   sync.Mutex
-	defOpts *Options
 )
 
-// SetDefault records opts as the process's default NATS options; the
-// `storage nats` module does, so that other modules configured without
-// servers (permission invalidation) use the same cluster and connection.
-func SetDefault(opts Options) {
-	defMu.Lock()
-	o := opts
-	o.Servers = append([]string(nil), opts.Servers...)
-	defOpts = &o
-	defMu.Unlock()
-}
-
-// Default returns the options recorded by SetDefault.
-func Default() (Options, bool) {
-	defMu.Lock()
-	defer defMu.Unlock()
-	if defOpts == nil {
-		return Options{}, false
-	}
-	o := *defOpts
-	o.Servers = append([]string(nil), defOpts.Servers...)
-	return o, true
+// OptionsProvider is implemented by what a config's `storage nats` global
+// option provisions (the storage that caddy.Context.Storage returns): other
+// modules of the same config that have no NATS servers of their own
+// (permission invalidation) use its cluster, and share its connection.
+// Being per config, it ends with the config: a reload that drops
+// `storage nats` leaves them without a default.
+type OptionsProvider interface {
+	NATSOptions() Options
 }
 
 // Get returns the shared connection for opts, connecting if it is the first
@@ -279,14 +265,22 @@ func connect(o Options, onReconnect func()) (*nats.Conn, error) {
 func redact(servers []string) string {
 	out := make([]string, len(servers))
 	for i, s := range servers {
-		if at := strings.LastIndex(s, "@"); at >= 0 {
-			if p := strings.Index(s, "://"); p >= 0 && p < at {
-				s = s[:p+3] + "***@" + s[at+1:]
-			} else {
-				s = "***@" + s[at+1:]
-			}
-		}
-		out[i] = s
+		out[i] = urls.Redact(s)
 	}
 	return strings.Join(out, ",")
+}
+
+// SplitServers turns server lists as configured (each entry may itself be a
+// comma-separated list, as {env.NATS_URLS} expands to) into one URL each,
+// trimmed, empty ones dropped.
+func SplitServers(lists ...string) []string {
+	var servers []string
+	for _, l := range lists {
+		for _, one := range strings.Split(l, ",") {
+			if one = strings.TrimSpace(one); one != "" {
+				servers = append(servers, one)
+			}
+		}
+	}
+	return servers
 }

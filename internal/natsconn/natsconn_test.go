@@ -90,21 +90,15 @@ func TestGetServerDown(t *testing.T) {
 
 func TestRedact(t *testing.T) {
 	got := redact([]string{"nats://u:p@h:4222", "h2:4222", "a:b@h3"})
-	if got != "nats://***@h:4222,h2:4222,***@h3" {
+	if got != "nats://h:4222,h2:4222,h3" {
 		t.Fatal(got)
 	}
 }
 
-func TestDefault(t *testing.T) {
-	if _, ok := Default(); ok {
-		t.Fatal("default set before SetDefault")
-	}
-	in := Options{Servers: []string{"nats://a:4222"}, CredsFile: "x.creds"}
-	SetDefault(in)
-	in.Servers[0] = "changed"
-	got, ok := Default()
-	if !ok || got.Servers[0] != "nats://a:4222" || got.CredsFile != "x.creds" {
-		t.Fatalf("Default = %+v, %v", got, ok)
+func TestSplitServers(t *testing.T) {
+	got := SplitServers("nats://a:4222, nats://b:4222,", " nats://c:4222", "")
+	if strings.Join(got, "|") != "nats://a:4222|nats://b:4222|nats://c:4222" {
+		t.Fatalf("%q", got)
 	}
 }
 

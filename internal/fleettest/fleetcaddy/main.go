@@ -8,12 +8,13 @@ import (
 
 	_ "github.com/caddyserver/caddy/v2/modules/standard"
 
+	_ "github.com/mholt/caddy-ratelimit"
+
 	_ "github.com/apigate/gateway"
 	_ "github.com/apigate/gateway/caddyaudit"
 	_ "github.com/apigate/gateway/caddyjwt"
 	_ "github.com/apigate/gateway/caddypermcache"
 	_ "github.com/apigate/gateway/natsstore"
-	_ "github.com/mholt/caddy-ratelimit"
 )
 
 func main() { caddycmd.Main() }

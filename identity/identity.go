@@ -1,0 +1,146 @@
+// Package identity is the per-request state the gateway's modules share: the
+// verified identity of the caller, its roles, and why a request was denied.
+// It is a leaf package: it imports nothing of this repository and registers
+// no Caddy module, so a third-party Caddy module can read what jwt_auth
+// verified (identity.FromRequest) without compiling in the gateway's modules.
+//
+// The state lives in Caddy's per-request vars table, one map shared by every
+// handler of a request, so a handler that wraps the others (audit) sees what
+// the inner ones (jwt_auth, rbac, permission) recorded after they return.
+// The keys are also readable with Caddy's {http.vars.<key>} placeholder.
+package identity
+
+import (
+	"context"
+	"net/http"
+	"time"
+
+	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
+)
+
+// Keys in the vars table.
+const (
+	// VarIdentity holds the *Identity of a verified credential.
+	VarIdentity = "gateway.identity"
+	// VarRoles holds the request's roles as []string.
+	VarRoles = "gateway.roles"
+	// VarDenyReason holds the short, client-safe reason of a denial.
+	VarDenyReason = "gateway.deny_reason"
+	// VarDenyBy holds the name of the module that denied the request
+	// ("jwt_auth", "rbac", "permission", "rate_limit").
+	VarDenyBy = "gateway.deny_by"
+)
+
+// Identity is the verified identity of a request: the claims of a token whose
+// signature, algorithm, lifetime, issuer and audience jwt_auth checked. It is
+// shared read-only between requests that reuse the same token (the verified
+// token cache), so callers must never modify it or its Claims.
+type Identity struct {
+	// Subject is the `sub` claim.
+	Subject string
+	// Issuer is the `iss` claim.
+	Issuer string
+	// Audience is the `aud` claim, always as a list.
+	Audience []string
+	// ExpiresAt is the `exp` claim; zero when the token has none.
+	ExpiresAt time.Time
+	// KeyID is the `kid` of the key that verified the token, if any.
+	KeyID string
+	// Algorithm is the algorithm that verified the token (e.g. "RS256").
+	Algorithm string
+	// Claims are all the token's claims, as decoded from JSON
+	// (objects are map[string]any, arrays []any, numbers float64).
+	Claims map[string]any
+}
+
+// FromRequest returns the identity verified for r, if any. It is cheap (one
+// map lookup) and never parses a token.
+func FromRequest(r *http.Request) (*Identity, bool) {
+	return FromContext(r.Context())
+}
+
+// FromContext returns the identity stored in a request context.
+func FromContext(ctx context.Context) (*Identity, bool) {
+	id, ok := caddyhttp.GetVar(ctx, VarIdentity).(*Identity)
+	return id, ok && id != nil
+}
+
+// Set stores id on the request, for FromRequest. The request's context must
+// carry Caddy's vars table, as every request served by Caddy does.
+func Set(r *http.Request, id *Identity) {
+	caddyhttp.SetVar(r.Context(), VarIdentity, id)
+}
+
+// Claim returns the value at a claim path (see ParseClaimPath), or false.
+func (id *Identity) Claim(path string) (any, bool) {
+	p, err := ParseClaimPath(path)
+	if err != nil {
+		return nil, false
+	}
+	return p.Lookup(id.Claims)
+}
+
+// SetDenial records that module by denied the request, and why. The reason
+// must be safe to show to the client and to store in audit events: never a
+// token, a secret or key material.
+func SetDenial(r *http.Request, by, reason string) {
+	caddyhttp.SetVar(r.Context(), VarDenyBy, by)
+	caddyhttp.SetVar(r.Context(), VarDenyReason, reason)
+}
+
+// Denial returns the module and reason recorded by SetDenial, if any.
+func Denial(r *http.Request) (by, reason string) {
+	by, _ = caddyhttp.GetVar(r.Context(), VarDenyBy).(string)
+	reason, _ = caddyhttp.GetVar(r.Context(), VarDenyReason).(string)
+	return by, reason
+}
+
+// SetRoles records the request's roles, for the handlers after this one
+// (and audit). An identity source that knows the roles itself (rather than
+// from a claim) records them here.
+func SetRoles(r *http.Request, roles []string) {
+	caddyhttp.SetVar(r.Context(), VarRoles, roles)
+}
+
+// Roles returns the roles recorded for the request (see RolesAt), or nil.
+func Roles(r *http.Request) []string {
+	roles, _ := caddyhttp.GetVar(r.Context(), VarRoles).([]string)
+	return roles
+}
+
+// RolesAt returns the request's roles: the ones already recorded for it,
+// or else the strings of the claim at path in id's claims (an array of
+// strings, or a string split on spaces and commas), which it records so that
+// the handlers after it (and audit) read the same list. An identity without
+// that claim has no roles (nil, nil); a claim of another type is an error
+// naming the type.
+func RolesAt(r *http.Request, id *Identity, path ClaimPath) ([]string, error) {
+	if roles := Roles(r); roles != nil {
+		return roles, nil
+	}
+	if id == nil {
+		return nil, nil
+	}
+	v, found := path.Lookup(id.Claims)
+	if !found {
+		return nil, nil
+	}
+	var roles []string
+	if arr, ok := v.([]any); ok { // the common case, with one allocation
+		roles = make([]string, 0, len(arr))
+		for _, e := range arr {
+			s, ok := e.(string)
+			if !ok {
+				return nil, errNotString(e)
+			}
+			roles = append(roles, s)
+		}
+	} else {
+		var err error
+		if roles, err = Strings(v); err != nil {
+			return nil, err
+		}
+	}
+	SetRoles(r, roles)
+	return roles, nil
+}

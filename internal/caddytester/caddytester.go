@@ -1,0 +1,33 @@
+// Package caddytester loads a Caddyfile into the Caddy that runs inside a
+// test binary (Caddy's caddytest), for the modules' end-to-end tests.
+package caddytester
+
+import (
+	"testing"
+	"time"
+
+	"github.com/caddyserver/caddy/v2/caddytest"
+)
+
+// Load loads config (a Caddyfile) with the admin API on adminPort and
+// returns a tester bound to t. caddytest skips the calling test when Caddy
+// cannot start or load the config (and the skip ends that goroutine, so a
+// check after it never runs); Load loads in a subtest and fails t instead:
+// a test that needs Caddy never passes as skipped.
+func Load(t *testing.T, adminPort int, config string) *caddytest.Tester {
+	t.Helper()
+	overrides := caddytest.Config{
+		AdminPort:          adminPort,
+		LoadRequestTimeout: 30 * time.Second,
+		TestRequestTimeout: 30 * time.Second,
+	}
+	loaded := false
+	t.Run("load config", func(t *testing.T) {
+		caddytest.NewTester(t).WithDefaultOverrides(overrides).InitServer(config, "caddyfile")
+		loaded = !t.Failed() && !t.Skipped()
+	})
+	if !loaded {
+		t.Fatal("caddy did not start or did not load the config")
+	}
+	return caddytest.NewTester(t).WithDefaultOverrides(overrides)
+}
