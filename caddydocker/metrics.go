@@ -63,3 +63,15 @@ func globalMetrics() *metrics {
 func (m *metrics) register(reg *prometheus.Registry) error {
 	return gwmetrics.Register(reg, m.containers, m.routes, m.applies, m.applyDuration, m.errors, m.events)
 }
+
+// ReadStats returns the discovery counters as the dashboard shows them:
+// containers_<state>, routes, errors_<kind>, applies_<result>.
+func ReadStats() map[string]float64 {
+	m := globalMetrics()
+	out := map[string]float64{}
+	gwmetrics.Each(m.containers, func(l map[string]string, v float64) { out["containers_"+l["state"]] += v })
+	gwmetrics.Each(m.routes, func(_ map[string]string, v float64) { out["routes"] += v })
+	gwmetrics.Each(m.errors, func(l map[string]string, v float64) { out["errors_"+l["kind"]] += v })
+	gwmetrics.Each(m.applies, func(l map[string]string, v float64) { out["applies_"+l["result"]] += v })
+	return out
+}

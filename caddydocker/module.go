@@ -274,15 +274,11 @@ func onlyServer(names []string) (string, error) {
 }
 
 // adminEndpoint returns the admin API's network and address: the Admin
-// field, else the admin listen address of the config being provisioned.
+// field, else adminaddr.Default (CADDY_ADMIN, else localhost:2019).
 func (a *App) adminEndpoint(ctx caddy.Context) (string, string, error) {
 	listen := a.Admin
 	if listen == "" {
-		disabled := false
-		listen, disabled = adminaddr.Listen(ctx)
-		if disabled {
-			return "", "", fmt.Errorf("docker: routes are applied through the admin API, which this config disables; enable it or set the docker app's admin address")
-		}
+		listen = adminaddr.Default()
 	}
 	network, address, err := adminaddr.Endpoint(listen)
 	if err != nil {

@@ -56,3 +56,32 @@ func newMetrics(reg *prometheus.Registry) (*jwtMetrics, error) {
 		anonymous:     verificationsVec.WithLabelValues("anonymous", "missing token"),
 	}, nil
 }
+
+// Stats is a snapshot of jwt_auth's counters, totals since the process
+// started (for the dashboard).
+type Stats struct {
+	// Results counts requests by "result: reason" (valid: ok, invalid:
+	// token expired, missing: missing token, anonymous: missing token).
+	Results     map[string]float64 `json:"results"`
+	Valid       float64            `json:"valid"`
+	Rejected    float64            `json:"rejected"` // invalid or missing
+	CacheHits   float64            `json:"cache_hits"`
+	CacheMisses float64            `json:"cache_misses"`
+}
+
+// ReadStats returns jwt_auth's counters.
+func ReadStats() Stats {
+	s := Stats{Results: map[string]float64{}}
+	metrics.Each(verificationsVec, func(l map[string]string, v float64) {
+		s.Results[l["result"]+": "+l["reason"]] += v
+		switch l["result"] {
+		case "valid":
+			s.Valid += v
+		case "invalid", "missing":
+			s.Rejected += v
+		}
+	})
+	metrics.Each(cacheHitsTotal, func(_ map[string]string, v float64) { s.CacheHits += v })
+	metrics.Each(cacheMissesTotal, func(_ map[string]string, v float64) { s.CacheMisses += v })
+	return s
+}

@@ -165,3 +165,42 @@ func (cacheCollector) Collect(ch chan<- prometheus.Metric) {
 		}
 	}
 }
+
+// Stats is a snapshot of the permission handlers' counters, summed over
+// routes, totals since the process started (for the dashboard).
+type Stats struct {
+	HitsAllow     float64 `json:"hits_allow"`
+	HitsDeny      float64 `json:"hits_deny"`
+	Misses        float64 `json:"misses"`
+	StaleServes   float64 `json:"stale_serves"`
+	ServiceErrors float64 `json:"service_errors"`
+	OnErrorAllow  float64 `json:"on_error_allow"`
+	OnErrorDeny   float64 `json:"on_error_deny"`
+	Entries       float64 `json:"entries"`
+}
+
+// ReadStats returns the permission handlers' counters.
+func ReadStats() Stats {
+	var s Stats
+	metrics.Each(cacheCollector{}, func(l map[string]string, v float64) {
+		switch l["decision"] {
+		case "allow":
+			s.HitsAllow += v
+		case "deny":
+			s.HitsDeny += v
+		default:
+			s.Entries += v
+		}
+	})
+	metrics.Each(missesVec, func(_ map[string]string, v float64) { s.Misses += v })
+	metrics.Each(staleVec, func(_ map[string]string, v float64) { s.StaleServes += v })
+	metrics.Each(errorsVec, func(_ map[string]string, v float64) { s.ServiceErrors += v })
+	metrics.Each(onErrorVec, func(l map[string]string, v float64) {
+		if l["action"] == "deny" {
+			s.OnErrorDeny += v
+		} else {
+			s.OnErrorAllow += v
+		}
+	})
+	return s
+}

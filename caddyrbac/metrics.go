@@ -38,3 +38,11 @@ func (c *decisionCounters) inc(r Result) {
 		c[r].Inc()
 	}
 }
+
+// ReadStats returns rbac's decisions by result (allow, deny_role,
+// deny_scope, unauthenticated), totals since the process started.
+func ReadStats() map[string]float64 {
+	out := map[string]float64{}
+	metrics.Each(decisionsVec, func(l map[string]string, v float64) { out[l["result"]] += v })
+	return out
+}

@@ -25,6 +25,7 @@ func parseCaddyfile(h httpcaddyfile.Helper) (caddyhttp.MiddlewareHandler, error)
 //	gateway_dashboard [<matcher>] {
 //		path    <prefix>    # URL prefix as the request reaches the handler; default /
 //		refresh <duration>  # how often the page polls; default 1s
+//		admin   <address>   # Caddy's admin API; default CADDY_ADMIN, else localhost:2019
 //	}
 //
 // The prefix is a subdirective, not an argument: a first argument that
@@ -41,6 +42,14 @@ func (h *Handler) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 				return d.ArgErr()
 			}
 			h.Path = d.Val()
+			if d.NextArg() {
+				return d.ArgErr()
+			}
+		case "admin":
+			if !d.NextArg() {
+				return d.ArgErr()
+			}
+			h.Admin = d.Val()
 			if d.NextArg() {
 				return d.ArgErr()
 			}

@@ -7,20 +7,16 @@ import (
 	"io"
 	"net"
 	"net/http"
-	"reflect"
 	"sync"
 	"time"
 
 	"github.com/caddyserver/caddy/v2"
-	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/apigate/gateway/caddyaudit"
 	"github.com/apigate/gateway/caddydocker"
 
 	"github.com/apigate/gateway/internal/adminaddr"
 )
-
-// auditEvents is set by audit.go when the audit module is compiled in.
-var auditEvents func(n int) []Event
 
 // adminEndpoint is how to reach Caddy's admin API: the dial network and
 // address, and the Host header it accepts.
@@ -30,8 +26,9 @@ type adminEndpoint struct {
 
 // caddySources reads the running Caddy: its config through the admin API
 // (Caddy drops the raw JSON of loaded modules, so the admin API is the
-// only complete view), its metrics registry, the docker app and the audit
-// ring. endpoint returns the admin address for a request.
+// only complete view of the routes), and the typed snapshots the modules
+// export: counters, the docker app's containers, the audit ring. endpoint
+// returns the admin address for a request.
 func caddySources(endpoint func(ctx context.Context) (adminEndpoint, error)) Sources {
 	cache := &configCache{}
 	return Sources{
@@ -42,15 +39,9 @@ func caddySources(endpoint func(ctx context.Context) (adminEndpoint, error)) Sou
 			}
 			return cache.get(ctx, ep)
 		},
-		Gatherer: func() prometheus.Gatherer {
-			c := caddy.ActiveContext()
-			if reg := c.GetMetricsRegistry(); reg != nil {
-				return reg
-			}
-			return nil
-		},
+		Counters:  ReadCounters,
 		Discovery: func() (caddydocker.Snapshot, bool) { return caddydocker.Current("") },
-		Events:    auditEvents,
+		Events:    caddyaudit.Recent,
 	}
 }
 
@@ -62,7 +53,7 @@ type configCache struct {
 	mu   sync.Mutex
 	at   time.Time
 	key  adminEndpoint
-	cfg  uintptr
+	cfg  context.Context // the running config's context: a new one at every load
 	body []byte
 }
 
@@ -71,8 +62,8 @@ const configCacheMaxAge = 30 * time.Second
 func (c *configCache) get(ctx context.Context, ep adminEndpoint) ([]byte, error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	cfg := activeConfigID()
-	if c.body != nil && c.key == ep && cfg != 0 && c.cfg == cfg && time.Since(c.at) < configCacheMaxAge {
+	cfg := caddy.ActiveContext().Context
+	if c.body != nil && c.key == ep && cfg != nil && c.cfg == cfg && time.Since(c.at) < configCacheMaxAge {
 		return c.body, nil
 	}
 	body, err := fetchHTTPConfig(ctx, ep)
@@ -81,23 +72,6 @@ func (c *configCache) get(ctx context.Context, ep adminEndpoint) ([]byte, error)
 	}
 	c.key, c.cfg, c.at, c.body = ep, cfg, time.Now(), body
 	return body, nil
-}
-
-// activeConfigID identifies the running config: the address of Caddy's
-// current *Config (read with reflection; 0 when unknown, which disables
-// the cache).
-func activeConfigID() (id uintptr) {
-	defer func() {
-		if recover() != nil {
-			id = 0
-		}
-	}()
-	ctx := caddy.ActiveContext()
-	cfg := reflect.ValueOf(ctx).FieldByName("cfg")
-	if !cfg.IsValid() || cfg.Kind() != reflect.Pointer || cfg.IsNil() {
-		return 0
-	}
-	return cfg.Pointer()
 }
 
 func fetchHTTPConfig(ctx context.Context, ep adminEndpoint) ([]byte, error) {
@@ -155,16 +129,15 @@ func requestAdminEndpoint(r *http.Request) (adminEndpoint, bool) {
 	return adminEndpoint{}, false
 }
 
-// configuredAdminEndpoint reads the running config's admin listen address
-// (an unexpected layout gives Caddy's default admin address).
-func configuredAdminEndpoint() (ep adminEndpoint, err error) {
-	listen, disabled := adminaddr.Listen(caddy.ActiveContext())
-	if disabled {
-		return ep, fmt.Errorf("the admin API is disabled in this config: the dashboard reads routes through it")
+// adminEndpointAt is the endpoint of an admin listen address ("" is
+// adminaddr.Default).
+func adminEndpointAt(listen string) (adminEndpoint, error) {
+	if listen == "" {
+		listen = adminaddr.Default()
 	}
 	network, address, err := adminaddr.Endpoint(listen)
 	if err != nil {
-		return ep, err
+		return adminEndpoint{}, err
 	}
 	if network == "unix" {
 		return adminEndpoint{network: network, address: address, host: "localhost"}, nil

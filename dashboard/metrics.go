@@ -2,21 +2,22 @@ package dashboard
 
 import (
 	"sort"
-	"strings"
 
-	"github.com/prometheus/client_golang/prometheus"
-	dto "github.com/prometheus/client_model/go"
+	"github.com/apigate/gateway/caddyaudit"
+	"github.com/apigate/gateway/caddydocker"
+	"github.com/apigate/gateway/caddyjwt"
+	"github.com/apigate/gateway/caddypermcache"
+	"github.com/apigate/gateway/caddyrbac"
 )
 
-// Counters are the duty counters the page charts and lists, read from
-// Caddy's metrics registry (the collectors the gateway's modules register).
-// Counters are totals since the process started; the page derives rates.
+// Counters are the duty counters the page charts and lists, from the typed
+// snapshots the modules export (ReadStats, Stats). Counters are totals since
+// the process started; the page derives rates.
 type Counters struct {
-	// Requests is the number of requests seen: Caddy's
-	// caddy_http_requests_total when server metrics are on, else the audit
-	// events recorded (the busiest sink), else jwt_auth verifications.
+	// Requests is the number of requests the duties saw: the audit events
+	// recorded (the busiest sink), else jwt_auth's verifications.
 	Requests float64 `json:"requests"`
-	// RequestsSource names the metric Requests comes from.
+	// RequestsSource says what Requests counts.
 	RequestsSource string `json:"requests_source"`
 	// Denials sums jwt_auth rejections (invalid, missing), rbac denials and
 	// permission denials (cached deny decisions and on_error deny).
@@ -76,148 +77,72 @@ type Sink struct {
 	Poisoned   float64 `json:"poisoned"`
 }
 
-// ReadCounters gathers g and sums the gateway's metrics into Counters. A
-// nil gatherer, or a registry without the gateway's metrics, gives zeros.
-func ReadCounters(g prometheus.Gatherer) (Counters, error) {
+// ReadCounters reads the typed snapshots each module exports (their own
+// counters, totals since the process started).
+func ReadCounters() Counters {
+	return CountersFrom(caddyjwt.ReadStats(), caddyrbac.ReadStats(), caddypermcache.ReadStats(),
+		caddyaudit.Stats(), caddydocker.ReadStats())
+}
+
+// CountersFrom assembles Counters from the modules' snapshots.
+func CountersFrom(jwt caddyjwt.Stats, rbac map[string]float64, perm caddypermcache.Stats,
+	sinks []caddyaudit.SinkStats, docker map[string]float64) Counters {
 	c := Counters{
-		JWT:    JWTCounters{Results: map[string]float64{}},
-		RBAC:   map[string]float64{},
-		Docker: map[string]float64{},
-		Audit:  AuditCounters{Sinks: []Sink{}},
+		JWT: JWTCounters{Results: jwt.Results, Valid: jwt.Valid, Rejected: jwt.Rejected,
+			CacheHits: jwt.CacheHits, CacheMisses: jwt.CacheMisses},
+		RBAC:   rbac,
+		Docker: docker,
+		Permission: PermCounters{HitsAllow: perm.HitsAllow, HitsDeny: perm.HitsDeny, Misses: perm.Misses,
+			StaleServes: perm.StaleServes, ServiceErrors: perm.ServiceErrors, OnErrorAllow: perm.OnErrorAllow,
+			OnErrorDeny: perm.OnErrorDeny, Entries: perm.Entries},
+		Audit: AuditCounters{Sinks: []Sink{}},
 	}
-	if g == nil {
-		return c, nil
+	if c.JWT.Results == nil {
+		c.JWT.Results = map[string]float64{}
 	}
-	fams, err := g.Gather()
-	if fams == nil && err != nil {
-		return c, err
+	if c.RBAC == nil {
+		c.RBAC = map[string]float64{}
 	}
-	sinks := map[[2]string]*Sink{}
-	sink := func(m *dto.Metric) *Sink {
-		k := [2]string{label(m, "sink"), label(m, "type")}
-		s, ok := sinks[k]
-		if !ok {
-			s = &Sink{Name: k[0], Type: k[1]}
-			sinks[k] = s
-		}
-		return s
-	}
-	var httpRequests float64
-	haveHTTP := false
-	for _, f := range fams {
-		name := f.GetName()
-		if !strings.HasPrefix(name, "gateway_") && name != "caddy_http_requests_total" {
-			continue
-		}
-		for _, m := range f.GetMetric() {
-			v := value(m)
-			switch name {
-			case "caddy_http_requests_total":
-				haveHTTP = true
-				httpRequests += v
-			case "gateway_jwt_verifications_total":
-				res, reason := label(m, "result"), label(m, "reason")
-				c.JWT.Results[res+": "+reason] += v
-				switch res {
-				case "valid":
-					c.JWT.Valid += v
-				case "invalid", "missing":
-					c.JWT.Rejected += v
-				}
-			case "gateway_jwt_cache_hits_total":
-				c.JWT.CacheHits += v
-			case "gateway_jwt_cache_misses_total":
-				c.JWT.CacheMisses += v
-			case "gateway_rbac_decisions_total":
-				c.RBAC[label(m, "result")] += v
-			case "gateway_permission_cache_hits_total":
-				if label(m, "decision") == "deny" {
-					c.Permission.HitsDeny += v
-				} else {
-					c.Permission.HitsAllow += v
-				}
-			case "gateway_permission_cache_misses_total":
-				c.Permission.Misses += v
-			case "gateway_permission_stale_serves_total":
-				c.Permission.StaleServes += v
-			case "gateway_permission_service_errors_total":
-				c.Permission.ServiceErrors += v
-			case "gateway_permission_on_error_total":
-				if label(m, "action") == "deny" {
-					c.Permission.OnErrorDeny += v
-				} else {
-					c.Permission.OnErrorAllow += v
-				}
-			case "gateway_permission_cache_entries":
-				c.Permission.Entries += v
-			case "gateway_audit_queue_depth":
-				sink(m).QueueDepth += v
-			case "gateway_audit_events_enqueued_total":
-				sink(m).Enqueued += v
-			case "gateway_audit_events_sent_total":
-				sink(m).Sent += v
-			case "gateway_audit_events_retried_total":
-				sink(m).Retried += v
-			case "gateway_audit_events_spooled_total":
-				sink(m).Spooled += v
-			case "gateway_audit_events_dropped_total":
-				sink(m).Dropped += v
-			case "gateway_audit_events_poisoned_total":
-				sink(m).Poisoned += v
-			case "gateway_docker_containers":
-				c.Docker["containers_"+label(m, "state")] += v
-			case "gateway_docker_routes":
-				c.Docker["routes"] += v
-			case "gateway_docker_errors_total":
-				c.Docker["errors_"+label(m, "kind")] += v
-			case "gateway_docker_applies_total":
-				c.Docker["applies_"+label(m, "result")] += v
-			}
-		}
+	if c.Docker == nil {
+		c.Docker = map[string]float64{}
 	}
 	c.JWT.CacheHitRate = ratio(c.JWT.CacheHits, c.JWT.CacheHits+c.JWT.CacheMisses)
 	p := &c.Permission
 	p.CacheHitRate = ratio(p.HitsAllow+p.HitsDeny, p.HitsAllow+p.HitsDeny+p.Misses)
 
-	keys := make([][2]string, 0, len(sinks))
-	for k := range sinks {
-		keys = append(keys, k)
-	}
-	sort.Slice(keys, func(i, j int) bool {
-		if keys[i][0] != keys[j][0] {
-			return keys[i][0] < keys[j][0]
-		}
-		return keys[i][1] < keys[j][1]
-	})
 	var maxEnqueued float64
-	for _, k := range keys {
-		s := sinks[k]
-		c.Audit.Sinks = append(c.Audit.Sinks, *s)
+	for _, st := range sinks {
+		s := Sink{Name: st.Name, Type: st.Type, QueueDepth: float64(st.QueueDepth), Enqueued: float64(st.Enqueued),
+			Sent: float64(st.Sent), Retried: float64(st.Retried), Spooled: float64(st.Spooled),
+			Dropped: float64(st.Dropped), Poisoned: float64(st.Poisoned)}
+		c.Audit.Sinks = append(c.Audit.Sinks, s)
 		c.Audit.Backlog += s.QueueDepth
 		c.Audit.Enqueued += s.Enqueued
 		c.Audit.Sent += s.Sent
 		c.Audit.Spooled += s.Spooled
 		c.Audit.Dropped += s.Dropped
-		if s.Enqueued > maxEnqueued {
-			maxEnqueued = s.Enqueued
-		}
+		maxEnqueued = max(maxEnqueued, s.Enqueued)
 	}
+	sort.Slice(c.Audit.Sinks, func(i, j int) bool {
+		a, b := c.Audit.Sinks[i], c.Audit.Sinks[j]
+		return a.Name < b.Name || a.Name == b.Name && a.Type < b.Type
+	})
 
-	switch {
-	case haveHTTP:
-		c.Requests, c.RequestsSource = httpRequests, "caddy_http_requests_total"
-	case len(sinks) > 0:
-		c.Requests, c.RequestsSource = maxEnqueued, "gateway_audit_events_enqueued_total"
-	default:
-		var n float64
-		for _, v := range c.JWT.Results {
-			n += v
-		}
-		c.Requests, c.RequestsSource = n, "gateway_jwt_verifications_total"
+	// Requests: what the duties saw. Every request through an audit handler
+	// is one event in each sink (the busiest sink counts them); without
+	// audit, jwt_auth's results count the requests it saw.
+	var verified float64
+	for _, v := range c.JWT.Results {
+		verified += v
+	}
+	if len(sinks) > 0 {
+		c.Requests, c.RequestsSource = maxEnqueued, "audit events enqueued"
+	} else {
+		c.Requests, c.RequestsSource = verified, "jwt_auth verifications"
 	}
 	c.Denials = c.JWT.Rejected + c.RBAC["deny_role"] + c.RBAC["deny_scope"] + c.RBAC["unauthenticated"] +
 		p.HitsDeny + p.OnErrorDeny
-	return c, nil
+	return c
 }
 
 func ratio(a, b float64) *float64 {
@@ -226,25 +151,4 @@ func ratio(a, b float64) *float64 {
 	}
 	r := a / b
 	return &r
-}
-
-func label(m *dto.Metric, name string) string {
-	for _, l := range m.GetLabel() {
-		if l.GetName() == name {
-			return l.GetValue()
-		}
-	}
-	return ""
-}
-
-func value(m *dto.Metric) float64 {
-	switch {
-	case m.Counter != nil:
-		return m.Counter.GetValue()
-	case m.Gauge != nil:
-		return m.Gauge.GetValue()
-	case m.Untyped != nil:
-		return m.Untyped.GetValue()
-	}
-	return 0
 }

@@ -54,9 +54,9 @@ func (a *AdminAPI) Provision(ctx caddy.Context) error {
 	a.srv = &Server{Refresh: time.Second}
 	a.srv.Sources = caddySources(func(ctx context.Context) (adminEndpoint, error) {
 		if ep, ok := ctx.Value(adminEndpointKey{}).(adminEndpoint); ok {
-			return ep, nil
+			return ep, nil // the one the request came in on
 		}
-		return configuredAdminEndpoint()
+		return adminEndpointAt("")
 	})
 	return nil
 }
@@ -98,6 +98,12 @@ type Handler struct {
 	// Refresh is how often the page polls for new data. Default: 1s.
 	Refresh caddy.Duration `json:"refresh,omitempty"`
 
+	// Admin is the address of Caddy's admin API, which the dashboard reads
+	// the routes from. Default: the CADDY_ADMIN environment variable, else
+	// localhost:2019 (Caddy's default); a config whose admin global option
+	// moves the admin API sets the same address here.
+	Admin string `json:"admin,omitempty"`
+
 	srv *Server
 }
 
@@ -121,7 +127,11 @@ func (h *Handler) Provision(ctx caddy.Context) error {
 		return err
 	}
 	h.srv = &Server{Refresh: time.Duration(h.Refresh)}
-	h.srv.Sources = caddySources(func(context.Context) (adminEndpoint, error) { return configuredAdminEndpoint() })
+	ep, err := adminEndpointAt(h.Admin)
+	if err != nil {
+		return fmt.Errorf("invalid admin %q: %v", h.Admin, err)
+	}
+	h.srv.Sources = caddySources(func(context.Context) (adminEndpoint, error) { return ep, nil })
 	return nil
 }
 

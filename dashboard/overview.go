@@ -6,10 +6,10 @@ import (
 	"strings"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus"
-
 	"github.com/apigate/gateway/caddyaudit"
 	"github.com/apigate/gateway/caddydocker"
+	"github.com/apigate/gateway/caddyjwt"
+	"github.com/apigate/gateway/caddypermcache"
 )
 
 // Sources are where the dashboard reads from. Every field is optional: a
@@ -17,8 +17,8 @@ import (
 type Sources struct {
 	// HTTPConfig returns the running config's apps.http JSON.
 	HTTPConfig func(ctx context.Context) ([]byte, error)
-	// Gatherer returns the running config's metrics registry.
-	Gatherer func() prometheus.Gatherer
+	// Counters returns the modules' counters.
+	Counters func() Counters
 	// Discovery returns the docker app's snapshot, if a docker app runs.
 	Discovery func() (caddydocker.Snapshot, bool)
 	// Events returns up to n recent audit events, newest first.
@@ -125,13 +125,10 @@ func (s Sources) Build(ctx context.Context, refresh time.Duration, events int) O
 	} else {
 		o.Containers = ContainersFrom(caddydocker.Snapshot{}, false)
 	}
-	var g prometheus.Gatherer
-	if s.Gatherer != nil {
-		g = s.Gatherer()
-	}
-	var err error
-	if o.Counters, err = ReadCounters(g); err != nil {
-		o.CountersError = err.Error()
+	if s.Counters != nil {
+		o.Counters = s.Counters()
+	} else {
+		o.Counters = CountersFrom(caddyjwt.Stats{}, nil, caddypermcache.Stats{}, nil, nil)
 	}
 	if s.Events != nil {
 		o.EventsEnabled = true

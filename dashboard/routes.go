@@ -7,6 +7,14 @@ import (
 	"strings"
 	"time"
 
+	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
+	"github.com/caddyserver/caddy/v2/modules/caddyhttp/reverseproxy"
+	caddyrl "github.com/mholt/caddy-ratelimit"
+
+	"github.com/apigate/gateway/caddyaudit"
+	"github.com/apigate/gateway/caddyjwt"
+	"github.com/apigate/gateway/caddypermcache"
+	"github.com/apigate/gateway/caddyrbac"
 	"github.com/apigate/gateway/internal/urls"
 )
 
@@ -214,15 +222,10 @@ func short(s string) string {
 	return s
 }
 
+// upstreams are a reverse_proxy handler's dial addresses, read with
+// Caddy's own handler type.
 func upstreams(raw json.RawMessage) []string {
-	var rp struct {
-		Upstreams []struct {
-			Dial string `json:"dial"`
-		} `json:"upstreams"`
-		Dynamic *struct {
-			Source string `json:"source"`
-		} `json:"dynamic_upstreams"`
-	}
+	var rp reverseproxy.Handler
 	if json.Unmarshal(raw, &rp) != nil {
 		return nil
 	}
@@ -230,113 +233,60 @@ func upstreams(raw json.RawMessage) []string {
 	for _, u := range rp.Upstreams {
 		out = append(out, u.Dial)
 	}
-	if rp.Dynamic != nil {
-		out = append(out, "dynamic:"+rp.Dynamic.Source)
+	if len(rp.DynamicUpstreamsRaw) > 0 {
+		var src struct {
+			Source string `json:"source"`
+		}
+		_ = json.Unmarshal(rp.DynamicUpstreamsRaw, &src)
+		out = append(out, "dynamic:"+src.Source)
 	}
 	return out
 }
 
+// describers summarize a duty's JSON config; each is the owning module's
+// own (it decodes its own config type), so the dashboard keeps no copy of
+// another module's configuration.
+var describers = map[string]func(json.RawMessage) string{
+	"jwt_auth":   caddyjwt.DescribeConfig,
+	"rbac":       caddyrbac.DescribeConfig,
+	"permission": caddypermcache.DescribeConfig,
+	"audit":      caddyaudit.DescribeConfig,
+	"rate_limit": describeRateLimit,
+	"static_response": func(raw json.RawMessage) string {
+		var h caddyhttp.StaticResponse
+		if json.Unmarshal(raw, &h) != nil {
+			return ""
+		}
+		return h.StatusCode.String()
+	},
+}
+
 // dutyDetail is a short, secret-free description of a handler's settings.
 func dutyDetail(name string, raw json.RawMessage) string {
-	switch name {
-	case "rbac":
-		var c struct {
-			Require      []struct{ Any, All []string } `json:"require"`
-			RequireScope []struct{ Any, All []string } `json:"require_scope"`
-		}
-		if json.Unmarshal(raw, &c) != nil {
-			return ""
-		}
-		var parts []string
-		for _, r := range c.Require {
-			if len(r.Any) > 0 {
-				parts = append(parts, "any "+strings.Join(r.Any, ","))
-			}
-			if len(r.All) > 0 {
-				parts = append(parts, "all "+strings.Join(r.All, ","))
-			}
-		}
-		for _, r := range c.RequireScope {
-			if len(r.Any) > 0 {
-				parts = append(parts, "scope any "+strings.Join(r.Any, ","))
-			}
-			if len(r.All) > 0 {
-				parts = append(parts, "scope all "+strings.Join(r.All, ","))
-			}
-		}
-		return strings.Join(parts, "; ")
-	case "rate_limit":
-		var c struct {
-			RateLimits map[string]struct {
-				MaxEvents int             `json:"max_events"`
-				Window    json.RawMessage `json:"window"`
-			} `json:"rate_limits"`
-		}
-		if json.Unmarshal(raw, &c) != nil {
-			return ""
-		}
-		keys := make([]string, 0, len(c.RateLimits))
-		for k := range c.RateLimits {
-			keys = append(keys, k)
-		}
-		sort.Strings(keys)
-		var parts []string
-		for _, k := range keys {
-			z := c.RateLimits[k]
-			parts = append(parts, fmt.Sprintf("%d/%s", z.MaxEvents, windowText(z.Window)))
-		}
-		return strings.Join(parts, ", ")
-	case "jwt_auth":
-		var c map[string]json.RawMessage
-		if json.Unmarshal(raw, &c) != nil {
-			return ""
-		}
-		var parts []string
-		if v, ok := c["optional"]; ok && string(v) == "true" {
-			parts = append(parts, "optional")
-		}
-		var aud []string
-		if v, ok := c["audiences"]; ok && json.Unmarshal(v, &aud) == nil && len(aud) > 0 {
-			parts = append(parts, "aud "+short(strings.Join(aud, ",")))
-		}
-		return strings.Join(parts, ", ")
-	case "permission":
-		var c struct {
-			URL string `json:"url"`
-		}
-		if json.Unmarshal(raw, &c) == nil && c.URL != "" {
-			return redactURL(c.URL)
-		}
-	case "audit":
-		var c struct {
-			Route string `json:"route"`
-		}
-		if json.Unmarshal(raw, &c) == nil {
-			return c.Route
-		}
-	case "static_response":
-		var c struct {
-			Status json.RawMessage `json:"status_code"`
-		}
-		if json.Unmarshal(raw, &c) == nil && len(c.Status) > 0 {
-			return strings.Trim(string(c.Status), `"`)
-		}
+	if d := describers[name]; d != nil {
+		return short(d(raw))
 	}
 	return ""
 }
 
-// windowText formats a caddy.Duration as JSON gives it: a duration string
-// ("1m0s") or integer nanoseconds.
-func windowText(raw json.RawMessage) string {
-	var ns int64
-	if json.Unmarshal(raw, &ns) == nil {
-		return durationText(time.Duration(ns).String())
+// describeRateLimit lists a rate_limit handler's zones as events/window,
+// read with caddy-ratelimit's own handler type.
+func describeRateLimit(raw json.RawMessage) string {
+	var h caddyrl.Handler
+	if json.Unmarshal(raw, &h) != nil {
+		return ""
 	}
-	var s string
-	if json.Unmarshal(raw, &s) == nil {
-		return durationText(s)
+	keys := make([]string, 0, len(h.RateLimits))
+	for k := range h.RateLimits {
+		keys = append(keys, k)
 	}
-	return "?"
+	sort.Strings(keys)
+	var parts []string
+	for _, k := range keys {
+		z := h.RateLimits[k]
+		parts = append(parts, fmt.Sprintf("%d/%s", z.MaxEvents, durationText(time.Duration(z.Window).String())))
+	}
+	return strings.Join(parts, ", ")
 }
 
 func durationText(w string) string {

@@ -181,10 +181,15 @@ func FuzzExtractRoutes(f *testing.F) {
 	})
 }
 
-func TestWindowText(t *testing.T) {
-	for in, want := range map[string]string{`"1m0s"`: "1m", `"30s"`: "30s", `"1h0m0s"`: "1h", `"1m30s"`: "90s", `"1.5s"`: "1.5s", `"bad"`: "bad", "60000000000": "1m", "{}": "?"} {
-		if got := windowText(json.RawMessage(in)); got != want {
-			t.Errorf("windowText(%q) = %q, want %q", in, got, want)
+func TestDescribeRateLimit(t *testing.T) {
+	for in, want := range map[string]string{
+		`{"rate_limits":{"z":{"max_events":100,"window":"1m0s"}}}`:                                        "100/1m",
+		`{"rate_limits":{"b":{"max_events":5,"window":60000000000},"a":{"max_events":1,"window":"90s"}}}`: "1/90s, 5/1m",
+		`{"rate_limits":{"z":{"max_events":2,"window":"1.5s"}}}`:                                          "2/1.5s",
+		`not json`: "",
+	} {
+		if got := describeRateLimit(json.RawMessage(in)); got != want {
+			t.Errorf("describeRateLimit(%s) = %q, want %q", in, got, want)
 		}
 	}
 }

@@ -84,6 +84,7 @@ func (b *Bench) discovery(n int) {
 		name gateway
 	}
 	docker {
+		admin %s
 		host %s
 		server gateway
 		state_file %s
@@ -95,7 +96,7 @@ func (b *Bench) discovery(n int) {
 		respond "ok"
 	}
 }
-`, discGatewayAdm, discGatewayPort, discGatewayPort, pod.host(), state, discGatewayPort)), 0o644)
+`, discGatewayAdm, discGatewayPort, discGatewayPort, discGatewayAdm, pod.host(), state, discGatewayPort)), 0o644)
 	if err != nil {
 		d.Err = err.Error()
 		return

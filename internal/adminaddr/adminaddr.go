@@ -1,40 +1,26 @@
-// Package adminaddr finds the admin API of a Caddy config, for modules that
-// call it (the docker app applies routes through it, the dashboard reads
-// routes from it).
+// Package adminaddr is how the modules that call Caddy's admin API (the
+// docker app applies routes through it, the dashboard reads routes from it)
+// find it.
 package adminaddr
 
 import (
 	"fmt"
-	"reflect"
+	"os"
 
 	"github.com/caddyserver/caddy/v2"
 )
 
-// Listen reads the admin listen address of the config that ctx belongs to
-// (a module's provisioning context, or caddy.ActiveContext()). Caddy does
-// not export it, so it is read with reflection (read-only); an unexpected
-// layout yields "", false.
-func Listen(ctx caddy.Context) (listen string, disabled bool) {
-	defer func() {
-		if recover() != nil {
-			listen, disabled = "", false
-		}
-	}()
-	cfg := reflect.ValueOf(ctx).FieldByName("cfg")
-	if !cfg.IsValid() || cfg.Kind() != reflect.Pointer || cfg.IsNil() {
-		return "", false
+// Default is the admin address a module uses when its config names none:
+// the CADDY_ADMIN environment variable, as Caddy's own default admin
+// address follows it, else Caddy's default (localhost:2019). Caddy does not
+// tell a module its config's admin address, so a config whose `admin` global
+// option moves the admin API elsewhere must give that address to the module
+// too (the docker app's and the dashboard handler's `admin` option).
+func Default() string {
+	if v := os.Getenv("CADDY_ADMIN"); v != "" {
+		return v
 	}
-	admin := cfg.Elem().FieldByName("Admin")
-	if !admin.IsValid() || admin.Kind() != reflect.Pointer || admin.IsNil() {
-		return "", false
-	}
-	if d := admin.Elem().FieldByName("Disabled"); d.IsValid() && d.Kind() == reflect.Bool && d.Bool() {
-		return "", true
-	}
-	if l := admin.Elem().FieldByName("Listen"); l.IsValid() && l.Kind() == reflect.String {
-		return l.String(), false
-	}
-	return "", false
+	return caddy.DefaultAdminListen
 }
 
 // Endpoint turns an admin listen address ("" is Caddy's default) into the

@@ -12,6 +12,7 @@ import (
 	"errors"
 
 	"github.com/prometheus/client_golang/prometheus"
+	dto "github.com/prometheus/client_model/go"
 )
 
 // Register registers cs on reg (which may be nil: no metrics). A collector
@@ -32,4 +33,36 @@ func Register(reg *prometheus.Registry, cs ...prometheus.Collector) error {
 		}
 	}
 	return errors.Join(errs...)
+}
+
+// Each calls fn with the label values and the value of every metric c
+// collects (counters and gauges; histograms give their sample count). A
+// module reads its own collectors with it for the typed snapshots it
+// exports, instead of other modules reading its metric names.
+func Each(c prometheus.Collector, fn func(labels map[string]string, value float64)) {
+	ch := make(chan prometheus.Metric, 64)
+	go func() {
+		c.Collect(ch)
+		close(ch)
+	}()
+	for m := range ch {
+		var d dto.Metric
+		if m.Write(&d) != nil {
+			continue
+		}
+		labels := make(map[string]string, len(d.GetLabel()))
+		for _, l := range d.GetLabel() {
+			labels[l.GetName()] = l.GetValue()
+		}
+		switch {
+		case d.Counter != nil:
+			fn(labels, d.GetCounter().GetValue())
+		case d.Gauge != nil:
+			fn(labels, d.GetGauge().GetValue())
+		case d.Histogram != nil:
+			fn(labels, float64(d.GetHistogram().GetSampleCount()))
+		case d.Untyped != nil:
+			fn(labels, d.GetUntyped().GetValue())
+		}
+	}
 }
