@@ -110,9 +110,7 @@ func (t *Transport) Provision(ctx caddy.Context) error {
 	if t.MaxResponseHeaderSize == 0 {
 		t.MaxResponseHeaderSize = DefaultMaxResponseHeaderSize
 	}
-	if err := t.Validate(); err != nil {
-		return err
-	}
+	// (Caddy calls Validate next; the client copes with any value meanwhile)
 	key, err := json.Marshal(t)
 	if err != nil {
 		return err

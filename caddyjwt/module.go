@@ -5,6 +5,7 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
+	"hash"
 	"net/http"
 	"net/textproto"
 	"os"
@@ -168,9 +169,10 @@ type pooledVerifier struct{ *Verifier }
 func (pooledVerifier) Destruct() error { return nil }
 
 // Provision loads the keys, joins (or starts) the shared JWKS fetchers and
-// verifier, and registers the metrics.
+// verifier, and registers the metrics. It does no network I/O: JWKS fetch in
+// the background.
 func (j *JWTAuth) Provision(ctx caddy.Context) error {
-	j.logger = ctx.Logger(j)
+	j.logger = ctx.Logger()
 	var err error
 	if j.metrics, err = newMetrics(ctx.GetMetricsRegistry()); err != nil {
 		return err
@@ -179,24 +181,49 @@ func (j *JWTAuth) Provision(ctx caddy.Context) error {
 		j.Realm = DefaultRealm
 	}
 	j.challenge = deny.BearerChallenge(j.Realm)
-	if err := j.Validate(); err != nil {
+	repl := caddy.NewReplacer()
+	// fp identifies the keys and settings: configs (and reloads) with the
+	// same ones share one verifier and its verified-token cache
+	fp := sha256.New()
+	keys, err := j.staticKeys(repl, fp)
+	if err != nil {
 		return err
 	}
-	repl := caddy.NewReplacer()
+	sets, err := j.joinKeySets(repl, fp)
+	if err != nil {
+		return err
+	}
+	if err := j.joinVerifier(keys, sets, fp); err != nil {
+		return err
+	}
+	j.sources = OrderSources(j.FromHeaders, j.FromCookies, j.FromQuery)
+	for _, fc := range j.ForwardClaims {
+		p, err := ParseClaimPath(fc.Claim)
+		if err != nil {
+			return fmt.Errorf("forward_claim: %v", err)
+		}
+		h := textproto.CanonicalMIMEHeaderKey(fc.Header)
+		j.forward = append(j.forward, forward{path: p, header: h})
+		j.spoofable = append(j.spoofable, h)
+	}
+	return nil
+}
 
+// staticKeys loads the HMAC secrets and PEM public keys, and warns about a
+// key that none of the allowed algorithms can use.
+func (j *JWTAuth) staticKeys(repl *caddy.Replacer, fp hash.Hash) ([]*Key, error) {
 	var keys []*Key
-	fpHash := sha256.New()
 	for i, raw := range j.HMACSecrets {
 		secret := repl.ReplaceKnown(raw, "")
 		if secret == "" {
-			return fmt.Errorf("hmac_secret #%d is empty once placeholders are replaced (is the environment variable or file set?)", i+1)
+			return nil, fmt.Errorf("hmac_secret #%d is empty once placeholders are replaced (is the environment variable or file set?)", i+1)
 		}
 		if len(secret) < 32 {
 			j.logger.Warn("hmac_secret is shorter than 32 bytes; use a long random secret", zap.Int("index", i+1))
 		}
 		k, err := NewHMACKey([]byte(secret), "")
 		if err != nil {
-			return fmt.Errorf("hmac_secret #%d: %v", i+1, err)
+			return nil, fmt.Errorf("hmac_secret #%d: %v", i+1, err)
 		}
 		keys = append(keys, k)
 	}
@@ -204,16 +231,16 @@ func (j *JWTAuth) Provision(ctx caddy.Context) error {
 		path := repl.ReplaceKnown(raw, "")
 		data, err := os.ReadFile(path)
 		if err != nil {
-			return fmt.Errorf("public_key: %v", err)
+			return nil, fmt.Errorf("public_key: %v", err)
 		}
 		ks, err := ParsePEMKeys(data, "public_key "+path)
 		if err != nil {
-			return err
+			return nil, err
 		}
 		keys = append(keys, ks...)
 	}
 	for _, k := range keys {
-		fpHash.Write(k.fp[:])
+		fp.Write(k.fp[:])
 		if len(j.Algorithms) > 0 {
 			usable := false
 			for _, a := range j.Algorithms {
@@ -225,8 +252,12 @@ func (j *JWTAuth) Provision(ctx caddy.Context) error {
 			}
 		}
 	}
+	return keys, nil
+}
 
-	var sets []KeySet
+// joinKeySets joins (or starts) the shared JWKS fetcher of every jwks_url,
+// which fetches in the background.
+func (j *JWTAuth) joinKeySets(repl *caddy.Replacer, fp hash.Hash) ([]KeySet, error) {
 	// defaults applied before keying the pool, so that `jwks_refresh 10m`
 	// and no jwks_refresh share one fetcher
 	refresh, cooldown, timeout := time.Duration(j.JWKSRefresh), time.Duration(j.JWKSCooldown), time.Duration(j.JWKSTimeout)
@@ -239,10 +270,11 @@ func (j *JWTAuth) Provision(ctx caddy.Context) error {
 	if timeout == 0 {
 		timeout = DefaultJWKSTimeout
 	}
+	var sets []KeySet
 	for _, raw := range j.JWKSURLs {
 		u := repl.ReplaceKnown(raw, "")
 		if err := urls.CheckHTTP("jwks_url", u); err != nil {
-			return err
+			return nil, err
 		}
 		poolKey := fmt.Sprintf("jwks|%s|%d|%d|%d", u, refresh, cooldown, timeout)
 		logger := j.logger
@@ -252,17 +284,22 @@ func (j *JWTAuth) Provision(ctx caddy.Context) error {
 			return s, nil
 		})
 		if err != nil {
-			return err
+			return nil, err
 		}
 		j.jwksKeys = append(j.jwksKeys, poolKey)
 		s := val.(*JWKSet)
 		fetches := j.metrics.jwksFetches
 		s.OnFetch(func(result string) { fetches.WithLabelValues(u, result).Inc() })
 		sets = append(sets, s)
-		fpHash.Write([]byte(poolKey))
-		fpHash.Write([]byte{0})
+		fp.Write([]byte(poolKey))
+		fp.Write([]byte{0})
 	}
+	return sets, nil
+}
 
+// joinVerifier joins (or makes) the verifier shared by configs with the same
+// keys and settings.
+func (j *JWTAuth) joinVerifier(keys []*Key, sets []KeySet, fp hash.Hash) error {
 	opts := Options{
 		Algorithms:    j.Algorithms,
 		Issuers:       j.Issuers,
@@ -277,8 +314,8 @@ func (j *JWTAuth) Provision(ctx caddy.Context) error {
 	if err != nil {
 		return err
 	}
-	fpHash.Write(optsJSON)
-	j.verifierKey = "verifier|" + hex.EncodeToString(fpHash.Sum(nil))
+	fp.Write(optsJSON)
+	j.verifierKey = "verifier|" + hex.EncodeToString(fp.Sum(nil))
 	val, _, err := verifierPool.LoadOrNew(j.verifierKey, func() (caddy.Destructor, error) {
 		v, err := NewVerifier(opts, keys, sets...)
 		if err != nil {
@@ -291,17 +328,6 @@ func (j *JWTAuth) Provision(ctx caddy.Context) error {
 		return err
 	}
 	j.verifier = val.(pooledVerifier).Verifier
-
-	j.sources = OrderSources(j.FromHeaders, j.FromCookies, j.FromQuery)
-	for _, fc := range j.ForwardClaims {
-		p, err := ParseClaimPath(fc.Claim)
-		if err != nil {
-			return fmt.Errorf("forward_claim: %v", err)
-		}
-		h := textproto.CanonicalMIMEHeaderKey(fc.Header)
-		j.forward = append(j.forward, forward{path: p, header: h})
-		j.spoofable = append(j.spoofable, h)
-	}
 	return nil
 }
 

@@ -261,6 +261,9 @@ func TestProvisionErrors(t *testing.T) {
 			defer cancel()
 			j := tc.j
 			err := j.Provision(ctx)
+			if err == nil {
+				err = j.Validate() // as Caddy does, after Provision
+			}
 			j.Cleanup()
 			if err == nil || !strings.Contains(err.Error(), tc.want) {
 				t.Fatalf("err = %v, want %q", err, tc.want)
