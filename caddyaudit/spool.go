@@ -15,6 +15,8 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/caddyserver/caddy/v2"
 )
 
 // The spool is an append-only log of framed records in segment files
@@ -566,46 +568,31 @@ func (s *Spool) Close() error {
 	return errors.Join(err, os.Rename(tmp, path))
 }
 
-// shared spools: one *Spool per directory in the process, so that the
-// workers of an old and a new config share it during a reload.
-var (
-	spoolsMu sync.Mutex
-	spools   = map[string]*sharedSpool{}
-)
-
-type sharedSpool struct {
-	s    *Spool
-	refs int
-}
+// spools holds one *Spool per directory in the process, so that the
+// workers of an old and a new config share it during a reload; the last
+// release closes it.
+var spools = caddy.NewUsagePool()
 
 func acquireSpool(dir string, bad func(BadRange)) (*Spool, error) {
 	dir = filepath.Clean(dir)
-	spoolsMu.Lock()
-	defer spoolsMu.Unlock()
-	if sh, ok := spools[dir]; ok {
-		sh.refs++
-		return sh.s, nil
-	}
-	s, err := OpenSpool(dir, bad)
+	val, _, err := spools.LoadOrNew(dir, func() (caddy.Destructor, error) {
+		s, err := OpenSpool(dir, bad)
+		if err != nil {
+			return nil, err
+		}
+		s.startSyncer(200*time.Millisecond, nil)
+		return s, nil
+	})
 	if err != nil {
 		return nil, err
 	}
-	s.startSyncer(200*time.Millisecond, nil)
-	spools[dir] = &sharedSpool{s: s, refs: 1}
-	return s, nil
+	return val.(*Spool), nil
 }
 
 func releaseSpool(s *Spool) error {
-	spoolsMu.Lock()
-	defer spoolsMu.Unlock()
-	sh, ok := spools[s.dir]
-	if !ok || sh.s != s {
-		return nil
-	}
-	sh.refs--
-	if sh.refs > 0 {
-		return nil
-	}
-	delete(spools, s.dir)
-	return s.Close()
+	_, err := spools.Delete(s.dir)
+	return err
 }
+
+// Destruct closes the spool when its last user releases it.
+func (s *Spool) Destruct() error { return s.Close() }

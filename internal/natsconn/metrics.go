@@ -38,13 +38,7 @@ func (collector) Describe(ch chan<- *prometheus.Desc) {
 
 // Collect implements prometheus.Collector.
 func (collector) Collect(ch chan<- prometheus.Metric) {
-	mu.Lock()
-	cs := make([]*Conn, 0, len(conns))
-	for _, c := range conns {
-		cs = append(cs, c)
-	}
-	mu.Unlock()
-	for _, c := range cs {
+	for _, c := range open() {
 		servers, name := c.labels[0], c.labels[1]
 		connected := 0.0
 		if c.nc.Status() == nats.CONNECTED {

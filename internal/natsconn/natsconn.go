@@ -17,6 +17,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/caddyserver/caddy/v2"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
@@ -86,7 +87,6 @@ func (o Options) key() string {
 // returned by Get instead.
 type Conn struct {
 	nc     *nats.Conn
-	refs   int
 	key    string
 	labels [2]string // servers (redacted, sorted), name: for metrics
 
@@ -140,10 +140,9 @@ func (c *Conn) JetStream() (jetstream.JetStream, error) {
 	return c.js, c.jsErr
 }
 
-var (
-	mu    sync.Mutex
-	conns = map[string]*Conn{}
-)
+// conns holds one connection per distinct Options, shared by every user
+// (and across config reloads); the last user's release closes it.
+var conns = caddy.NewUsagePool()
 
 // OptionsProvider is implemented by what a config's `storage nats` global
 // option provisions (the storage that caddy.Context.Storage returns): other
@@ -172,59 +171,56 @@ func Get(opts Options) (*Conn, func(), error) {
 	}
 	opts = opts.withDefaults()
 	k := opts.key()
-
-	mu.Lock()
-	defer mu.Unlock()
-	c, ok := conns[k]
-	if !ok {
+	val, _, err := conns.LoadOrNew(k, func() (caddy.Destructor, error) {
 		sorted := append([]string(nil), opts.Servers...)
 		sort.Strings(sorted)
-		c = &Conn{key: k, labels: [2]string{redact(sorted), opts.Name}}
+		c := &Conn{key: k, labels: [2]string{redact(sorted), opts.Name}}
 		nc, err := connect(opts, c.reconnected)
 		if err != nil {
-			return nil, nil, err
+			return nil, err
 		}
 		c.nc = nc
-		conns[k] = c
+		return c, nil
+	})
+	if err != nil {
+		return nil, nil, err
 	}
-	c.refs++
 	var once sync.Once
-	return c, func() { once.Do(func() { release(c) }) }, nil
+	return val.(*Conn), func() { once.Do(func() { _, _ = conns.Delete(k) }) }, nil
 }
 
-func release(c *Conn) {
-	mu.Lock()
-	c.refs--
-	last := c.refs == 0
-	if last {
-		delete(conns, c.key)
-	}
-	mu.Unlock()
-	if last {
-		// Drain flushes what is buffered; bound it so that a dead server
-		// cannot hold a config reload.
-		done := make(chan struct{})
-		go func() {
-			_ = c.nc.Drain()
-			for c.nc.IsDraining() {
-				time.Sleep(10 * time.Millisecond)
-			}
-			close(done)
-		}()
-		select {
-		case <-done:
-		case <-time.After(3 * time.Second):
+// Destruct drains and closes the connection when its last user releases
+// it. Draining flushes what is buffered; it is bounded so that a dead
+// server cannot hold a config reload.
+func (c *Conn) Destruct() error {
+	done := make(chan struct{})
+	go func() {
+		_ = c.nc.Drain()
+		for c.nc.IsDraining() {
+			time.Sleep(10 * time.Millisecond)
 		}
-		c.nc.Close()
+		close(done)
+	}()
+	select {
+	case <-done:
+	case <-time.After(3 * time.Second):
 	}
+	c.nc.Close()
+	return nil
+}
+
+// open returns the open connections.
+func open() []*Conn {
+	var cs []*Conn
+	conns.Range(func(_, v any) bool {
+		cs = append(cs, v.(*Conn))
+		return true
+	})
+	return cs
 }
 
 // Count returns how many distinct connections are open (for tests).
-func Count() int {
-	mu.Lock()
-	defer mu.Unlock()
-	return len(conns)
-}
+func Count() int { return len(open()) }
 
 func connect(o Options, onReconnect func()) (*nats.Conn, error) {
 	nopts := []nats.Option{
