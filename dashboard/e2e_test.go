@@ -205,11 +205,6 @@ type gateway struct {
 	pod *podmantest.Podman
 }
 
-var (
-	gwOnce sync.Once
-	gw     *gateway
-)
-
 func startWithContainers(t *testing.T) *gateway {
 	t.Helper()
 	p := getPodman(t)

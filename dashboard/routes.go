@@ -15,7 +15,6 @@ import (
 	"github.com/apigate/gateway/caddyjwt"
 	"github.com/apigate/gateway/caddypermcache"
 	"github.com/apigate/gateway/caddyrbac"
-	"github.com/apigate/gateway/internal/urls"
 )
 
 // Route is one effective route of the running config, flattened from
@@ -45,13 +44,6 @@ type Duty struct {
 	Name   string `json:"name"`
 	Detail string `json:"detail,omitempty"`
 }
-
-// duties are the gateway's duty handlers (shown as colored badges); every
-// other handler is shown by name.
-var dutyOrder = map[string]int{"audit": 1, "jwt_auth": 2, "rbac": 3, "rate_limit": 4, "permission": 5, "reverse_proxy": 6}
-
-// IsDuty reports whether a handler name is one of the gateway's duties.
-func IsDuty(name string) bool { return dutyOrder[name] > 0 }
 
 // terminal handlers end a chain: a row is emitted when one is reached.
 var terminal = map[string]bool{
@@ -303,6 +295,3 @@ func durationText(w string) string {
 	}
 	return d.String()
 }
-
-// redactURL shows a URL without what may hold a credential, shortened.
-func redactURL(s string) string { return short(urls.Redact(s)) }
