@@ -118,65 +118,96 @@ var routerKeys = map[string]bool{
 // label so that logs and golden files are stable. It never panics on any
 // input.
 func ParseLabels(c Container, opts LabelOptions) (*Service, []LabelError) {
-	var errs []LabelError
-	bad := func(label, value, format string, args ...any) {
-		errs = append(errs, LabelError{Label: label, Value: value, Reason: fmt.Sprintf(format, args...)})
+	p := labelParser{c: c, opts: opts}
+	svc := p.service()
+	routers := p.routerLabels()
+	names := make([]string, 0, len(routers))
+	for n := range routers {
+		names = append(names, n)
 	}
-	get := func(key string) (string, bool) {
-		v, ok := c.Labels[LabelPrefix+key]
-		return strings.TrimSpace(v), ok
+	sort.Strings(names)
+	for _, rname := range names {
+		svc.Routers = append(svc.Routers, p.router(rname, routers[rname]))
 	}
+	if len(p.errs) > 0 {
+		sort.SliceStable(p.errs, func(i, j int) bool { return p.errs[i].Label < p.errs[j].Label })
+		return nil, p.errs
+	}
+	return svc, nil
+}
 
-	if v, ok := get("enable"); !ok {
-		bad(LabelPrefix+"enable", "", "missing: set gateway.enable=true to opt in")
+// labelParser collects the label errors of one container.
+type labelParser struct {
+	c    Container
+	opts LabelOptions
+	errs []LabelError
+}
+
+func (p *labelParser) bad(label, value, format string, args ...any) {
+	p.errs = append(p.errs, LabelError{Label: label, Value: value, Reason: fmt.Sprintf(format, args...)})
+}
+
+func (p *labelParser) get(key string) (string, bool) {
+	v, ok := p.c.Labels[LabelPrefix+key]
+	return strings.TrimSpace(v), ok
+}
+
+// service reads the container-wide labels: enable, name, port, address.
+func (p *labelParser) service() *Service {
+	if v, ok := p.get("enable"); !ok {
+		p.bad(LabelPrefix+"enable", "", "missing: set gateway.enable=true to opt in")
 	} else if b, err := strconv.ParseBool(v); err != nil {
-		bad(LabelPrefix+"enable", v, "not a boolean")
+		p.bad(LabelPrefix+"enable", v, "not a boolean")
 	} else if !b {
-		bad(LabelPrefix+"enable", v, "container did not opt in")
+		p.bad(LabelPrefix+"enable", v, "container did not opt in")
 	}
 
 	svc := &Service{}
-	name, ok := get("name")
+	name, ok := p.get("name")
 	if !ok || name == "" {
-		name = strings.TrimPrefix(c.Name, "/")
+		name = strings.TrimPrefix(p.c.Name, "/")
 		if !ok && !validName(name) {
-			bad(LabelPrefix+"name", "", "container name %q is not a valid service name; set gateway.name", name)
+			p.bad(LabelPrefix+"name", "", "container name %q is not a valid service name; set gateway.name", name)
 		}
 	}
 	if ok && !validName(name) {
-		bad(LabelPrefix+"name", name, "must be 1-128 characters of letters, digits, '.', '_' or '-'")
+		p.bad(LabelPrefix+"name", name, "must be 1-128 characters of letters, digits, '.', '_' or '-'")
 	}
 	svc.Name = name
 
 	port := 0
-	if v, ok := get("port"); !ok {
-		bad(LabelPrefix+"port", "", "missing: the upstream port is required")
-	} else if p, err := strconv.Atoi(v); err != nil || p < 1 || p > 65535 {
-		bad(LabelPrefix+"port", v, "must be a port number 1-65535")
+	if v, ok := p.get("port"); !ok {
+		p.bad(LabelPrefix+"port", "", "missing: the upstream port is required")
+	} else if n, err := strconv.Atoi(v); err != nil || n < 1 || n > 65535 {
+		p.bad(LabelPrefix+"port", v, "must be a port number 1-65535")
 	} else {
-		port = p
+		port = n
 	}
 
-	addr := c.IP
-	if c.HostNetwork {
+	addr := p.c.IP
+	if p.c.HostNetwork {
 		addr = "127.0.0.1"
 	}
-	if v, ok := get("address"); ok {
+	if v, ok := p.get("address"); ok {
 		if !validHost(v) {
-			bad(LabelPrefix+"address", v, "must be a host name or IP address")
+			p.bad(LabelPrefix+"address", v, "must be a host name or IP address")
 		} else {
 			addr = strings.Trim(v, "[]")
 		}
 	} else if addr == "" {
-		bad(LabelPrefix+"address", "", "container has no IP address; set gateway.address")
+		p.bad(LabelPrefix+"address", "", "container has no IP address; set gateway.address")
 	}
 	if port > 0 && addr != "" {
 		svc.Upstream = net.JoinHostPort(addr, strconv.Itoa(port))
 	}
+	return svc
+}
 
-	// Group the router labels by router name.
+// routerLabels groups the router labels by router name; any other
+// gateway.* label that is not a container-wide one is an error.
+func (p *labelParser) routerLabels() map[string]map[string]string {
 	routers := map[string]map[string]string{}
-	for key, value := range c.Labels {
+	for key, value := range p.c.Labels {
 		if !strings.HasPrefix(key, LabelPrefix) {
 			continue
 		}
@@ -186,17 +217,17 @@ func ParseLabels(c Container, opts LabelOptions) (*Service, []LabelError) {
 			continue
 		}
 		if !strings.HasPrefix(rest, "router.") {
-			bad(key, value, "unknown label")
+			p.bad(key, value, "unknown label")
 			continue
 		}
 		rest = rest[len("router."):]
 		rname, sub, found := strings.Cut(rest, ".")
 		if !found || !validName(rname) || strings.Contains(rname, ".") {
-			bad(key, value, "unknown label: expected gateway.router.<name>.<key> with a name of letters, digits, '_' or '-'")
+			p.bad(key, value, "unknown label: expected gateway.router.<name>.<key> with a name of letters, digits, '_' or '-'")
 			continue
 		}
 		if !routerKeys[sub] {
-			bad(key, value, "unknown router key %q", sub)
+			p.bad(key, value, "unknown router key %q", sub)
 			continue
 		}
 		if routers[rname] == nil {
@@ -205,108 +236,92 @@ func ParseLabels(c Container, opts LabelOptions) (*Service, []LabelError) {
 		routers[rname][sub] = strings.TrimSpace(value)
 	}
 	if len(routers) == 0 {
-		bad(LabelPrefix+"router.<name>.path_prefix", "", "no router: at least one gateway.router.<name>.path_prefix is required")
+		p.bad(LabelPrefix+"router.<name>.path_prefix", "", "no router: at least one gateway.router.<name>.path_prefix is required")
 	}
+	return routers
+}
 
-	names := make([]string, 0, len(routers))
-	for n := range routers {
-		names = append(names, n)
+// router reads one router's labels.
+func (p *labelParser) router(rname string, kv map[string]string) Router {
+	label := func(sub string) string { return LabelPrefix + "router." + rname + "." + sub }
+	r := Router{Name: rname, AuthRequired: true, Audit: true}
+
+	if v, ok := kv["path_prefix"]; !ok {
+		p.bad(label("path_prefix"), "", "missing: every router needs a path_prefix")
+	} else if prefix, err := parsePathPrefix(v); err != nil {
+		p.bad(label("path_prefix"), v, "%v", err)
+	} else {
+		r.PathPrefix = prefix
 	}
-	sort.Strings(names)
-	for _, rname := range names {
-		kv := routers[rname]
-		label := func(sub string) string { return LabelPrefix + "router." + rname + "." + sub }
-		r := Router{Name: rname, AuthRequired: true, Audit: true}
-
-		if v, ok := kv["path_prefix"]; !ok {
-			bad(label("path_prefix"), "", "missing: every router needs a path_prefix")
-		} else if p, err := parsePathPrefix(v); err != nil {
-			bad(label("path_prefix"), v, "%v", err)
-		} else {
-			r.PathPrefix = p
+	// list reads a comma-separated label through norm and valid.
+	list := func(sub, what, noun string, norm func(string) string, valid func(string) bool) []string {
+		v, ok := kv[sub]
+		if !ok {
+			return nil
 		}
-		if v, ok := kv["host"]; ok {
-			for _, h := range splitList(v) {
-				h = strings.ToLower(h)
-				if !validHost(h) || strings.Contains(h, ":") {
-					bad(label("host"), v, "%q is not a host name", h)
-					continue
-				}
-				r.Hosts = append(r.Hosts, h)
+		var out []string
+		for _, x := range splitList(v) {
+			x = norm(x)
+			if !valid(x) {
+				p.bad(label(sub), v, "%q is not %s", x, what)
+				continue
 			}
-			if len(splitList(v)) == 0 {
-				bad(label("host"), v, "empty host list")
-			}
-			r.Hosts = sortedUnique(r.Hosts)
+			out = append(out, x)
 		}
-		if v, ok := kv["methods"]; ok {
-			for _, m := range splitList(v) {
-				m = strings.ToUpper(m)
-				if !validMethod(m) {
-					bad(label("methods"), v, "%q is not an HTTP method", m)
-					continue
-				}
-				r.Methods = append(r.Methods, m)
-			}
-			if len(splitList(v)) == 0 {
-				bad(label("methods"), v, "empty method list")
-			}
-			r.Methods = sortedUnique(r.Methods)
+		if len(splitList(v)) == 0 {
+			p.bad(label(sub), v, "empty %s list", noun)
 		}
-		boolean := func(sub string, dst *bool) {
-			if v, ok := kv[sub]; ok {
-				b, err := strconv.ParseBool(v)
-				if err != nil {
-					bad(label(sub), v, "not a boolean (true or false)")
-					return
-				}
-				*dst = b
-			}
-		}
-		boolean("strip_prefix", &r.StripPrefix)
-		boolean("auth.required", &r.AuthRequired)
-		boolean("permission", &r.Permission)
-		boolean("audit", &r.Audit)
-		if v, ok := kv["auth.roles"]; ok {
-			roles := splitList(v)
-			for _, role := range roles {
-				if !validRole(role) {
-					bad(label("auth.roles"), v, "%q is not a valid role name", role)
-				}
-			}
-			if len(roles) == 0 {
-				bad(label("auth.roles"), v, "empty role list")
-			}
-			if len(roles) > 64 {
-				bad(label("auth.roles"), v, "more than 64 roles")
-			}
-			r.Roles = sortedUnique(roles)
-			if !r.AuthRequired {
-				bad(label("auth.roles"), v, "roles need auth.required=true")
-			}
-		}
-		if v, ok := kv["rate_limit"]; ok {
-			rate, err := ParseRate(v)
+		return sortedUnique(out)
+	}
+	r.Hosts = list("host", "a host name", "host", strings.ToLower, func(h string) bool { return validHost(h) && !strings.Contains(h, ":") })
+	r.Methods = list("methods", "an HTTP method", "method", strings.ToUpper, validMethod)
+	boolean := func(sub string, dst *bool) {
+		if v, ok := kv[sub]; ok {
+			b, err := strconv.ParseBool(v)
 			if err != nil {
-				bad(label("rate_limit"), v, "%v", err)
-			} else {
-				r.RateLimit = &rate
+				p.bad(label(sub), v, "not a boolean (true or false)")
+				return
+			}
+			*dst = b
+		}
+	}
+	boolean("strip_prefix", &r.StripPrefix)
+	boolean("auth.required", &r.AuthRequired)
+	boolean("permission", &r.Permission)
+	boolean("audit", &r.Audit)
+	if v, ok := kv["auth.roles"]; ok {
+		roles := splitList(v)
+		for _, role := range roles {
+			if !validRole(role) {
+				p.bad(label("auth.roles"), v, "%q is not a valid role name", role)
 			}
 		}
-		if r.AuthRequired && !opts.HaveJWT {
-			bad(label("auth.required"), kv["auth.required"], "auth is required (the default) but the docker app has no jwt_auth block; configure one or set auth.required=false")
+		if len(roles) == 0 {
+			p.bad(label("auth.roles"), v, "empty role list")
 		}
-		if r.Permission && !opts.HavePermission {
-			bad(label("permission"), kv["permission"], "the docker app has no permission block")
+		if len(roles) > 64 {
+			p.bad(label("auth.roles"), v, "more than 64 roles")
 		}
-		svc.Routers = append(svc.Routers, r)
+		r.Roles = sortedUnique(roles)
+		if !r.AuthRequired {
+			p.bad(label("auth.roles"), v, "roles need auth.required=true")
+		}
 	}
-
-	if len(errs) > 0 {
-		sort.SliceStable(errs, func(i, j int) bool { return errs[i].Label < errs[j].Label })
-		return nil, errs
+	if v, ok := kv["rate_limit"]; ok {
+		rate, err := ParseRate(v)
+		if err != nil {
+			p.bad(label("rate_limit"), v, "%v", err)
+		} else {
+			r.RateLimit = &rate
+		}
 	}
-	return svc, nil
+	if r.AuthRequired && !p.opts.HaveJWT {
+		p.bad(label("auth.required"), kv["auth.required"], "auth is required (the default) but the docker app has no jwt_auth block; configure one or set auth.required=false")
+	}
+	if r.Permission && !p.opts.HavePermission {
+		p.bad(label("permission"), kv["permission"], "the docker app has no permission block")
+	}
+	return r
 }
 
 // ParseRate parses a rate_limit label, "<events>/<window>": "100/1m",

@@ -106,6 +106,7 @@ var routeCases = []routeCase{
 	{name: "bad_path_prefix", containers: []Container{c("bad", base("gateway.router.api.path_prefix", "api/*")...), c("bad2", base("gateway.router.api.path_prefix", "/a/../b")...)}},
 	{name: "bad_host", containers: []Container{c("bad", base("gateway.router.api.host", "a.example:8080")...)}},
 	{name: "bad_methods", containers: []Container{c("bad", base("gateway.router.api.methods", "GET,P0ST")...)}},
+	{name: "empty_lists", containers: []Container{c("bad", base("gateway.router.api.methods", " , ", "gateway.router.api.host", ",")...)}},
 	{name: "bad_strip_prefix", containers: []Container{c("bad", base("gateway.router.api.strip_prefix", "maybe")...)}},
 	{name: "bad_auth_required", containers: []Container{c("bad", base("gateway.router.api.auth.required", "sure")...)}},
 	{name: "bad_auth_roles", containers: []Container{c("bad", base("gateway.router.api.auth.required", "true", "gateway.router.api.auth.roles", "admin,{evil}")...)}},
