@@ -30,28 +30,18 @@ type Counters struct {
 	Docker     map[string]float64 `json:"docker"`
 }
 
-// JWTCounters are jwt_auth's results.
+// JWTCounters are jwt_auth's results (its own snapshot) and the cache's
+// hit rate.
 type JWTCounters struct {
-	// Results counts verifications by "result: reason".
-	Results      map[string]float64 `json:"results"`
-	Valid        float64            `json:"valid"`
-	Rejected     float64            `json:"rejected"`
-	CacheHits    float64            `json:"cache_hits"`
-	CacheMisses  float64            `json:"cache_misses"`
-	CacheHitRate *float64           `json:"cache_hit_rate"`
+	caddyjwt.Stats
+	CacheHitRate *float64 `json:"cache_hit_rate"`
 }
 
-// PermCounters are the permission cache's counters.
+// PermCounters are the permission cache's counters (its own snapshot) and
+// its hit rate.
 type PermCounters struct {
-	HitsAllow     float64  `json:"hits_allow"`
-	HitsDeny      float64  `json:"hits_deny"`
-	Misses        float64  `json:"misses"`
-	StaleServes   float64  `json:"stale_serves"`
-	ServiceErrors float64  `json:"service_errors"`
-	OnErrorAllow  float64  `json:"on_error_allow"`
-	OnErrorDeny   float64  `json:"on_error_deny"`
-	Entries       float64  `json:"entries"`
-	CacheHitRate  *float64 `json:"cache_hit_rate"`
+	caddypermcache.Stats
+	CacheHitRate *float64 `json:"cache_hit_rate"`
 }
 
 // AuditCounters are the audit sinks' totals; per-sink numbers are in Sinks.
@@ -88,14 +78,11 @@ func ReadCounters() Counters {
 func CountersFrom(jwt caddyjwt.Stats, rbac map[string]float64, perm caddypermcache.Stats,
 	sinks []caddyaudit.SinkStats, docker map[string]float64) Counters {
 	c := Counters{
-		JWT: JWTCounters{Results: jwt.Results, Valid: jwt.Valid, Rejected: jwt.Rejected,
-			CacheHits: jwt.CacheHits, CacheMisses: jwt.CacheMisses},
-		RBAC:   rbac,
-		Docker: docker,
-		Permission: PermCounters{HitsAllow: perm.HitsAllow, HitsDeny: perm.HitsDeny, Misses: perm.Misses,
-			StaleServes: perm.StaleServes, ServiceErrors: perm.ServiceErrors, OnErrorAllow: perm.OnErrorAllow,
-			OnErrorDeny: perm.OnErrorDeny, Entries: perm.Entries},
-		Audit: AuditCounters{Sinks: []Sink{}},
+		JWT:        JWTCounters{Stats: jwt},
+		RBAC:       rbac,
+		Docker:     docker,
+		Permission: PermCounters{Stats: perm},
+		Audit:      AuditCounters{Sinks: []Sink{}},
 	}
 	if c.JWT.Results == nil {
 		c.JWT.Results = map[string]float64{}
