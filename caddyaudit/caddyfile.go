@@ -232,6 +232,10 @@ func durationArg(d *caddyfile.Dispenser) (caddy.Duration, error) {
 //	audit [<route>] {
 //		route              orders
 //		request_id_header  X-Request-Id
+//		include_header     X-Tenant [<key>]     # repeatable; X-Client-* matches a prefix
+//		include_claim      org.id [<key>]
+//		include_query      page [<key>]
+//		redact_header      X-Api-Key ...        # besides Authorization, Cookie, Proxy-Authorization
 //	}
 func (h *Handler) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 	d.Next() // directive name
@@ -248,6 +252,30 @@ func (h *Handler) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 			h.Route, err = stringArg(d)
 		case "request_id_header":
 			h.RequestIDHeader, err = stringArg(d)
+		case "include_header", "include_claim", "include_query":
+			sub := d.Val()
+			args := d.RemainingArgs()
+			if len(args) < 1 || len(args) > 2 {
+				return d.Errf("%s needs a name and an optional key, got %d arguments", sub, len(args))
+			}
+			inc := Include{Name: args[0]}
+			if len(args) == 2 {
+				inc.Key = args[1]
+			}
+			switch sub {
+			case "include_header":
+				h.IncludeHeaders = append(h.IncludeHeaders, inc)
+			case "include_claim":
+				h.IncludeClaims = append(h.IncludeClaims, inc)
+			default:
+				h.IncludeQuery = append(h.IncludeQuery, inc)
+			}
+		case "redact_header":
+			args := d.RemainingArgs()
+			if len(args) == 0 {
+				return d.ArgErr()
+			}
+			h.RedactHeaders = append(h.RedactHeaders, args...)
 		default:
 			return d.Errf("unrecognized subdirective '%s'", d.Val())
 		}

@@ -1,9 +1,14 @@
 package caddyaudit
 
 import (
+	"encoding/json"
+	"fmt"
+	"slices"
 	"strconv"
+	"strings"
 	"time"
-	"unicode/utf8"
+
+	"github.com/apigate/gateway/caddyaudit/auditchain"
 )
 
 // Event is one audit record: what one request did through the gateway.
@@ -38,95 +43,173 @@ type Event struct {
 	Reason string `json:"reason"`
 	// BytesOut is the number of response body bytes written.
 	BytesOut int64 `json:"bytes_out"`
+	// Extra holds the values the handler's include_header, include_claim
+	// and include_query options picked, by key (absent when none).
+	Extra Fields `json:"extra,omitempty"`
+
+	// With a chain configured (audit { chain <key> }): the chain's id, the
+	// event's position in it and its hash (see package auditchain).
+	Chain string `json:"chain,omitempty"`
+	Seq   uint64 `json:"seq,omitempty"`
+	Hash  string `json:"hash,omitempty"`
+
+	// Kind is empty for request events; "chain_start" and "checkpoint"
+	// events belong to the chain and carry the fields below instead of the
+	// request's.
+	Kind      string `json:"kind,omitempty"`
+	Node      string `json:"node,omitempty"`
+	KeyID     string `json:"key_id,omitempty"`
+	LastSeq   uint64 `json:"last_seq,omitempty"`
+	LastHash  string `json:"last_hash,omitempty"`
+	Signature string `json:"signature,omitempty"`
+	Final     bool   `json:"final,omitempty"`
 }
 
-// AppendJSON appends the event as one JSON object. It allocates nothing
-// when buf has room.
+// Field is one extra value of an event.
+type Field struct{ Key, Value string }
+
+// Fields are an event's extra values; in JSON, an object.
+type Fields []Field
+
+// MarshalJSON encodes the fields as a JSON object.
+func (f Fields) MarshalJSON() ([]byte, error) { return appendFields(nil, f), nil }
+
+// UnmarshalJSON decodes a JSON object of strings, in key order.
+func (f *Fields) UnmarshalJSON(b []byte) error {
+	var m map[string]string
+	if err := json.Unmarshal(b, &m); err != nil {
+		return fmt.Errorf("extra: %w", err)
+	}
+	*f = (*f)[:0]
+	for k, v := range m {
+		*f = append(*f, Field{k, v})
+	}
+	slices.SortFunc(*f, func(a, b Field) int { return strings.Compare(a.Key, b.Key) })
+	return nil
+}
+
+// Get returns the value of key.
+func (f Fields) Get(key string) (string, bool) {
+	for _, x := range f {
+		if x.Key == key {
+			return x.Value, true
+		}
+	}
+	return "", false
+}
+
+func appendFields(buf []byte, f Fields) []byte {
+	if !slices.IsSortedFunc(f, func(a, b Field) int { return strings.Compare(a.Key, b.Key) }) {
+		f = slices.Clone(f)
+		slices.SortStableFunc(f, func(a, b Field) int { return strings.Compare(a.Key, b.Key) })
+	}
+	buf = append(buf, '{')
+	for i, x := range f {
+		if i > 0 {
+			buf = append(buf, ',')
+		}
+		buf = auditchain.AppendString(buf, x.Key)
+		buf = append(buf, ':')
+		buf = auditchain.AppendString(buf, x.Value)
+	}
+	return append(buf, '}')
+}
+
+// AppendJSON appends the event as one JSON object in canonical form
+// (RFC 8785: members sorted by name, so that the bytes are what a chain's
+// hash covers). It allocates nothing when buf has room.
 func (e *Event) AppendJSON(buf []byte) []byte {
-	buf = append(buf, `{"time":"`...)
-	buf = e.Time.UTC().AppendFormat(buf, time.RFC3339Nano)
-	buf = append(buf, `","request_id":`...)
-	buf = appendString(buf, e.RequestID)
-	buf = append(buf, `,"route":`...)
-	buf = appendString(buf, e.Route)
-	buf = append(buf, `,"method":`...)
-	buf = appendString(buf, e.Method)
-	buf = append(buf, `,"host":`...)
-	buf = appendString(buf, e.Host)
-	buf = append(buf, `,"path":`...)
-	buf = appendString(buf, e.Path)
-	buf = append(buf, `,"status":`...)
-	buf = strconv.AppendInt(buf, int64(e.Status), 10)
+	if e.Kind != "" {
+		return e.appendChainEvent(buf)
+	}
+	buf = append(buf, `{"bytes_out":`...)
+	buf = strconv.AppendInt(buf, e.BytesOut, 10)
+	if e.Chain != "" {
+		buf = append(buf, `,"chain":`...)
+		buf = auditchain.AppendString(buf, e.Chain)
+	}
+	buf = append(buf, `,"decision":`...)
+	buf = auditchain.AppendString(buf, e.Decision)
 	buf = append(buf, `,"duration_ms":`...)
-	buf = strconv.AppendFloat(buf, e.DurationMS, 'f', 3, 64)
+	buf = auditchain.AppendNumber(buf, e.DurationMS)
+	if len(e.Extra) > 0 {
+		buf = append(buf, `,"extra":`...)
+		buf = appendFields(buf, e.Extra)
+	}
+	if e.Hash != "" {
+		buf = append(buf, `,"hash":`...)
+		buf = auditchain.AppendString(buf, e.Hash)
+	}
+	buf = append(buf, `,"host":`...)
+	buf = auditchain.AppendString(buf, e.Host)
+	buf = append(buf, `,"method":`...)
+	buf = auditchain.AppendString(buf, e.Method)
+	buf = append(buf, `,"path":`...)
+	buf = auditchain.AppendString(buf, e.Path)
+	buf = append(buf, `,"reason":`...)
+	buf = auditchain.AppendString(buf, e.Reason)
 	buf = append(buf, `,"remote_ip":`...)
-	buf = appendString(buf, e.RemoteIP)
-	buf = append(buf, `,"subject":`...)
-	buf = appendString(buf, e.Subject)
+	buf = auditchain.AppendString(buf, e.RemoteIP)
+	buf = append(buf, `,"request_id":`...)
+	buf = auditchain.AppendString(buf, e.RequestID)
 	buf = append(buf, `,"roles":[`...)
 	for i, r := range e.Roles {
 		if i > 0 {
 			buf = append(buf, ',')
 		}
-		buf = appendString(buf, r)
+		buf = auditchain.AppendString(buf, r)
 	}
-	buf = append(buf, `],"decision":`...)
-	buf = appendString(buf, e.Decision)
-	buf = append(buf, `,"reason":`...)
-	buf = appendString(buf, e.Reason)
-	buf = append(buf, `,"bytes_out":`...)
-	buf = strconv.AppendInt(buf, e.BytesOut, 10)
-	return append(buf, '}')
+	buf = append(buf, `],"route":`...)
+	buf = auditchain.AppendString(buf, e.Route)
+	if e.Chain != "" {
+		buf = append(buf, `,"seq":`...)
+		buf = strconv.AppendUint(buf, e.Seq, 10)
+	}
+	buf = append(buf, `,"status":`...)
+	buf = strconv.AppendInt(buf, int64(e.Status), 10)
+	buf = append(buf, `,"subject":`...)
+	buf = auditchain.AppendString(buf, e.Subject)
+	return e.appendTime(buf)
 }
 
-const hexDigits = "0123456789abcdef"
+func (e *Event) appendTime(buf []byte) []byte {
+	buf = append(buf, `,"time":"`...)
+	buf = e.Time.UTC().AppendFormat(buf, time.RFC3339Nano)
+	return append(buf, `"}`...)
+}
 
-// appendString appends s as a JSON string. Invalid UTF-8 becomes U+FFFD,
-// as encoding/json does.
-func appendString(buf []byte, s string) []byte {
-	buf = append(buf, '"')
-	start := 0
-	for i := 0; i < len(s); {
-		c := s[i]
-		if c < utf8.RuneSelf {
-			if c >= 0x20 && c != '"' && c != '\\' {
-				i++
-				continue
-			}
-			buf = append(buf, s[start:i]...)
-			switch c {
-			case '"', '\\':
-				buf = append(buf, '\\', c)
-			case '\n':
-				buf = append(buf, '\\', 'n')
-			case '\r':
-				buf = append(buf, '\\', 'r')
-			case '\t':
-				buf = append(buf, '\\', 't')
-			default:
-				buf = append(buf, '\\', 'u', '0', '0', hexDigits[c>>4], hexDigits[c&0xf])
-			}
-			i++
-			start = i
-			continue
-		}
-		r, size := utf8.DecodeRuneInString(s[i:])
-		if r == utf8.RuneError && size == 1 {
-			buf = append(buf, s[start:i]...)
-			buf = append(buf, `\ufffd`...)
-			i += size
-			start = i
-			continue
-		}
-		if r == '\u2028' || r == '\u2029' {
-			buf = append(buf, s[start:i]...)
-			buf = append(buf, '\\', 'u', '2', '0', '2', hexDigits[r&0xf])
-			i += size
-			start = i
-			continue
-		}
-		i += size
+// appendChainEvent encodes a chain_start or checkpoint event.
+func (e *Event) appendChainEvent(buf []byte) []byte {
+	buf = append(buf, `{"chain":`...)
+	buf = auditchain.AppendString(buf, e.Chain)
+	if e.Final {
+		buf = append(buf, `,"final":true`...)
 	}
-	buf = append(buf, s[start:]...)
-	return append(buf, '"')
+	if e.Hash != "" {
+		buf = append(buf, `,"hash":`...)
+		buf = auditchain.AppendString(buf, e.Hash)
+	}
+	buf = append(buf, `,"key_id":`...)
+	buf = auditchain.AppendString(buf, e.KeyID)
+	buf = append(buf, `,"kind":`...)
+	buf = auditchain.AppendString(buf, e.Kind)
+	if e.Kind == auditchain.KindCheckpoint {
+		buf = append(buf, `,"last_hash":`...)
+		buf = auditchain.AppendString(buf, e.LastHash)
+		buf = append(buf, `,"last_seq":`...)
+		buf = strconv.AppendUint(buf, e.LastSeq, 10)
+	}
+	if e.Node != "" {
+		buf = append(buf, `,"node":`...)
+		buf = auditchain.AppendString(buf, e.Node)
+	}
+	buf = append(buf, `,"request_id":`...)
+	buf = auditchain.AppendString(buf, e.RequestID)
+	buf = append(buf, `,"seq":`...)
+	buf = strconv.AppendUint(buf, e.Seq, 10)
+	if e.Signature != "" {
+		buf = append(buf, `,"signature":`...)
+		buf = auditchain.AppendString(buf, e.Signature)
+	}
+	return e.appendTime(buf)
 }

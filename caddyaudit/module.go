@@ -341,8 +341,18 @@ type Handler struct {
 	// header; when the header is absent (or this is empty) the id is
 	// Caddy's {http.request.uuid}.
 	RequestIDHeader string `json:"request_id_header,omitempty"`
+	// IncludeHeaders, IncludeClaims and IncludeQuery add request headers
+	// (as the client sent them), claims of the verified token and query
+	// parameters to the event, under "extra". Values are cut at 4 KiB.
+	IncludeHeaders []Include `json:"include_headers,omitempty"`
+	IncludeClaims  []Include `json:"include_claims,omitempty"`
+	IncludeQuery   []Include `json:"include_query,omitempty"`
+	// RedactHeaders are headers whose values are never recorded, besides
+	// Authorization, Cookie and Proxy-Authorization (always).
+	RedactHeaders []string `json:"redact_headers,omitempty"`
 
-	app *App
+	app   *App
+	extra *extraSpec
 }
 
 // CaddyModule returns the Caddy module information.
@@ -358,6 +368,12 @@ func (h *Handler) Provision(ctx caddy.Context) error {
 		return fmt.Errorf("loading audit app: %w", err)
 	}
 	h.app = v.(*App)
+	if h.extra, err = h.provisionExtra(); err != nil {
+		return err
+	}
+	if h.extra.empty() {
+		h.extra = nil
+	}
 	if len(h.app.Sinks) == 0 {
 		ctx.Logger().Warn("audit handler used but the audit app has no sink; events are not delivered anywhere")
 	}
@@ -370,6 +386,10 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyht
 	// What the client sent: handlers further down (strip_prefix, uri,
 	// rewrite) change the request in place.
 	method, host, path := r.Method, r.Host, r.URL.Path
+	var extra Fields
+	if h.extra != nil {
+		extra = h.extra.fromRequest(r)
+	}
 	rec := &recorder{ResponseWriterWrapper: caddyhttp.ResponseWriterWrapper{ResponseWriter: w}}
 	err := next.ServeHTTP(rec, r)
 	status := rec.status
@@ -423,6 +443,9 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyht
 	}
 	by, reason := identity.Denial(r)
 	ev.Decision, ev.Reason = decide(status, by, reason)
+	if h.extra != nil {
+		ev.Extra = h.extra.addClaims(extra, r).sorted()
+	}
 	h.app.Record(&ev)
 	return err
 }

@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"reflect"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -16,6 +17,7 @@ import (
 	"github.com/caddyserver/caddy/v2/caddyconfig/caddyfile"
 	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
 
+	"github.com/apigate/gateway/caddyaudit/auditchain"
 	"github.com/apigate/gateway/identity"
 )
 
@@ -165,21 +167,51 @@ func TestEventJSON(t *testing.T) {
 	ev := Event{Time: time.Date(2026, 1, 2, 3, 4, 5, 600, time.UTC), RequestID: "r\"1", Route: "o\\r",
 		Method: "GET", Host: "h", Path: "/p\n\t\x01\u2028\xff", Status: 403, DurationMS: 1.5, RemoteIP: "::1",
 		Subject: "s<>&", Roles: []string{"a", "b"}, Decision: "deny", Reason: "missing role", BytesOut: 9}
-	b := ev.AppendJSON(nil)
-	var got Event
-	if err := json.Unmarshal(b, &got); err != nil {
-		t.Fatalf("invalid JSON %s: %v", b, err)
-	}
-	ev.Path = "/p\n\t\x01\u2028\ufffd"
-	if !reflect.DeepEqual(got, ev) {
-		t.Fatalf("round trip\n got %+v\nwant %+v", got, ev)
-	}
-	var m map[string]any
-	json.Unmarshal(b, &m)
-	for _, k := range []string{"time", "request_id", "route", "method", "host", "path", "status", "duration_ms",
-		"remote_ip", "subject", "roles", "decision", "reason", "bytes_out"} {
-		if _, ok := m[k]; !ok {
-			t.Errorf("field %q missing", k)
+	chained := ev
+	chained.Extra = Fields{{"b", "2"}, {"a", "1\x00"}}
+	chained.Chain, chained.Seq, chained.Hash = "0123456789abcdef", 7, strings.Repeat("ab", 32)
+	checkpoint := Event{Time: ev.Time, Kind: auditchain.KindCheckpoint, Chain: "0123456789abcdef", Seq: 8,
+		Hash: strings.Repeat("cd", 32), KeyID: "k", LastSeq: 7, LastHash: chained.Hash, Signature: "c2ln", Final: true,
+		RequestID: "0123456789abcdef-8", Node: "n"}
+	written := map[string]bool{}
+	for name, e := range map[string]Event{"plain": ev, "chained": chained, "checkpoint": checkpoint} {
+		b := e.AppendJSON(nil)
+		var got Event
+		if err := json.Unmarshal(b, &got); err != nil {
+			t.Fatalf("%s: invalid JSON %s: %v", name, b, err)
+		}
+		want := e
+		if want.Kind == "" {
+			want.Path = "/p\n\t\x01\u2028\ufffd"
+		}
+		if want.Extra != nil {
+			want.Extra = slices.Clone(want.Extra).sorted()
+		}
+		if !reflect.DeepEqual(got, want) {
+			t.Fatalf("%s: round trip\n got %+v\nwant %+v", name, got, want)
+		}
+		// The bytes are canonical JSON: what a chain's hash covers.
+		if c, err := auditchain.Canonical(b); err != nil || string(c) != string(b) {
+			t.Errorf("%s: not canonical:\n got %s\nwant %s (%v)", name, b, c, err)
+		}
+		var m map[string]any
+		json.Unmarshal(b, &m)
+		for k := range m {
+			written[k] = true
+		}
+		if name == "plain" {
+			for _, k := range []string{"time", "request_id", "route", "method", "host", "path", "status", "duration_ms",
+				"remote_ip", "subject", "roles", "decision", "reason", "bytes_out"} {
+				if _, ok := m[k]; !ok {
+					t.Errorf("field %q missing", k)
+				}
+			}
+			if len(m) != 14 {
+				t.Errorf("a request event without chain or extra has %d fields, want the contract's 14: %s", len(m), b)
+			}
+			if extractRequestID(b) != "r\"1" {
+				t.Fatal("extractRequestID")
+			}
 		}
 	}
 	// AppendJSON writes exactly the fields Event declares (a field added to
@@ -191,18 +223,15 @@ func TestEventJSON(t *testing.T) {
 			declared[name] = true
 		}
 	}
-	for k := range m {
+	for k := range written {
 		if !declared[k] {
 			t.Errorf("AppendJSON wrote %q, which Event does not declare", k)
 		}
 	}
 	for k := range declared {
-		if _, ok := m[k]; !ok {
+		if !written[k] {
 			t.Errorf("Event declares %q, which AppendJSON did not write", k)
 		}
-	}
-	if extractRequestID(b) != "r\"1" {
-		t.Fatal("extractRequestID")
 	}
 }
 
@@ -222,6 +251,13 @@ func FuzzEventJSON(f *testing.F) {
 		json.Unmarshal(enc, &want)
 		if got.Path != want {
 			t.Fatalf("path %q, want %q", got.Path, want)
+		}
+		// Canonical whatever the strings hold, so that a verifier that
+		// decodes and re-encodes an event computes the same hash.
+		ev.Extra, ev.Chain, ev.Hash = Fields{{"k", role}}, "c", "h"
+		b = ev.AppendJSON(nil)
+		if c, err := auditchain.Canonical(b); err != nil || string(c) != string(b) {
+			t.Fatalf("not canonical:\n got %q\nwant %q (%v)", b, c, err)
 		}
 	})
 }
