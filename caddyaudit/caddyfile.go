@@ -1,8 +1,11 @@
 package caddyaudit
 
 import (
+	"math"
 	"net/http"
 	"strconv"
+
+	"github.com/dustin/go-humanize"
 
 	"github.com/caddyserver/caddy/v2"
 	"github.com/caddyserver/caddy/v2/caddyconfig"
@@ -36,6 +39,13 @@ func parseHandler(h httpcaddyfile.Helper) (caddyhttp.MiddlewareHandler, error) {
 //	audit {
 //		queue_size        65536
 //		spool_dir         /var/lib/gateway/audit
+//		durability        memory|disk
+//		sync_interval     200ms
+//		spool_max_size    1GiB
+//		alert_after       1m
+//		chain /etc/gateway/audit.key {
+//			checkpoint_interval 10s
+//		}
 //		block_timeout     1s
 //		shutdown_timeout  5s
 //		sink http https://audit.example/hook {
@@ -45,6 +55,7 @@ func parseHandler(h httpcaddyfile.Helper) (caddyhttp.MiddlewareHandler, error) {
 //			timeout         5s
 //			max_retries     0
 //			queue_size      65536
+//			on_full         block|drop_oldest|reject
 //			header Authorization "Bearer {env.AUDIT_TOKEN}"
 //		}
 //		sink nats nats://127.0.0.1:4222 {
@@ -59,8 +70,8 @@ func parseHandler(h httpcaddyfile.Helper) (caddyhttp.MiddlewareHandler, error) {
 //		sink file /var/log/gateway/audit.jsonl
 //	}
 //
-// batch_size, flush_interval, timeout, max_retries, queue_size and name
-// apply to every sink type.
+// batch_size, flush_interval, timeout, max_retries, queue_size, on_full
+// and name apply to every sink type.
 func (a *App) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 	d.Next() // option name
 	if d.NextArg() {
@@ -94,6 +105,62 @@ func (a *App) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 				return err
 			}
 			a.ShutdownTimeout = dur
+		case "durability":
+			v, err := stringArg(d)
+			if err != nil {
+				return err
+			}
+			if v != durabilityMemory && v != durabilityDisk {
+				return d.Errf("invalid durability '%s': must be memory or disk", v)
+			}
+			a.Durability = v
+		case "sync_interval":
+			dur, err := durationArg(d)
+			if err != nil {
+				return err
+			}
+			a.SyncInterval = dur
+		case "alert_after":
+			dur, err := durationArg(d)
+			if err != nil {
+				return err
+			}
+			a.AlertAfter = dur
+		case "spool_max_size":
+			v, err := stringArg(d)
+			if err != nil {
+				return err
+			}
+			n, err := humanize.ParseBytes(v)
+			if err != nil || n == 0 || n > math.MaxInt64 {
+				return d.Errf("invalid spool_max_size '%s': must be a size such as 512MiB or 2GB", v)
+			}
+			a.SpoolMaxSize = int64(n)
+		case "chain":
+			if a.Chain != nil {
+				return d.Err("chain given twice")
+			}
+			cc := &ChainConfig{}
+			if !d.NextArg() {
+				return d.Err("chain needs the Ed25519 private key file that signs checkpoints")
+			}
+			cc.KeyFile = d.Val()
+			if d.NextArg() {
+				return d.ArgErr()
+			}
+			for nesting := d.Nesting(); d.NextBlock(nesting); {
+				switch d.Val() {
+				case "checkpoint_interval":
+					dur, err := durationArg(d)
+					if err != nil {
+						return err
+					}
+					cc.CheckpointInterval = dur
+				default:
+					return d.Errf("unrecognized chain subdirective '%s'", d.Val())
+				}
+			}
+			a.Chain = cc
 		case "sink":
 			sc, err := parseSink(d)
 			if err != nil {
@@ -145,6 +212,11 @@ func parseSink(d *caddyfile.Dispenser) (SinkConfig, error) {
 			sc.MaxRetries, err = intArg(d)
 		case "queue_size":
 			sc.QueueSize, err = intArg(d)
+		case "on_full":
+			sc.OnFull, err = stringArg(d)
+			if err == nil && sc.OnFull != onFullBlock && sc.OnFull != onFullDropOldest && sc.OnFull != onFullReject {
+				return sc, d.Errf("invalid on_full '%s': must be block, drop_oldest or reject", sc.OnFull)
+			}
 		case "header":
 			if sc.Type != "http" {
 				return sc, d.Errf("subdirective 'header' is only for http sinks")

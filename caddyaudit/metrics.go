@@ -3,6 +3,7 @@ package caddyaudit
 import (
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 
@@ -31,23 +32,47 @@ var (
 	mLatency = prometheus.NewHistogramVec(prometheus.HistogramOpts{Namespace: "gateway", Subsystem: "audit",
 		Name: "batch_duration_seconds", Help: "Time to send one batch to a sink (each attempt).",
 		Buckets: []float64{.001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10}}, metricLabels)
-	mDepth = &depthCollector{desc: prometheus.NewDesc("gateway_audit_queue_depth",
-		"Audit events waiting in a sink's in-memory queue.", metricLabels, nil)}
+	mFull = prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: "gateway", Subsystem: "audit",
+		Name: "full_total", Help: "What on_full did when a sink had no room: blocked (an event waited for room and got it), " +
+			"dropped_oldest (events dropped to make room), rejected (requests answered 503)."},
+		[]string{"sink", "type", "action"})
+	mBacklog = &backlogCollector{
+		depth: prometheus.NewDesc("gateway_audit_queue_depth",
+			"Audit events waiting in a sink's in-memory queue.", metricLabels, nil),
+		age: prometheus.NewDesc("gateway_audit_backlog_age_seconds",
+			"Age of the oldest audit event a sink has not delivered yet (0: none).", metricLabels, nil),
+		spool: prometheus.NewDesc("gateway_audit_spool_bytes",
+			"Bytes of undelivered audit events in a sink's disk spool.", metricLabels, nil),
+	}
 )
 
-type depthCollector struct{ desc *prometheus.Desc }
+// on_full actions, the action label of gateway_audit_full_total.
+const (
+	actionBlocked       = "blocked"
+	actionDroppedOldest = "dropped_oldest"
+	actionRejected      = "rejected"
+)
 
-func (d *depthCollector) Describe(ch chan<- *prometheus.Desc) { ch <- d.desc }
-func (d *depthCollector) Collect(ch chan<- prometheus.Metric) {
+type backlogCollector struct{ depth, age, spool *prometheus.Desc }
+
+func (d *backlogCollector) Describe(ch chan<- *prometheus.Desc) {
+	ch <- d.depth
+	ch <- d.age
+	ch <- d.spool
+}
+func (d *backlogCollector) Collect(ch chan<- prometheus.Metric) {
+	now := time.Now()
 	for _, w := range liveWorkers() {
-		ch <- prometheus.MustNewConstMetric(d.desc, prometheus.GaugeValue, float64(len(w.q)), w.cfg.Name, w.cfg.Type)
+		ch <- prometheus.MustNewConstMetric(d.depth, prometheus.GaugeValue, float64(len(w.q)), w.cfg.Name, w.cfg.Type)
+		ch <- prometheus.MustNewConstMetric(d.age, prometheus.GaugeValue, w.backlogAge(now).Seconds(), w.cfg.Name, w.cfg.Type)
+		ch <- prometheus.MustNewConstMetric(d.spool, prometheus.GaugeValue, float64(w.spoolBytes()), w.cfg.Name, w.cfg.Type)
 	}
 }
 
 // registerMetrics registers the audit collectors on reg; registering twice
 // on one registry is fine.
 func registerMetrics(reg *prometheus.Registry) error {
-	return metrics.Register(reg, mEnqueued, mSent, mRetried, mSpooled, mDropped, mPoisoned, mCorrupt, mLatency, mDepth)
+	return metrics.Register(reg, mEnqueued, mSent, mRetried, mSpooled, mDropped, mPoisoned, mCorrupt, mLatency, mFull, mBacklog)
 }
 
 // sinkMetrics are one sink's counters: Prometheus children, plus plain
@@ -57,6 +82,39 @@ type sinkMetrics struct {
 	latency                                                      prometheus.Observer
 
 	enqueuedN, sentN, retriedN, spooledN, droppedN, poisonedN atomic.Int64
+
+	sink, typ string
+	fullMu    sync.Mutex
+	fullBy    map[string]prometheus.Counter
+	fullNBy   map[string]*atomic.Int64
+}
+
+// full counts one on_full action.
+func (m *sinkMetrics) full(action string) { m.fullN(action, 1) }
+
+func (m *sinkMetrics) fullN(action string, n int) {
+	m.fullMu.Lock()
+	c, ok := m.fullBy[action]
+	if !ok {
+		c = mFull.WithLabelValues(m.sink, m.typ, action)
+		m.fullBy[action] = c
+		m.fullNBy[action] = new(atomic.Int64)
+	}
+	cn := m.fullNBy[action]
+	m.fullMu.Unlock()
+	c.Add(float64(n))
+	cn.Add(int64(n))
+}
+
+// fullCounts returns the on_full counters by action.
+func (m *sinkMetrics) fullCounts() map[string]int64 {
+	m.fullMu.Lock()
+	defer m.fullMu.Unlock()
+	out := make(map[string]int64, len(m.fullNBy))
+	for k, v := range m.fullNBy {
+		out[k] = v.Load()
+	}
+	return out
 }
 
 var (
@@ -82,6 +140,8 @@ func metricsFor(name, typ string) *sinkMetrics {
 		poisoned: mPoisoned.WithLabelValues(name, typ),
 		corrupt:  mCorrupt.WithLabelValues(name, typ),
 		latency:  mLatency.WithLabelValues(name, typ),
+		sink:     name, typ: typ,
+		fullBy: map[string]prometheus.Counter{}, fullNBy: map[string]*atomic.Int64{},
 	}
 	sinkMetricsBy[k] = m
 	return m

@@ -62,12 +62,33 @@ type App struct {
 	// ShutdownTimeout bounds how long stopping (or reloading away) a sink
 	// may take to deliver what is queued. Default: 5s.
 	ShutdownTimeout caddy.Duration `json:"shutdown_timeout,omitempty"`
+	// Durability is "memory" (default): events wait for their sink in a
+	// memory queue, and go to the spool only when it is full; or "disk":
+	// every event is written to the sink's spool (in the file, so the
+	// kernel keeps it if the process dies) before the request finishes,
+	// and the sink delivers from there. disk needs spool_dir.
+	Durability string `json:"durability,omitempty"`
+	// SyncInterval is how often spooled events are fsynced: a power loss
+	// loses at most this window of them. Default: 200ms.
+	SyncInterval caddy.Duration `json:"sync_interval,omitempty"`
+	// SpoolMaxSize bounds each sink's spool, in bytes; beyond it the sink
+	// is full (see on_full). Default: 0, until the disk is full.
+	SpoolMaxSize int64 `json:"spool_max_size,omitempty"`
+	// AlertAfter is the age of a sink's oldest undelivered event that is
+	// logged as a warning. Default: 1m.
+	AlertAfter caddy.Duration `json:"alert_after,omitempty"`
+	// Chain, when set, links the events into a tamper-evident chain with
+	// signed checkpoints (see package auditchain).
+	Chain *ChainConfig `json:"chain,omitempty"`
 	// Sinks are where events are delivered; each has its own queue.
 	Sinks []SinkConfig `json:"sinks,omitempty"`
 
-	workers []*worker
-	keys    []string
-	logger  *zap.Logger
+	workers   []*worker
+	keys      []string
+	chain     *chain
+	chainKey  string
+	rejecting []*worker // sinks with on_full reject
+	logger    *zap.Logger
 }
 
 // SinkConfig configures one sink.
@@ -111,6 +132,15 @@ type SinkConfig struct {
 	Token string `json:"token,omitempty"`
 	// CredsFile is a NATS .creds file.
 	CredsFile string `json:"creds_file,omitempty"`
+	// OnFull is what happens when the sink has no room for an event (its
+	// queue is full and there is no spool, or its spool is full): "block"
+	// (default) waits up to block_timeout for room, then drops the event;
+	// "drop_oldest" drops the oldest queued event (or the oldest spool
+	// segment not being delivered) to make room; "reject" answers new
+	// requests on routes with an audit handler 503 while the sink is full,
+	// and blocks for the requests already admitted. Every action is
+	// counted (gateway_audit_full_total) and logged.
+	OnFull string `json:"on_full,omitempty"`
 }
 
 // CaddyModule returns the Caddy module information.
@@ -169,6 +199,18 @@ func (a *App) Provision(ctx caddy.Context) error {
 		}
 		a.keys = append(a.keys, key)
 		a.workers = append(a.workers, v.(pooledWorker).worker)
+		if wc.OnFull == onFullReject {
+			a.rejecting = append(a.rejecting, v.(pooledWorker).worker)
+		}
+	}
+	if a.Chain != nil {
+		cc := *a.Chain
+		cc.KeyFile = repl.ReplaceAll(cc.KeyFile, "")
+		c, key, err := acquireChain(cc, a.workers, a.logger.Named("chain"))
+		if err != nil {
+			return err
+		}
+		a.chain, a.chainKey = c, key
 	}
 	return nil
 }
@@ -182,6 +224,11 @@ func (a *App) workerConfig(sc SinkConfig, name string) workerConfig {
 		BlockTimeout:    time.Duration(a.BlockTimeout),
 		MaxRetries:      sc.MaxRetries,
 		ShutdownTimeout: time.Duration(a.ShutdownTimeout),
+		Disk:            a.Durability == durabilityDisk,
+		SyncInterval:    time.Duration(a.SyncInterval),
+		SpoolMaxSize:    a.SpoolMaxSize,
+		OnFull:          sc.OnFull,
+		AlertAfter:      time.Duration(a.AlertAfter),
 	}
 	if sc.QueueSize > 0 {
 		wc.QueueSize = sc.QueueSize
@@ -259,6 +306,11 @@ func (sc SinkConfig) validate() error {
 	case sc.QueueSize < 0:
 		return fmt.Errorf("invalid queue_size %d: must be positive", sc.QueueSize)
 	}
+	switch sc.OnFull {
+	case "", onFullBlock, onFullDropOldest, onFullReject:
+	default:
+		return fmt.Errorf("invalid on_full %q: must be block, drop_oldest or reject", sc.OnFull)
+	}
 	return nil
 }
 
@@ -297,9 +349,36 @@ func (a *App) Validate() error {
 		return fmt.Errorf("invalid block_timeout %q: must be positive", time.Duration(a.BlockTimeout))
 	case a.ShutdownTimeout < 0:
 		return fmt.Errorf("invalid shutdown_timeout %q: must be positive", time.Duration(a.ShutdownTimeout))
+	case a.SyncInterval < 0:
+		return fmt.Errorf("invalid sync_interval %q: must be positive", time.Duration(a.SyncInterval))
+	case a.AlertAfter < 0:
+		return fmt.Errorf("invalid alert_after %q: must be positive", time.Duration(a.AlertAfter))
+	case a.SpoolMaxSize < 0:
+		return fmt.Errorf("invalid spool_max_size %d: must be positive", a.SpoolMaxSize)
+	case a.SpoolMaxSize > 0 && a.SpoolDir == "":
+		return errors.New("spool_max_size needs spool_dir")
+	case a.Chain != nil && a.Chain.KeyFile == "":
+		return errors.New("chain needs an Ed25519 private key file")
+	case a.Chain != nil && a.Chain.CheckpointInterval < 0:
+		return fmt.Errorf("invalid checkpoint_interval %q: must be positive", time.Duration(a.Chain.CheckpointInterval))
+	}
+	switch a.Durability {
+	case "", durabilityMemory:
+	case durabilityDisk:
+		if a.SpoolDir == "" {
+			return errors.New("durability disk needs spool_dir: the directory the events are written to")
+		}
+	default:
+		return fmt.Errorf("invalid durability %q: must be memory or disk", a.Durability)
 	}
 	return nil
 }
+
+// durability modes.
+const (
+	durabilityMemory = "memory"
+	durabilityDisk   = "disk"
+)
 
 // Start is a no-op: workers start in Provision.
 func (a *App) Start() error { return nil }
@@ -312,6 +391,14 @@ func (a *App) Stop() error { return nil }
 // config delivers what it holds (within shutdown_timeout), spools or
 // counts the rest, and stops.
 func (a *App) Cleanup() error {
+	if a.chainKey != "" {
+		// The last config using the chain records its final checkpoint
+		// while the sinks still run.
+		if _, err := chains.Delete(a.chainKey); err != nil {
+			a.logger.Error("ending audit chain", zap.Error(err))
+		}
+		a.chainKey = ""
+	}
 	for _, k := range a.keys {
 		if _, err := workerPool.Delete(k); err != nil {
 			a.logger.Error("stopping audit sink", zap.Error(err))
@@ -327,9 +414,23 @@ func (a *App) Cleanup() error {
 // Record hands ev to every sink (copying it) and to the Recent ring.
 func (a *App) Record(ev *Event) {
 	remember(ev)
+	if a.chain != nil {
+		a.chain.record(ev, a.workers)
+		return
+	}
 	for _, w := range a.workers {
 		w.Enqueue(ev)
 	}
+}
+
+// full returns the first sink with on_full reject that has no room.
+func (a *App) full() *worker {
+	for _, w := range a.rejecting {
+		if w.isFull() {
+			return w
+		}
+	}
+	return nil
 }
 
 // Handler records an audit event for every request that passes through it,
@@ -382,6 +483,11 @@ func (h *Handler) Provision(ctx caddy.Context) error {
 
 // ServeHTTP runs the chain, then records the event.
 func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyhttp.Handler) error {
+	if len(h.app.rejecting) > 0 {
+		if full := h.app.full(); full != nil {
+			return full.reject(w, r)
+		}
+	}
 	start := time.Now()
 	// What the client sent: handlers further down (strip_prefix, uri,
 	// rewrite) change the request in place.

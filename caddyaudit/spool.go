@@ -1,7 +1,6 @@
 package caddyaudit
 
 import (
-	"bufio"
 	"encoding/binary"
 	"encoding/json"
 	"errors"
@@ -14,6 +13,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/caddyserver/caddy/v2"
@@ -34,7 +34,7 @@ const (
 	maxRecordSize = 1 << 20
 	segmentMax    = 16 << 20
 	readChunk     = 2*maxRecordSize + 2*frameHeader
-	syncEvery     = 256
+	minReadChunk  = 64 << 10
 	cursorFile    = "cursor.json"
 	firstSeq      = uint64(1) << 40
 )
@@ -137,11 +137,19 @@ type BadRange struct {
 // concurrently; a reader leases the spool (Lease) for a read-send-commit
 // cycle so that two workers sharing it during a config reload never
 // deliver the same records twice or skip any.
+//
+// Appends are group-committed: the records of concurrent Append calls are
+// written with one write(2) by whichever caller finds no write in flight
+// (the leader); the others wait for that write and return. Every record is
+// in the file (the page cache) when Append returns, so the process can die
+// without losing it; fsync, which guards against a power loss, runs every
+// sync interval (startSyncer), at segment rotation and at Close.
 type Spool struct {
 	dir   string
 	bad   func(BadRange)
 	lease chan struct{}
-	// notify gets a value (without blocking) after every append.
+	// notify gets a value (without blocking) once notifyAt records were
+	// appended since the last Read.
 	notify chan struct{}
 
 	mu       sync.Mutex
@@ -149,20 +157,42 @@ type Spool struct {
 	offs     map[uint64]int64
 	reported map[uint64]int64
 	w        *os.File
-	wbuf     *bufio.Writer
 	wseq     uint64
-	wsize    int64
-	unsynced int
+	wsize    int64 // bytes written to the active segment
+	unsynced bool
 	closed   bool
-	fbuf     []byte
 	rbuf     []byte
+	// group commit
+	cur      *appendGroup // collecting; written by the next leader
+	writing  bool         // a leader is writing
+	notifyAt int
+	fresh    int  // records appended since the last Read
+	dirty    bool // offs changed since the cursor file was written
+	// sizeBytes is the size of the unread data (approximately: segments'
+	// sizes minus their read offsets), for metrics and max_size.
+	sizeBytes atomic.Int64
+	segSize   int64
+	writes    atomic.Int64 // write(2) calls, for tests
 
 	syncStop chan struct{}
 	syncDone chan struct{}
 }
 
-// startSyncer fsyncs buffered appends every interval, so that records
-// reach the disk even while the sink's worker is busy retrying.
+// appendGroup is the records of the Append calls that one write carries.
+type appendGroup struct {
+	buf  []byte
+	n    int
+	err  error
+	done chan struct{} // closed when written (or failed)
+	lead chan struct{} // closed when its callers should elect a leader
+}
+
+var groupBufs = sync.Pool{New: func() any { return new([]byte) }}
+
+// startSyncer fsyncs appended records and saves the read position every
+// interval, so that records reach the disk even while the sink's worker is
+// busy retrying, and a restart after a crash resends at most an interval's
+// worth of delivered records.
 func (s *Spool) startSyncer(interval time.Duration, onErr func(error)) {
 	s.syncStop, s.syncDone = make(chan struct{}), make(chan struct{})
 	go func() {
@@ -172,7 +202,11 @@ func (s *Spool) startSyncer(interval time.Duration, onErr func(error)) {
 		for {
 			select {
 			case <-t.C:
-				if err := s.Sync(); err != nil && onErr != nil {
+				err := s.Sync()
+				if err == nil {
+					err = s.SaveCursor()
+				}
+				if err != nil && onErr != nil {
 					onErr(err)
 				}
 			case <-s.syncStop:
@@ -198,7 +232,7 @@ func OpenSpool(dir string, bad func(BadRange)) (*Spool, error) {
 		bad = func(BadRange) {}
 	}
 	s := &Spool{dir: dir, bad: bad, lease: make(chan struct{}, 1), notify: make(chan struct{}, 1),
-		offs: map[uint64]int64{}, reported: map[uint64]int64{}}
+		offs: map[uint64]int64{}, reported: map[uint64]int64{}, notifyAt: 1, segSize: segmentMax}
 	for _, e := range ents {
 		name := e.Name()
 		if !strings.HasSuffix(name, ".seg") || e.IsDir() {
@@ -221,6 +255,11 @@ func OpenSpool(dir string, bad func(BadRange)) (*Spool, error) {
 			}
 		}
 	}
+	for _, seq := range s.segs {
+		if fi, err := os.Stat(filepath.Join(dir, segName(seq))); err == nil {
+			s.sizeBytes.Add(max(0, fi.Size()-s.offs[seq]))
+		}
+	}
 	return s, nil
 }
 
@@ -237,41 +276,114 @@ func (s *Spool) signal() {
 	}
 }
 
-// Append adds records at the end of the spool. They reach the file (the
-// kernel's page cache) before Append returns, so a crash of the process
-// loses none of them; fsync, which guards against a power loss, runs every
-// syncEvery records and on Sync/Close.
-func (s *Spool) Append(payloads ...[]byte) error {
+// SetNotifyAt makes Notify fire once n records were appended since the
+// last Read (default 1).
+func (s *Spool) SetNotifyAt(n int) {
 	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.closed {
-		return errors.New("spool closed")
-	}
+	s.notifyAt = max(n, 1)
+	s.mu.Unlock()
+}
+
+// Size returns the bytes of records not yet read and committed.
+func (s *Spool) Size() int64 { return s.sizeBytes.Load() }
+
+// SetMaxSize sizes segments for a spool bounded to max bytes, so that
+// DropOldest can free an eighth of it at a time.
+func (s *Spool) SetMaxSize(limit int64) {
+	s.mu.Lock()
+	s.segSize = min(segmentMax, max(64<<10, limit/8))
+	s.mu.Unlock()
+}
+
+// Append adds records at the end of the spool. They are in the file (the
+// kernel's page cache) when Append returns, so a crash of the process loses
+// none of them.
+func (s *Spool) Append(payloads ...[]byte) error {
 	for _, p := range payloads {
 		if len(p) > maxRecordSize {
 			return fmt.Errorf("record of %d bytes exceeds the spool limit of %d", len(p), maxRecordSize)
 		}
-		if s.w == nil || s.wsize >= segmentMax {
-			if err := s.rotateLocked(); err != nil {
-				return err
-			}
-		}
-		s.fbuf = appendFrame(s.fbuf[:0], p)
-		if _, err := s.wbuf.Write(s.fbuf); err != nil {
-			return fmt.Errorf("writing spool: %w", err)
-		}
-		s.wsize += int64(len(s.fbuf))
-		s.unsynced++
 	}
-	if s.unsynced >= syncEvery {
-		if err := s.syncLocked(); err != nil {
-			return err
-		}
-	} else if err := s.wbuf.Flush(); err != nil {
-		return fmt.Errorf("writing spool: %w", err)
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		return errors.New("spool closed")
 	}
-	s.signal()
-	return nil
+	g := s.cur
+	if g == nil {
+		bp := groupBufs.Get().(*[]byte)
+		g = &appendGroup{buf: (*bp)[:0], done: make(chan struct{}), lead: make(chan struct{})}
+		s.cur = g
+	}
+	for _, p := range payloads {
+		g.buf = appendFrame(g.buf, p)
+		g.n++
+	}
+	if s.writing {
+		s.mu.Unlock()
+		select {
+		case <-g.done:
+			return g.err
+		case <-g.lead:
+		}
+		s.mu.Lock()
+		if s.writing || s.cur != g {
+			// Another caller of this group leads.
+			s.mu.Unlock()
+			<-g.done
+			return g.err
+		}
+	}
+	return s.writeLocked(g)
+}
+
+// writeLocked writes g as the leader. It is called with s.mu held and
+// returns with it released.
+func (s *Spool) writeLocked(g *appendGroup) error {
+	s.cur = nil
+	s.writing = true
+	var f *os.File
+	if s.w == nil || s.wsize >= s.segSize {
+		if err := s.rotateLocked(); err != nil {
+			g.err = err
+		}
+	}
+	f = s.w
+	var n int
+	if g.err == nil {
+		s.mu.Unlock()
+		var err error
+		n, err = f.Write(g.buf)
+		s.writes.Add(1)
+		s.mu.Lock()
+		if err != nil {
+			// A short write leaves a torn frame that Read skips (and
+			// reports); the records after it are still found.
+			g.err = fmt.Errorf("writing spool: %w", err)
+		}
+	}
+	s.wsize += int64(n)
+	s.sizeBytes.Add(int64(n))
+	s.unsynced = s.unsynced || n > 0
+	if g.err == nil {
+		s.fresh += g.n
+	}
+	s.writing = false
+	if s.cur != nil {
+		close(s.cur.lead) // the next group elects its leader
+	}
+	signal := s.fresh >= s.notifyAt
+	s.mu.Unlock()
+	close(g.done)
+	if signal {
+		s.signal()
+	}
+	err := g.err
+	if len(g.buf) <= 1<<20 {
+		buf := g.buf[:0]
+		groupBufs.Put(&buf)
+	}
+	return err
 }
 
 func (s *Spool) rotateLocked() error {
@@ -291,11 +403,6 @@ func (s *Spool) rotateLocked() error {
 		return fmt.Errorf("creating spool segment: %w", err)
 	}
 	s.w, s.wseq, s.wsize = f, seq, 0
-	if s.wbuf == nil {
-		s.wbuf = bufio.NewWriterSize(f, 64<<10)
-	} else {
-		s.wbuf.Reset(f)
-	}
 	s.segs = append(s.segs, seq)
 	return nil
 }
@@ -340,30 +447,73 @@ func (s *Spool) Prepend(payloads [][]byte) error {
 		return fmt.Errorf("writing spool segment: %w", err)
 	}
 	s.segs = append([]uint64{seq}, s.segs...)
+	s.sizeBytes.Add(int64(len(buf)))
 	s.signal()
 	return nil
 }
 
-// Sync flushes buffered appends and fsyncs the active segment.
+// Sync fsyncs the active segment. The fsync runs without holding the
+// spool, so appends go on meanwhile.
 func (s *Spool) Sync() error {
 	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.syncLocked()
+	f := s.w
+	if f == nil || !s.unsynced {
+		s.mu.Unlock()
+		return nil
+	}
+	s.unsynced = false
+	s.mu.Unlock()
+	if err := f.Sync(); err != nil && !errors.Is(err, os.ErrClosed) {
+		// (Closed: rotated or reset meanwhile; rotation syncs itself.)
+		return fmt.Errorf("syncing spool: %w", err)
+	}
+	return nil
 }
 
 func (s *Spool) syncLocked() error {
-	if s.w == nil {
+	if s.w == nil || !s.unsynced {
 		return nil
 	}
-	if s.unsynced == 0 && s.wbuf.Buffered() == 0 {
-		return nil
-	}
-	if err := s.wbuf.Flush(); err != nil {
-		return fmt.Errorf("writing spool: %w", err)
-	}
-	s.unsynced = 0
+	s.unsynced = false
 	if err := s.w.Sync(); err != nil {
 		return fmt.Errorf("syncing spool: %w", err)
+	}
+	return nil
+}
+
+// SaveCursor records the read position, when it moved, so that a restart
+// after a crash does not deliver again what was delivered before.
+func (s *Spool) SaveCursor() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if !s.dirty || s.closed {
+		return nil
+	}
+	s.dirty = false
+	return s.saveCursorLocked()
+}
+
+func (s *Spool) saveCursorLocked() error {
+	cur := map[string]int64{}
+	for _, seq := range s.segs {
+		if o := s.offs[seq]; o > 0 {
+			cur[strconv.FormatUint(seq, 16)] = o
+		}
+	}
+	path := filepath.Join(s.dir, cursorFile)
+	if len(cur) == 0 {
+		if err := os.Remove(path); err != nil && !errors.Is(err, os.ErrNotExist) {
+			return err
+		}
+		return nil
+	}
+	b, _ := json.Marshal(cur)
+	tmp := path + ".tmp"
+	if err := os.WriteFile(tmp, b, 0o600); err != nil {
+		return fmt.Errorf("saving spool cursor: %w", err)
+	}
+	if err := os.Rename(tmp, path); err != nil {
+		return fmt.Errorf("saving spool cursor: %w", err)
 	}
 	return nil
 }
@@ -372,6 +522,9 @@ func (s *Spool) syncLocked() error {
 func (s *Spool) Pending() bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	if s.cur != nil || s.writing {
+		return true
+	}
 	switch len(s.segs) {
 	case 0:
 		return false
@@ -406,19 +559,18 @@ type SpoolBatch struct {
 
 // Read returns up to max records from the head of the spool, without
 // removing them. The caller must hold the lease. An empty batch means the
-// spool is empty; its files are then removed.
-func (s *Spool) Read(max int) (SpoolBatch, error) {
+// spool has nothing to read now; when everything was delivered and no
+// append is in flight, its files are removed.
+func (s *Spool) Read(maxRecs int) (SpoolBatch, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	s.fresh = 0
 	for len(s.segs) > 0 {
 		seq := s.segs[0]
 		active := s.w != nil && seq == s.wseq
 		off := s.offs[seq]
 		var limit int64
 		if active {
-			if err := s.wbuf.Flush(); err != nil {
-				return SpoolBatch{}, fmt.Errorf("writing spool: %w", err)
-			}
 			limit = s.wsize
 		} else {
 			fi, err := os.Stat(filepath.Join(s.dir, segName(seq)))
@@ -433,54 +585,135 @@ func (s *Spool) Read(max int) (SpoolBatch, error) {
 		}
 		if off >= limit {
 			if active {
-				// Everything was delivered: start afresh.
-				s.resetLocked()
+				if !s.writing && s.cur == nil {
+					// Everything was delivered: start afresh.
+					s.resetLocked()
+				}
 				return SpoolBatch{}, nil
 			}
 			s.dropHeadLocked()
 			continue
 		}
-		n := limit - off
-		final := true
-		if n > readChunk {
-			n, final = readChunk, false
-		}
-		if cap(s.rbuf) < int(n) {
-			s.rbuf = make([]byte, n)
-		}
-		buf := s.rbuf[:n]
-		if err := s.readAt(seq, buf, off, active); err != nil {
-			return SpoolBatch{}, err
-		}
-		var recs [][]byte
-		used := decodeFrames(buf, final, func(p []byte) bool {
-			if len(recs) >= max {
-				return false
+		// Read about what max records take (events are a few hundred
+		// bytes), and everything up to the limit when a record is larger.
+		want := min(int64(readChunk), int64(max(minReadChunk, maxRecs*1024)))
+		for {
+			n := limit - off
+			final := true
+			if n > want {
+				n, final = want, false
 			}
-			recs = append(recs, append([]byte(nil), p...))
-			return true
-		}, func(o, l int) {
-			at := off + int64(o)
-			if at >= s.reported[seq] {
-				s.reported[seq] = at + int64(l)
-				s.bad(BadRange{File: filepath.Join(s.dir, segName(seq)), Offset: at, Length: int64(l)})
+			if cap(s.rbuf) < int(n) {
+				s.rbuf = make([]byte, n)
 			}
-		})
-		end := off + int64(used)
-		if len(recs) == 0 {
-			// Only bad bytes in this region: skip them for good.
-			s.offs[seq] = end
-			if used == 0 {
-				return SpoolBatch{}, fmt.Errorf("spool segment %s: no progress at offset %d", segName(seq), off)
+			buf := s.rbuf[:n]
+			if err := s.readAt(seq, buf, off); err != nil {
+				return SpoolBatch{}, err
 			}
-			continue
+			var (
+				recs  [][]byte
+				arena []byte
+				ends  []int
+			)
+			used := decodeFrames(buf, final, func(p []byte) bool {
+				if len(ends) >= maxRecs {
+					return false
+				}
+				arena = append(arena, p...)
+				ends = append(ends, len(arena))
+				return true
+			}, func(o, l int) {
+				at := off + int64(o)
+				if at >= s.reported[seq] {
+					s.reported[seq] = at + int64(l)
+					s.bad(BadRange{File: filepath.Join(s.dir, segName(seq)), Offset: at, Length: int64(l)})
+				}
+			})
+			if used == 0 && !final && want < readChunk {
+				want = readChunk // one record larger than the chunk
+				continue
+			}
+			start := 0
+			for _, e := range ends {
+				recs = append(recs, arena[start:e:e])
+				start = e
+			}
+			end := off + int64(used)
+			if len(recs) == 0 {
+				// Only bad bytes in this region: skip them for good.
+				s.advanceLocked(seq, end)
+				if used == 0 {
+					return SpoolBatch{}, fmt.Errorf("spool segment %s: no progress at offset %d", segName(seq), off)
+				}
+				break
+			}
+			return SpoolBatch{Records: recs, seq: seq, end: end}, nil
 		}
-		return SpoolBatch{Records: recs, seq: seq, end: end}, nil
 	}
 	return SpoolBatch{}, nil
 }
 
-func (s *Spool) readAt(seq uint64, buf []byte, off int64, active bool) error {
+// forgetLocked takes a segment's unread bytes out of the size.
+func (s *Spool) forgetLocked(seq uint64) {
+	size := s.wsize
+	if s.w == nil || seq != s.wseq {
+		fi, err := os.Stat(filepath.Join(s.dir, segName(seq)))
+		if err != nil {
+			return
+		}
+		size = fi.Size()
+	}
+	s.sizeBytes.Add(-max(0, size-s.offs[seq]))
+}
+
+// DropOldest removes the oldest segment that is neither the one being read
+// (its head batch may be in flight) nor the one being written, to make
+// room in a full spool. It returns the records it removed (0 when there is
+// no such segment) and the request ids of the first and last of them.
+func (s *Spool) DropOldest() (n int, first, last string, err error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for i, seq := range s.segs {
+		if i == 0 || s.w != nil && seq == s.wseq {
+			continue
+		}
+		path := filepath.Join(s.dir, segName(seq))
+		b, err := os.ReadFile(path)
+		if err != nil {
+			return 0, "", "", err
+		}
+		decodeFrames(b[min(int64(len(b)), s.offs[seq]):], true, func(p []byte) bool {
+			if n == 0 {
+				first = extractRequestID(p)
+			}
+			n++
+			last = string(p)
+			return true
+		}, func(int, int) {})
+		last = extractRequestID([]byte(last))
+		s.forgetLocked(seq)
+		if err := os.Remove(path); err != nil {
+			return 0, "", "", err
+		}
+		delete(s.offs, seq)
+		delete(s.reported, seq)
+		s.segs = append(s.segs[:i:i], s.segs[i+1:]...)
+		s.dirty = true
+		return n, first, last, nil
+	}
+	return 0, "", "", nil
+}
+
+// advanceLocked moves a segment's read position to end.
+func (s *Spool) advanceLocked(seq uint64, end int64) {
+	if d := end - s.offs[seq]; d > 0 {
+		s.offs[seq] = end
+		s.sizeBytes.Add(-d)
+		s.dirty = true
+	}
+}
+
+func (s *Spool) readAt(seq uint64, buf []byte, off int64) error {
 	f, err := os.Open(filepath.Join(s.dir, segName(seq)))
 	if err != nil {
 		return err
@@ -495,6 +728,7 @@ func (s *Spool) readAt(seq uint64, buf []byte, off int64, active bool) error {
 
 func (s *Spool) dropHeadLocked() {
 	seq := s.segs[0]
+	s.forgetLocked(seq)
 	os.Remove(filepath.Join(s.dir, segName(seq)))
 	delete(s.offs, seq)
 	delete(s.reported, seq)
@@ -512,6 +746,8 @@ func (s *Spool) resetLocked() {
 	s.segs = nil
 	s.offs = map[uint64]int64{}
 	s.reported = map[uint64]int64{}
+	s.sizeBytes.Store(0)
+	s.unsynced, s.dirty = false, false
 	os.Remove(filepath.Join(s.dir, cursorFile))
 }
 
@@ -522,9 +758,7 @@ func (s *Spool) Commit(b SpoolBatch) {
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if b.end > s.offs[b.seq] {
-		s.offs[b.seq] = b.end
-	}
+	s.advanceLocked(b.seq, b.end)
 }
 
 // Close syncs the spool and records the read position so that a restart
@@ -543,29 +777,23 @@ func (s *Spool) Close() error {
 	if s.closed {
 		return nil
 	}
-	s.closed = true
+	s.closed = true // no new appends
+	for s.writing || s.cur != nil {
+		// Appends already taken: let their leader finish, or write them.
+		if s.writing {
+			s.mu.Unlock()
+			time.Sleep(time.Millisecond)
+		} else {
+			s.writeLocked(s.cur) // (its callers get the error)
+		}
+		s.mu.Lock()
+	}
 	err := s.syncLocked()
 	if s.w != nil {
 		s.w.Close()
 		s.w = nil
 	}
-	cur := map[string]int64{}
-	for _, seq := range s.segs {
-		if o := s.offs[seq]; o > 0 {
-			cur[strconv.FormatUint(seq, 16)] = o
-		}
-	}
-	path := filepath.Join(s.dir, cursorFile)
-	if len(cur) == 0 {
-		os.Remove(path)
-		return err
-	}
-	b, _ := json.Marshal(cur)
-	tmp := path + ".tmp"
-	if werr := os.WriteFile(tmp, b, 0o600); werr != nil {
-		return errors.Join(err, werr)
-	}
-	return errors.Join(err, os.Rename(tmp, path))
+	return errors.Join(err, s.saveCursorLocked())
 }
 
 // spools holds one *Spool per directory in the process, so that the
@@ -573,14 +801,17 @@ func (s *Spool) Close() error {
 // release closes it.
 var spools = caddy.NewUsagePool()
 
-func acquireSpool(dir string, bad func(BadRange)) (*Spool, error) {
+func acquireSpool(dir string, syncInterval time.Duration, bad func(BadRange), onErr func(error)) (*Spool, error) {
 	dir = filepath.Clean(dir)
 	val, _, err := spools.LoadOrNew(dir, func() (caddy.Destructor, error) {
 		s, err := OpenSpool(dir, bad)
 		if err != nil {
 			return nil, err
 		}
-		s.startSyncer(200*time.Millisecond, nil)
+		if syncInterval <= 0 {
+			syncInterval = 200 * time.Millisecond
+		}
+		s.startSyncer(syncInterval, onErr)
 		return s, nil
 	})
 	if err != nil {

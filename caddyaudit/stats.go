@@ -1,6 +1,7 @@
 package caddyaudit
 
 import (
+	"bytes"
 	"encoding/json"
 	"sort"
 	"sync"
@@ -125,6 +126,22 @@ func Recent(n int) []Event {
 		out = append(out, ev)
 	}
 	return out
+}
+
+// recordTime reads the time of an encoded event: the last member of the
+// canonical form.
+func recordTime(data []byte) (time.Time, bool) {
+	i := bytes.LastIndex(data, []byte(`"time":"`))
+	if i < 0 {
+		return time.Time{}, false
+	}
+	rest := data[i+len(`"time":"`):]
+	j := bytes.IndexByte(rest, '"')
+	if j < 0 {
+		return time.Time{}, false
+	}
+	t, err := time.Parse(time.RFC3339Nano, string(rest[:j]))
+	return t, err == nil
 }
 
 // extractRequestID reads request_id from an encoded event.

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"net/http"
 	"os"
 	"path/filepath"
 	"runtime/debug"
@@ -13,6 +14,8 @@ import (
 	"time"
 
 	"go.uber.org/zap"
+
+	"github.com/apigate/gateway/internal/deny"
 )
 
 // record is one encoded event on its way to a sink.
@@ -51,6 +54,19 @@ type workerConfig struct {
 	ShutdownTimeout time.Duration
 	// SpoolDir is this sink's own spool directory; empty: no spool.
 	SpoolDir string
+	// Disk writes every event to the spool before Enqueue returns, and
+	// the sink delivers from there (durability disk).
+	Disk bool
+	// SyncInterval is how often the spool is fsynced. Default: 200ms.
+	SyncInterval time.Duration
+	// SpoolMaxSize bounds the spool, in bytes; 0: until the disk is full.
+	SpoolMaxSize int64
+	// OnFull is what happens to an event the sink cannot take (queue
+	// full without a spool, or spool full): "block" (default), "drop_oldest"
+	// or "reject".
+	OnFull string
+	// AlertAfter is the backlog age that is logged. Default: 1m.
+	AlertAfter time.Duration
 }
 
 func (c *workerConfig) setDefaults() {
@@ -75,7 +91,23 @@ func (c *workerConfig) setDefaults() {
 	if c.ShutdownTimeout <= 0 {
 		c.ShutdownTimeout = 5 * time.Second
 	}
+	if c.SyncInterval <= 0 {
+		c.SyncInterval = 200 * time.Millisecond
+	}
+	if c.OnFull == "" {
+		c.OnFull = onFullBlock
+	}
+	if c.AlertAfter <= 0 {
+		c.AlertAfter = time.Minute
+	}
 }
+
+// on_full policies.
+const (
+	onFullBlock      = "block"
+	onFullDropOldest = "drop_oldest"
+	onFullReject     = "reject"
+)
 
 // worker owns one sink: its bounded queue, its spool and the goroutine that
 // batches and delivers.
@@ -101,6 +133,15 @@ type worker struct {
 	stopped sync.Once
 
 	lastErr atomic.Pointer[errorAt]
+
+	// Backlog: unix nanoseconds of the oldest event in q (0: empty or
+	// unknown) and of the oldest event being delivered (0: none).
+	qOldest, sendOldest atomic.Int64
+	// spoolFailed holds, until when (unix nanoseconds), the spool counts
+	// as full after a failed write (a full disk).
+	spoolFailed atomic.Int64
+	// requests rejected since the last log line, and when it was written
+	rejected, rejectLogged atomic.Int64
 }
 
 type errorAt struct {
@@ -126,22 +167,33 @@ func newWorker(cfg workerConfig, sink Sink, log *zap.Logger) (*worker, error) {
 	}
 	w.hard, w.cancel = context.WithCancel(context.Background())
 	if cfg.SpoolDir != "" {
-		sp, err := acquireSpool(cfg.SpoolDir, func(b BadRange) {
+		sp, err := acquireSpool(cfg.SpoolDir, cfg.SyncInterval, func(b BadRange) {
 			w.m.corrupt.Add(float64(b.Length))
 			w.log.Error("skipped corrupt bytes in audit spool",
 				zap.String("file", b.File), zap.Int64("offset", b.Offset), zap.Int64("bytes", b.Length))
+		}, func(err error) {
+			w.log.Error("syncing audit spool", zap.Error(err))
+			w.setErr(err)
 		})
 		if err != nil {
 			w.cancel()
 			return nil, err
 		}
 		w.spool = sp
-		if sp.Pending() {
+		if cfg.SpoolMaxSize > 0 {
+			sp.SetMaxSize(cfg.SpoolMaxSize)
+		}
+		if cfg.Disk {
+			// Wake the worker per batch, not per event.
+			sp.SetNotifyAt(cfg.BatchSize)
+		}
+		if sp.Pending() || cfg.Disk {
 			w.spooling.Store(true)
 		}
 	}
 	registerWorker(w)
 	go w.run()
+	go w.watch()
 	return w, nil
 }
 
@@ -165,33 +217,147 @@ func (w *worker) Enqueue(ev *Event) {
 	defer w.mu.RUnlock()
 	w.m.enqueuedN.Add(1)
 	w.m.enqueued.Inc()
-	if w.spool != nil && w.spooling.Load() {
-		w.spoolEvent(ev)
-		return
-	}
-	select {
-	case w.q <- *ev:
-		if len(w.q)+int(w.pendingN.Load()) >= w.cfg.BatchSize {
-			w.signal()
+	if w.spool != nil && (w.cfg.Disk || w.spooling.Load()) {
+		if !w.trySpool(ev) {
+			w.full(ev)
 		}
 		return
-	default:
+	}
+	if w.tryQueue(ev) {
+		return
 	}
 	w.signal()
 	if w.spool != nil {
 		w.spooling.Store(true)
-		w.spoolEvent(ev)
-		return
+		if w.trySpool(ev) {
+			return
+		}
 	}
-	t := time.NewTimer(w.cfg.BlockTimeout)
-	defer t.Stop()
+	w.full(ev)
+}
+
+// tryQueue puts ev in the memory queue if it has room.
+func (w *worker) tryQueue(ev *Event) bool {
 	select {
 	case w.q <- *ev:
-	case <-t.C:
-		w.drop(ev, "queue full")
-	case <-w.closing:
-		w.drop(ev, "sink stopping")
+	default:
+		return false
 	}
+	if w.qOldest.Load() == 0 {
+		w.qOldest.CompareAndSwap(0, ev.Time.UnixNano())
+	}
+	if len(w.q)+int(w.pendingN.Load()) >= w.cfg.BatchSize {
+		w.signal()
+	}
+	return true
+}
+
+// trySpool writes ev to the spool unless the spool is full (max size, or
+// a write failed within the last second).
+func (w *worker) trySpool(ev *Event) bool {
+	if w.spoolFull() {
+		return false
+	}
+	bp := encPool.Get().(*[]byte)
+	b := ev.AppendJSON((*bp)[:0])
+	err := w.spool.Append(b)
+	*bp = b
+	encPool.Put(bp)
+	if err != nil {
+		if w.spoolFailed.Swap(time.Now().Add(time.Second).UnixNano()) < time.Now().UnixNano() {
+			w.log.Error("writing audit spool failed; the sink counts as full for 1s", zap.Error(err))
+		}
+		w.setErr(err)
+		return false
+	}
+	w.m.spooledN.Add(1)
+	w.m.spooled.Inc()
+	return true
+}
+
+func (w *worker) spoolFull() bool {
+	return w.cfg.SpoolMaxSize > 0 && w.spool.Size() >= w.cfg.SpoolMaxSize ||
+		w.spoolFailed.Load() > time.Now().UnixNano()
+}
+
+// isFull reports whether an event enqueued now would find no room (what
+// on_full reject answers 503 for).
+func (w *worker) isFull() bool {
+	if w.spool != nil {
+		return (w.cfg.Disk || w.spooling.Load() || len(w.q) >= cap(w.q)) && w.spoolFull()
+	}
+	return len(w.q) >= cap(w.q)
+}
+
+// full applies on_full to an event the sink has no room for.
+func (w *worker) full(ev *Event) {
+	if w.cfg.OnFull == onFullDropOldest && w.dropOldest() {
+		if w.tryQueue(ev) || w.spool != nil && (w.cfg.Disk || w.spooling.Load()) && w.trySpool(ev) {
+			return
+		}
+	}
+	// block, reject (for requests already admitted), or drop_oldest with
+	// nothing older to drop: wait for room up to block_timeout.
+	t := time.NewTimer(w.cfg.BlockTimeout)
+	defer t.Stop()
+	var poll <-chan time.Time
+	if w.spool != nil {
+		tk := time.NewTicker(5 * time.Millisecond)
+		defer tk.Stop()
+		poll = tk.C
+	}
+	q := w.q
+	if w.spool != nil && (w.cfg.Disk || w.spooling.Load()) {
+		q = nil // the spool is what is full
+	}
+	for {
+		select {
+		case q <- *ev:
+			w.m.full(actionBlocked)
+			return
+		case <-poll:
+			if !w.spoolFull() && w.trySpool(ev) {
+				w.m.full(actionBlocked)
+				return
+			}
+		case <-t.C:
+			w.drop(ev, "sink full for block_timeout ("+w.cfg.OnFull+")")
+			return
+		case <-w.closing:
+			w.drop(ev, "sink stopping")
+			return
+		}
+	}
+}
+
+// dropOldest makes room for one event by dropping the oldest queued event,
+// or the oldest spool segment not being delivered. It reports whether it
+// dropped anything.
+func (w *worker) dropOldest() bool {
+	if w.spool == nil || !(w.cfg.Disk || w.spooling.Load()) {
+		select {
+		case old := <-w.q:
+			w.m.full(actionDroppedOldest)
+			w.drop(&old, "on_full drop_oldest: made room for a newer event")
+			return true
+		default:
+			return len(w.q) < cap(w.q) // the worker took some meanwhile
+		}
+	}
+	n, first, last, err := w.spool.DropOldest()
+	if err != nil {
+		w.log.Error("dropping the oldest audit spool segment", zap.Error(err))
+		return false
+	}
+	if n == 0 {
+		return false
+	}
+	w.m.fullN(actionDroppedOldest, n)
+	w.m.droppedN.Add(int64(n))
+	w.m.dropped.Add(float64(n))
+	w.log.Error("audit events dropped", zap.String("reason", "on_full drop_oldest: spool full, dropped its oldest segment"),
+		zap.Int("count", n), zap.String("first_request_id", first), zap.String("last_request_id", last))
+	return true
 }
 
 func (w *worker) signal() {
@@ -199,20 +365,6 @@ func (w *worker) signal() {
 	case w.wake <- struct{}{}:
 	default:
 	}
-}
-
-func (w *worker) spoolEvent(ev *Event) {
-	bp := encPool.Get().(*[]byte)
-	b := ev.AppendJSON((*bp)[:0])
-	err := w.spool.Append(b)
-	*bp = b
-	encPool.Put(bp)
-	if err != nil {
-		w.drop(ev, "spool write failed: "+err.Error())
-		return
-	}
-	w.m.spooledN.Add(1)
-	w.m.spooled.Inc()
 }
 
 func (w *worker) drop(ev *Event, why string) {
@@ -323,6 +475,12 @@ func (w *worker) run() {
 				}
 			}
 			w.pendingN.Store(int64(len(pending)))
+			if len(w.q) == 0 {
+				w.qOldest.Store(0)
+			}
+			if len(pending) > 0 {
+				w.sendOldest.Store(pending[0].Time.UnixNano())
+			}
 			if len(pending) == 0 || (len(pending) < w.cfg.BatchSize && !timed) {
 				break // a partial batch waits for the tick
 			}
@@ -332,6 +490,7 @@ func (w *worker) run() {
 			}
 			pending = pending[:0]
 			w.pendingN.Store(0)
+			w.sendOldest.Store(0)
 		}
 		if w.spool != nil && len(w.q) == 0 && len(pending) == 0 {
 			if !w.drainSpoolOnce() {
@@ -346,7 +505,9 @@ func (w *worker) run() {
 // the shutdown deadline passed.
 func (w *worker) drainSpoolOnce() bool {
 	if !w.spool.Pending() {
-		w.spooling.Store(false)
+		if !w.cfg.Disk {
+			w.spooling.Store(false)
+		}
 		return true
 	}
 	if !w.spool.Lease(w.hard.Done()) {
@@ -364,17 +525,23 @@ func (w *worker) drainSpoolOnce() bool {
 		return w.hard.Err() == nil
 	}
 	if len(b.Records) == 0 {
-		w.spooling.Store(false)
+		if !w.cfg.Disk && !w.spool.Pending() {
+			w.spooling.Store(false)
+		}
 		return true
 	}
 	recs := make([]record, len(b.Records))
 	for i, r := range b.Records {
 		recs[i] = record{data: r}
 	}
+	if t, ok := recordTime(b.Records[0]); ok {
+		w.sendOldest.Store(t.UnixNano())
+	}
 	if !w.deliverSpooled(recs) {
 		return false
 	}
 	w.spool.Commit(b)
+	w.sendOldest.Store(0)
 	// Keep draining without waiting for a tick.
 	select {
 	case w.spool.notify <- struct{}{}:
@@ -558,8 +725,79 @@ func appendLines(path string, recs []record) error {
 	return errors.Join(err, f.Close())
 }
 
+// backlogAge is the age of the oldest event the sink has not delivered:
+// the batch being delivered, or the memory queue's first event; 0 when
+// there is none. Spooled events are counted from when the worker reads
+// them, within a flush_interval of their arrival: events are spooled in
+// arrival order behind the queued ones, and the worker reads the spool as
+// soon as the queue is empty.
+func (w *worker) backlogAge(now time.Time) time.Duration {
+	oldest := w.sendOldest.Load()
+	if q := w.qOldest.Load(); q != 0 && (oldest == 0 || q < oldest) {
+		oldest = q
+	}
+	if oldest == 0 {
+		return 0
+	}
+	return max(0, now.Sub(time.Unix(0, oldest)))
+}
+
+func (w *worker) spoolBytes() int64 {
+	if w.spool == nil {
+		return 0
+	}
+	return w.spool.Size()
+}
+
+// watch logs when the backlog gets older than alert_after (again every
+// alert_after while it stays so), and when it recovers.
+func (w *worker) watch() {
+	every := min(time.Second, w.cfg.AlertAfter/4)
+	t := time.NewTicker(every)
+	defer t.Stop()
+	var alerted time.Time
+	for {
+		select {
+		case <-w.closing:
+			return
+		case now := <-t.C:
+			age := w.backlogAge(now)
+			switch {
+			case age > w.cfg.AlertAfter && now.Sub(alerted) >= w.cfg.AlertAfter:
+				alerted = now
+				fields := []zap.Field{zap.Duration("oldest_undelivered_age", age), zap.Duration("alert_after", w.cfg.AlertAfter),
+					zap.Int("queue_depth", len(w.q)), zap.Int64("spool_bytes", w.spoolBytes())}
+				if e := w.lastErr.Load(); e != nil {
+					fields = append(fields, zap.String("last_error", e.msg))
+				}
+				w.log.Warn("audit backlog is older than alert_after", fields...)
+			case !alerted.IsZero() && age <= w.cfg.AlertAfter:
+				alerted = time.Time{}
+				w.log.Info("audit backlog back under alert_after", zap.Duration("oldest_undelivered_age", age))
+			}
+		}
+	}
+}
+
 func (w *worker) isClosed() bool {
 	w.mu.RLock()
 	defer w.mu.RUnlock()
 	return w.closed
+}
+
+// reject answers a request 503 because the sink (on_full reject) cannot
+// record its event. It logs once a second at most, with the count.
+func (w *worker) reject(rw http.ResponseWriter, r *http.Request) error {
+	w.m.full(actionRejected)
+	n := w.rejected.Add(1)
+	now := time.Now().UnixNano()
+	if last := w.rejectLogged.Load(); now-last >= int64(time.Second) && w.rejectLogged.CompareAndSwap(last, now) {
+		w.rejected.Add(-n)
+		w.log.Error("requests rejected: audit sink full (on_full reject)", zap.Int64("rejected", n),
+			zap.Int("queue_depth", len(w.q)), zap.Int64("spool_bytes", w.spoolBytes()),
+			zap.String("method", r.Method), zap.String("path", r.URL.Path))
+	}
+	rw.Header().Set("Retry-After", "1")
+	return deny.Respond(rw, r, http.StatusServiceUnavailable, "audit_unavailable",
+		"audit sink "+w.cfg.Name+" cannot record events")
 }
