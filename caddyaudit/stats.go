@@ -22,6 +22,13 @@ type SinkStats struct {
 	Spooled     int64     `json:"spooled"`
 	Dropped     int64     `json:"dropped"`
 	Poisoned    int64     `json:"poisoned"`
+	// BacklogAgeSeconds is the age of the oldest event not delivered yet
+	// (0: none); SpoolBytes the undelivered bytes in the disk spool.
+	BacklogAgeSeconds float64 `json:"backlog_age_seconds"`
+	SpoolBytes        int64   `json:"spool_bytes"`
+	// Full counts what on_full did, by action (blocked, dropped_oldest,
+	// rejected).
+	Full        map[string]int64 `json:"full,omitempty"`
 	LastError   string    `json:"last_error,omitempty"`
 	LastErrorAt time.Time `json:"last_error_at,omitzero"`
 }
@@ -71,6 +78,7 @@ func liveWorkers() []*worker {
 // read-only and safe to call at any time.
 func Stats() []SinkStats {
 	ws := liveWorkers()
+	now := time.Now()
 	out := make([]SinkStats, 0, len(ws))
 	for _, w := range ws {
 		s := SinkStats{
@@ -79,6 +87,10 @@ func Stats() []SinkStats {
 			Spooling: w.spooling.Load(),
 			Enqueued: w.m.enqueuedN.Load(), Sent: w.m.sentN.Load(), Retried: w.m.retriedN.Load(),
 			Spooled: w.m.spooledN.Load(), Dropped: w.m.droppedN.Load(), Poisoned: w.m.poisonedN.Load(),
+			BacklogAgeSeconds: w.backlogAge(now).Seconds(), SpoolBytes: w.spoolBytes(),
+		}
+		if full := w.m.fullCounts(); len(full) > 0 {
+			s.Full = full
 		}
 		if e := w.lastErr.Load(); e != nil {
 			s.LastError, s.LastErrorAt = e.msg, e.at
@@ -109,7 +121,8 @@ func remember(ev *Event) {
 }
 
 // Recent returns up to n of the most recent audit events, newest first.
-// Events never hold tokens or claims beyond the subject and roles.
+// Events never hold tokens, nor claims beyond the subject, the roles and
+// what the handler's include_claim options pick.
 func Recent(n int) []Event {
 	recent.mu.Lock()
 	defer recent.mu.Unlock()

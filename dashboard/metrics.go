@@ -46,7 +46,11 @@ type PermCounters struct {
 
 // AuditCounters are the audit sinks' totals; per-sink numbers are in Sinks.
 type AuditCounters struct {
-	Backlog  float64 `json:"backlog"`
+	// Backlog is the events in the sinks' memory queues.
+	Backlog float64 `json:"backlog"`
+	// BacklogAgeSeconds is the age of the oldest undelivered event of any
+	// sink (memory queue, or disk spool with durability disk).
+	BacklogAgeSeconds float64 `json:"backlog_age_seconds"`
 	Enqueued float64 `json:"enqueued"`
 	Sent     float64 `json:"sent"`
 	Spooled  float64 `json:"spooled"`
@@ -59,6 +63,10 @@ type Sink struct {
 	Name       string  `json:"name"`
 	Type       string  `json:"type"`
 	QueueDepth float64 `json:"queue_depth"`
+	// BacklogAgeSeconds and SpoolBytes: the sink's oldest undelivered
+	// event's age and its spool's undelivered bytes.
+	BacklogAgeSeconds float64 `json:"backlog_age_seconds"`
+	SpoolBytes        float64 `json:"spool_bytes"`
 	Enqueued   float64 `json:"enqueued"`
 	Sent       float64 `json:"sent"`
 	Retried    float64 `json:"retried"`
@@ -101,13 +109,15 @@ func CountersFrom(jwt caddyjwt.Stats, rbac map[string]float64, perm caddypermcac
 	for _, st := range sinks {
 		s := Sink{Name: st.Name, Type: st.Type, QueueDepth: float64(st.QueueDepth), Enqueued: float64(st.Enqueued),
 			Sent: float64(st.Sent), Retried: float64(st.Retried), Spooled: float64(st.Spooled),
-			Dropped: float64(st.Dropped), Poisoned: float64(st.Poisoned)}
+			Dropped: float64(st.Dropped), Poisoned: float64(st.Poisoned),
+			BacklogAgeSeconds: st.BacklogAgeSeconds, SpoolBytes: float64(st.SpoolBytes)}
 		c.Audit.Sinks = append(c.Audit.Sinks, s)
 		c.Audit.Backlog += s.QueueDepth
 		c.Audit.Enqueued += s.Enqueued
 		c.Audit.Sent += s.Sent
 		c.Audit.Spooled += s.Spooled
 		c.Audit.Dropped += s.Dropped
+		c.Audit.BacklogAgeSeconds = max(c.Audit.BacklogAgeSeconds, s.BacklogAgeSeconds)
 		maxEnqueued = max(maxEnqueued, s.Enqueued)
 	}
 	sort.Slice(c.Audit.Sinks, func(i, j int) bool {

@@ -20,7 +20,7 @@ func TestCountersFrom(t *testing.T) {
 		perm := caddypermcache.Stats{HitsAllow: 30, HitsDeny: 10, Misses: 10, StaleServes: 2, OnErrorDeny: 1}
 		sinks := []caddyaudit.SinkStats{
 			{Name: "b", Type: "file", Enqueued: 100, Dropped: 1},
-			{Name: "a", Type: "http", Enqueued: 100, Sent: 95, QueueDepth: 5},
+			{Name: "a", Type: "http", Enqueued: 100, Sent: 95, QueueDepth: 5, BacklogAgeSeconds: 7, SpoolBytes: 4096},
 		}
 		got := CountersFrom(jwt, rbac, perm, sinks, map[string]float64{"routes": 3})
 		checks := []struct {
@@ -36,6 +36,8 @@ func TestCountersFrom(t *testing.T) {
 			{"perm hit rate", *got.Permission.CacheHitRate, 0.8},
 			{"perm stale", got.Permission.StaleServes, 2},
 			{"audit backlog", got.Audit.Backlog, 5},
+			{"audit backlog age", got.Audit.BacklogAgeSeconds, 7},
+			{"audit spool bytes", got.Audit.Sinks[0].SpoolBytes, 4096},
 			{"audit sent", got.Audit.Sent, 95},
 			{"audit dropped", got.Audit.Dropped, 1},
 			{"docker routes", got.Docker["routes"], 3},

@@ -28,6 +28,13 @@
     if (Math.abs(n) >= 1e4) return (n / 1e3).toFixed(1) + "k";
     return Number.isInteger(n) ? String(n) : n.toFixed(n < 10 ? 2 : 1);
   }
+  function fmtBytes(n) {
+    if (!n) return "–";
+    if (n >= 1 << 30) return (n / (1 << 30)).toFixed(1) + " GiB";
+    if (n >= 1 << 20) return (n / (1 << 20)).toFixed(1) + " MiB";
+    if (n >= 1 << 10) return (n / (1 << 10)).toFixed(1) + " KiB";
+    return n + " B";
+  }
   function pct(r) { return r == null ? "–" : (r * 100).toFixed(1) + "%"; }
   function setText(id, v) { const e = $(id); if (e && e.textContent !== String(v)) e.textContent = v; }
 
@@ -182,8 +189,10 @@
       el("td", { class: "mono", text: s.name }), el("td", { text: s.type }),
       el("td", { class: "num", text: fmt(s.queue_depth) }), el("td", { class: "num", text: fmt(s.enqueued) }),
       el("td", { class: "num", text: fmt(s.sent) }), el("td", { class: "num", text: fmt(s.retried) }),
-      el("td", { class: "num", text: fmt(s.spooled) }), el("td", { class: "num", text: fmt(s.dropped) })));
-    fill($("sinks").tBodies[0], rows, "no audit sinks", 8);
+      el("td", { class: "num", text: fmt(s.spooled) }), el("td", { class: "num", text: fmt(s.dropped) }),
+      el("td", { class: "num", text: s.backlog_age_seconds > 0 ? s.backlog_age_seconds.toFixed(1) + " s" : "–" }),
+      el("td", { class: "num", text: fmtBytes(s.spool_bytes) })));
+    fill($("sinks").tBodies[0], rows, "no audit sinks", 10);
   }
 
   function renderCards(o) {
