@@ -11,17 +11,17 @@ import (
 // SinkStats is a snapshot of one sink, for dashboards. Counters are totals
 // since the process started (they survive config reloads).
 type SinkStats struct {
-	Name        string    `json:"name"`
-	Type        string    `json:"type"`
-	QueueDepth  int       `json:"queue_depth"`
-	QueueSize   int       `json:"queue_size"`
-	Spooling    bool      `json:"spooling"`
-	Enqueued    int64     `json:"enqueued"`
-	Sent        int64     `json:"sent"`
-	Retried     int64     `json:"retried"`
-	Spooled     int64     `json:"spooled"`
-	Dropped     int64     `json:"dropped"`
-	Poisoned    int64     `json:"poisoned"`
+	Name       string `json:"name"`
+	Type       string `json:"type"`
+	QueueDepth int    `json:"queue_depth"`
+	QueueSize  int    `json:"queue_size"`
+	Spooling   bool   `json:"spooling"`
+	Enqueued   int64  `json:"enqueued"`
+	Sent       int64  `json:"sent"`
+	Retried    int64  `json:"retried"`
+	Spooled    int64  `json:"spooled"`
+	Dropped    int64  `json:"dropped"`
+	Poisoned   int64  `json:"poisoned"`
 	// BacklogAgeSeconds is the age of the oldest event not delivered yet
 	// (0: none); SpoolBytes the undelivered bytes in the disk spool.
 	BacklogAgeSeconds float64 `json:"backlog_age_seconds"`
@@ -29,8 +29,8 @@ type SinkStats struct {
 	// Full counts what on_full did, by action (blocked, dropped_oldest,
 	// rejected).
 	Full        map[string]int64 `json:"full,omitempty"`
-	LastError   string    `json:"last_error,omitempty"`
-	LastErrorAt time.Time `json:"last_error_at,omitzero"`
+	LastError   string           `json:"last_error,omitempty"`
+	LastErrorAt time.Time        `json:"last_error_at,omitzero"`
 }
 
 var (

@@ -51,11 +51,11 @@ type AuditCounters struct {
 	// BacklogAgeSeconds is the age of the oldest undelivered event of any
 	// sink (memory queue, or disk spool with durability disk).
 	BacklogAgeSeconds float64 `json:"backlog_age_seconds"`
-	Enqueued float64 `json:"enqueued"`
-	Sent     float64 `json:"sent"`
-	Spooled  float64 `json:"spooled"`
-	Dropped  float64 `json:"dropped"`
-	Sinks    []Sink  `json:"sinks"`
+	Enqueued          float64 `json:"enqueued"`
+	Sent              float64 `json:"sent"`
+	Spooled           float64 `json:"spooled"`
+	Dropped           float64 `json:"dropped"`
+	Sinks             []Sink  `json:"sinks"`
 }
 
 // Sink is one audit sink's counters.
@@ -67,12 +67,12 @@ type Sink struct {
 	// event's age and its spool's undelivered bytes.
 	BacklogAgeSeconds float64 `json:"backlog_age_seconds"`
 	SpoolBytes        float64 `json:"spool_bytes"`
-	Enqueued   float64 `json:"enqueued"`
-	Sent       float64 `json:"sent"`
-	Retried    float64 `json:"retried"`
-	Spooled    float64 `json:"spooled"`
-	Dropped    float64 `json:"dropped"`
-	Poisoned   float64 `json:"poisoned"`
+	Enqueued          float64 `json:"enqueued"`
+	Sent              float64 `json:"sent"`
+	Retried           float64 `json:"retried"`
+	Spooled           float64 `json:"spooled"`
+	Dropped           float64 `json:"dropped"`
+	Poisoned          float64 `json:"poisoned"`
 }
 
 // ReadCounters reads the typed snapshots each module exports (their own
