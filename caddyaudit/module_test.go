@@ -277,6 +277,12 @@ func TestUnmarshalCaddyfileErrors(t *testing.T) {
 		{"header arity", "audit {\n sink http http://x {\n header A\n }\n}", "header needs a name and a value"},
 		{"bad batch size", "audit {\n sink http http://x {\n batch_size many\n }\n}", `invalid batch_size "many"`},
 		{"unknown sink option", "audit {\n sink file /x {\n rotate daily\n }\n}", "unrecognized subdirective 'rotate'"},
+		{"bad durability", "audit {\n durability ram\n}", "invalid durability 'ram'"},
+		{"bad on_full", "audit {\n sink file /x {\n on_full wait\n }\n}", "invalid on_full 'wait'"},
+		{"bad spool size", "audit {\n spool_max_size lots\n}", "invalid spool_max_size 'lots'"},
+		{"chain without key", "audit {\n chain\n}", "chain needs the Ed25519 private key file"},
+		{"chain option", "audit {\n chain /k {\n every 1s\n }\n}", "unrecognized chain subdirective 'every'"},
+		{"bad sync interval", "audit {\n sync_interval 0s\n}", `invalid sync_interval "0s"`},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			var a App
@@ -293,6 +299,29 @@ func TestUnmarshalCaddyfileErrors(t *testing.T) {
 	if err := h.UnmarshalCaddyfile(caddyfile.NewTestDispenser("audit a b")); err == nil {
 		t.Fatal("want error for two route names")
 	}
+	if err := h.UnmarshalCaddyfile(caddyfile.NewTestDispenser("audit {\n include_header a b c\n}")); err == nil ||
+		!strings.Contains(err.Error(), "include_header needs a name and an optional key") {
+		t.Fatalf("include_header with three arguments: %v", err)
+	}
+}
+
+func TestAppValidate(t *testing.T) {
+	for _, tc := range []struct {
+		a    App
+		want string
+	}{
+		{App{Durability: "disk"}, "durability disk needs spool_dir"},
+		{App{SpoolMaxSize: 1 << 20}, "spool_max_size needs spool_dir"},
+		{App{Chain: &ChainConfig{}}, "chain needs an Ed25519 private key file"},
+		{App{Durability: "fast"}, `invalid durability "fast"`},
+	} {
+		if err := tc.a.Validate(); err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%+v: %v, want %q", tc.a, err, tc.want)
+		}
+	}
+	if err := (&App{Durability: "disk", SpoolDir: "/x"}).Validate(); err != nil {
+		t.Error(err)
+	}
 }
 
 func TestSinkConfigValidate(t *testing.T) {
@@ -308,6 +337,7 @@ func TestSinkConfigValidate(t *testing.T) {
 		{"file path", SinkConfig{Type: "file"}, "file sink needs a path"},
 		{"type", SinkConfig{Type: "kafka"}, `invalid sink type "kafka"`},
 		{"negative retries", SinkConfig{Type: "file", Path: "/x", MaxRetries: -1}, "invalid max_retries"},
+		{"on_full", SinkConfig{Type: "file", Path: "/x", OnFull: "later"}, `invalid on_full "later"`},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			err := tc.sc.validate()
