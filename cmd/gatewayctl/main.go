@@ -3,6 +3,10 @@
 //	gatewayctl secret [-file F]          print (or create once in F) a random HMAC secret
 //	gatewayctl token  [flags]            sign a token for testing the gateway
 //	gatewayctl keygen -dir D             create an RSA key pair and a JWKS for it in D
+//	gatewayctl audit keygen -out D       create the Ed25519 key pair that signs audit checkpoints in D
+//	gatewayctl audit verify -key K F...  verify audit trails (JSON lines) against public key K
+//
+// Errors, and an audit trail that does not verify, exit with status 2.
 //
 // `make run` uses it to create the development secret on first run and to print
 // a demo token; nothing secret is kept in the repository.
@@ -38,7 +42,7 @@ func main() {
 
 func run(args []string, out io.Writer) error {
 	if len(args) == 0 {
-		return errors.New("usage: gatewayctl secret|token|keygen [flags] (-h for help)")
+		return errors.New("usage: gatewayctl secret|token|keygen|audit [flags] (-h for help)")
 	}
 	switch args[0] {
 	case "secret":
@@ -47,8 +51,10 @@ func run(args []string, out io.Writer) error {
 		return cmdToken(args[1:], out)
 	case "keygen":
 		return cmdKeygen(args[1:], out)
+	case "audit":
+		return cmdAudit(args[1:], out)
 	default:
-		return fmt.Errorf("unknown command %q: want secret, token or keygen", args[0])
+		return fmt.Errorf("unknown command %q: want secret, token, keygen or audit", args[0])
 	}
 }
 
