@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"bytes"
+	"context"
 	"fmt"
 	"io"
 	"net/http"
@@ -356,6 +357,89 @@ func TestFaults(t *testing.T) {
 		got := s.webhook.waitPath(t, "/bulk/crash/", n-256-50, 60*time.Second)
 		t.Logf("SIGKILL: %d of %d events delivered after restart (at most queue_size 256 + batch_size 50 may die with the process)", len(got), n)
 	})
+}
+
+// TestSIGKILLDiskDurability kills the gateway (SIGKILL) while 300
+// connections send requests and the audit receiver is down; after a
+// restart, every request that received a response has its event
+// delivered, to the webhook and to JetStream (durability disk).
+func TestSIGKILLDiskDurability(t *testing.T) {
+	s := newStack(t)
+	s.durability = "disk"
+	s.start()
+	tok := s.token("crash", []string{"reader"}, time.Hour, nil)
+	s.recvDown.Store(true)
+
+	var answered sync.Map // path -> true, for each 200 response
+	var n atomic.Int64
+	ctx, cancel := context.WithCancel(context.Background())
+	client := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 300, MaxConnsPerHost: 300}, Timeout: 10 * time.Second}
+	var wg sync.WaitGroup
+	for c := 0; c < 300; c++ {
+		wg.Add(1)
+		go func(c int) {
+			defer wg.Done()
+			for i := 0; ctx.Err() == nil; i++ {
+				path := fmt.Sprintf("/bulk/kill/%d-%d", c, i)
+				req, _ := http.NewRequest("GET", gwBase+path, nil)
+				req.Header.Set("Authorization", "Bearer "+tok)
+				resp, err := client.Do(req)
+				if err != nil {
+					time.Sleep(10 * time.Millisecond)
+					continue
+				}
+				_, err = io.Copy(io.Discard, resp.Body)
+				resp.Body.Close()
+				if err == nil && resp.StatusCode == 200 {
+					answered.Store(path, true)
+					n.Add(1)
+				}
+			}
+		}(c)
+	}
+	// Kill mid-load, once a good number of requests were answered.
+	deadline := time.Now().Add(30 * time.Second)
+	for n.Load() < 3000 && time.Now().Before(deadline) {
+		time.Sleep(20 * time.Millisecond)
+	}
+	s.stop(true)
+	cancel()
+	wg.Wait()
+	total := int(n.Load())
+	if total == 0 {
+		t.Fatal("no request answered before the kill")
+	}
+	s.recvDown.Store(false)
+	s.start()
+
+	paths := map[string]bool{}
+	answered.Range(func(k, _ any) bool { paths[k.(string)] = true; return true })
+	for name, log := range map[string]*eventLog{"webhook": s.webhook, "JetStream": s.natsLog} {
+		deadline := time.Now().Add(90 * time.Second)
+		var missing []string
+		for {
+			got := map[string]bool{}
+			for _, e := range log.byPath("/bulk/kill/") {
+				got[e.Path] = true
+			}
+			missing = missing[:0]
+			for p := range paths {
+				if !got[p] {
+					missing = append(missing, p)
+				}
+			}
+			if len(missing) == 0 || time.Now().After(deadline) {
+				break
+			}
+			time.Sleep(100 * time.Millisecond)
+		}
+		if len(missing) > 0 {
+			t.Errorf("%s: %d of %d answered requests have no event after SIGKILL and restart (durability disk); e.g. %v",
+				name, len(missing), total, missing[:min(5, len(missing))])
+		} else {
+			t.Logf("%s: all %d answered requests have their event after SIGKILL under load at 300 connections", name, total)
+		}
+	}
 }
 
 // TestReloadUnderLoad reloads the config ten times through the admin API

@@ -231,6 +231,8 @@ type stack struct {
 	// rateEvents is the per-user limit of the /api route (default 5).
 	rateEvents int
 	rateWindow string
+	// durability is the audit app's durability ("" for the default).
+	durability string
 	logs       *bytes.Buffer
 	logsMu     sync.Mutex
 }
@@ -392,7 +394,7 @@ func (s *stack) caddyfile() string {
 	storage file_system %[2]s/data
 	audit {
 		queue_size 256
-		spool_dir %[2]s/spool
+		spool_dir %[2]s/spool%[13]s
 		sink http %[3]s/events {
 			batch_size 50
 			flush_interval 50ms
@@ -456,7 +458,15 @@ http://127.0.0.1:%[5]d {
 	}
 }
 `, adminAddr, s.dir, s.receiver.URL(), s.natsURL, gwPort, s.jwks.URL(), s.perm.URL(),
-		strings.TrimPrefix(s.upstream.URL, "http://"), s.rateEvents, s.rateWindow, s.global, s.transportBlock())
+		strings.TrimPrefix(s.upstream.URL, "http://"), s.rateEvents, s.rateWindow, s.global, s.transportBlock(), s.durabilityLine())
+}
+
+// durabilityLine is the audit app's durability option, if set.
+func (s *stack) durabilityLine() string {
+	if s.durability == "" {
+		return ""
+	}
+	return "\n\t\tdurability " + s.durability
 }
 
 // transportBlock is the reverse_proxy block choosing s.transport.
