@@ -117,7 +117,10 @@ type worker struct {
 	log  *zap.Logger
 	m    *sinkMetrics
 
-	q        chan Event
+	// q holds pooled copies (eventPool): a channel of values would take
+	// its full capacity (queue_size x the size of an Event, 28 MB at the
+	// default) of memory once the ring has gone round.
+	q        chan *Event
 	wake     chan struct{}
 	pendingN atomic.Int64 // events the worker took from q but has not sent
 	spool    *Spool
@@ -151,6 +154,16 @@ type errorAt struct {
 
 var encPool = sync.Pool{New: func() any { b := make([]byte, 0, 512); return &b }}
 
+// eventPool holds the Events of the memory queues.
+var eventPool = sync.Pool{New: func() any { return new(Event) }}
+
+// releaseEvent returns a queued Event to the pool, without keeping its
+// strings alive.
+func releaseEvent(e *Event) {
+	*e = Event{}
+	eventPool.Put(e)
+}
+
 // newWorker starts a worker. The sink is closed by stop.
 func newWorker(cfg workerConfig, sink Sink, log *zap.Logger) (*worker, error) {
 	cfg.setDefaults()
@@ -160,7 +173,7 @@ func newWorker(cfg workerConfig, sink Sink, log *zap.Logger) (*worker, error) {
 	log = log.With(zap.String("sink", cfg.Name))
 	w := &worker{
 		cfg: cfg, sink: sink, log: log, m: metricsFor(cfg.Name, cfg.Type),
-		q:       make(chan Event, cfg.QueueSize),
+		q:       make(chan *Event, cfg.QueueSize),
 		wake:    make(chan struct{}, 1),
 		closing: make(chan struct{}),
 		done:    make(chan struct{}),
@@ -238,9 +251,12 @@ func (w *worker) Enqueue(ev *Event) {
 
 // tryQueue puts ev in the memory queue if it has room.
 func (w *worker) tryQueue(ev *Event) bool {
+	e := eventPool.Get().(*Event)
+	*e = *ev
 	select {
-	case w.q <- *ev:
+	case w.q <- e:
 	default:
+		releaseEvent(e)
 		return false
 	}
 	if w.qOldest.Load() == 0 {
@@ -310,9 +326,17 @@ func (w *worker) full(ev *Event) {
 	if w.spool != nil && (w.cfg.Disk || w.spooling.Load()) {
 		q = nil // the spool is what is full
 	}
+	e := eventPool.Get().(*Event)
+	*e = *ev
+	defer func() {
+		if e != nil {
+			releaseEvent(e)
+		}
+	}()
 	for {
 		select {
-		case q <- *ev:
+		case q <- e:
+			e = nil
 			w.m.full(actionBlocked)
 			return
 		case <-poll:
@@ -338,7 +362,8 @@ func (w *worker) dropOldest() bool {
 		select {
 		case old := <-w.q:
 			w.m.full(actionDroppedOldest)
-			w.drop(&old, "on_full drop_oldest: made room for a newer event")
+			w.drop(old, "on_full drop_oldest: made room for a newer event")
+			releaseEvent(old)
 			return true
 		default:
 			return len(w.q) < cap(w.q) // the worker took some meanwhile
@@ -424,7 +449,7 @@ func (w *worker) run() {
 		}
 	}()
 	var (
-		pending = make([]Event, 0, w.cfg.BatchSize)
+		pending = make([]*Event, 0, w.cfg.BatchSize)
 		recs    = make([]record, 0, w.cfg.BatchSize)
 		arena   []byte
 		tick    = time.NewTicker(w.cfg.FlushInterval)
@@ -487,6 +512,10 @@ func (w *worker) run() {
 			if !w.deliver(encode()) {
 				w.shutdown(pending)
 				return
+			}
+			for i, e := range pending {
+				releaseEvent(e)
+				pending[i] = nil
 			}
 			pending = pending[:0]
 			w.pendingN.Store(0)
@@ -656,7 +685,7 @@ func (w *worker) giveUp(recs []record, err error, fromSpool bool) {
 
 // shutdown runs after closing: deliver what is queued until the deadline,
 // then keep the rest in the spool, or count it as dropped.
-func (w *worker) shutdown(pending []Event) {
+func (w *worker) shutdown(pending []*Event) {
 	rest := pending
 	for {
 		select {

@@ -320,7 +320,7 @@ func (r *Report) evaluate() {
 			}
 		}
 		switch t.Kind {
-		case "p99", "conns", "rss":
+		case "p99", "conns", "rss", "anon":
 			out = append(out, r.evaluateOther(t, tr, against, ok))
 			continue
 		}
@@ -440,6 +440,15 @@ func (r *Report) evaluateOther(t Target, tr TargetResult, against string, ok boo
 		tr.Value = m / 1e6
 		tr.Measured = fmt.Sprintf("%.1f MB vs %.1f MB (VmHWM, max of rounds; anon %.1f vs %.1f)", m/1e6, b/1e6, r.peakAnon(t.Scenario)/1e6, r.peakAnon(against)/1e6)
 		tr.Status = metStr(m <= b)
+	case "anon":
+		tr.Goal = fmt.Sprintf("<= %s's + %.0f MB (anon)", against, t.Limit)
+		m, b := r.peakAnon(t.Scenario), r.peakAnon(against)
+		if m <= 0 || b <= 0 {
+			return notMeasured()
+		}
+		tr.Value = (m - b) / 1e6
+		tr.Measured = fmt.Sprintf("%+.1f MB (anon %.1f vs %.1f, max of rounds)", (m-b)/1e6, m/1e6, b/1e6)
+		tr.Status = metStr(m-b <= t.Limit*1e6)
 	}
 	if t.Report {
 		tr.Status = "reported"

@@ -92,10 +92,14 @@ func (b *Bench) conf(s Scenario, port int) Conf {
 	c.NATSAddr = natsAddr
 	c.Secret = string(b.Keys.HMAC)
 	c.PubPEM = b.Keys.PubPEM
+	c.AuditKey = b.Keys.AuditKey
 	c.Issuer = tokenIssuer
 	c.Audience = tokenAudience
 	c.FDLimit = fdLimit()
 	c.MaxConn = maxConns()
+	if c.AuditDisk {
+		c.AuditSpool = filepath.Join(b.Work, "audit-spool")
+	}
 	switch s.Server {
 	case "gateway":
 		c.Admin = gwAdmin
@@ -135,6 +139,12 @@ func (b *Bench) startServer(s Scenario, c Conf, tag string) (*Proc, error) {
 	case "direct":
 		return nil, nil
 	case "gateway", "caddy":
+		if c.AuditSpool != "" {
+			// A previous run's undelivered events would be replayed.
+			if err := os.RemoveAll(c.AuditSpool); err != nil {
+				return nil, err
+			}
+		}
 		path := filepath.Join(b.confDir, tag+".Caddyfile")
 		if err := b.render("Caddyfile.tmpl", path, c); err != nil {
 			return nil, err

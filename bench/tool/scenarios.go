@@ -33,6 +33,10 @@ type Conf struct {
 	RateLimit   bool
 	Perm        string   // "" | cached | nocache
 	AuditSink   string   // "" | http | http1 | nats | natsjs
+	AuditDisk   bool     // audit durability disk
+	AuditSpool  string   // its spool_dir (emptied before each start)
+	AuditChain  bool     // audit chain (tamper evidence)
+	AuditKey    string   // the chain's key file
 	ReloadRoute string   // an extra route (operations: reload)
 	Transport   string   // reverse_proxy transport: "" (Caddy's http) | h1
 	TLSCert     string   // TLS 1.3 termination with this certificate ...
@@ -49,7 +53,7 @@ type Conf struct {
 type Target struct {
 	Name     string
 	Scenario string
-	Kind     string  // cost (<= Limit), ratio (>= Limit), p99 (<= Limit x Against's), conns (<= Limit), rss (<= Against's)
+	Kind     string  // cost (<= Limit), ratio (>= Limit), p99 (<= Limit x Against's), conns (<= Limit), rss (<= Against's), anon (<= Against's + Limit MB)
 	Against  string  // scenario the ratio is taken against (default: Baseline)
 	Limit    float64 // fraction
 	Report   bool    // reported only, no limit
@@ -83,6 +87,8 @@ func scenarios() []Scenario {
 		{Name: "gw-perm-cached", Label: "gateway jwt_auth + permission, cached", Group: "duties", Server: "gateway", Conf: Conf{JWT: "HS256", Perm: "cached"}, Token: "HS256", Baseline: "gw-jwt-hs256"},
 		{Name: "gw-perm-nocache", Label: "gateway jwt_auth + permission, cache off, distinct paths", Group: "duties", Server: "gateway", Conf: Conf{JWT: "HS256", Perm: "nocache"}, Token: "HS256", Paths: true, Baseline: "gw-jwt-hs256"},
 		{Name: "gw-audit-http", Label: "gateway audit -> HTTP, batch 500", Group: "duties", Server: "gateway", Conf: Conf{AuditSink: "http"}, Baseline: "gw"},
+		{Name: "gw-audit-http-disk", Label: "gateway audit -> HTTP, batch 500, durability disk", Group: "duties", Server: "gateway", Conf: Conf{AuditSink: "http", AuditDisk: true}, Baseline: "gw-audit-http"},
+		{Name: "gw-audit-http-chain", Label: "gateway audit -> HTTP, batch 500, chain (tamper evidence)", Group: "duties", Server: "gateway", Conf: Conf{AuditSink: "http", AuditChain: true}, Baseline: "gw-audit-http"},
 		{Name: "gw-audit-http-1", Label: "gateway audit -> HTTP, batch_size 1", Group: "duties", Server: "gateway", Conf: Conf{AuditSink: "http1"}, Baseline: "gw"},
 		{Name: "gw-audit-nats", Label: "gateway audit -> NATS core", Group: "duties", Server: "gateway", Conf: Conf{AuditSink: "nats"}, Baseline: "gw"},
 		{Name: "gw-audit-natsjs", Label: "gateway audit -> NATS JetStream", Group: "duties", Server: "gateway", Conf: Conf{AuditSink: "natsjs"}, Baseline: "gw"},
@@ -105,6 +111,10 @@ func targets() []Target {
 		{Name: "permission cache off cost (vs jwt_auth alone)", Scenario: "gw-perm-nocache", Kind: "cost", Report: true},
 		{Name: "audit HTTP batched cost", Scenario: "gw-audit-http", Kind: "cost", Limit: 0.03},
 		{Name: "audit HTTP batch_size 1 cost", Scenario: "gw-audit-http-1", Kind: "cost", Report: true},
+		// issue 17: durability disk, and the audit app's memory
+		{Name: "audit durability disk cost (vs memory, batched HTTP)", Scenario: "gw-audit-http-disk", Kind: "cost", Limit: 0.03},
+		{Name: "audit chain cost (vs without, batched HTTP)", Scenario: "gw-audit-http-chain", Kind: "cost", Report: true},
+		{Name: "audit app heap and stacks at 300 connections (queue_size 65536)", Scenario: "gw-audit-http", Kind: "anon", Against: "gw", Limit: 10},
 		{Name: "audit NATS core cost", Scenario: "gw-audit-nats", Kind: "cost", Limit: 0.03},
 		{Name: "audit NATS JetStream cost", Scenario: "gw-audit-natsjs", Kind: "cost", Limit: 0.03},
 		{Name: "all duties, share of bare gateway", Scenario: "gw-all", Kind: "ratio", Limit: 0.85},

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"crypto/ed25519"
 	"bufio"
 	"crypto"
 	"crypto/hmac"
@@ -37,6 +38,7 @@ type Keys struct {
 	Dir       string
 	SecretTxt string // path of the HMAC secret (raw text)
 	PubPEM    string // path of the RSA public key (PKIX PEM)
+	AuditKey  string // path of the Ed25519 key that signs audit checkpoints (PKCS #8 PEM)
 }
 
 func loadOrCreateKeys(dir string) (*Keys, error) {
@@ -83,6 +85,17 @@ func loadOrCreateKeys(dir string) (*Keys, error) {
 	pub, _ := x509.MarshalPKIXPublicKey(&k.RSA.PublicKey)
 	if err := os.WriteFile(k.PubPEM, pem.EncodeToMemory(&pem.Block{Type: "PUBLIC KEY", Bytes: pub}), 0o644); err != nil {
 		return nil, err
+	}
+	k.AuditKey = filepath.Join(dir, "audit-ed25519.pem")
+	if _, err := os.Stat(k.AuditKey); err != nil {
+		_, ek, err := ed25519.GenerateKey(rand.Reader)
+		if err != nil {
+			return nil, err
+		}
+		der, _ := x509.MarshalPKCS8PrivateKey(ek)
+		if err := os.WriteFile(k.AuditKey, pem.EncodeToMemory(&pem.Block{Type: "PRIVATE KEY", Bytes: der}), 0o600); err != nil {
+			return nil, err
+		}
 	}
 	return k, nil
 }
