@@ -1,9 +1,9 @@
 package main
 
 import (
-	"crypto/ed25519"
 	"bufio"
 	"crypto"
+	"crypto/ed25519"
 	"crypto/hmac"
 	"crypto/rand"
 	"crypto/rsa"
