@@ -1,6 +1,7 @@
 package caddyaudit
 
 import (
+	"bytes"
 	"encoding/binary"
 	"encoding/json"
 	"errors"
@@ -14,6 +15,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"github.com/caddyserver/caddy/v2"
@@ -138,12 +140,16 @@ type BadRange struct {
 // cycle so that two workers sharing it during a config reload never
 // deliver the same records twice or skip any.
 //
-// Appends are group-committed: the records of concurrent Append calls are
-// written with one write(2) by whichever caller finds no write in flight
-// (the leader); the others wait for that write and return. Every record is
-// in the file (the page cache) when Append returns, so the process can die
-// without losing it; fsync, which guards against a power loss, runs every
-// sync interval (startSyncer), at segment rotation and at Close.
+// The active segment is preallocated (fallocate) and mapped shared into
+// memory: an append copies the framed record into the mapping, which is
+// the kernel's page cache of the file. Every record is in the file when
+// Append returns, so the process can die without losing it, and appending
+// costs no system call (a write(2) per event cost 2% of the gateway's CPU
+// at 10k requests/s in the bench profile, and concurrent requests of a
+// single-core gateway rarely overlap to share one). fsync, which guards
+// against a power loss, runs every sync interval (startSyncer), at segment
+// rotation and at Close. A segment is cut to its data when it is closed;
+// the zero tail a crash leaves is cut when the spool is opened again.
 type Spool struct {
 	dir   string
 	bad   func(BadRange)
@@ -156,15 +162,15 @@ type Spool struct {
 	segs     []uint64 // sorted
 	offs     map[uint64]int64
 	reported map[uint64]int64
+	// The active segment: its file, mapped (MAP_SHARED) over its
+	// preallocated size, and the bytes appended to it.
 	w        *os.File
+	wmap     []byte
 	wseq     uint64
-	wsize    int64 // bytes written to the active segment
+	wsize    int64
 	unsynced bool
 	closed   bool
 	rbuf     []byte
-	// group commit
-	cur      *appendGroup // collecting; written by the next leader
-	writing  bool         // a leader is writing
 	notifyAt int
 	fresh    int  // records appended since the last Read
 	dirty    bool // offs changed since the cursor file was written
@@ -172,22 +178,10 @@ type Spool struct {
 	// sizes minus their read offsets), for metrics and max_size.
 	sizeBytes atomic.Int64
 	segSize   int64
-	writes    atomic.Int64 // write(2) calls, for tests
 
 	syncStop chan struct{}
 	syncDone chan struct{}
 }
-
-// appendGroup is the records of the Append calls that one write carries.
-type appendGroup struct {
-	buf  []byte
-	n    int
-	err  error
-	done chan struct{} // closed when written (or failed)
-	lead chan struct{} // closed when its callers should elect a leader
-}
-
-var groupBufs = sync.Pool{New: func() any { return new([]byte) }}
 
 // startSyncer fsyncs appended records and saves the read position every
 // interval, so that records reach the disk even while the sink's worker is
@@ -245,6 +239,11 @@ func OpenSpool(dir string, bad func(BadRange)) (*Spool, error) {
 		s.segs = append(s.segs, seq)
 	}
 	sort.Slice(s.segs, func(i, j int) bool { return s.segs[i] < s.segs[j] })
+	for _, seq := range s.segs {
+		if err := trimZeroTail(filepath.Join(dir, segName(seq))); err != nil {
+			return nil, fmt.Errorf("opening spool segment: %w", err)
+		}
+	}
 	if b, err := os.ReadFile(filepath.Join(dir, cursorFile)); err == nil {
 		var cur map[string]int64
 		if json.Unmarshal(b, &cur) == nil {
@@ -309,102 +308,138 @@ func (s *Spool) Append(payloads ...[]byte) error {
 		s.mu.Unlock()
 		return errors.New("spool closed")
 	}
-	g := s.cur
-	if g == nil {
-		bp := groupBufs.Get().(*[]byte)
-		g = &appendGroup{buf: (*bp)[:0], done: make(chan struct{}), lead: make(chan struct{})}
-		s.cur = g
-	}
+	var n int64
 	for _, p := range payloads {
-		g.buf = appendFrame(g.buf, p)
-		g.n++
-	}
-	if s.writing {
-		s.mu.Unlock()
-		select {
-		case <-g.done:
-			return g.err
-		case <-g.lead:
+		need := int64(frameHeader + len(p))
+		if s.wmap == nil || s.wsize+need > int64(len(s.wmap)) {
+			if err := s.rotateLocked(need); err != nil {
+				s.sizeBytes.Add(n)
+				s.mu.Unlock()
+				return err
+			}
 		}
-		s.mu.Lock()
-		if s.writing || s.cur != g {
-			// Another caller of this group leads.
-			s.mu.Unlock()
-			<-g.done
-			return g.err
-		}
+		putFrame(s.wmap[s.wsize:s.wsize+need], p)
+		s.wsize += need
+		n += need
 	}
-	return s.writeLocked(g)
-}
-
-// writeLocked writes g as the leader. It is called with s.mu held and
-// returns with it released.
-func (s *Spool) writeLocked(g *appendGroup) error {
-	s.cur = nil
-	s.writing = true
-	var f *os.File
-	if s.w == nil || s.wsize >= s.segSize {
-		if err := s.rotateLocked(); err != nil {
-			g.err = err
-		}
-	}
-	f = s.w
-	var n int
-	if g.err == nil {
-		s.mu.Unlock()
-		var err error
-		n, err = f.Write(g.buf)
-		s.writes.Add(1)
-		s.mu.Lock()
-		if err != nil {
-			// A short write leaves a torn frame that Read skips (and
-			// reports); the records after it are still found.
-			g.err = fmt.Errorf("writing spool: %w", err)
-		}
-	}
-	s.wsize += int64(n)
-	s.sizeBytes.Add(int64(n))
-	s.unsynced = s.unsynced || n > 0
-	if g.err == nil {
-		s.fresh += g.n
-	}
-	s.writing = false
-	if s.cur != nil {
-		close(s.cur.lead) // the next group elects its leader
-	}
+	s.sizeBytes.Add(n)
+	s.unsynced = true
+	s.fresh += len(payloads)
 	signal := s.fresh >= s.notifyAt
 	s.mu.Unlock()
-	close(g.done)
 	if signal {
 		s.signal()
 	}
-	err := g.err
-	if len(g.buf) <= 1<<20 {
-		buf := g.buf[:0]
-		groupBufs.Put(&buf)
-	}
-	return err
+	return nil
 }
 
-func (s *Spool) rotateLocked() error {
-	if s.w != nil {
-		if err := s.syncLocked(); err != nil {
-			return err
-		}
-		s.w.Close()
-		s.w = nil
+// putFrame writes payload as one frame into b, which has its exact size.
+func putFrame(b, payload []byte) {
+	b[0], b[1] = magic0, magic1
+	binary.LittleEndian.PutUint32(b[2:], uint32(len(payload)))
+	binary.LittleEndian.PutUint32(b[6:], crc32.Checksum(payload, castagnoli))
+	copy(b[frameHeader:], payload)
+}
+
+// rotateLocked closes the active segment (fsynced and cut to its data) and
+// starts a new one of at least need bytes.
+func (s *Spool) rotateLocked(need int64) error {
+	if err := s.closeActiveLocked(); err != nil {
+		return err
 	}
 	seq := firstSeq
 	if n := len(s.segs); n > 0 {
 		seq = s.segs[n-1] + 1
 	}
-	f, err := os.OpenFile(filepath.Join(s.dir, segName(seq)), os.O_CREATE|os.O_EXCL|os.O_WRONLY|os.O_APPEND, 0o600)
+	path := filepath.Join(s.dir, segName(seq))
+	f, err := os.OpenFile(path, os.O_CREATE|os.O_EXCL|os.O_RDWR, 0o600)
 	if err != nil {
 		return fmt.Errorf("creating spool segment: %w", err)
 	}
-	s.w, s.wseq, s.wsize = f, seq, 0
+	size := max(s.segSize, need)
+	m, err := mapSegment(f, size)
+	if err != nil {
+		f.Close()
+		os.Remove(path)
+		return err
+	}
+	s.w, s.wmap, s.wseq, s.wsize = f, m, seq, 0
 	s.segs = append(s.segs, seq)
 	return nil
+}
+
+// mapSegment reserves size bytes of disk for f (so that a full disk is an
+// error here, not a SIGBUS when a page of the mapping is first written)
+// and maps them.
+func mapSegment(f *os.File, size int64) ([]byte, error) {
+	if err := syscall.Fallocate(int(f.Fd()), 0, 0, size); err != nil {
+		if errors.Is(err, syscall.ENOSPC) {
+			return nil, fmt.Errorf("reserving %d bytes for a spool segment: %w", size, err)
+		}
+		// A file system without fallocate: write the zeros.
+		zero := make([]byte, 1<<20)
+		for off := int64(0); off < size; off += int64(len(zero)) {
+			if _, err := f.WriteAt(zero[:min(int64(len(zero)), size-off)], off); err != nil {
+				return nil, fmt.Errorf("reserving %d bytes for a spool segment: %w", size, err)
+			}
+		}
+	}
+	m, err := syscall.Mmap(int(f.Fd()), 0, int(size), syscall.PROT_READ|syscall.PROT_WRITE, syscall.MAP_SHARED)
+	if err != nil {
+		return nil, fmt.Errorf("mapping a spool segment: %w", err)
+	}
+	return m, nil
+}
+
+// closeActiveLocked fsyncs the active segment, cuts it to its data and
+// closes it.
+func (s *Spool) closeActiveLocked() error {
+	if s.w == nil {
+		return nil
+	}
+	err := s.syncLocked()
+	if s.wmap != nil {
+		err = errors.Join(err, syscall.Munmap(s.wmap))
+	}
+	err = errors.Join(err, s.w.Truncate(s.wsize), s.w.Close())
+	s.w, s.wmap = nil, nil
+	if err != nil {
+		return fmt.Errorf("closing spool segment: %w", err)
+	}
+	return nil
+}
+
+// trimZeroTail cuts the zeros after the last record of a segment that a
+// crash left at its preallocated size. The last byte of a record is the
+// last byte of its JSON payload, never zero.
+func trimZeroTail(path string) error {
+	f, err := os.OpenFile(path, os.O_RDWR, 0)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	fi, err := f.Stat()
+	if err != nil {
+		return err
+	}
+	end := fi.Size()
+	buf := make([]byte, 64<<10)
+	for end > 0 {
+		n := min(end, int64(len(buf)))
+		if _, err := f.ReadAt(buf[:n], end-n); err != nil && err != io.EOF {
+			return err
+		}
+		i := int64(len(bytes.TrimRight(buf[:n], "\x00")))
+		if i > 0 {
+			end = end - n + i
+			break
+		}
+		end -= n
+	}
+	if end == fi.Size() {
+		return nil
+	}
+	return f.Truncate(end)
 }
 
 // Prepend writes records into a new segment that is read before every
@@ -452,8 +487,9 @@ func (s *Spool) Prepend(payloads [][]byte) error {
 	return nil
 }
 
-// Sync fsyncs the active segment. The fsync runs without holding the
-// spool, so appends go on meanwhile.
+// Sync fsyncs the active segment (the pages written through its mapping
+// included). The fsync runs without holding the spool, so appends go on
+// meanwhile.
 func (s *Spool) Sync() error {
 	s.mu.Lock()
 	f := s.w
@@ -522,9 +558,6 @@ func (s *Spool) saveCursorLocked() error {
 func (s *Spool) Pending() bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.cur != nil || s.writing {
-		return true
-	}
 	switch len(s.segs) {
 	case 0:
 		return false
@@ -585,10 +618,8 @@ func (s *Spool) Read(maxRecs int) (SpoolBatch, error) {
 		}
 		if off >= limit {
 			if active {
-				if !s.writing && s.cur == nil {
-					// Everything was delivered: start afresh.
-					s.resetLocked()
-				}
+				// Everything was delivered: start afresh.
+				s.resetLocked()
 				return SpoolBatch{}, nil
 			}
 			s.dropHeadLocked()
@@ -607,7 +638,9 @@ func (s *Spool) Read(maxRecs int) (SpoolBatch, error) {
 				s.rbuf = make([]byte, n)
 			}
 			buf := s.rbuf[:n]
-			if err := s.readAt(seq, buf, off); err != nil {
+			if active {
+				copy(buf, s.wmap[off:off+n])
+			} else if err := s.readAt(seq, buf, off); err != nil {
 				return SpoolBatch{}, err
 			}
 			var (
@@ -737,8 +770,11 @@ func (s *Spool) dropHeadLocked() {
 
 func (s *Spool) resetLocked() {
 	if s.w != nil {
+		if s.wmap != nil {
+			syscall.Munmap(s.wmap)
+		}
 		s.w.Close()
-		s.w = nil
+		s.w, s.wmap = nil, nil
 	}
 	for _, seq := range s.segs {
 		os.Remove(filepath.Join(s.dir, segName(seq)))
@@ -777,22 +813,8 @@ func (s *Spool) Close() error {
 	if s.closed {
 		return nil
 	}
-	s.closed = true // no new appends
-	for s.writing || s.cur != nil {
-		// Appends already taken: let their leader finish, or write them.
-		if s.writing {
-			s.mu.Unlock()
-			time.Sleep(time.Millisecond)
-		} else {
-			s.writeLocked(s.cur) // (its callers get the error)
-		}
-		s.mu.Lock()
-	}
-	err := s.syncLocked()
-	if s.w != nil {
-		s.w.Close()
-		s.w = nil
-	}
+	s.closed = true
+	err := s.closeActiveLocked()
 	return errors.Join(err, s.saveCursorLocked())
 }
 
