@@ -294,13 +294,12 @@ func (sc SinkConfig) validate() error {
 	default:
 		return fmt.Errorf("invalid sink type %q: must be http, nats or file", sc.Type)
 	}
+	if err := checkDurations(namedDuration{"flush_interval", sc.FlushInterval}, namedDuration{"timeout", sc.Timeout}); err != nil {
+		return err
+	}
 	switch {
 	case sc.BatchSize < 0:
 		return fmt.Errorf("invalid batch_size %d: must be positive", sc.BatchSize)
-	case sc.FlushInterval < 0:
-		return fmt.Errorf("invalid flush_interval %q: must be positive", time.Duration(sc.FlushInterval))
-	case sc.Timeout < 0:
-		return fmt.Errorf("invalid timeout %q: must be positive", time.Duration(sc.Timeout))
 	case sc.MaxRetries < 0:
 		return fmt.Errorf("invalid max_retries %d: must be 0 (forever) or positive", sc.MaxRetries)
 	case sc.QueueSize < 0:
@@ -340,27 +339,40 @@ func newSink(sc SinkConfig) (Sink, error) {
 	return nil, fmt.Errorf("invalid sink type %q", sc.Type)
 }
 
+type namedDuration struct {
+	name string
+	d    caddy.Duration
+}
+
+// checkDurations returns an error naming the first negative duration.
+func checkDurations(ds ...namedDuration) error {
+	for _, nd := range ds {
+		if nd.d < 0 {
+			return fmt.Errorf("invalid %s %q: must be positive", nd.name, time.Duration(nd.d))
+		}
+	}
+	return nil
+}
+
 // Validate checks the app-level settings.
 func (a *App) Validate() error {
+	durations := []namedDuration{{"block_timeout", a.BlockTimeout}, {"shutdown_timeout", a.ShutdownTimeout},
+		{"sync_interval", a.SyncInterval}, {"alert_after", a.AlertAfter}}
+	if a.Chain != nil {
+		durations = append(durations, namedDuration{"checkpoint_interval", a.Chain.CheckpointInterval})
+	}
+	if err := checkDurations(durations...); err != nil {
+		return err
+	}
 	switch {
 	case a.QueueSize < 0:
 		return fmt.Errorf("invalid queue_size %d: must be positive", a.QueueSize)
-	case a.BlockTimeout < 0:
-		return fmt.Errorf("invalid block_timeout %q: must be positive", time.Duration(a.BlockTimeout))
-	case a.ShutdownTimeout < 0:
-		return fmt.Errorf("invalid shutdown_timeout %q: must be positive", time.Duration(a.ShutdownTimeout))
-	case a.SyncInterval < 0:
-		return fmt.Errorf("invalid sync_interval %q: must be positive", time.Duration(a.SyncInterval))
-	case a.AlertAfter < 0:
-		return fmt.Errorf("invalid alert_after %q: must be positive", time.Duration(a.AlertAfter))
 	case a.SpoolMaxSize < 0:
 		return fmt.Errorf("invalid spool_max_size %d: must be positive", a.SpoolMaxSize)
 	case a.SpoolMaxSize > 0 && a.SpoolDir == "":
 		return errors.New("spool_max_size needs spool_dir")
 	case a.Chain != nil && a.Chain.KeyFile == "":
 		return errors.New("chain needs an Ed25519 private key file")
-	case a.Chain != nil && a.Chain.CheckpointInterval < 0:
-		return fmt.Errorf("invalid checkpoint_interval %q: must be positive", time.Duration(a.Chain.CheckpointInterval))
 	}
 	switch a.Durability {
 	case "", durabilityMemory:

@@ -78,31 +78,22 @@ func KeyID(pub ed25519.PublicKey) string {
 // PKCS #8 "PRIVATE KEY" block (as `openssl genpkey -algorithm ed25519` or
 // `gatewayctl audit keygen` write it).
 func LoadPrivateKey(path string) (ed25519.PrivateKey, error) {
-	der, err := readPEM(path, "PRIVATE KEY")
+	blk, err := readPEM(path)
 	if err != nil {
 		return nil, err
 	}
-	k, err := x509.ParsePKCS8PrivateKey(der)
-	if err != nil {
-		return nil, fmt.Errorf("%s: not a PKCS #8 private key: %w", path, err)
+	if blk.Type != "PRIVATE KEY" {
+		return nil, fmt.Errorf("%s: PEM block %q, want PRIVATE KEY", path, blk.Type)
 	}
-	priv, ok := k.(ed25519.PrivateKey)
-	if !ok {
-		return nil, fmt.Errorf("%s: a %T, not an Ed25519 key", path, k)
-	}
-	return priv, nil
+	return parsePrivateKey(path, blk.Bytes)
 }
 
 // LoadPublicKey reads an Ed25519 public key from a PEM file holding a PKIX
 // "PUBLIC KEY" block, or the public half of a private key file.
 func LoadPublicKey(path string) (ed25519.PublicKey, error) {
-	b, err := os.ReadFile(path)
+	blk, err := readPEM(path)
 	if err != nil {
 		return nil, err
-	}
-	blk, _ := pem.Decode(b)
-	if blk == nil {
-		return nil, fmt.Errorf("%s: no PEM block", path)
 	}
 	switch blk.Type {
 	case "PUBLIC KEY":
@@ -110,13 +101,9 @@ func LoadPublicKey(path string) (ed25519.PublicKey, error) {
 		if err != nil {
 			return nil, fmt.Errorf("%s: not a PKIX public key: %w", path, err)
 		}
-		pub, ok := k.(ed25519.PublicKey)
-		if !ok {
-			return nil, fmt.Errorf("%s: a %T, not an Ed25519 key", path, k)
-		}
-		return pub, nil
+		return asEd25519[ed25519.PublicKey](path, k)
 	case "PRIVATE KEY":
-		priv, err := LoadPrivateKey(path)
+		priv, err := parsePrivateKey(path, blk.Bytes)
 		if err != nil {
 			return nil, err
 		}
@@ -125,7 +112,23 @@ func LoadPublicKey(path string) (ed25519.PublicKey, error) {
 	return nil, fmt.Errorf("%s: PEM block %q, want PUBLIC KEY", path, blk.Type)
 }
 
-func readPEM(path, typ string) ([]byte, error) {
+func parsePrivateKey(path string, der []byte) (ed25519.PrivateKey, error) {
+	k, err := x509.ParsePKCS8PrivateKey(der)
+	if err != nil {
+		return nil, fmt.Errorf("%s: not a PKCS #8 private key: %w", path, err)
+	}
+	return asEd25519[ed25519.PrivateKey](path, k)
+}
+
+func asEd25519[K ed25519.PublicKey | ed25519.PrivateKey](path string, k any) (K, error) {
+	key, ok := k.(K)
+	if !ok {
+		return nil, fmt.Errorf("%s: a %T, not an Ed25519 key", path, k)
+	}
+	return key, nil
+}
+
+func readPEM(path string) (*pem.Block, error) {
 	b, err := os.ReadFile(path)
 	if err != nil {
 		return nil, err
@@ -134,10 +137,7 @@ func readPEM(path, typ string) ([]byte, error) {
 	if blk == nil {
 		return nil, fmt.Errorf("%s: no PEM block", path)
 	}
-	if blk.Type != typ {
-		return nil, fmt.Errorf("%s: PEM block %q, want %q", path, blk.Type, typ)
-	}
-	return blk.Bytes, nil
+	return blk, nil
 }
 
 // MarshalKeys returns PEM encodings of a key pair, for files.
