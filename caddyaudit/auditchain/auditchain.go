@@ -30,7 +30,6 @@ import (
 	"crypto/x509"
 	"encoding/hex"
 	"encoding/pem"
-	"errors"
 	"fmt"
 	"os"
 	"strconv"
@@ -154,4 +153,3 @@ func MarshalKeys(priv ed25519.PrivateKey) (privPEM, pubPEM []byte, err error) {
 		pem.EncodeToMemory(&pem.Block{Type: "PUBLIC KEY", Bytes: pder}), nil
 }
 
-var errNotObject = errors.New("not a JSON object")
