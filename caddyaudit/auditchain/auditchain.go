@@ -152,4 +152,3 @@ func MarshalKeys(priv ed25519.PrivateKey) (privPEM, pubPEM []byte, err error) {
 	return pem.EncodeToMemory(&pem.Block{Type: "PRIVATE KEY", Bytes: der}),
 		pem.EncodeToMemory(&pem.Block{Type: "PUBLIC KEY", Bytes: pder}), nil
 }
-
