@@ -174,6 +174,19 @@ func fromSummary(s container.Summary) Container {
 	if c.HostNetwork {
 		c.IP = ""
 	}
+	for _, p := range s.Ports {
+		if p.PublicPort == 0 || (p.Type != "" && p.Type != "tcp") {
+			continue
+		}
+		dup := false
+		for _, q := range c.Ports {
+			dup = dup || q.Private == int(p.PrivatePort)
+		}
+		if !dup { // the same mapping on 0.0.0.0 and [::]
+			c.Ports = append(c.Ports, Port{Private: int(p.PrivatePort), Public: int(p.PublicPort)})
+		}
+	}
+	sort.Slice(c.Ports, func(i, j int) bool { return c.Ports[i].Private < c.Ports[j].Private })
 	st := strings.ToLower(s.Status)
 	switch {
 	case strings.Contains(st, "(unhealthy)"):

@@ -28,6 +28,38 @@ type Container struct {
 	HostNetwork bool `json:"host_network,omitempty"`
 	// Health is "healthy", "unhealthy", "starting" or "" (no health check).
 	Health string `json:"health,omitempty"`
+	// Ports are the container's published TCP ports: how its host
+	// reaches a container port from outside.
+	Ports []Port `json:"ports,omitempty"`
+	// Node is the fleet node (host) the container runs on, set on
+	// containers that another gateway of the fleet announced; "" is this
+	// gateway's own host.
+	Node string `json:"node,omitempty"`
+	// Advertise is the address at which other hosts reach Node's
+	// published ports (the announcing gateway's fleet advertise).
+	Advertise string `json:"advertise,omitempty"`
+}
+
+// Port is one published TCP port: the container's Private port is reached
+// at the host's Public port.
+type Port struct {
+	Private int `json:"private"`
+	Public  int `json:"public"`
+}
+
+// PublishedPort returns the host port at which the container's port is
+// reached from other hosts: the port itself for a container on the host
+// network, else its published mapping; 0 when it is not published.
+func (c Container) PublishedPort(port int) int {
+	if c.HostNetwork {
+		return port
+	}
+	for _, p := range c.Ports {
+		if p.Private == port && p.Public > 0 {
+			return p.Public
+		}
+	}
+	return 0
 }
 
 // Service is the routing configuration that one container's labels describe.
