@@ -22,7 +22,7 @@ type Engine interface {
 	// Events streams container events until ctx ends or the stream breaks;
 	// it calls fn for every event that may change the route set and returns
 	// the error that ended the stream (nil when ctx ended).
-	Events(ctx context.Context, fn func(action, id string)) error
+	Events(ctx context.Context, fn func(Event)) error
 	// Close releases the client.
 	Close() error
 }
@@ -199,13 +199,25 @@ func fromSummary(s container.Summary) Container {
 	return c
 }
 
+// Event is one container event.
+type Event struct {
+	// Action is the engine's action: start, die, kill, stop,
+	// "health_status: healthy", ...
+	Action string
+	// ID is the container's ID.
+	ID string
+	// Signal is a kill event's signal as the engine reports it ("15",
+	// "SIGTERM"); "" when it reports none (Podman).
+	Signal string
+}
+
 // relevantActions are the container events after which the route set may
 // differ. Other events (exec, attach, resize, top, ...) are ignored.
 var relevantActions = map[string]bool{
 	"start": true, "restart": true, "unpause": true, "pause": true,
 	"die": true, "died": true, "stop": true, "destroy": true, "remove": true,
 	"oom": true, "update": true, "rename": true, "cleanup": true,
-	"health_status": true, "kill": false,
+	"health_status": true, "kill": true,
 }
 
 // Relevant reports whether a container event action may change routes.
@@ -216,7 +228,7 @@ func Relevant(action string) bool {
 	return relevantActions[action]
 }
 
-func (e *dockerEngine) Events(ctx context.Context, fn func(action, id string)) error {
+func (e *dockerEngine) Events(ctx context.Context, fn func(Event)) error {
 	if err := e.ready(ctx); err != nil {
 		return err
 	}
@@ -243,7 +255,7 @@ func (e *dockerEngine) Events(ctx context.Context, fn func(action, id string)) e
 				action = m.Status
 			}
 			if Relevant(action) {
-				fn(action, m.Actor.ID)
+				fn(Event{Action: action, ID: m.Actor.ID, Signal: m.Actor.Attributes["signal"]})
 			}
 		}
 	}

@@ -38,6 +38,10 @@ type Container struct {
 	// Advertise is the address at which other hosts reach Node's
 	// published ports (the announcing gateway's fleet advertise).
 	Advertise string `json:"advertise,omitempty"`
+	// Stopping is set from the moment the engine reports that the
+	// container is being stopped (a kill or stop event) until it is gone:
+	// it leaves its service's pool at once, before its process exits.
+	Stopping bool `json:"stopping,omitempty"`
 }
 
 // Port is one published TCP port: the container's Private port is reached
@@ -229,10 +233,34 @@ func (p *labelParser) service() *Service {
 	} else if addr == "" {
 		p.bad(LabelPrefix+"address", "", "container has no IP address; set gateway.address")
 	}
+	if v, ok := p.get("health"); ok && v != "ignore" {
+		p.bad(LabelPrefix+"health", v, "the only value is ignore (route the container whatever its health check says)")
+	}
+	if p.c.Node != "" && port > 0 {
+		// Announced by another host of the fleet: reached at that host's
+		// advertise address and the port published for gateway.port,
+		// unless gateway.address names an address other hosts can reach.
+		if v, ok := p.get("address"); ok && validHost(v) && !isLoopback(v) {
+			addr = strings.Trim(v, "[]")
+		} else if pub := p.c.PublishedPort(port); pub > 0 && p.c.Advertise != "" {
+			addr, port = p.c.Advertise, pub
+		} else {
+			addr = "" // routed on its own host only (see Discover)
+		}
+	}
 	if port > 0 && addr != "" {
 		svc.Upstream = net.JoinHostPort(addr, strconv.Itoa(port))
 	}
 	return svc
+}
+
+// isLoopback reports whether host is a loopback address or localhost.
+func isLoopback(host string) bool {
+	host = strings.Trim(host, "[]")
+	if ip := net.ParseIP(host); ip != nil {
+		return ip.IsLoopback()
+	}
+	return strings.EqualFold(host, "localhost")
 }
 
 // routerLabels groups the router labels by router name; any other
@@ -245,7 +273,7 @@ func (p *labelParser) routerLabels() map[string]map[string]string {
 		}
 		rest := key[len(LabelPrefix):]
 		switch rest {
-		case "enable", "name", "port", "address":
+		case "enable", "name", "port", "address", "health":
 			continue
 		}
 		if !strings.HasPrefix(rest, "router.") {

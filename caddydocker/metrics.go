@@ -30,7 +30,7 @@ func globalMetrics() *metrics {
 		gm = &metrics{
 			containers: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 				Namespace: ns, Subsystem: sub, Name: "containers",
-				Help: "Opted-in running containers seen at the last list, by state (routed, invalid).",
+				Help: "Opted-in running containers seen at the last list, by state (routed, invalid, starting, unhealthy, stopping, local_only).",
 			}, []string{"state"}),
 			routes: prometheus.NewGauge(prometheus.GaugeOpts{
 				Namespace: ns, Subsystem: sub, Name: "routes",

@@ -20,28 +20,67 @@ type Discovered struct {
 	Container Container    `json:"container"`
 	Service   *Service     `json:"service,omitempty"`
 	Errors    []LabelError `json:"errors,omitempty"`
+	// State says whether the container is in its service's upstream pool
+	// and, if not, why: one of the State* constants.
+	State string `json:"state"`
+	// Reason explains a State other than routed, for people.
+	Reason string `json:"reason,omitempty"`
 }
 
+// The states of a discovered container.
+const (
+	// StateRouted: in its service's upstream pool.
+	StateRouted = "routed"
+	// StateInvalid: its labels have errors (Errors); not routed.
+	StateInvalid = "invalid"
+	// StateStarting: its health check has not passed yet.
+	StateStarting = "starting"
+	// StateUnhealthy: its health check fails.
+	StateUnhealthy = "unhealthy"
+	// StateStopping: the engine is stopping it; it left the pool at once
+	// and is forgotten when it is gone.
+	StateStopping = "stopping"
+	// StateLocalOnly: it runs on another host of the fleet and publishes
+	// no port for gateway.port, so only its own host's gateway routes it.
+	StateLocalOnly = "local_only"
+)
+
 // Discover parses the labels of every opted-in container and returns them
-// sorted by container name, then ID. Containers that did not opt in, and
-// containers whose health check is failing or still starting, are left out.
+// sorted by container name, then ID, each with its State. Containers that
+// did not opt in are left out.
 func Discover(containers []Container, opts LabelOptions) []Discovered {
 	out := make([]Discovered, 0, len(containers))
 	for _, c := range containers {
 		if !Enabled(c.Labels) {
 			continue
 		}
-		if c.Health == "unhealthy" || c.Health == "starting" {
-			continue
-		}
 		svc, errs := ParseLabels(c, opts)
-		out = append(out, Discovered{Container: c, Service: svc, Errors: errs})
+		d := Discovered{Container: c, Service: svc, Errors: errs, State: StateRouted}
+		ignoreHealth := strings.TrimSpace(c.Labels[LabelPrefix+"health"]) == "ignore"
+		switch {
+		case svc == nil:
+			d.State, d.Reason = StateInvalid, "label errors"
+		case c.Stopping:
+			d.State, d.Reason = StateStopping, "the engine is stopping the container"
+		case c.Health == "unhealthy" && !ignoreHealth:
+			d.State, d.Reason = StateUnhealthy, "its health check fails (gateway.health=ignore routes it anyway)"
+		case c.Health == "starting" && !ignoreHealth:
+			d.State, d.Reason = StateStarting, "its health check has not passed yet"
+		case svc.Upstream == "":
+			d.State = StateLocalOnly
+			d.Reason = fmt.Sprintf("runs on host %s and publishes no port for gateway.port: only that host's gateway routes it", c.Node)
+		}
+		out = append(out, d)
 	}
 	sort.Slice(out, func(i, j int) bool {
-		if out[i].Container.Name != out[j].Container.Name {
-			return out[i].Container.Name < out[j].Container.Name
+		a, b := out[i].Container, out[j].Container
+		if a.Name != b.Name {
+			return a.Name < b.Name
 		}
-		return out[i].Container.ID < out[j].Container.ID
+		if a.ID != b.ID {
+			return a.ID < b.ID
+		}
+		return a.Node < b.Node
 	})
 	return out
 }
@@ -89,6 +128,28 @@ func DefaultRBAC(roles []string) (json.RawMessage, error) {
 
 // NoRouteBody is the body of the catch-all 404.
 const NoRouteBody = `{"error":"no_route"}`
+
+// NoHealthyUpstreamBody is the body of the 503 that a service's routes
+// answer while none of its containers may take requests.
+const NoHealthyUpstreamBody = `{"error":"no_healthy_upstream"}`
+
+// NoHealthyUpstreamRetryAfter is the Retry-After of that 503, in seconds:
+// about how long a replica takes to start and pass a first health check.
+const NoHealthyUpstreamRetryAfter = 5
+
+// NoHealthyUpstreamHandler answers 503 {"error":"no_healthy_upstream"}.
+var NoHealthyUpstreamHandler = func() json.RawMessage {
+	b, _ := json.Marshal(map[string]any{
+		"handler":     "static_response",
+		"status_code": 503,
+		"headers": map[string][]string{
+			"Content-Type": {"application/json"},
+			"Retry-After":  {fmt.Sprint(NoHealthyUpstreamRetryAfter)},
+		},
+		"body": NoHealthyUpstreamBody,
+	})
+	return b
+}()
 
 // Plan is the generated route set for a server.
 type Plan struct {
@@ -152,8 +213,17 @@ func BuildRoutes(ds []Discovered, opts BuildOptions) (Plan, error) {
 	var plan Plan
 	services := map[string]*service{}
 	var order []string
+	// A service's routers come from its routed containers; a service none
+	// of whose containers is routed (all unhealthy, starting or stopping)
+	// keeps its routes from the others, answering 503.
+	routedSvc := map[string]bool{}
 	for _, d := range ds {
-		if d.Service == nil {
+		if d.State == StateRouted {
+			routedSvc[d.Service.Name] = true
+		}
+	}
+	for _, d := range ds {
+		if d.Service == nil || d.State == StateLocalOnly || d.State != StateRouted && routedSvc[d.Service.Name] {
 			continue
 		}
 		s := services[d.Service.Name]
@@ -162,7 +232,9 @@ func BuildRoutes(ds []Discovered, opts BuildOptions) (Plan, error) {
 			services[s.name] = s
 			order = append(order, s.name)
 		}
-		s.upstreams = append(s.upstreams, d.Service.Upstream)
+		if d.State == StateRouted {
+			s.upstreams = append(s.upstreams, d.Service.Upstream)
+		}
 		s.containers = append(s.containers, d.Container.Name)
 		for _, r := range d.Service.Routers {
 			i := sort.Search(len(s.routers), func(i int) bool { return s.routers[i].Name >= r.Name })
@@ -227,7 +299,7 @@ func BuildRoutes(ds []Discovered, opts BuildOptions) (Plan, error) {
 			continue
 		}
 		plan.Routes = append(plan.Routes, rt)
-		if !used[c.svc.name] {
+		if !used[c.svc.name] && len(c.svc.upstreams) > 0 {
 			used[c.svc.name] = true
 			plan.Services++
 			plan.Upstreams += len(c.svc.upstreams)
@@ -358,6 +430,12 @@ func buildRoute(s *service, r Router, opts BuildOptions) (json.RawMessage, error
 			return nil, fmt.Errorf("permission=true but no permission handler configured")
 		}
 		add(opts.Permission)
+	}
+	if len(s.upstreams) == 0 {
+		// No replica may take requests: say so, and when to come back,
+		// after the route's duties have had their say.
+		add(NoHealthyUpstreamHandler)
+		return json.Marshal(rt)
 	}
 	if r.StripPrefix && r.PathPrefix != "/" {
 		raw, _ := json.Marshal(map[string]string{"handler": "rewrite", "strip_path_prefix": r.PathPrefix})

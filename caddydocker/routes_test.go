@@ -31,6 +31,8 @@ func c(name string, labels ...string) Container {
 
 func hostNet(ct Container) Container { ct.HostNetwork = true; ct.IP = ""; return ct }
 
+func with(ct Container, f func(*Container)) Container { f(&ct); return ct }
+
 // base labels of a valid, minimal container
 func base(extra ...string) []string {
 	return append([]string{"gateway.enable", "true", "gateway.port", "8080",
@@ -80,7 +82,29 @@ var routeCases = []routeCase{
 		c("h", base("gateway.router.api.path_prefix", "/", "gateway.router.api.host", "h.example")...),
 		c("m", base("gateway.router.api.path_prefix", "/a", "gateway.router.api.methods", "DELETE")...)}},
 	{name: "not_enabled", containers: []Container{c("off", "gateway.enable", "false", "gateway.port", "1"), c("none", "other", "x")}},
-	{name: "unhealthy_skipped", containers: []Container{func() Container { x := c("orders", base()...); x.Health = "unhealthy"; return x }()}},
+	// health, stopping and the fleet
+	{name: "unhealthy_only_503", containers: []Container{with(c("orders", base("gateway.router.api.strip_prefix", "true")...), func(x *Container) { x.Health = "unhealthy" })}},
+	{name: "starting_only_503", containers: []Container{with(c("orders", base()...), func(x *Container) { x.Health = "starting" })}},
+	{name: "stopping_only_503", containers: []Container{with(c("orders", base()...), func(x *Container) { x.Stopping = true })}},
+	{name: "unhealthy_beside_healthy", containers: []Container{
+		with(c("orders-1", base("gateway.name", "orders", "gateway.router.old.path_prefix", "/old")...), func(x *Container) { x.Health = "unhealthy"; x.IP = "10.88.0.3" }),
+		with(c("orders-2", base("gateway.name", "orders")...), func(x *Container) { x.Health = "healthy" }),
+		with(c("orders-3", base("gateway.name", "orders")...), func(x *Container) { x.IP = "10.88.0.4" })}},
+	{name: "stopping_beside_running", containers: []Container{
+		with(c("orders-1", base("gateway.name", "orders")...), func(x *Container) { x.Stopping = true; x.IP = "10.88.0.3" }),
+		c("orders-2", base("gateway.name", "orders")...)}},
+	{name: "health_ignore", containers: []Container{with(c("orders", base("gateway.health", "ignore")...), func(x *Container) { x.Health = "unhealthy" })}},
+	{name: "bad_health", containers: []Container{c("bad", base("gateway.health", "off")...)}},
+	{name: "fleet_remote", containers: []Container{
+		c("orders-local", base("gateway.name", "orders")...),
+		with(c("orders-b", base("gateway.name", "orders")...), func(x *Container) {
+			x.Node, x.Advertise, x.Ports = "host-b", "10.0.0.6", []Port{{Private: 8080, Public: 32001}}
+		}),
+		with(hostNet(c("orders-c", base("gateway.name", "orders")...)), func(x *Container) { x.Node, x.Advertise = "host-c", "10.0.0.7" }),
+		with(c("orders-d", base("gateway.name", "orders", "gateway.address", "10.1.0.9")...), func(x *Container) { x.Node, x.Advertise = "host-d", "10.0.0.8" }),
+		with(c("orders-e", base("gateway.name", "orders", "gateway.address", "127.0.0.1")...), func(x *Container) {
+			x.Node, x.Advertise, x.Ports = "host-e", "10.0.0.9", []Port{{Private: 9999, Public: 32002}}
+		})}},
 
 	// conflicts
 	{name: "conflict_same_prefix", containers: []Container{
@@ -125,7 +149,9 @@ var routeCases = []routeCase{
 }
 
 type golden struct {
-	Errors   map[string][]LabelError `json:"errors,omitempty"`
+	Errors map[string][]LabelError `json:"errors,omitempty"`
+	// States are the containers that are valid but not routed here.
+	States   map[string]string       `json:"states,omitempty"`
 	Warnings []string                `json:"warnings,omitempty"`
 	Routes   []json.RawMessage       `json:"routes"`
 }
@@ -149,6 +175,12 @@ func TestRoutesGolden(t *testing.T) {
 			}
 			g := golden{Warnings: plan.Warnings, Routes: plan.Routes}
 			for _, d := range ds {
+				if d.State != StateRouted && d.State != StateInvalid {
+					if g.States == nil {
+						g.States = map[string]string{}
+					}
+					g.States[d.Container.Name] = d.State + ": " + d.Reason
+				}
 				if len(d.Errors) > 0 {
 					if g.Errors == nil {
 						g.Errors = map[string][]LabelError{}

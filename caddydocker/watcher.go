@@ -86,9 +86,12 @@ type Watcher struct {
 	// gone holds containers the event stream reported dead (die, oom,
 	// destroy, remove) and not started since. The engine may still list a
 	// container as running for a moment after its die event; trusting the
-	// event removes its routes at once.
-	goneMu sync.Mutex
-	gone   map[string]bool
+	// event removes its routes at once. stopping holds containers the
+	// engine is stopping (a kill with a stopping signal, or stop), since
+	// when: they leave their pool before their process exits.
+	goneMu   sync.Mutex
+	gone     map[string]bool
+	stopping map[string]time.Time
 
 	// owned by the run loop
 	plan       *Plan
@@ -99,7 +102,19 @@ type Watcher struct {
 	everListed bool
 	logged     map[string]string
 	warned     map[string]bool
+	// polled is true while a listed container has a health check: Podman
+	// sends no health events, so the loop re-lists every HealthPoll.
+	polled bool
 }
+
+// HealthPoll is how often the watcher re-lists while a container has a
+// health check, since Podman reports health changes in no event.
+const HealthPoll = 2 * time.Second
+
+// StoppingMax is how long a container stays out of its pool after a stop
+// signal while the engine still lists it running; then it is routed
+// again (the signal did not stop it). A variable for tests.
+var StoppingMax = time.Minute
 
 // NewWatcher returns a watcher; Start begins watching.
 func NewWatcher(cfg WatcherConfig, engine Engine, applier RouteApplier, log *zap.Logger) *Watcher {
@@ -113,7 +128,8 @@ func NewWatcher(cfg WatcherConfig, engine Engine, applier RouteApplier, log *zap
 		kick:    make(chan struct{}, 1),
 		recheck: make(chan struct{}, 1),
 		logged:  map[string]string{},
-		gone:    map[string]bool{},
+		gone:     map[string]bool{},
+		stopping: map[string]time.Time{},
 		warned:  map[string]bool{},
 		snap:    Snapshot{Server: cfg.Server},
 	}
@@ -199,6 +215,8 @@ func (w *Watcher) loop() {
 	}
 	ticker := time.NewTicker(resync)
 	defer ticker.Stop()
+	health := time.NewTicker(HealthPoll)
+	defer health.Stop()
 	timer := time.NewTimer(time.Hour)
 	timer.Stop()
 	defer timer.Stop()
@@ -229,6 +247,10 @@ func (w *Watcher) loop() {
 			if !pending {
 				run()
 			}
+		case <-health.C:
+			if w.polled && !pending {
+				run()
+			}
 		case <-w.recheck:
 			// A config (re)load happened: make sure the live config still
 			// holds the desired routes. After a reload that this watcher
@@ -245,11 +267,11 @@ func (w *Watcher) events() {
 	failing := false
 	for w.ctx.Err() == nil {
 		began := time.Now()
-		err := w.engine.Events(w.ctx, func(action, id string) {
+		err := w.engine.Events(w.ctx, func(ev Event) {
 			w.m.events.Inc()
-			w.noteEvent(action, id)
+			w.noteEvent(ev)
 			if ce := w.log.Check(zap.DebugLevel, "container event"); ce != nil {
-				ce.Write(zap.String("action", action), zap.String("container", shortID(id)))
+				ce.Write(zap.String("action", ev.Action), zap.String("container", shortID(ev.ID)), zap.String("signal", ev.Signal))
 			}
 			w.trigger()
 		})
@@ -276,39 +298,74 @@ func (w *Watcher) events() {
 	}
 }
 
-func (w *Watcher) noteEvent(action, id string) {
-	if id == "" {
+func (w *Watcher) noteEvent(ev Event) {
+	if ev.ID == "" {
 		return
 	}
 	w.goneMu.Lock()
 	defer w.goneMu.Unlock()
-	switch action {
+	switch ev.Action {
 	case "die", "died", "oom", "destroy", "remove":
-		w.gone[id] = true
+		w.gone[ev.ID] = true
+		delete(w.stopping, ev.ID)
+	case "kill", "stop":
+		if (ev.Action == "stop" || stopSignal(ev.Signal)) && !w.gone[ev.ID] {
+			if _, ok := w.stopping[ev.ID]; !ok {
+				w.stopping[ev.ID] = time.Now()
+			}
+		}
 	case "start", "restart", "unpause":
-		delete(w.gone, id)
+		delete(w.gone, ev.ID)
+		delete(w.stopping, ev.ID)
 	}
 }
 
-// dropGone removes the containers reported dead from a fresh list, and
-// forgets dead containers the engine no longer lists.
-func (w *Watcher) dropGone(list []Container) []Container {
+// stopSignal reports whether a kill event's signal stops a process by
+// default (TERM, INT, QUIT, KILL) or is not reported: HUP, USR1 and the
+// like ask a server to reload or reopen logs, and keep it routed.
+func stopSignal(sig string) bool {
+	switch strings.TrimPrefix(strings.ToUpper(strings.TrimSpace(sig)), "SIG") {
+	case "", "TERM", "15", "INT", "2", "QUIT", "3", "KILL", "9":
+		return true
+	}
+	return false
+}
+
+// withEvents applies what the event stream said to a fresh list: it drops
+// the containers reported dead, marks the ones being stopped, and forgets
+// marks of containers the engine no longer lists.
+func (w *Watcher) withEvents(list []Container) []Container {
 	w.goneMu.Lock()
 	defer w.goneMu.Unlock()
-	if len(w.gone) == 0 {
+	if len(w.gone) == 0 && len(w.stopping) == 0 {
 		return list
 	}
 	listed := make(map[string]bool, len(list))
 	out := list[:0:0]
 	for _, c := range list {
 		listed[c.ID] = true
-		if !w.gone[c.ID] {
-			out = append(out, c)
+		if w.gone[c.ID] {
+			continue
 		}
+		if since, ok := w.stopping[c.ID]; ok {
+			if time.Since(since) < StoppingMax {
+				c.Stopping = true
+			} else {
+				delete(w.stopping, c.ID)
+				w.log.Warn("container still running after a stop signal; routing it again",
+					zap.String("container", c.Name), zap.Duration("after", StoppingMax))
+			}
+		}
+		out = append(out, c)
 	}
 	for id := range w.gone {
 		if !listed[id] {
 			delete(w.gone, id)
+		}
+	}
+	for id := range w.stopping {
+		if !listed[id] {
+			delete(w.stopping, id)
 		}
 	}
 	return out
@@ -337,7 +394,7 @@ func (w *Watcher) sync() {
 		w.log.Info("container engine reachable again")
 	}
 	w.reachable, w.everListed = true, true
-	containers = w.dropGone(containers)
+	containers = w.withEvents(containers)
 
 	ds := Discover(containers, w.cfg.Labels)
 	w.logLabelErrors(ds)
@@ -357,16 +414,15 @@ func (w *Watcher) sync() {
 	for _, warn := range plan.Warnings {
 		w.warned[warn] = true
 	}
-	routed, invalid := 0, 0
+	states := map[string]int{}
+	w.polled = false
 	for _, d := range ds {
-		if d.Service != nil {
-			routed++
-		} else {
-			invalid++
-		}
+		states[d.State]++
+		w.polled = w.polled || d.Container.Health != ""
 	}
-	w.m.containers.WithLabelValues("routed").Set(float64(routed))
-	w.m.containers.WithLabelValues("invalid").Set(float64(invalid))
+	for _, st := range []string{StateRouted, StateInvalid, StateStarting, StateUnhealthy, StateStopping, StateLocalOnly} {
+		w.m.containers.WithLabelValues(st).Set(float64(states[st]))
+	}
 	w.update(func(s *Snapshot) {
 		s.Containers, s.Warnings, s.Routes, s.Hash = ds, plan.Warnings, len(plan.Routes), plan.Hash
 		s.EngineReachable, s.FromStateFile, s.LastList = true, false, time.Now()

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"path/filepath"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -47,13 +48,15 @@ func (f *fakeEngine) List(ctx context.Context) ([]Container, error) {
 	return append([]Container(nil), f.containers...), nil
 }
 
-func (f *fakeEngine) Events(ctx context.Context, fn func(action, id string)) error {
+func (f *fakeEngine) Events(ctx context.Context, fn func(Event)) error {
 	for {
 		select {
 		case <-ctx.Done():
 			return nil
 		case e := <-f.events:
-			fn(e[0], e[1])
+			ev := Event{Action: e[0], ID: e[1]}
+			ev.Action, ev.Signal, _ = strings.Cut(ev.Action, " signal=")
+			fn(ev)
 		}
 	}
 }
@@ -192,6 +195,91 @@ func TestWatcher(t *testing.T) {
 			}
 			return "live: " + liveIDs(a)
 		})
+	})
+
+	t.Run("stop signal: out of the pool before the process exits", func(t *testing.T) {
+		a1 := c("pool-1", base("gateway.name", "pool")...)
+		a2 := with(c("pool-2", base("gateway.name", "pool")...), func(x *Container) { x.IP = "10.88.0.3" })
+		e, a := newFakeEngine(a1, a2), &fakeApplier{}
+		w := newTestWatcher(t, e, a, "", time.Millisecond)
+		w.Start()
+		upstreams := func() string {
+			_, live := a.state()
+			if len(live) != 1 {
+				return fmt.Sprintf("%d routes", len(live))
+			}
+			var rt struct {
+				Handle []struct {
+					Handler   string `json:"handler"`
+					Upstreams []struct {
+						Dial string `json:"dial"`
+					} `json:"upstreams"`
+				} `json:"handle"`
+			}
+			if err := json.Unmarshal(live[0], &rt); err != nil {
+				return err.Error()
+			}
+			var dials []string
+			for _, h := range rt.Handle {
+				dials = append(dials, h.Handler)
+				for _, u := range h.Upstreams {
+					dials = append(dials, u.Dial)
+				}
+			}
+			return strings.Join(dials, " ")
+		}
+		want := func(what, exp string) {
+			t.Helper()
+			wait(t, what, func() string {
+				if got := upstreams(); got != exp {
+					return got
+				}
+				return ""
+			})
+		}
+		want("both routed", "reverse_proxy 10.88.0.2:8080 10.88.0.3:8080")
+		e.events <- [2]string{"kill signal=HUP", a1.ID} // a reload signal: stays
+		e.events <- [2]string{"start", "unrelated"}
+		time.Sleep(50 * time.Millisecond)
+		want("HUP keeps it", "reverse_proxy 10.88.0.2:8080 10.88.0.3:8080")
+		e.events <- [2]string{"kill signal=15", a1.ID} // the engine still lists it running
+		want("pool-1 out at once", "reverse_proxy 10.88.0.3:8080")
+		if got := w.Snapshot().Containers[0]; got.State != StateStopping {
+			t.Fatalf("pool-1 state %q", got.State)
+		}
+		e.events <- [2]string{"kill", a2.ID} // Podman reports no signal
+		want("no replica left: 503", "static_response")
+		e.events <- [2]string{"start", a2.ID}
+		want("pool-2 restarted", "reverse_proxy 10.88.0.3:8080")
+		old := StoppingMax
+		StoppingMax = 0
+		t.Cleanup(func() { StoppingMax = old })
+		e.events <- [2]string{"start", "unrelated"}
+		want("a signal that did not stop it expires", "reverse_proxy 10.88.0.2:8080 10.88.0.3:8080")
+	})
+
+	t.Run("health without events: polled", func(t *testing.T) {
+		h := with(c("checked", base()...), func(x *Container) { x.Health = "starting" })
+		e, a := newFakeEngine(h), &fakeApplier{}
+		w := newTestWatcher(t, e, a, "", time.Millisecond)
+		w.Start()
+		wait(t, "starting: 503", func() string {
+			if _, live := a.state(); len(live) == 1 && strings.Contains(string(live[0]), "no_healthy_upstream") {
+				return ""
+			}
+			return "live: " + liveIDs(a)
+		})
+		h.Health = "healthy"
+		e.set(nil, h) // no event: Podman sends none for health changes
+		wait(t, "healthy: proxied", func() string {
+			if _, live := a.state(); len(live) == 1 && strings.Contains(string(live[0]), "reverse_proxy") {
+				return ""
+			}
+			return "live: " + liveIDs(a)
+		})
+		if s := w.Snapshot(); s.Containers[0].State != StateRouted {
+			t.Fatalf("state %q", s.Containers[0].State)
+		}
 	})
 
 	t.Run("burst of events: throttled re-lists", func(t *testing.T) {
