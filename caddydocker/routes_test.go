@@ -151,9 +151,9 @@ var routeCases = []routeCase{
 type golden struct {
 	Errors map[string][]LabelError `json:"errors,omitempty"`
 	// States are the containers that are valid but not routed here.
-	States   map[string]string       `json:"states,omitempty"`
-	Warnings []string                `json:"warnings,omitempty"`
-	Routes   []json.RawMessage       `json:"routes"`
+	States   map[string]string `json:"states,omitempty"`
+	Warnings []string          `json:"warnings,omitempty"`
+	Routes   []json.RawMessage `json:"routes"`
 }
 
 func TestRoutesGolden(t *testing.T) {

@@ -125,13 +125,13 @@ func NewWatcher(cfg WatcherConfig, engine Engine, applier RouteApplier, log *zap
 	return &Watcher{
 		cfg: cfg, engine: engine, applier: applier, log: log, m: globalMetrics(),
 		ctx: ctx, cancel: cancel,
-		kick:    make(chan struct{}, 1),
-		recheck: make(chan struct{}, 1),
-		logged:  map[string]string{},
+		kick:     make(chan struct{}, 1),
+		recheck:  make(chan struct{}, 1),
+		logged:   map[string]string{},
 		gone:     map[string]bool{},
 		stopping: map[string]time.Time{},
-		warned:  map[string]bool{},
-		snap:    Snapshot{Server: cfg.Server},
+		warned:   map[string]bool{},
+		snap:     Snapshot{Server: cfg.Server},
 	}
 }
 
