@@ -65,9 +65,15 @@ type Containers struct {
 
 // Container is one discovered container.
 type Container struct {
-	Name     string                   `json:"name"`
-	ID       string                   `json:"id"`
-	State    string                   `json:"state"` // routed | rejected
+	Name string `json:"name"`
+	ID   string `json:"id"`
+	// State is routed, rejected (label errors), or why a valid container
+	// takes no requests here: starting, unhealthy, stopping, local_only.
+	State string `json:"state"`
+	// Reason explains a state other than routed and rejected.
+	Reason string `json:"reason,omitempty"`
+	// Node is the fleet host the container runs on ("" = this host).
+	Node     string                   `json:"node,omitempty"`
 	Service  string                   `json:"service,omitempty"`
 	Upstream string                   `json:"upstream,omitempty"`
 	Routers  []caddydocker.Router     `json:"routers,omitempty"`
@@ -85,7 +91,7 @@ func ContainersFrom(s caddydocker.Snapshot, ok bool) Containers {
 	c.Server, c.EngineReachable, c.FromStateFile = s.Server, s.EngineReachable, s.FromStateFile
 	c.LastList, c.LastApply, c.LastError, c.Warnings = s.LastList, s.LastApply, s.LastError, s.Warnings
 	for _, d := range s.Containers {
-		it := Container{Name: d.Container.Name, ID: shortID(d.Container.ID), Health: d.Container.Health, Labels: map[string]string{}}
+		it := Container{Name: d.Container.Name, ID: shortID(d.Container.ID), Health: d.Container.Health, Node: d.Container.Node, Labels: map[string]string{}}
 		for k, v := range d.Container.Labels {
 			if strings.HasPrefix(k, caddydocker.LabelPrefix) {
 				it.Labels[k] = v
@@ -96,9 +102,16 @@ func ContainersFrom(s caddydocker.Snapshot, ok bool) Containers {
 			it.Errors = d.Errors
 			c.Rejected++
 		} else {
-			it.State = "routed"
+			it.State = d.State
+			if it.State == "" {
+				it.State = caddydocker.StateRouted
+			}
+			if it.State == caddydocker.StateRouted {
+				c.Routed++
+			} else {
+				it.Reason = d.Reason
+			}
 			it.Service, it.Upstream, it.Routers = d.Service.Name, d.Service.Upstream, d.Service.Routers
-			c.Routed++
 		}
 		c.Items = append(c.Items, it)
 	}

@@ -139,15 +139,16 @@
         it.errors.forEach((e) => ul.append(el("li", { text: e.label + (e.value !== undefined && e.value !== "" ? "=" + JSON.stringify(e.value) : "") + ": " + e.reason })));
         why.append(ul);
       }
+      if (it.reason) why.append(el("span", { text: it.reason }));
       const routers = el("td", { class: "mono" });
       (it.routers || []).forEach((r, i) => { if (i) routers.append(el("br")); routers.append(routerText(r)); });
       const labels = Object.keys(it.labels || {}).sort().map((k) => k + "=" + it.labels[k]).join("\n");
       const tr = el("tr", { class: it.state, "data-state": it.state, "data-name": it.name },
         el("td", { class: "mono", title: labels, text: it.name + " " }),
-        el("td", null, el("span", { class: "state " + it.state, text: it.state })),
+        el("td", null, el("span", { class: "state " + it.state, text: it.state + (it.health ? " · " + it.health : "") })),
         el("td", { class: "mono", text: it.service ? it.service + " → " + it.upstream : "" }),
         routers, why);
-      tr.firstChild.append(el("span", { class: "muted", text: it.id }));
+      tr.firstChild.append(el("span", { class: "muted", text: it.id + (it.node ? " @ " + it.node : "") }));
       // hidden label text so that the filter finds containers by label
       tr.dataset.search = labels;
       return tr;

@@ -1,0 +1,50 @@
+package dashboard
+
+import (
+	"testing"
+
+	"github.com/apigate/gateway/caddydocker"
+)
+
+// TestContainersFromStates: each replica's health and state reach the
+// dashboard, and only routed containers count as routed.
+func TestContainersFromStates(t *testing.T) {
+	lbl := func(extra ...string) []string {
+		return append([]string{"gateway.enable", "true", "gateway.port", "8080",
+			"gateway.router.api.path_prefix", "/api", "gateway.router.api.auth.required", "false", "gateway.router.api.audit", "false"}, extra...)
+	}
+	mk := func(name string, f func(*caddydocker.Container), labels ...string) caddydocker.Container {
+		m := map[string]string{}
+		for i := 0; i+1 < len(labels); i += 2 {
+			m[labels[i]] = labels[i+1]
+		}
+		c := caddydocker.Container{ID: "id-" + name, Name: name, Labels: m, IP: "10.88.0.2"}
+		f(&c)
+		return c
+	}
+	ds := caddydocker.Discover([]caddydocker.Container{
+		mk("a-healthy", func(c *caddydocker.Container) { c.Health = "healthy" }, lbl("gateway.name", "svc")...),
+		mk("b-sick", func(c *caddydocker.Container) { c.Health = "unhealthy" }, lbl("gateway.name", "svc")...),
+		mk("c-remote", func(c *caddydocker.Container) { c.Node, c.Advertise = "host-b", "10.0.0.6" }, lbl("gateway.name", "svc")...),
+		mk("d-bad", func(*caddydocker.Container) {}, lbl("gateway.port", "x")...),
+	}, caddydocker.LabelOptions{})
+	got := ContainersFrom(caddydocker.Snapshot{Containers: ds}, true)
+	if got.Routed != 1 || got.Rejected != 1 {
+		t.Fatalf("routed %d rejected %d, want 1 and 1", got.Routed, got.Rejected)
+	}
+	want := map[string][3]string{ // state, health, node
+		"a-healthy": {"routed", "healthy", ""},
+		"b-sick":    {"unhealthy", "unhealthy", ""},
+		"c-remote":  {"local_only", "", "host-b"},
+		"d-bad":     {"rejected", "", ""},
+	}
+	for _, it := range got.Items {
+		w := want[it.Name]
+		if it.State != w[0] || it.Health != w[1] || it.Node != w[2] {
+			t.Errorf("%s: state %q health %q node %q, want %v", it.Name, it.State, it.Health, it.Node, w)
+		}
+		if (it.State != "routed" && it.State != "rejected") != (it.Reason != "") {
+			t.Errorf("%s: reason %q for state %s", it.Name, it.Reason, it.State)
+		}
+	}
+}
