@@ -46,16 +46,17 @@ type dockerEngine struct {
 	vmu      sync.Mutex
 	vsettled bool
 
-	// net caches the network facts of running containers that the list
-	// does not report (Podman's compat list has no HostConfig or
-	// networks), from one inspect per container.
+	// net caches the facts of running opted-in containers that the list
+	// does not report (Podman's compat list has no HostConfig, networks or
+	// health), from one inspect per container.
 	mu  sync.Mutex
 	net map[string]netInfo
 }
 
 type netInfo struct {
-	host bool
-	ip   string
+	host        bool
+	ip          string
+	healthCheck bool
 }
 
 // NewDockerEngine returns an Engine speaking the Docker API at host
@@ -103,46 +104,79 @@ func (e *dockerEngine) List(ctx context.Context) ([]Container, error) {
 	seen := make(map[string]netInfo, len(list))
 	for _, s := range list {
 		c := fromSummary(s)
-		if !c.HostNetwork && c.IP == "" && Enabled(c.Labels) {
-			ni, ok := e.net[s.ID]
-			if !ok {
-				insp, err := e.cli.ContainerInspect(ctx, s.ID)
-				if err != nil {
-					if client.IsErrNotFound(err) {
-						continue // gone since the list
-					}
-					return nil, err
+		if !Enabled(c.Labels) {
+			out = append(out, c)
+			continue
+		}
+		ni, ok := e.net[s.ID]
+		if !ok {
+			insp, err := e.cli.ContainerInspect(ctx, s.ID)
+			if err != nil {
+				if client.IsErrNotFound(err) {
+					continue // gone since the list
 				}
-				if insp.HostConfig != nil {
-					ni.host = insp.HostConfig.NetworkMode.IsHost()
-				}
-				if insp.NetworkSettings != nil {
-					names := make([]string, 0, len(insp.NetworkSettings.Networks))
-					for n := range insp.NetworkSettings.Networks {
-						names = append(names, n)
-					}
-					sort.Strings(names)
-					for _, n := range names {
-						if ep := insp.NetworkSettings.Networks[n]; ep != nil && ep.IPAddress != "" {
-							ni.ip = ep.IPAddress
-							break
-						}
-					}
-					if ni.ip == "" && insp.NetworkSettings.IPAddress != "" {
-						ni.ip = insp.NetworkSettings.IPAddress
-					}
-				}
+				return nil, err
 			}
-			seen[s.ID] = ni
+			ni = inspected(insp)
+		}
+		seen[s.ID] = ni
+		if !c.HostNetwork && c.IP == "" {
 			c.HostNetwork = ni.host
 			if !ni.host {
 				c.IP = ni.ip
+			}
+		}
+		if ni.healthCheck && c.Health == "" {
+			// Docker's list says "(healthy)" in Status; Podman's does
+			// not, so a container with a health check is inspected.
+			insp, err := e.cli.ContainerInspect(ctx, s.ID)
+			if err != nil {
+				if client.IsErrNotFound(err) {
+					continue
+				}
+				return nil, err
+			}
+			if insp.State != nil && insp.State.Health != nil {
+				c.Health = insp.State.Health.Status
+			}
+			if c.Health == "" || c.Health == "none" {
+				c.Health = "starting"
 			}
 		}
 		out = append(out, c)
 	}
 	e.net = seen
 	return out, nil
+}
+
+// inspected reads what the list does not report: the network mode, the
+// first network address, and whether the container has a health check.
+func inspected(insp container.InspectResponse) netInfo {
+	var ni netInfo
+	if insp.HostConfig != nil {
+		ni.host = insp.HostConfig.NetworkMode.IsHost()
+	}
+	if insp.Config != nil && insp.Config.Healthcheck != nil {
+		test := insp.Config.Healthcheck.Test
+		ni.healthCheck = len(test) > 0 && test[0] != "NONE"
+	}
+	if insp.NetworkSettings != nil {
+		names := make([]string, 0, len(insp.NetworkSettings.Networks))
+		for n := range insp.NetworkSettings.Networks {
+			names = append(names, n)
+		}
+		sort.Strings(names)
+		for _, n := range names {
+			if ep := insp.NetworkSettings.Networks[n]; ep != nil && ep.IPAddress != "" {
+				ni.ip = ep.IPAddress
+				break
+			}
+		}
+		if ni.ip == "" && insp.NetworkSettings.IPAddress != "" {
+			ni.ip = insp.NetworkSettings.IPAddress
+		}
+	}
+	return ni
 }
 
 func fromSummary(s container.Summary) Container {

@@ -106,6 +106,10 @@ type BuildOptions struct {
 	StreamCloseDelay time.Duration
 }
 
+// Retries is how many times a discovered route retries a failed request,
+// each time on a replica it has not tried yet.
+const Retries = 2
+
 // DefaultStreamCloseDelay is the app's default stream_close_delay.
 const DefaultStreamCloseDelay = time.Hour
 
@@ -162,6 +166,10 @@ type Plan struct {
 	Services int `json:"services"`
 	// Upstreams is the number of upstreams over all services.
 	Upstreams int `json:"upstreams"`
+	// Pools are the replicas (dial addresses) of each routed service. The
+	// routes read them per request (Upstreams), so they are not part of
+	// Hash: a replica change applies without a config reload.
+	Pools map[string][]string `json:"pools,omitempty"`
 	// Hash identifies the route set (sha256 of the canonical routes).
 	Hash string `json:"hash"`
 }
@@ -303,6 +311,10 @@ func BuildRoutes(ds []Discovered, opts BuildOptions) (Plan, error) {
 			used[c.svc.name] = true
 			plan.Services++
 			plan.Upstreams += len(c.svc.upstreams)
+			if plan.Pools == nil {
+				plan.Pools = map[string][]string{}
+			}
+			plan.Pools[c.svc.name] = c.svc.upstreams
 		}
 	}
 	sort.Strings(plan.Warnings)
@@ -445,23 +457,21 @@ func buildRoute(s *service, r Router, opts BuildOptions) (json.RawMessage, error
 	if transport == nil {
 		transport = DefaultTransport
 	}
-	ups := make([]map[string]string, len(s.upstreams))
-	for i, u := range s.upstreams {
-		ups[i] = map[string]string{"dial": u}
-	}
 	rp := map[string]any{
 		"handler":   "reverse_proxy",
 		"transport": transport,
-		"upstreams": ups,
+		// the service's replicas, read per request (upstreams.go)
+		"dynamic_upstreams": map[string]string{"source": "docker", "server": opts.Server, "service": s.name},
+		// A failed request is retried on another replica (the source
+		// leaves out the ones it failed on): a dial error for any
+		// method, any error for GET.
+		"load_balancing": map[string]any{
+			"selection_policy": map[string]string{"policy": "round_robin"},
+			"retries":          Retries,
+		},
 	}
 	if opts.StreamCloseDelay > 0 {
 		rp["stream_close_delay"] = opts.StreamCloseDelay.String()
-	}
-	if len(ups) > 1 {
-		rp["load_balancing"] = map[string]any{
-			"selection_policy": map[string]string{"policy": "round_robin"},
-			"retries":          len(ups) - 1,
-		}
 	}
 	raw, err := json.Marshal(rp)
 	if err != nil {

@@ -24,6 +24,8 @@ type State struct {
 	Containers []Container `json:"containers"`
 	// Routes are the discovered routes that applied (without the server's own).
 	Routes []json.RawMessage `json:"routes"`
+	// Pools are the replicas of each service that the routes used.
+	Pools map[string][]string `json:"pools,omitempty"`
 }
 
 // WriteState writes st to path atomically: a temporary file in the same

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"io/fs"
 	"runtime/debug"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -428,10 +429,23 @@ func (w *Watcher) sync() {
 		s.EngineReachable, s.FromStateFile, s.LastList = true, false, time.Now()
 	})
 	w.plan, w.containers = &plan, containers
+	w.setPools(plan)
 	if plan.Hash == w.applied {
 		return
 	}
 	w.apply(plan, containers, false)
+}
+
+// setPools publishes the plan's replicas to the routes, logging each
+// service whose pool changed.
+func (w *Watcher) setPools(plan Plan) {
+	for svc, dials := range plan.Pools {
+		if old := PoolOf(w.cfg.Server, svc); !slices.Equal(old, dials) {
+			w.log.Info("service replicas changed", zap.String("server", w.cfg.Server),
+				zap.String("service", svc), zap.Strings("upstreams", dials), zap.Strings("before", old))
+		}
+	}
+	setPools(w.cfg.Server, plan.Pools)
 }
 
 func (w *Watcher) apply(plan Plan, containers []Container, fromState bool) {
@@ -466,7 +480,7 @@ func (w *Watcher) apply(plan Plan, containers []Container, fromState bool) {
 	}
 	err = WriteState(w.cfg.StateFile, State{
 		Written: time.Now().UTC(), Server: w.cfg.Server, Hash: plan.Hash,
-		Containers: containers, Routes: plan.Routes,
+		Containers: containers, Routes: plan.Routes, Pools: plan.Pools,
 	})
 	if err != nil {
 		w.m.errors.WithLabelValues("state_file").Inc()
@@ -496,11 +510,12 @@ func (w *Watcher) loadState() {
 	ds := Discover(st.Containers, w.cfg.Labels)
 	plan, err := BuildRoutes(ds, w.cfg.Build)
 	if err != nil || st.Server != w.cfg.Server {
-		plan = Plan{Routes: st.Routes, Hash: HashRoutes(st.Routes)}
+		plan = Plan{Routes: st.Routes, Hash: HashRoutes(st.Routes), Pools: st.Pools}
 	}
 	w.log.Info("engine unreachable at start: applying routes from state_file",
 		zap.String("path", w.cfg.StateFile), zap.Time("written", st.Written), zap.Int("routes", len(plan.Routes)))
 	w.plan, w.containers, w.written = &plan, st.Containers, st.Hash
+	w.setPools(plan)
 	w.update(func(s *Snapshot) {
 		s.Containers, s.Warnings, s.Routes, s.Hash, s.FromStateFile = ds, plan.Warnings, len(plan.Routes), plan.Hash, true
 	})

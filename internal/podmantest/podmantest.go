@@ -244,7 +244,14 @@ func (p *Podman) KillService() {
 // Run starts a container named Prefix+name with the host network running
 // `/testserver <port> <name>`, and returns once `podman run -d` returned.
 func (p *Podman) Run(name string, port int, labels map[string]string) error {
+	return p.RunOpts(name, port, labels)
+}
+
+// RunOpts is Run with more `podman run` options (e.g. "--env", "DRAIN=1s",
+// or a health check: HealthArgs).
+func (p *Podman) RunOpts(name string, port int, labels map[string]string, opts ...string) error {
 	args := []string{"run", "-d", "--name", p.Prefix + name, "--network=host"}
+	args = append(args, opts...)
 	for k, v := range labels {
 		args = append(args, "--label", k+"="+v)
 	}
@@ -253,7 +260,26 @@ func (p *Podman) Run(name string, port int, labels map[string]string) error {
 	return err
 }
 
-// Stop stops a container (SIGTERM, the server exits at once).
+// HealthArgs are the `podman run` options of a health check on the test
+// server's /healthz that turns unhealthy at its first failure. Without
+// systemd, Podman runs no checks by itself: run one with HealthCheck.
+func HealthArgs(port int) []string {
+	// the exec form: the image has no shell for CMD-SHELL
+	return []string{"--health-cmd", fmt.Sprintf(`["/testserver", "check", "%d"]`, port), "--health-retries", "1", "--health-interval", "1h"}
+}
+
+// HealthCheck runs a container's health check once (`podman healthcheck
+// run`); the error says why it did not pass.
+func (p *Podman) HealthCheck(name string) error {
+	out, err := p.cmd("healthcheck", "run", p.Prefix+name)
+	if err != nil {
+		return fmt.Errorf("%v (%s)", err, out)
+	}
+	return nil
+}
+
+// Stop stops a container (SIGTERM; the test server exits at once unless
+// it runs with DRAIN set).
 func (p *Podman) Stop(name string) error {
 	_, err := p.cmd("stop", "-t", "5", p.Prefix+name)
 	return err

@@ -1,30 +1,53 @@
-// Command testserver is the static HTTP server that caddydocker's Podman
-// tests run in containers: testserver <port> <name> listens on
-// 127.0.0.1:<port> and answers every request with "<name> <path>";
-// /ws is a WebSocket that answers each text message m with "<name> m".
-// It exits at once on SIGTERM or SIGINT (as PID 1 it must handle them).
+// Command testserver is the static HTTP server that the Podman tests run in
+// containers: testserver <port> <name> listens on 127.0.0.1:<port> and
+// answers every request with "<name> <path>"; /ws is a WebSocket that
+// answers each text message m with "<name> m".
+//
+// Health: GET /healthz answers 200, or 503 after POST /_sick (until POST
+// /_well); `testserver check <port>` is the container's health command,
+// exiting 0 when /healthz answers 200.
+//
+// Stopping: as PID 1 it must handle SIGTERM and SIGINT itself. By default
+// it exits at once. With DRAIN=<duration> in its environment it behaves as
+// docs/caddydocker.md advises a service to: it keeps serving for DRAIN (the
+// gateway takes it out of the pool meanwhile), then stops accepting,
+// finishes the requests in flight and exits.
 package main
 
 import (
+	"context"
 	"fmt"
 	"net/http"
 	"os"
 	"os/signal"
+	"sync/atomic"
 	"syscall"
+	"time"
 
 	"golang.org/x/net/websocket"
 )
 
 func main() {
+	if len(os.Args) == 3 && os.Args[1] == "check" {
+		os.Exit(check(os.Args[2]))
+	}
 	if len(os.Args) != 3 {
-		fmt.Fprintln(os.Stderr, "usage: testserver <port> <name>")
+		fmt.Fprintln(os.Stderr, "usage: testserver <port> <name> | testserver check <port>")
 		os.Exit(2)
 	}
 	port, name := os.Args[1], os.Args[2]
-	sig := make(chan os.Signal, 1)
-	signal.Notify(sig, syscall.SIGTERM, syscall.SIGINT)
-	go func() { <-sig; os.Exit(0) }()
-	http.Handle("/ws", websocket.Handler(func(c *websocket.Conn) {
+	var drain time.Duration
+	if v := os.Getenv("DRAIN"); v != "" {
+		d, err := time.ParseDuration(v)
+		if err != nil {
+			fmt.Fprintf(os.Stderr, "DRAIN=%q: %v\n", v, err)
+			os.Exit(2)
+		}
+		drain = d
+	}
+	var sick atomic.Bool
+	mux := http.NewServeMux()
+	mux.Handle("/ws", websocket.Handler(func(c *websocket.Conn) {
 		for {
 			var m string
 			if err := websocket.Message.Receive(c, &m); err != nil {
@@ -35,12 +58,51 @@ func main() {
 			}
 		}
 	}))
-	http.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
+	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) {
+		if sick.Load() {
+			http.Error(w, "sick", http.StatusServiceUnavailable)
+			return
+		}
+		fmt.Fprintln(w, "ok")
+	})
+	mux.HandleFunc("POST /_sick", func(w http.ResponseWriter, r *http.Request) { sick.Store(true) })
+	mux.HandleFunc("POST /_well", func(w http.ResponseWriter, r *http.Request) { sick.Store(false) })
+	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("X-Served-By", name)
 		fmt.Fprintf(w, "%s %s", name, r.URL.Path)
 	})
-	if err := http.ListenAndServe("127.0.0.1:"+port, nil); err != nil {
+	srv := &http.Server{Addr: "127.0.0.1:" + port, Handler: mux}
+	sig := make(chan os.Signal, 1)
+	signal.Notify(sig, syscall.SIGTERM, syscall.SIGINT)
+	go func() {
+		<-sig
+		if drain <= 0 {
+			os.Exit(0)
+		}
+		time.Sleep(drain)
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		_ = srv.Shutdown(ctx)
+		os.Exit(0)
+	}()
+	if err := srv.ListenAndServe(); err != nil && err != http.ErrServerClosed {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(1)
 	}
+	select {} // Shutdown is finishing the requests in flight; it exits
+}
+
+func check(port string) int {
+	c := &http.Client{Timeout: 2 * time.Second}
+	resp, err := c.Get("http://127.0.0.1:" + port + "/healthz")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		fmt.Fprintln(os.Stderr, resp.Status)
+		return 1
+	}
+	return 0
 }

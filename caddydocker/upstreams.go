@@ -1,0 +1,140 @@
+package caddydocker
+
+import (
+	"fmt"
+	"net/http"
+	"slices"
+	"sync"
+	"sync/atomic"
+
+	"github.com/caddyserver/caddy/v2"
+	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
+	"github.com/caddyserver/caddy/v2/modules/caddyhttp/reverseproxy"
+)
+
+func init() {
+	caddy.RegisterModule(Upstreams{})
+}
+
+// pools holds each discovered service's current replicas, keyed by
+// server and service. The watcher replaces a pool whenever a replica
+// starts, stops, turns unhealthy or healthy; the routes read it per
+// request through Upstreams, so a replica change needs no config reload
+// (a reload closes every client's idle keep-alive connection, and a
+// non-idempotent request that races that close fails at the client).
+var pools sync.Map // poolKey -> *atomic.Pointer[[]string]
+
+type poolKey struct{ server, service string }
+
+func poolOf(server, service string) *atomic.Pointer[[]string] {
+	k := poolKey{server, service}
+	if v, ok := pools.Load(k); ok {
+		return v.(*atomic.Pointer[[]string])
+	}
+	v, _ := pools.LoadOrStore(k, new(atomic.Pointer[[]string]))
+	return v.(*atomic.Pointer[[]string])
+}
+
+// setPools publishes a plan's pools for server. A pool that becomes empty
+// keeps its last replicas: the plan then routes the service to a 503
+// (no_healthy_upstream), and until that config applies, requests still go
+// to the replicas that are leaving, which is better than to none.
+func setPools(server string, plan map[string][]string) {
+	for svc, dials := range plan {
+		if len(dials) == 0 {
+			continue
+		}
+		p := poolOf(server, svc)
+		if old := p.Load(); old != nil && slices.Equal(*old, dials) {
+			continue
+		}
+		d := slices.Clone(dials)
+		p.Store(&d)
+	}
+}
+
+// PoolOf returns the replicas that server's routes to service use now.
+func PoolOf(server, service string) []string {
+	if p := poolOf(server, service).Load(); p != nil {
+		return slices.Clone(*p)
+	}
+	return nil
+}
+
+// Upstreams is the reverse proxy's upstream source of discovered routes
+// (module http.reverse_proxy.upstreams.docker): the current replicas of
+// one service, as the docker app last saw them. A retry never goes back
+// to a replica that already failed the request, unless it is the only one.
+type Upstreams struct {
+	// Server is the HTTP server whose discovered routes use the pool.
+	Server string `json:"server"`
+	// Service is the service (gateway.name) whose replicas are used.
+	Service string `json:"service"`
+
+	pool *atomic.Pointer[[]string]
+}
+
+// CaddyModule returns the Caddy module information.
+func (Upstreams) CaddyModule() caddy.ModuleInfo {
+	return caddy.ModuleInfo{
+		ID:  "http.reverse_proxy.upstreams.docker",
+		New: func() caddy.Module { return new(Upstreams) },
+	}
+}
+
+// Provision binds the source to its pool.
+func (u *Upstreams) Provision(caddy.Context) error {
+	if u.Server == "" || u.Service == "" {
+		return fmt.Errorf("docker upstreams: server and service are required (got server %q, service %q)", u.Server, u.Service)
+	}
+	u.pool = poolOf(u.Server, u.Service)
+	return nil
+}
+
+// triedVar is the request variable listing the replicas a request failed on.
+const triedVar = "gateway.docker_tried"
+
+// GetUpstreams returns the service's replicas, minus those this request
+// already failed on (all of them if that leaves none).
+func (u *Upstreams) GetUpstreams(r *http.Request) ([]*reverseproxy.Upstream, error) {
+	p := u.pool.Load()
+	if p == nil {
+		return nil, nil
+	}
+	dials := *p
+	tried, _ := caddyhttp.GetVar(r.Context(), triedVar).([]string)
+	out := make([]*reverseproxy.Upstream, 0, len(dials))
+	for _, d := range dials {
+		if !slices.Contains(tried, d) {
+			out = append(out, &reverseproxy.Upstream{Dial: d})
+		}
+	}
+	if len(out) == 0 {
+		for _, d := range dials {
+			out = append(out, &reverseproxy.Upstream{Dial: d})
+		}
+	}
+	return out, nil
+}
+
+// ResetCache is called before a retry: it records the replica that just
+// failed, so that the retry goes to another one.
+func (u *Upstreams) ResetCache(r *http.Request) error {
+	repl, ok := r.Context().Value(caddy.ReplacerCtxKey).(*caddy.Replacer)
+	if !ok {
+		return nil
+	}
+	last, _ := repl.GetString("http.reverse_proxy.upstream.hostport")
+	if last == "" {
+		return nil
+	}
+	tried, _ := caddyhttp.GetVar(r.Context(), triedVar).([]string)
+	caddyhttp.SetVar(r.Context(), triedVar, append(tried, last))
+	return nil
+}
+
+// Interface guards
+var (
+	_ caddy.Provisioner                  = (*Upstreams)(nil)
+	_ reverseproxy.CachingUpstreamSource = (*Upstreams)(nil)
+)
