@@ -285,6 +285,13 @@ func (p *Podman) Stop(name string) error {
 	return err
 }
 
+// Signal sends sig to a container's process (`podman kill -s`); Podman
+// reports it in a kill event at once, which `podman stop` does not.
+func (p *Podman) Signal(name, sig string) error {
+	_, err := p.cmd("kill", "-s", sig, p.Prefix+name)
+	return err
+}
+
 // Kill kills a container with SIGKILL.
 func (p *Podman) Kill(name string) error {
 	_, err := p.cmd("kill", p.Prefix+name)
