@@ -84,15 +84,16 @@ func swarmDials(t *testing.T, cs []Container) map[string][]string {
 	if len(plan.Warnings) > 0 {
 		t.Errorf("warnings: %q", plan.Warnings)
 	}
+	// route ID -> the replicas its service's pool holds
 	out := map[string][]string{}
 	for _, raw := range plan.Routes {
 		var r struct {
 			ID     string `json:"@id"`
 			Handle []struct {
-				Handler   string `json:"handler"`
-				Upstreams []struct {
-					Dial string `json:"dial"`
-				} `json:"upstreams"`
+				Handler string `json:"handler"`
+				Source  struct {
+					Service string `json:"service"`
+				} `json:"dynamic_upstreams"`
 			} `json:"handle"`
 		}
 		if err := json.Unmarshal(raw, &r); err != nil {
@@ -100,10 +101,7 @@ func swarmDials(t *testing.T, cs []Container) map[string][]string {
 		}
 		for _, h := range r.Handle {
 			if h.Handler == "reverse_proxy" {
-				out[r.ID] = []string{}
-				for _, u := range h.Upstreams {
-					out[r.ID] = append(out[r.ID], u.Dial)
-				}
+				out[r.ID] = append([]string{}, plan.Pools[h.Source.Service]...)
 			}
 		}
 	}
@@ -187,14 +185,14 @@ var (
 	}
 )
 
-func with(c swarmCase, name string, mode SwarmEndpoint, network string) swarmCase {
+func swarmWith(c swarmCase, name string, mode SwarmEndpoint, network string) swarmCase {
 	c.name, c.mode, c.network = name, mode, network
 	return c
 }
 
 // byID is c with the network given as id, which issues then quote.
 func byID(c swarmCase, name string, mode SwarmEndpoint, netName, id string) swarmCase {
-	c = with(c, name, mode, id)
+	c = swarmWith(c, name, mode, id)
 	c.issues = append([]string(nil), c.issues...)
 	for i := range c.issues {
 		c.issues[i] = strings.ReplaceAll(c.issues[i], fmt.Sprintf("network %q", netName), fmt.Sprintf("network %q", id))
@@ -208,14 +206,14 @@ func byID(c swarmCase, name string, mode SwarmEndpoint, netName, id string) swar
 func TestSwarmContainers(t *testing.T) {
 	services, tasks := loadSwarm(t, "services.json", "tasks.json")
 	for _, tc := range []swarmCase{
-		with(vipOnProxy, "vip_default_network", SwarmVIP, ""), // ingress sorts first but is left out
-		with(vipOnProxy, "vip_proxy_by_name", SwarmVIP, "proxy"),
-		with(vipOnProxy, "vip_proxy_by_id", SwarmVIP, proxyID),
-		with(vipOnBackend, "vip_backend_by_name", SwarmVIP, "shop_backend"),
+		swarmWith(vipOnProxy, "vip_default_network", SwarmVIP, ""), // ingress sorts first but is left out
+		swarmWith(vipOnProxy, "vip_proxy_by_name", SwarmVIP, "proxy"),
+		swarmWith(vipOnProxy, "vip_proxy_by_id", SwarmVIP, proxyID),
+		swarmWith(vipOnBackend, "vip_backend_by_name", SwarmVIP, "shop_backend"),
 		byID(vipOnBackend, "vip_backend_by_id", SwarmVIP, "shop_backend", backendID),
-		with(tasksOnProxy, "tasks_default_network", SwarmTasks, ""),
-		with(tasksOnProxy, "tasks_proxy_by_name", SwarmTasks, "proxy"),
-		with(tasksOnBackend, "tasks_backend_by_name", SwarmTasks, "shop_backend"),
+		swarmWith(tasksOnProxy, "tasks_default_network", SwarmTasks, ""),
+		swarmWith(tasksOnProxy, "tasks_proxy_by_name", SwarmTasks, "proxy"),
+		swarmWith(tasksOnBackend, "tasks_backend_by_name", SwarmTasks, "shop_backend"),
 		byID(tasksOnBackend, "tasks_backend_by_id", SwarmTasks, "shop_backend", backendID),
 	} {
 		t.Run(tc.name, func(t *testing.T) {
