@@ -27,6 +27,8 @@ import (
 	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/apigate/gateway/internal/natstest"
 )
 
 // Ports of this package (the natsstore range of the team brief).
@@ -96,83 +98,6 @@ func gatewayBinary(t *testing.T) string {
 		t.Fatalf("go build fleetcaddy: %v\n%s", err, b)
 	}
 	return out
-}
-
-// freePorts reserves n loopback ports (closed again before use; the NATS
-// nodes need to know each other's route ports up front).
-func freePorts(t *testing.T, n int) []int {
-	t.Helper()
-	var ls []net.Listener
-	var ports []int
-	for i := 0; i < n; i++ {
-		l, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			t.Fatal(err)
-		}
-		ls = append(ls, l)
-		ports = append(ports, l.Addr().(*net.TCPAddr).Port)
-	}
-	for _, l := range ls {
-		l.Close()
-	}
-	return ports
-}
-
-// natsCluster is three in-process NATS servers with JetStream, routed to
-// each other.
-type natsCluster struct {
-	servers []*server.Server
-	urls    []string
-}
-
-func startNATSCluster(t *testing.T) *natsCluster {
-	t.Helper()
-	ports := freePorts(t, 6)
-	c := &natsCluster{}
-	var routes []string
-	for i := 0; i < 3; i++ {
-		routes = append(routes, fmt.Sprintf("nats://127.0.0.1:%d", ports[3+i]))
-	}
-	for i := 0; i < 3; i++ {
-		o := &server.Options{
-			ServerName: fmt.Sprintf("n%d", i+1),
-			Host:       "127.0.0.1",
-			Port:       ports[i],
-			JetStream:  true,
-			StoreDir:   t.TempDir(),
-			NoSigs:     true,
-			NoLog:      true,
-			Cluster: server.ClusterOpts{
-				Name: "fleet",
-				Host: "127.0.0.1",
-				Port: ports[3+i],
-			},
-			Routes: server.RoutesFromStr(strings.Join(routes, ",")),
-		}
-		s, err := server.NewServer(o)
-		if err != nil {
-			t.Fatal(err)
-		}
-		go s.Start()
-		t.Cleanup(s.Shutdown)
-		c.servers = append(c.servers, s)
-		c.urls = append(c.urls, fmt.Sprintf("nats://127.0.0.1:%d", ports[i]))
-	}
-	for _, s := range c.servers {
-		if !s.ReadyForConnections(10 * time.Second) {
-			t.Fatalf("NATS server %s not ready", s.Name())
-		}
-	}
-	return c
-}
-
-func (c *natsCluster) byName(name string) *server.Server {
-	for _, s := range c.servers {
-		if s.Name() == name {
-			return s
-		}
-	}
-	return nil
 }
 
 // replica is one gateway process.
@@ -334,8 +259,8 @@ func TestFleet(t *testing.T) {
 	bin := gatewayBinary(t)
 	t.Logf("gateway binary: %s (%v)", bin, time.Since(start).Round(time.Second))
 
-	cluster := startNATSCluster(t)
-	nc, err := nats.Connect(strings.Join(cluster.urls, ","), nats.Name("fleet-test"),
+	cluster := natstest.StartCluster(t, 3)
+	nc, err := nats.Connect(cluster.URL(), nats.Name("fleet-test"),
 		nats.MaxReconnects(-1), nats.ReconnectWait(100*time.Millisecond))
 	if err != nil {
 		t.Fatal(err)
@@ -360,7 +285,7 @@ func TestFleet(t *testing.T) {
 	perm := startPermService(t)
 	config := filepath.Join("testdata", "replica.Caddyfile")
 	env := []string{
-		"NATS_URLS=" + strings.Join(cluster.urls, ","),
+		"NATS_URLS=" + cluster.URL(),
 		"JWT_SECRET=" + jwtSecret,
 		"PERMISSION_URL=" + perm.URL,
 	}
@@ -380,7 +305,7 @@ func TestFleet(t *testing.T) {
 		// natsconn's connection: 3 replicas, 3 connections named apigate.
 		waitFor(t, "counting connections", 10*time.Second, func() error {
 			n := 0
-			for _, s := range cluster.servers {
+			for _, s := range cluster.Servers() {
 				cz, err := s.Connz(&server.ConnzOptions{})
 				if err != nil {
 					return err
@@ -502,9 +427,9 @@ func TestFleet(t *testing.T) {
 		if err != nil || info.Cluster == nil {
 			t.Fatalf("stream info: %v", err)
 		}
-		victim := cluster.byName(info.Cluster.Leader)
+		victim := cluster.ByName(info.Cluster.Leader)
 		if victim == nil {
-			victim = cluster.servers[0]
+			victim = cluster.Server(0)
 		}
 		killed := time.Now()
 		victim.Shutdown()

@@ -1,0 +1,1031 @@
+package caddydocker
+
+// Fleet: discovery across hosts without Swarm.
+//
+// Each gateway discovers the containers of its own host (Watcher) and
+// publishes them, through Fleet, to a NATS JetStream key-value bucket: one
+// key per host (the node name), whose value is versioned JSON
+//
+//	{"v":1,"node":"h1","advertise":"10.0.0.5","updated":"...","instance":"...","containers":[...]}
+//
+// Every gateway watches the whole bucket and hands the other hosts'
+// containers (Remote, each with Node and Advertise set) to its watcher,
+// which routes the union: a remote container is reached at its host's
+// advertise address and published port.
+//
+// Liveness. A gateway re-puts its entry every ttl/3 (at once when its
+// containers change), so every heartbeat changes the key's revision. A
+// reader keeps, per node, the LOCAL time at which it received the node's
+// last good update and drops the node once that is older than ttl. The
+// writer's "updated" field is for people: hosts' clocks differ, so it is
+// never compared with the reader's clock. A graceful Stop deletes the key,
+// and readers drop the node at once. The bucket's max age (4 ttl when this
+// package creates it) lets the server clean keys of gateways that died.
+//
+// Expiry needs evidence that the watch works. Silence from a node means
+// the node is gone only if the watch would have delivered its heartbeats:
+// while this gateway is cut off from NATS (or its watch is stuck) every
+// node is silent, and dropping them all would take other hosts' routes away
+// because of a NATS outage. So expiry is measured against the last time the
+// watch delivered anything (this node's own heartbeat echo is a steady
+// supply, and an ordered consumer delivers in stream order): a node expires
+// when (last delivery + ttl/2, capped at now) - (its last update) > ttl.
+// Nothing expires while disconnected or while no delivery arrives. A watch
+// that does not echo an acknowledged put of this node within ttl/2 is
+// considered broken and re-created. Each new watch (after a reconnect, a
+// broken watch, a watch error) gives every known node a fresh ttl from that
+// moment, as the node may itself have been cut off and is re-putting.
+//
+// Bad values. A value that does not decode, has an unknown version, or
+// names another node than its key is skipped, logged once per node per
+// distinct error, and shown in Status. It does not drop the node's previous
+// good entry (a transient bad write must not flap routes), but it does not
+// refresh it either: the previous entry expires ttl after its own arrival,
+// so routes are never built on data older than ttl while a node sends
+// values this gateway cannot read (a newer gateway version during an
+// upgrade, say).
+//
+// Nothing on the caller's path touches the network: NewFleet validates,
+// Start starts goroutines (the bucket is bound or created in the
+// background, retried), Publish compares and signals, Remote and Status
+// read memory.
+
+import (
+	"bytes"
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"runtime/debug"
+	"sort"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+	"go.uber.org/zap"
+
+	"github.com/apigate/gateway/internal/natsconn"
+)
+
+// Fleet defaults and limits.
+const (
+	// DefaultFleetBucket is the KV bucket of FleetConfig.Bucket's default.
+	DefaultFleetBucket = "gateway_routes"
+	// DefaultFleetTTL is FleetConfig.TTL's default.
+	DefaultFleetTTL = 15 * time.Second
+	// MinFleetTTL is the shortest TTL: below it the heartbeats (ttl/3)
+	// load the bucket and scheduling and network jitter eat the margin
+	// between a heartbeat and the expiry.
+	MinFleetTTL = time.Second
+	// fleetVersion is the entry format this gateway writes and reads.
+	fleetVersion = 1
+	// fleetForget is how long an expired node stays listed in Status.
+	fleetForget = 30 * time.Minute
+)
+
+// FleetConfig configures a Fleet.
+type FleetConfig struct {
+	// Node is this host's name and its key in the bucket. Default: the
+	// host name. It must be a valid KV key (letters, digits and - _ = . /,
+	// not starting or ending with a dot) and unique in the fleet.
+	Node string
+	// Advertise is the address (host name or IP, without a port) at which
+	// other hosts reach this host's published ports. Required.
+	Advertise string
+	// Bucket is the KV bucket (default "gateway_routes").
+	Bucket string
+	// TTL is how long a node's entry counts without a heartbeat (default
+	// 15s, at least 1s). Heartbeats go every TTL/3.
+	TTL time.Duration
+}
+
+// FleetStatus is what a Fleet knows, for status pages.
+type FleetStatus struct {
+	// Node, Advertise and Bucket are this gateway's settings.
+	Node      string `json:"node"`
+	Advertise string `json:"advertise"`
+	Bucket    string `json:"bucket"`
+	// Replicas of the bucket, once bound (0 before).
+	Replicas int `json:"replicas,omitempty"`
+	// Connected is true while the NATS connection is up.
+	Connected bool `json:"connected"`
+	// Watching is true while the bucket watch runs.
+	Watching bool `json:"watching"`
+	// LastPublish is when this node's entry was last stored (local time).
+	LastPublish time.Time `json:"last_publish,omitzero"`
+	// LastError is the current error of binding, publishing or watching
+	// ("" when all work).
+	LastError string `json:"last_error,omitempty"`
+	// Nodes are the other nodes, sorted by name.
+	Nodes []FleetNodeStatus `json:"nodes"`
+}
+
+// FleetNodeStatus is one other node of the fleet.
+type FleetNodeStatus struct {
+	Node      string `json:"node"`
+	Advertise string `json:"advertise,omitempty"`
+	// LastSeen is the local time at which its last update arrived (good
+	// or not); expiry counts from its last good update.
+	LastSeen time.Time `json:"last_seen"`
+	// Containers is the number of its containers in Remote (0 when
+	// expired).
+	Containers int `json:"containers"`
+	// Expired is true when it stopped heart-beating for TTL; it stays
+	// listed for a while.
+	Expired bool `json:"expired"`
+	// Error says why its last update was skipped.
+	Error string `json:"error,omitempty"`
+}
+
+// fleetEntry is the value of one key. Containers stays raw so that a
+// heartbeat with unchanged containers is recognised without decoding them.
+type fleetEntry struct {
+	V          int             `json:"v"`
+	Node       string          `json:"node"`
+	Advertise  string          `json:"advertise"`
+	Updated    time.Time       `json:"updated"`
+	Instance   string          `json:"instance,omitempty"`
+	Containers json.RawMessage `json:"containers"`
+}
+
+// fleetNode is what this gateway holds of another node.
+type fleetNode struct {
+	advertise  string
+	raw        []byte      // containers JSON of the last good entry
+	containers []Container // decoded, Node and Advertise set
+	good       bool        // a good entry has arrived
+	expired    bool
+	rev        uint64    // revision of the last update (good or not)
+	seen       time.Time // local time of the last good update (or watch start)
+	heard      time.Time // local time of the last update of any kind
+	err        string    // why the last update was skipped
+	logged     string    // the error last logged
+}
+
+func (n *fleetNode) live() bool { return n.good && !n.expired }
+
+// Fleet publishes this host's containers and follows the other hosts'.
+// Its methods are safe for concurrent use.
+type Fleet struct {
+	cfg      FleetConfig
+	conn     *natsconn.Conn
+	log      *zap.Logger
+	instance string // random per Fleet: tells own heartbeats from a namesake's
+
+	ctx       context.Context
+	cancel    context.CancelFunc
+	wg        sync.WaitGroup
+	startOnce sync.Once
+	stopOnce  sync.Once
+	unhook    func()
+
+	published chan struct{} // Publish changed the local containers
+	reput     chan struct{} // put at once (reconnected, own key removed)
+	rewatch   chan struct{} // re-create the watch (reconnected)
+	changed   chan struct{} // Remote may have changed
+	ready     chan struct{} // closed when the bucket is bound
+	readyOnce sync.Once
+
+	pubMu sync.Mutex
+	local []byte // JSON of this host's containers; nil before Publish
+
+	mu       sync.Mutex
+	kv       jetstream.KeyValue
+	replicas int
+	nodes    map[string]*fleetNode
+	remote   []Container
+	watching bool
+	proof    time.Time // last delivery of the current watch
+	putAt    time.Time // last acknowledged put
+	putRev   uint64
+	firstRev uint64    // revision of this Fleet's first put
+	watchAt  time.Time // start of the current watch
+	echoRev  uint64    // revision of the last own heartbeat the watch delivered
+	stale    bool      // the watch missed an own heartbeat (logged once)
+	errs     [3]string
+	namesake map[string]bool // other instances seen under this node's key
+}
+
+// error slots of Fleet.errs
+const (
+	errBind = iota
+	errPut
+	errWatch
+)
+
+// NewFleet validates cfg (filling defaults) and returns a Fleet; it does
+// no network I/O. Start begins publishing and following; Stop ends both.
+// The caller keeps conn for the Fleet's lifetime and releases it after
+// Stop.
+func NewFleet(cfg FleetConfig, conn *natsconn.Conn, log *zap.Logger) (*Fleet, error) {
+	cfg, err := cfg.withDefaults()
+	if err != nil {
+		return nil, err
+	}
+	if conn == nil {
+		return nil, errors.New("fleet: no NATS connection")
+	}
+	if log == nil {
+		log = zap.NewNop()
+	}
+	var id [8]byte
+	_, _ = rand.Read(id[:])
+	ctx, cancel := context.WithCancel(context.Background())
+	return &Fleet{
+		cfg: cfg, conn: conn, instance: hex.EncodeToString(id[:]),
+		log: log.With(zap.String("node", cfg.Node), zap.String("bucket", cfg.Bucket)),
+		ctx: ctx, cancel: cancel,
+		published: make(chan struct{}, 1),
+		reput:     make(chan struct{}, 1),
+		rewatch:   make(chan struct{}, 1),
+		changed:   make(chan struct{}, 1),
+		ready:     make(chan struct{}),
+		nodes:     map[string]*fleetNode{},
+		namesake:  map[string]bool{},
+	}, nil
+}
+
+func (c FleetConfig) withDefaults() (FleetConfig, error) {
+	if c.Node == "" {
+		h, err := os.Hostname()
+		if err != nil {
+			return c, fmt.Errorf("fleet node: no host name to default to (%v); set node", err)
+		}
+		if err := validKVKey(h); err != nil {
+			return c, fmt.Errorf("fleet node: the host name %q is not usable as node: %v; set node", h, err)
+		}
+		c.Node = h
+	} else if err := validKVKey(c.Node); err != nil {
+		return c, fmt.Errorf("invalid fleet node %q: %v", c.Node, err)
+	}
+	if err := validAdvertise(c.Advertise); err != nil {
+		return c, err
+	}
+	if c.Bucket == "" {
+		c.Bucket = DefaultFleetBucket
+	}
+	for _, r := range c.Bucket {
+		if !(r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || r == '_' || r == '-') {
+			return c, fmt.Errorf("invalid fleet bucket %q: only letters, digits, _ and - (found %q)", c.Bucket, r)
+		}
+	}
+	switch {
+	case c.TTL == 0:
+		c.TTL = DefaultFleetTTL
+	case c.TTL < MinFleetTTL:
+		return c, fmt.Errorf("invalid fleet ttl %q: must be at least %v (heartbeats go every ttl/3)", c.TTL, MinFleetTTL)
+	}
+	return c, nil
+}
+
+// validKVKey checks a key as JetStream KV takes it: letters, digits and
+// - _ = . /, no dot at either end, no empty token (two dots).
+func validKVKey(k string) error {
+	if k == "" {
+		return errors.New("empty")
+	}
+	for i, r := range k {
+		ok := r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || strings.ContainsRune("-_=./", r)
+		if !ok {
+			return fmt.Errorf("%q at offset %d: a KV key has only letters, digits and - _ = . /", r, i)
+		}
+	}
+	if k[0] == '.' || k[len(k)-1] == '.' {
+		return errors.New("a KV key cannot start or end with a dot")
+	}
+	if strings.Contains(k, "..") {
+		return errors.New("a KV key cannot have two dots in a row")
+	}
+	return nil
+}
+
+// validAdvertise checks an advertise address: a host name or an IP, no
+// port, no scheme, reachable from another host (not 0.0.0.0).
+func validAdvertise(a string) error {
+	if a == "" {
+		return errors.New("fleet advertise is required: the host name or IP at which other hosts reach this host's published ports")
+	}
+	bad := func(why string) error { return fmt.Errorf("invalid fleet advertise %q: %s", a, why) }
+	if ip := net.ParseIP(a); ip != nil {
+		if ip.IsUnspecified() {
+			return bad("an unspecified address is not reachable from other hosts")
+		}
+		return nil
+	}
+	switch {
+	case strings.Contains(a, "://"):
+		return bad("a host name or IP, not a URL")
+	case strings.HasPrefix(a, "["):
+		return bad("write an IPv6 address without brackets")
+	case strings.Contains(a, ":"):
+		return bad("a host name or IP without a port (each container's published port is used)")
+	case len(a) > 253:
+		return bad("longer than 253 characters")
+	}
+	for _, label := range strings.Split(a, ".") {
+		if label == "" || len(label) > 63 {
+			return bad("each dot-separated part of a host name has 1 to 63 characters")
+		}
+		for _, r := range label {
+			if !(r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || r == '-' || r == '_') {
+				return bad(fmt.Sprintf("%q is not allowed in a host name", r))
+			}
+		}
+	}
+	return nil
+}
+
+// Config returns the configuration with its defaults filled in.
+func (f *Fleet) Config() FleetConfig { return f.cfg }
+
+// Start starts the goroutines once: the heartbeat (binds or creates the
+// bucket, retrying, then puts this node's entry) and the follower (watches
+// the bucket and expires silent nodes). It returns at once.
+func (f *Fleet) Start() {
+	f.startOnce.Do(func() {
+		if f.ctx.Err() != nil {
+			return // stopped before it started
+		}
+		f.unhook = f.conn.OnReconnect(func() {
+			// On nats.go's callback goroutine: signal, never block.
+			signal(f.rewatch)
+			signal(f.reput)
+		})
+		f.wg.Add(2)
+		go f.guard("heartbeat", f.heartbeat)
+		go f.guard("follow", f.follow)
+	})
+}
+
+// Stop stops the goroutines, waits for them, and deletes this node's key
+// so that the other gateways drop this host at once (not only after TTL).
+// The delete is skipped while NATS is unreachable (the key then expires).
+// Later calls do nothing.
+func (f *Fleet) Stop() {
+	if !f.halt() {
+		return
+	}
+	f.mu.Lock()
+	kv := f.kv
+	f.mu.Unlock()
+	if kv == nil || !f.conn.NATS().IsConnected() {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), f.opTimeout())
+	defer cancel()
+	if err := kv.Delete(ctx, f.cfg.Node); err != nil {
+		f.log.Warn("fleet: deleting this node's entry failed; the other gateways drop it after ttl",
+			zap.Duration("ttl", f.cfg.TTL), zap.Error(err))
+	}
+}
+
+// halt stops the goroutines without deleting the key (what a killed
+// gateway does); it reports whether this call stopped them.
+func (f *Fleet) halt() (first bool) {
+	f.stopOnce.Do(func() {
+		first = true
+		f.cancel()
+		f.startOnce.Do(func() {}) // a later Start starts nothing
+		if f.unhook != nil {
+			f.unhook()
+		}
+		f.wg.Wait()
+		f.mu.Lock()
+		f.watching = false
+		f.mu.Unlock()
+	})
+	return first
+}
+
+// Publish sets this host's current containers. It never blocks on NATS:
+// when they differ from the last published set (order aside) the
+// heartbeat goroutine puts them at once, else the next heartbeat repeats
+// them. Nothing is put before the first Publish, so that a restarting
+// gateway does not announce an empty host before its first list.
+func (f *Fleet) Publish(local []Container) {
+	cs := make([]Container, len(local))
+	copy(cs, local)
+	for i := range cs {
+		cs[i].Node, cs[i].Advertise = "", ""
+	}
+	sort.Slice(cs, func(i, j int) bool {
+		if cs[i].Name != cs[j].Name {
+			return cs[i].Name < cs[j].Name
+		}
+		return cs[i].ID < cs[j].ID
+	})
+	b, err := json.Marshal(cs)
+	if err != nil { // strings, ints and bools only: cannot happen
+		f.log.Error("fleet: encoding this host's containers", zap.Error(err))
+		return
+	}
+	f.pubMu.Lock()
+	same := f.local != nil && bytes.Equal(f.local, b)
+	if !same {
+		f.local = b
+	}
+	f.pubMu.Unlock()
+	if !same {
+		signal(f.published)
+	}
+}
+
+// Remote returns the other nodes' live containers, each with Node and
+// Advertise set to its node's, sorted by Node, Name and ID. This node's
+// own entry is never part of it. The slice and the containers are shared:
+// read them, do not modify them.
+func (f *Fleet) Remote() []Container {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.remote
+}
+
+// Changed is signalled (capacity 1, never blocking the Fleet) whenever
+// Remote's result may have changed.
+func (f *Fleet) Changed() <-chan struct{} { return f.changed }
+
+// Status returns what the Fleet knows, for status pages.
+func (f *Fleet) Status() FleetStatus {
+	connected := f.conn.NATS().IsConnected()
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	st := FleetStatus{
+		Node: f.cfg.Node, Advertise: f.cfg.Advertise, Bucket: f.cfg.Bucket,
+		Replicas: f.replicas, Connected: connected, Watching: f.watching,
+		LastPublish: f.putAt, Nodes: make([]FleetNodeStatus, 0, len(f.nodes)),
+	}
+	var errs []string
+	for _, e := range f.errs {
+		if e != "" {
+			errs = append(errs, e)
+		}
+	}
+	st.LastError = strings.Join(errs, "; ")
+	for name, n := range f.nodes {
+		ns := FleetNodeStatus{Node: name, Advertise: n.advertise, LastSeen: n.heard,
+			Expired: n.expired, Error: n.err}
+		if n.live() {
+			ns.Containers = len(n.containers)
+		}
+		st.Nodes = append(st.Nodes, ns)
+	}
+	sort.Slice(st.Nodes, func(i, j int) bool { return st.Nodes[i].Node < st.Nodes[j].Node })
+	return st
+}
+
+func signal(ch chan struct{}) {
+	select {
+	case ch <- struct{}{}:
+	default:
+	}
+}
+
+// opTimeout bounds each NATS operation: ttl/3 (the heartbeat interval),
+// between 500ms and 5s. With the retry backoff (at most ttl/3) a failing
+// put is retried well within ttl, so that the other nodes do not expire
+// this one while NATS recovers (after a restart, puts time out until the
+// stream has a leader again).
+func (f *Fleet) opTimeout() time.Duration {
+	return min(max(f.cfg.TTL/3, 500*time.Millisecond), 5*time.Second)
+}
+
+// sleep waits d or until the Fleet stops; false when it stopped.
+func (f *Fleet) sleep(d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-f.ctx.Done():
+		return false
+	case <-t.C:
+		return true
+	}
+}
+
+// guard runs fn, restarting it a second after a panic (logged with its
+// stack), until the Fleet stops.
+func (f *Fleet) guard(name string, fn func()) {
+	defer f.wg.Done()
+	for {
+		panicked := func() (p bool) {
+			defer func() {
+				if r := recover(); r != nil {
+					p = true
+					f.log.Error("fleet: goroutine panic", zap.String("goroutine", name),
+						zap.Any("panic", r), zap.ByteString("stack", debug.Stack()))
+				}
+			}()
+			fn()
+			return false
+		}()
+		if !panicked || !f.sleep(time.Second) {
+			return
+		}
+	}
+}
+
+// setErr records the error of one activity and logs it when it is new
+// (not on every retry); err nil clears it, logging the recovery.
+func (f *Fleet) setErr(slot int, what string, err error) {
+	f.mu.Lock()
+	prev := f.errs[slot]
+	text := ""
+	if err != nil {
+		text = what + ": " + err.Error()
+	}
+	f.errs[slot] = text
+	f.mu.Unlock()
+	switch {
+	case text == prev:
+	case text == "":
+		f.log.Info("fleet: " + what + " works again")
+	default:
+		f.log.Warn("fleet: "+what+" failed; retrying", zap.Error(err))
+	}
+}
+
+// heartbeat binds the bucket, then puts this node's entry when Publish
+// changed it, on reconnect, and every TTL/3; a failed put is retried
+// sooner, backing off.
+func (f *Fleet) heartbeat() {
+	kv := f.bind()
+	if kv == nil {
+		return
+	}
+	every := f.cfg.TTL / 3
+	retry := 100 * time.Millisecond
+	timer := time.NewTimer(0)
+	defer timer.Stop()
+	for {
+		select {
+		case <-f.ctx.Done():
+			return
+		case <-f.published:
+		case <-f.reput:
+		case <-timer.C:
+		}
+		if f.put(kv) {
+			retry = 100 * time.Millisecond
+			timer.Reset(every)
+		} else {
+			timer.Reset(retry)
+			retry = min(retry*2, every)
+		}
+	}
+}
+
+// bind returns the bucket, binding or creating it, retrying until it
+// succeeds or the Fleet stops (nil).
+func (f *Fleet) bind() jetstream.KeyValue {
+	f.mu.Lock()
+	kv := f.kv
+	f.mu.Unlock()
+	if kv != nil {
+		return kv // the heartbeat restarted after a panic
+	}
+	backoff := 200 * time.Millisecond
+	for {
+		kv, replicas, err := f.bindOnce()
+		if f.ctx.Err() != nil {
+			return nil
+		}
+		f.setErr(errBind, "binding bucket "+f.cfg.Bucket, err)
+		if err == nil {
+			f.mu.Lock()
+			f.kv, f.replicas = kv, replicas
+			f.mu.Unlock()
+			f.readyOnce.Do(func() { close(f.ready) })
+			return kv
+		}
+		if !f.sleep(backoff) {
+			return nil
+		}
+		backoff = min(backoff*2, 5*time.Second)
+	}
+}
+
+// bindOnce binds the bucket as it exists, whatever its settings, or
+// creates it: history 1, max age 4 TTL, 3 replicas on a cluster (1 when
+// the cluster has too few servers for 3, or on a single server).
+func (f *Fleet) bindOnce() (jetstream.KeyValue, int, error) {
+	js, err := f.conn.JetStream()
+	if err != nil {
+		return nil, 0, err
+	}
+	ctx, cancel := context.WithTimeout(f.ctx, f.opTimeout())
+	defer cancel()
+	kv, err := js.KeyValue(ctx, f.cfg.Bucket)
+	if err == nil {
+		return kv, f.checkBucket(ctx, kv), nil
+	}
+	if !errors.Is(err, jetstream.ErrBucketNotFound) {
+		return nil, 0, err
+	}
+	cfg := jetstream.KeyValueConfig{
+		Bucket:      f.cfg.Bucket,
+		Description: "containers of each gateway's host (apigate fleet discovery; one key per node)",
+		History:     1,
+		TTL:         4 * f.cfg.TTL,
+		Storage:     jetstream.FileStorage,
+		Replicas:    3,
+	}
+	if f.conn.NATS().ConnectedClusterName() == "" {
+		cfg.Replicas = 1 // a single server: replicas are refused
+	}
+	kv, err = js.CreateKeyValue(ctx, cfg)
+	if err != nil && cfg.Replicas > 1 && tooFewServers(err) {
+		f.log.Warn("fleet: too few NATS servers for a bucket with 3 replicas; creating it with 1. "+
+			"Once 3 servers run, raise it with: nats stream edit KV_"+f.cfg.Bucket+" --replicas 3",
+			zap.Error(err))
+		cfg.Replicas = 1
+		kv, err = js.CreateKeyValue(ctx, cfg)
+	}
+	if errors.Is(err, jetstream.ErrBucketExists) {
+		// another gateway created it meanwhile, with other settings
+		kv, err = js.KeyValue(ctx, f.cfg.Bucket)
+		if err == nil {
+			return kv, f.checkBucket(ctx, kv), nil
+		}
+	}
+	if err != nil {
+		return nil, 0, err
+	}
+	f.log.Info("fleet: created bucket", zap.Int("replicas", cfg.Replicas), zap.Duration("max_age", cfg.TTL))
+	return kv, cfg.Replicas, nil
+}
+
+// tooFewServers tells a placement failure (too few servers for the
+// replicas) from other errors.
+func tooFewServers(err error) bool {
+	var apiErr *jetstream.APIError
+	if !errors.As(err, &apiErr) {
+		return false
+	}
+	switch apiErr.ErrorCode {
+	case 10005, // no suitable peers for placement
+		10023, // insufficient resources
+		10074: // replicas > 1 not supported in non-clustered mode
+		return true
+	}
+	return false
+}
+
+// checkBucket logs settings of an existing bucket that weaken the fleet
+// and returns its replicas (0 when its status cannot be read).
+func (f *Fleet) checkBucket(ctx context.Context, kv jetstream.KeyValue) int {
+	st, err := kv.Status(ctx)
+	if err != nil {
+		return 0
+	}
+	replicas := 0
+	if bs, ok := st.(*jetstream.KeyValueBucketStatus); ok && bs.StreamInfo() != nil {
+		replicas = bs.StreamInfo().Config.Replicas
+	}
+	switch age := st.TTL(); {
+	case age == 0:
+		f.log.Info("fleet: the bucket has no max age: the server never removes keys of gateways that died (they expire here after ttl)")
+	case age < f.cfg.TTL:
+		f.log.Warn("fleet: the bucket's max age is shorter than the fleet ttl: a key may vanish between heartbeats, and a gateway starting then misses that node until its next heartbeat",
+			zap.Duration("max_age", age), zap.Duration("ttl", f.cfg.TTL))
+	}
+	return replicas
+}
+
+// put stores this node's entry; false when it failed.
+func (f *Fleet) put(kv jetstream.KeyValue) bool {
+	f.pubMu.Lock()
+	local := f.local
+	f.pubMu.Unlock()
+	if local == nil {
+		return true // nothing published yet
+	}
+	val, err := json.Marshal(fleetEntry{V: fleetVersion, Node: f.cfg.Node, Advertise: f.cfg.Advertise,
+		Updated: time.Now().UTC(), Instance: f.instance, Containers: local})
+	if err != nil {
+		f.setErr(errPut, "publishing this node's entry", err)
+		return false
+	}
+	ctx, cancel := context.WithTimeout(f.ctx, f.opTimeout())
+	rev, err := kv.Put(ctx, f.cfg.Node, val)
+	cancel()
+	if f.ctx.Err() != nil {
+		return true
+	}
+	f.setErr(errPut, "publishing this node's entry", err)
+	if err != nil {
+		return false
+	}
+	f.mu.Lock()
+	f.putAt, f.putRev = time.Now(), rev
+	if f.firstRev == 0 {
+		f.firstRev = rev
+	}
+	f.mu.Unlock()
+	return true
+}
+
+// follow watches the bucket until the Fleet stops, re-creating the watch
+// after an error, a broken watch or a reconnect.
+func (f *Fleet) follow() {
+	select {
+	case <-f.ready:
+	case <-f.ctx.Done():
+		return
+	}
+	f.mu.Lock()
+	kv := f.kv
+	f.mu.Unlock()
+	backoff := 100 * time.Millisecond
+	for f.ctx.Err() == nil {
+		err := f.watch(kv)
+		f.mu.Lock()
+		f.watching = false
+		f.mu.Unlock()
+		if f.ctx.Err() != nil {
+			return
+		}
+		if err == nil || errors.Is(err, errWatchStale) { // re-create it now
+			backoff = 100 * time.Millisecond
+			continue
+		}
+		f.setErr(errWatch, "watching bucket "+f.cfg.Bucket, err)
+		select {
+		case <-f.ctx.Done():
+			return
+		case <-f.rewatch:
+		case <-time.After(backoff):
+		}
+		backoff = min(backoff*2, max(f.cfg.TTL/3, 100*time.Millisecond))
+	}
+}
+
+var errWatchStale = errors.New("the watch did not deliver this node's acknowledged heartbeat")
+
+// watch runs one watch of the whole bucket; nil means re-create it now.
+func (f *Fleet) watch(kv jetstream.KeyValue) error {
+	// The watch lives as long as the context given to WatchAll, which
+	// also bounds the consumer creation: give up on a creation that
+	// takes longer than opTimeout by cancelling it.
+	ctx, cancel := context.WithCancel(f.ctx)
+	defer cancel()
+	giveUp := time.AfterFunc(f.opTimeout(), cancel)
+	w, err := kv.WatchAll(ctx)
+	if !giveUp.Stop() {
+		if err == nil {
+			_ = w.Stop()
+		}
+		return fmt.Errorf("creating the watch: no answer within %v", f.opTimeout())
+	}
+	if err != nil {
+		return err
+	}
+	defer func() { _ = w.Stop() }()
+	f.setErr(errWatch, "watching bucket "+f.cfg.Bucket, nil)
+	f.restartClocks(time.Now())
+	tick := time.NewTicker(f.cfg.TTL / 4)
+	defer tick.Stop()
+	for {
+		select {
+		case <-f.ctx.Done():
+			return nil
+		case <-f.rewatch:
+			return nil
+		case e, ok := <-w.Updates():
+			if !ok {
+				return errors.New("the watch ended")
+			}
+			f.deliver(e, time.Now())
+		case <-tick.C:
+			if f.expire(time.Now()) {
+				return errWatchStale
+			}
+		}
+	}
+}
+
+// restartClocks starts a new watch: every known live node gets a fresh
+// TTL from now (it may have been cut off too, and be re-putting), and the
+// evidence of the old watch no longer counts.
+func (f *Fleet) restartClocks(now time.Time) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.watching = true
+	f.watchAt = now
+	f.proof = time.Time{}
+	f.echoRev = 0
+	for _, n := range f.nodes {
+		if n.live() && n.seen.Before(now) {
+			n.seen = now
+		}
+	}
+}
+
+// deliver applies one watch update (nil: the initial values are in).
+func (f *Fleet) deliver(e jetstream.KeyValueEntry, now time.Time) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.proof = now
+	if e == nil {
+		return
+	}
+	key := e.Key()
+	if key == f.cfg.Node {
+		f.own(e)
+		return
+	}
+	if op := e.Operation(); op == jetstream.KeyValueDelete || op == jetstream.KeyValuePurge {
+		n, ok := f.nodes[key]
+		if !ok {
+			return
+		}
+		delete(f.nodes, key)
+		if n.live() {
+			f.log.Info("fleet: node left", zap.String("other", key))
+			f.rebuild()
+		}
+		return
+	}
+	n := f.nodes[key]
+	if n == nil {
+		n = &fleetNode{}
+		f.nodes[key] = n
+	}
+	if n.rev == e.Revision() {
+		return // delivered again (a new watch): not a new heartbeat
+	}
+	n.rev, n.heard = e.Revision(), now
+	ent, containers, err := decodeFleetEntry(key, e.Value(), n)
+	if err != nil {
+		n.err = err.Error()
+		if n.err != n.logged {
+			n.logged = n.err
+			f.log.Warn("fleet: skipping another node's entry", zap.String("other", key),
+				zap.Uint64("revision", e.Revision()), zap.Bool("keeping_previous", n.live()), zap.Error(err))
+		}
+		return
+	}
+	n.err, n.logged = "", ""
+	n.seen = now
+	wasLive := n.live()
+	if n.expired {
+		f.log.Info("fleet: node is back", zap.String("other", key))
+	}
+	n.expired = false
+	if containers == nil { // same as before
+		if !wasLive {
+			f.rebuild()
+		}
+		return
+	}
+	if !n.good {
+		f.log.Info("fleet: node joined", zap.String("other", key),
+			zap.String("advertise", ent.Advertise), zap.Int("containers", len(containers)))
+	}
+	n.good, n.advertise, n.raw, n.containers = true, ent.Advertise, ent.Containers, containers
+	f.rebuild()
+}
+
+// decodeFleetEntry decodes another node's value. containers is nil when
+// they (and the advertise address) are those n already holds.
+func decodeFleetEntry(key string, value []byte, n *fleetNode) (ent fleetEntry, containers []Container, err error) {
+	if err := json.Unmarshal(value, &ent); err != nil {
+		return ent, nil, fmt.Errorf("malformed value: %w", err)
+	}
+	switch {
+	case ent.V != fleetVersion:
+		return ent, nil, fmt.Errorf("unsupported entry version %d (this gateway reads %d)", ent.V, fleetVersion)
+	case ent.Node != key:
+		return ent, nil, fmt.Errorf("the entry names node %q, not its key", ent.Node)
+	}
+	if err := validAdvertise(ent.Advertise); err != nil {
+		return ent, nil, err
+	}
+	if n.good && ent.Advertise == n.advertise && bytes.Equal(ent.Containers, n.raw) {
+		return ent, nil, nil
+	}
+	containers = []Container{}
+	if len(ent.Containers) > 0 {
+		if err := json.Unmarshal(ent.Containers, &containers); err != nil {
+			return ent, nil, fmt.Errorf("malformed containers: %w", err)
+		}
+	}
+	if containers == nil { // "containers":null
+		containers = []Container{}
+	}
+	for i := range containers {
+		containers[i].Node, containers[i].Advertise = key, ent.Advertise
+	}
+	return ent, containers, nil
+}
+
+// own handles an update of this node's key (f.mu held).
+func (f *Fleet) own(e jetstream.KeyValueEntry) {
+	if op := e.Operation(); op == jetstream.KeyValueDelete || op == jetstream.KeyValuePurge {
+		// Removed by someone else (an operator, the max age while this
+		// gateway was cut off, a namesake's Stop): put it back.
+		if f.ctx.Err() == nil {
+			f.log.Info("fleet: this node's entry was removed; publishing it again")
+			signal(f.reput)
+		}
+		return
+	}
+	var ent struct {
+		Instance  string `json:"instance"`
+		Advertise string `json:"advertise"`
+	}
+	_ = json.Unmarshal(e.Value(), &ent)
+	if ent.Instance == f.instance {
+		f.echoRev = max(f.echoRev, e.Revision())
+		if f.stale {
+			f.stale = false
+			f.log.Info("fleet: the bucket watch delivers this node's heartbeats again")
+		}
+		return
+	}
+	// An entry of this node's previous run (a crash, a restart without
+	// Stop) is older than this Fleet's first put; a newer one is a
+	// namesake's.
+	if f.firstRev == 0 || e.Revision() <= f.firstRev {
+		return
+	}
+	if !f.namesake[ent.Instance] {
+		f.namesake[ent.Instance] = true
+		f.log.Error("fleet: another gateway publishes under this node name; give each host its own node",
+			zap.String("other_advertise", ent.Advertise), zap.String("other_instance", ent.Instance))
+	}
+}
+
+// expire drops the nodes silent for TTL, when the watch proves that their
+// heartbeats would have arrived, and reports whether the watch looks
+// broken (an acknowledged put of this node not delivered within TTL/2).
+func (f *Fleet) expire(now time.Time) (broken bool) {
+	connected := f.conn.NATS().IsConnected()
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	trust := f.cfg.TTL / 2
+	if connected && f.putRev > f.echoRev && f.putAt.After(f.watchAt) && now.Sub(f.putAt) > trust {
+		if !f.stale {
+			f.stale = true
+			f.log.Warn("fleet: the bucket watch did not deliver this node's heartbeat; re-creating it (nothing expires meanwhile)")
+		}
+		return true
+	}
+	// The watch was working at f.proof; trust it for ttl/2 more (a
+	// heartbeat of this node is due every ttl/3).
+	judge := connected && !f.proof.IsZero()
+	evidence := f.proof.Add(trust)
+	if evidence.After(now) {
+		evidence = now
+	}
+	changed := false
+	for name, n := range f.nodes {
+		if !n.live() {
+			if now.Sub(n.heard) > fleetForget {
+				delete(f.nodes, name)
+			}
+			continue
+		}
+		if judge && evidence.Sub(n.seen) > f.cfg.TTL {
+			n.expired = true
+			changed = true
+			f.log.Warn("fleet: node expired: no heartbeat for ttl", zap.String("other", name),
+				zap.Duration("ttl", f.cfg.TTL), zap.Time("last_seen", n.seen))
+		}
+	}
+	if changed {
+		f.rebuild()
+	}
+	return false
+}
+
+// rebuild recomputes Remote and signals Changed (f.mu held).
+func (f *Fleet) rebuild() {
+	count := 0
+	for _, n := range f.nodes {
+		if n.live() {
+			count += len(n.containers)
+		}
+	}
+	remote := make([]Container, 0, count)
+	for _, n := range f.nodes {
+		if n.live() {
+			remote = append(remote, n.containers...)
+		}
+	}
+	sort.Slice(remote, func(i, j int) bool {
+		a, b := remote[i], remote[j]
+		if a.Node != b.Node {
+			return a.Node < b.Node
+		}
+		if a.Name != b.Name {
+			return a.Name < b.Name
+		}
+		return a.ID < b.ID
+	})
+	f.remote = remote
+	signal(f.changed)
+}
