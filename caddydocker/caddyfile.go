@@ -107,6 +107,12 @@ func (a *App) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 			} else {
 				a.ResyncInterval = caddy.Duration(dur)
 			}
+		case "fleet":
+			f, err := parseFleet(d)
+			if err != nil {
+				return err
+			}
+			a.Fleet = f
 		case "jwt_auth", "rbac", "permission", "audit":
 			raw, err := handlerFromCaddyfile(d, name)
 			if err != nil {
@@ -127,6 +133,57 @@ func (a *App) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 		}
 	}
 	return nil
+}
+
+// parseFleet parses
+//
+//	fleet {
+//		nats      <url>...   # default: the `storage nats` global option's cluster
+//		bucket    <name>
+//		advertise <address>
+//		ttl       <duration>
+//		node      <name>
+//	}
+func parseFleet(d *caddyfile.Dispenser) (*FleetOptions, error) {
+	if d.NextArg() {
+		return nil, d.ArgErr()
+	}
+	f := &FleetOptions{}
+	for nesting := d.Nesting(); d.NextBlock(nesting); {
+		name := d.Val()
+		args := d.RemainingArgs()
+		switch name {
+		case "nats":
+			if len(args) == 0 {
+				return nil, d.Errf("fleet nats: expected one or more NATS URLs")
+			}
+			f.NATS = append(f.NATS, args...)
+		case "bucket", "advertise", "ttl", "node":
+			if len(args) != 1 {
+				return nil, d.Errf("fleet %s: expected one value, got %d", name, len(args))
+			}
+			switch name {
+			case "bucket":
+				f.Bucket = args[0]
+			case "advertise":
+				f.Advertise = args[0]
+			case "node":
+				f.Node = args[0]
+			case "ttl":
+				dur, err := caddy.ParseDuration(args[0])
+				if err != nil {
+					return nil, d.Errf("fleet ttl %q: %v", args[0], err)
+				}
+				f.TTL = caddy.Duration(dur)
+			}
+		default:
+			return nil, d.Errf("fleet: unrecognized subdirective '%s' (expected nats, bucket, advertise, ttl or node)", name)
+		}
+	}
+	if f.Advertise == "" {
+		return nil, d.Errf("fleet: advertise is required: the address other hosts reach this host's published ports at")
+	}
+	return f, nil
 }
 
 // handlerFromCaddyfile parses the segment at d (a handler directive and its

@@ -77,6 +77,13 @@ func TestUnmarshalCaddyfile(t *testing.T) {
 		{name: "negative stream_close_delay", input: "docker {\n stream_close_delay -1m\n}", wantErr: "must not be negative"},
 		{name: "bad jwt_auth", input: "docker {\n jwt_auth {\n  bogus x\n }\n}", wantErr: "bogus"},
 		{name: "bad rbac", input: "docker {\n rbac {\n  roles_claim\n }\n}", wantErr: "wrong argument count"},
+		{name: "fleet", input: "docker {\n fleet {\n  nats nats://a:4222 nats://b:4222\n  bucket r\n  advertise 10.0.0.5\n  ttl 5s\n  node h1\n }\n}"},
+		{name: "fleet argument", input: "docker {\n fleet now {\n  advertise x\n }\n}", wantErr: "wrong argument count"},
+		{name: "fleet without advertise", input: "docker {\n fleet {\n  nats nats://a:4222\n }\n}", wantErr: "advertise is required"},
+		{name: "fleet nats without url", input: "docker {\n fleet {\n  nats\n  advertise x\n }\n}", wantErr: "expected one or more NATS URLs"},
+		{name: "fleet ttl", input: "docker {\n fleet {\n  advertise x\n  ttl soon\n }\n}", wantErr: `fleet ttl "soon"`},
+		{name: "fleet two buckets", input: "docker {\n fleet {\n  advertise x\n  bucket a b\n }\n}", wantErr: "fleet bucket: expected one value, got 2"},
+		{name: "fleet unknown", input: "docker {\n fleet {\n  advertise x\n  ttls 5s\n }\n}", wantErr: "unrecognized subdirective 'ttls'"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			var a App
@@ -105,6 +112,10 @@ func TestValidate(t *testing.T) {
 		{name: "negative debounce", app: App{Debounce: -1}, wantErr: "invalid debounce"},
 		{name: "short resync", app: App{ResyncInterval: 5}, wantErr: "invalid resync_interval"},
 		{name: "negative stream_close_delay", app: App{StreamCloseDelay: func() *caddy.Duration { d := caddy.Duration(-1); return &d }()}, wantErr: "invalid stream_close_delay"},
+		{name: "fleet ok", app: App{Fleet: &FleetOptions{Advertise: "10.0.0.5", Node: "h1", TTL: caddy.Duration(5e9)}}},
+		{name: "fleet short ttl", app: App{Fleet: &FleetOptions{Advertise: "10.0.0.5", Node: "h1", TTL: caddy.Duration(1e8)}}, wantErr: "docker: fleet:"},
+		{name: "fleet bad node", app: App{Fleet: &FleetOptions{Advertise: "10.0.0.5", Node: "a b"}}, wantErr: "docker: fleet:"},
+		{name: "fleet advertise with port", app: App{Fleet: &FleetOptions{Advertise: "10.0.0.5:80", Node: "h1"}}, wantErr: "docker: fleet:"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			err := tc.app.Validate()

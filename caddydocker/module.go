@@ -22,6 +22,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/apigate/gateway/internal/adminaddr"
+	"github.com/apigate/gateway/internal/natsconn"
 )
 
 func init() {
@@ -93,6 +94,10 @@ type App struct {
 	// once, as Caddy does by default. Default: 1h.
 	StreamCloseDelay *caddy.Duration `json:"stream_close_delay,omitempty"`
 
+	// Fleet shares discovered containers with the gateways on other hosts
+	// through a JetStream KV bucket, so that each routes the union.
+	Fleet *FleetOptions `json:"fleet,omitempty"`
+
 	key     string
 	watcher *Watcher
 	logger  *zap.Logger
@@ -158,10 +163,25 @@ func (a *App) Provision(ctx caddy.Context) error {
 		return fmt.Errorf("docker: registering metrics: %w", err)
 	}
 
+	var natsOpts natsconn.Options
+	if a.Fleet != nil {
+		if natsOpts, err = a.fleetNATS(ctx); err != nil {
+			return err
+		}
+		if err := natsconn.RegisterMetrics(ctx.GetMetricsRegistry()); err != nil {
+			return fmt.Errorf("docker: registering metrics: %w", err)
+		}
+	}
+
 	cfgJSON, err := json.Marshal(a)
 	if err != nil {
 		return err
 	}
+	natsJSON, err := json.Marshal(natsOpts)
+	if err != nil {
+		return err
+	}
+	cfgJSON = append(cfgJSON, natsJSON...)
 	sum := sha256.Sum256(append(cfgJSON, network+" "+address...))
 	a.key = hex.EncodeToString(sum[:])
 	logger := a.logger
@@ -170,14 +190,32 @@ func (a *App) Provision(ctx caddy.Context) error {
 		if err != nil {
 			return nil, err
 		}
-		w := NewWatcher(WatcherConfig{
+		wc := WatcherConfig{
 			Server:    a.Server,
 			Debounce:  time.Duration(a.Debounce),
 			Resync:    time.Duration(a.ResyncInterval),
 			StateFile: a.StateFile,
 			Build:     build,
 			Labels:    labels,
-		}, engine, NewAdminClient(network, address), logger)
+		}
+		if a.Fleet != nil {
+			conn, release, err := natsconn.Get(natsOpts)
+			if err != nil {
+				_ = engine.Close()
+				return nil, fmt.Errorf("fleet: %w", err)
+			}
+			f, err := NewFleet(FleetConfig{
+				Node: a.Fleet.Node, Advertise: a.Fleet.Advertise,
+				Bucket: a.Fleet.Bucket, TTL: time.Duration(a.Fleet.TTL),
+			}, conn, logger.Named("fleet"))
+			if err != nil {
+				release()
+				_ = engine.Close()
+				return nil, fmt.Errorf("fleet: %w", err)
+			}
+			wc.Fleet, wc.OnStop = f, release
+		}
+		w := NewWatcher(wc, engine, NewAdminClient(network, address), logger)
 		return watcherDestructor{w}, nil
 	})
 	if err != nil {
@@ -185,6 +223,23 @@ func (a *App) Provision(ctx caddy.Context) error {
 	}
 	a.watcher = val.(watcherDestructor).Watcher
 	return nil
+}
+
+// fleetNATS returns the fleet's NATS connection options: its own servers,
+// else those (with credentials) of this config's `storage nats`.
+func (a *App) fleetNATS(ctx caddy.Context) (natsconn.Options, error) {
+	repl := caddy.NewReplacer()
+	var servers []string
+	for _, s := range a.Fleet.NATS {
+		servers = append(servers, natsconn.SplitServers(repl.ReplaceKnown(s, ""))...)
+	}
+	if len(servers) > 0 {
+		return natsconn.Options{Servers: servers}, nil
+	}
+	if p, ok := ctx.Storage().(natsconn.OptionsProvider); ok {
+		return p.NATSOptions(), nil
+	}
+	return natsconn.Options{}, fmt.Errorf("docker: fleet needs NATS servers: set fleet { nats <url>... }, or configure the `storage nats` global option")
 }
 
 // Validate checks the configuration.
@@ -197,6 +252,11 @@ func (a *App) Validate() error {
 	}
 	if a.Host != "" && !strings.Contains(a.Host, "://") {
 		return fmt.Errorf("docker: invalid host %q: expected unix:///path/to.sock or tcp://host:port", a.Host)
+	}
+	if f := a.Fleet; f != nil {
+		if _, err := (FleetConfig{Node: f.Node, Advertise: f.Advertise, Bucket: f.Bucket, TTL: time.Duration(f.TTL)}).withDefaults(); err != nil {
+			return fmt.Errorf("docker: fleet: %w", err)
+		}
 	}
 	if a.StreamCloseDelay != nil && *a.StreamCloseDelay < 0 {
 		return fmt.Errorf("docker: invalid stream_close_delay %s: must not be negative", time.Duration(*a.StreamCloseDelay))
@@ -336,6 +396,23 @@ func rbacBuilder(base json.RawMessage) func([]string) (json.RawMessage, error) {
 		}
 		return caddyconfig.JSONModuleObject(inst, "handler", "rbac", nil), nil
 	}
+}
+
+// FleetOptions configure discovery across hosts (docs/caddydocker.md).
+type FleetOptions struct {
+	// NATS are the NATS server URLs. Default: the cluster of this
+	// config's `storage nats` global option (and its credentials).
+	NATS []string `json:"nats,omitempty"`
+	// Bucket is the JetStream KV bucket. Default: gateway_routes.
+	Bucket string `json:"bucket,omitempty"`
+	// Advertise is the address (host or IP) at which other hosts reach
+	// this host's published container ports. Required.
+	Advertise string `json:"advertise,omitempty"`
+	// TTL is how long a host's containers stay routed elsewhere after its
+	// gateway stops heart-beating. Default: 15s.
+	TTL caddy.Duration `json:"ttl,omitempty"`
+	// Node is this host's name in the bucket. Default: the host name.
+	Node string `json:"node,omitempty"`
 }
 
 type watcherDestructor struct{ *Watcher }

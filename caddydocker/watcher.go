@@ -28,6 +28,26 @@ type WatcherConfig struct {
 	// Build and Labels are the route generation options.
 	Build  BuildOptions
 	Labels LabelOptions
+	// Fleet, if set, shares this host's containers with the gateways of
+	// other hosts and adds theirs to the route set. The watcher starts it
+	// and stops it.
+	Fleet FleetPeer
+	// OnStop runs after the watcher stopped (releases what the fleet uses).
+	OnStop func()
+}
+
+// FleetPeer is what the watcher needs of the fleet (*Fleet).
+type FleetPeer interface {
+	Start()
+	Stop()
+	// Publish announces this host's containers.
+	Publish(local []Container)
+	// Remote returns the other hosts' containers, with Node and Advertise.
+	Remote() []Container
+	// Changed is signalled when Remote may have changed.
+	Changed() <-chan struct{}
+	// Status describes the fleet for the snapshot.
+	Status() FleetStatus
 }
 
 // Snapshot is a read-only view of what the watcher discovered, for status
@@ -57,6 +77,8 @@ type Snapshot struct {
 	LastApply time.Time `json:"last_apply,omitzero"`
 	// LastError is the last error, if any ("" after a success).
 	LastError string `json:"last_error,omitempty"`
+	// Fleet is the state of discovery across hosts, when configured.
+	Fleet *FleetStatus `json:"fleet,omitempty"`
 }
 
 // RouteApplier applies discovered routes to a server (the admin API client).
@@ -95,6 +117,7 @@ type Watcher struct {
 	stopping map[string]time.Time
 
 	// owned by the run loop
+	local      []Container // this host's containers at the last list
 	plan       *Plan
 	containers []Container
 	applied    string
@@ -142,6 +165,9 @@ func (w *Watcher) Start() {
 	started := false
 	w.startOnce.Do(func() {
 		started = true
+		if w.cfg.Fleet != nil {
+			w.cfg.Fleet.Start()
+		}
 		w.wg.Add(2)
 		go w.guard("loop", w.loop)
 		go w.guard("events", w.events)
@@ -158,16 +184,27 @@ func (w *Watcher) Start() {
 func (w *Watcher) Stop() {
 	w.cancel()
 	w.wg.Wait()
+	if w.cfg.Fleet != nil {
+		w.cfg.Fleet.Stop()
+	}
 	if w.engine != nil {
 		_ = w.engine.Close()
+	}
+	if w.cfg.OnStop != nil {
+		w.cfg.OnStop()
 	}
 }
 
 // Snapshot returns the current read-only view.
 func (w *Watcher) Snapshot() Snapshot {
 	w.mu.RLock()
-	defer w.mu.RUnlock()
-	return w.snap
+	s := w.snap
+	w.mu.RUnlock()
+	if w.cfg.Fleet != nil {
+		st := w.cfg.Fleet.Status()
+		s.Fleet = &st
+	}
+	return s
 }
 
 func (w *Watcher) guard(name string, fn func()) {
@@ -218,6 +255,10 @@ func (w *Watcher) loop() {
 	defer ticker.Stop()
 	health := time.NewTicker(HealthPoll)
 	defer health.Stop()
+	var fleetChanged <-chan struct{}
+	if w.cfg.Fleet != nil {
+		fleetChanged = w.cfg.Fleet.Changed()
+	}
 	timer := time.NewTimer(time.Hour)
 	timer.Stop()
 	defer timer.Stop()
@@ -251,6 +292,13 @@ func (w *Watcher) loop() {
 		case <-health.C:
 			if w.polled && !pending {
 				run()
+			}
+		case <-fleetChanged:
+			// Another host's containers changed: rebuild from this
+			// host's last list (no re-list). Before the first list, the
+			// routes come from the state file and stay.
+			if w.everListed {
+				w.build()
 			}
 		case <-w.recheck:
 			// A config (re)load happened: make sure the live config still
@@ -395,8 +443,21 @@ func (w *Watcher) sync() {
 		w.log.Info("container engine reachable again")
 	}
 	w.reachable, w.everListed = true, true
-	containers = w.withEvents(containers)
+	w.local = w.withEvents(containers)
+	w.update(func(s *Snapshot) { s.LastList = time.Now() })
+	if w.cfg.Fleet != nil {
+		w.cfg.Fleet.Publish(w.local)
+	}
+	w.build()
+}
 
+// build merges this host's last list with the other hosts' containers
+// (fleet), regenerates the routes and applies them if they changed.
+func (w *Watcher) build() {
+	containers := w.local
+	if w.cfg.Fleet != nil {
+		containers = append(slices.Clip(containers), w.cfg.Fleet.Remote()...)
+	}
 	ds := Discover(containers, w.cfg.Labels)
 	w.logLabelErrors(ds)
 	plan, err := BuildRoutes(ds, w.cfg.Build)
@@ -426,7 +487,7 @@ func (w *Watcher) sync() {
 	}
 	w.update(func(s *Snapshot) {
 		s.Containers, s.Warnings, s.Routes, s.Hash = ds, plan.Warnings, len(plan.Routes), plan.Hash
-		s.EngineReachable, s.FromStateFile, s.LastList = true, false, time.Now()
+		s.EngineReachable, s.FromStateFile = w.reachable, false
 	})
 	w.plan, w.containers = &plan, containers
 	w.setPools(plan)
@@ -527,8 +588,8 @@ func (w *Watcher) loadState() {
 func (w *Watcher) logLabelErrors(ds []Discovered) {
 	seen := make(map[string]string, len(ds))
 	for _, d := range ds {
-		if len(d.Errors) == 0 {
-			continue
+		if len(d.Errors) == 0 || d.Container.Node != "" {
+			continue // another host's gateway logs its containers' errors
 		}
 		msgs := make([]string, len(d.Errors))
 		labels := make([]string, len(d.Errors))
