@@ -61,6 +61,8 @@ type Containers struct {
 	Routed          int         `json:"routed"`
 	Rejected        int         `json:"rejected"`
 	Items           []Container `json:"items"`
+	// Fleet is discovery across hosts, when configured.
+	Fleet *caddydocker.FleetStatus `json:"fleet,omitempty"`
 }
 
 // Container is one discovered container.
@@ -90,6 +92,7 @@ func ContainersFrom(s caddydocker.Snapshot, ok bool) Containers {
 	}
 	c.Server, c.EngineReachable, c.FromStateFile = s.Server, s.EngineReachable, s.FromStateFile
 	c.LastList, c.LastApply, c.LastError, c.Warnings = s.LastList, s.LastApply, s.LastError, s.Warnings
+	c.Fleet = s.Fleet
 	for _, d := range s.Containers {
 		it := Container{Name: d.Container.Name, ID: shortID(d.Container.ID), Health: d.Container.Health, Node: d.Container.Node, Labels: map[string]string{}}
 		for k, v := range d.Container.Labels {

@@ -126,6 +126,14 @@
       eng = (c.engine_reachable ? "engine reachable" : "engine UNREACHABLE") + " · server " + c.server;
       if (c.last_list) eng += " · listed " + new Date(c.last_list).toLocaleTimeString();
       if (c.from_state_file) eng += " · routes from state file";
+      const f = c.fleet;
+      if (f) {
+        const live = (f.nodes || []).filter((n) => !n.expired);
+        eng += " · fleet " + f.node + (f.connected ? "" : " (NATS UNREACHABLE: keeping the last merged set)") +
+          ", " + live.length + " other host" + (live.length === 1 ? "" : "s") +
+          (live.length ? " (" + live.map((n) => n.node + ": " + n.containers).join(", ") + ")" : "");
+        if (f.last_error) eng += " · fleet error: " + f.last_error;
+      }
     }
     setText("stat-engine", eng);
     const note = [];
