@@ -6,6 +6,7 @@ import (
 	"path/filepath"
 	"sort"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -87,12 +88,55 @@ func discoveryLatency(t *testing.B) {
 		t.Logf("%-8s %s: run->200 %v, %s->non-200 %v, %s->404 no_route %v", name, how, add[i].Round(time.Millisecond), how, gone[i].Round(time.Millisecond), how, removed[i].Round(time.Millisecond))
 		_ = p.Remove(name)
 	}
+	// Replicas of one service: a pool change, no reload. A base replica
+	// stays; each new one is measured until it answers, then (stopped)
+	// until 8 answers in a row come from the base.
+	pb := port(t)
+	if err := p.Run("rep-base", pb, labels("rep", pb, "/rep")); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := until("/rep/x", func(c int, b string) bool { return c == 200 }); err != nil {
+		t.Fatal(err)
+	}
+	var repAdd, repGone []time.Duration
+	for i := 0; i < n/2; i++ {
+		name := fmt.Sprintf("rep%d", i)
+		pt := port(t)
+		if err := p.Run(name, pt, labels("rep", pt, "/rep")); err != nil {
+			t.Fatal(err)
+		}
+		d, err := until("/rep/x", func(c int, b string) bool { return c == 200 && strings.HasPrefix(b, name+" ") })
+		if err != nil {
+			t.Fatal(err)
+		}
+		repAdd = append(repAdd, d)
+		if err := p.Stop(name); err != nil {
+			t.Fatal(err)
+		}
+		begin, inRow := time.Now(), 0
+		if _, err := until("/rep/x", func(c int, b string) bool {
+			if c == 200 && strings.HasPrefix(b, "rep-base ") {
+				inRow++
+			} else {
+				inRow = 0
+			}
+			return inRow == 8
+		}); err != nil {
+			t.Fatal(err)
+		}
+		repGone = append(repGone, time.Since(begin))
+		_ = p.Remove(name)
+	}
 	report := fmt.Sprintf("discovery latency over %d containers (debounce 100ms):\n"+
 		"  podman run  -> first 200:            p50 %v  p95 %v  max %v\n"+
 		"  stop/kill   -> first non-200:        p50 %v  p95 %v  max %v\n"+
-		"  stop/kill   -> first 404 no_route:   p50 %v  p95 %v  max %v",
+		"  stop/kill   -> first 404 no_route:   p50 %v  p95 %v  max %v\n"+
+		"replicas of one service (%d, pool changes without a reload):\n"+
+		"  podman run  -> first answer from it: p50 %v  p95 %v  max %v\n"+
+		"  podman stop -> 8 answers from others: p50 %v  p95 %v  max %v",
 		n, pct(add, 50), pct(add, 95), pct(add, 100), pct(gone, 50), pct(gone, 95), pct(gone, 100),
-		pct(removed, 50), pct(removed, 95), pct(removed, 100))
+		pct(removed, 50), pct(removed, 95), pct(removed, 100),
+		len(repAdd), pct(repAdd, 50), pct(repAdd, 95), pct(repAdd, 100), pct(repGone, 50), pct(repGone, 95), pct(repGone, 100))
 	t.Log(report)
 	fmt.Println(report)
 	t.ReportMetric(float64(pct(add, 50).Milliseconds()), "add-p50-ms")
@@ -101,6 +145,8 @@ func discoveryLatency(t *testing.B) {
 	t.ReportMetric(float64(pct(gone, 95).Milliseconds()), "non200-p95-ms")
 	t.ReportMetric(float64(pct(removed, 50).Milliseconds()), "no_route-p50-ms")
 	t.ReportMetric(float64(pct(removed, 95).Milliseconds()), "no_route-p95-ms")
+	t.ReportMetric(float64(pct(repAdd, 50).Milliseconds()), "replica-add-p50-ms")
+	t.ReportMetric(float64(pct(repGone, 50).Milliseconds()), "replica-gone-p50-ms")
 	// ns/op stays Go's own: the time of the whole measurement (one iteration)
 }
 
