@@ -28,3 +28,6 @@ func SetIdentity(r *http.Request, id *Identity) { identity.Set(r, id) }
 
 // ParseClaimPath parses a dotted claim path (see identity.ParseClaimPath).
 func ParseClaimPath(s string) (ClaimPath, error) { return identity.ParseClaimPath(s) }
+
+// MethodJWT is the Identity.Method of identities jwt_auth verified.
+const MethodJWT = identity.MethodJWT

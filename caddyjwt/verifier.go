@@ -278,7 +278,7 @@ func (v *Verifier) verify(ctx context.Context, token string, now time.Time, gen 
 	if err := json.Unmarshal(payload, &claims); err != nil || claims == nil {
 		return nil, ErrBadClaims
 	}
-	id := &Identity{Algorithm: a.name, KeyID: h.Kid, Claims: claims}
+	id := &Identity{Algorithm: a.name, KeyID: h.Kid, Claims: claims, Method: MethodJWT}
 	if k.ID != "" {
 		id.KeyID = k.ID
 	}

@@ -50,8 +50,24 @@ type Identity struct {
 	Algorithm string
 	// Claims are all the token's claims, as decoded from JSON
 	// (objects are map[string]any, arrays []any, numbers float64).
+	// Identity sources other than jwt_auth fill the claims the duties
+	// read ("sub", and the roles and scope claims) the same way.
 	Claims map[string]any
+	// Method is how the client proved the identity: MethodJWT,
+	// MethodAPIKey or MethodClientCert.
+	Method string
+	// CredentialID names the credential without revealing it: an API
+	// key's id, a client certificate's SHA-256 fingerprint; empty for
+	// tokens.
+	CredentialID string
 }
+
+// The identity methods.
+const (
+	MethodJWT        = "jwt"
+	MethodAPIKey     = "api_key"
+	MethodClientCert = "client_cert"
+)
 
 // FromRequest returns the identity verified for r, if any. It is cheap (one
 // map lookup) and never parses a token.
