@@ -12,6 +12,7 @@ import (
 	"github.com/docker/docker/api/types/container"
 	"github.com/docker/docker/api/types/events"
 	"github.com/docker/docker/api/types/filters"
+	"github.com/docker/docker/api/types/network"
 	"github.com/docker/docker/client"
 )
 
@@ -161,22 +162,29 @@ func inspected(insp container.InspectResponse) netInfo {
 		ni.healthCheck = len(test) > 0 && test[0] != "NONE"
 	}
 	if insp.NetworkSettings != nil {
-		names := make([]string, 0, len(insp.NetworkSettings.Networks))
-		for n := range insp.NetworkSettings.Networks {
-			names = append(names, n)
-		}
-		sort.Strings(names)
-		for _, n := range names {
-			if ep := insp.NetworkSettings.Networks[n]; ep != nil && ep.IPAddress != "" {
-				ni.ip = ep.IPAddress
-				break
-			}
-		}
+		ni.ip, _ = firstIP(insp.NetworkSettings.Networks)
 		if ni.ip == "" && insp.NetworkSettings.IPAddress != "" {
 			ni.ip = insp.NetworkSettings.IPAddress
 		}
 	}
 	return ni
+}
+
+// firstIP returns the first address over the networks sorted by name, and
+// whether one of them is the host network.
+func firstIP(networks map[string]*network.EndpointSettings) (ip string, host bool) {
+	names := make([]string, 0, len(networks))
+	for n := range networks {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	for _, n := range names {
+		host = host || n == "host"
+		if ep := networks[n]; ep != nil && ep.IPAddress != "" && ip == "" {
+			ip = ep.IPAddress
+		}
+	}
+	return ip, host
 }
 
 func fromSummary(s container.Summary) Container {
@@ -190,20 +198,8 @@ func fromSummary(s container.Summary) Container {
 	mode := s.HostConfig.NetworkMode
 	c.HostNetwork = mode == "host"
 	if s.NetworkSettings != nil {
-		names := make([]string, 0, len(s.NetworkSettings.Networks))
-		for n := range s.NetworkSettings.Networks {
-			names = append(names, n)
-		}
-		sort.Strings(names)
-		for _, n := range names {
-			ep := s.NetworkSettings.Networks[n]
-			if n == "host" {
-				c.HostNetwork = true
-			}
-			if ep != nil && ep.IPAddress != "" && c.IP == "" {
-				c.IP = ep.IPAddress
-			}
-		}
+		ip, host := firstIP(s.NetworkSettings.Networks)
+		c.IP, c.HostNetwork = ip, c.HostNetwork || host
 	}
 	if c.HostNetwork {
 		c.IP = ""

@@ -133,27 +133,10 @@ func stopGateway(t testing.TB) {
 
 var httpClient = &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{DisableKeepAlives: true}}
 
-func get(path string) (int, string, error) {
-	resp, err := httpClient.Get("http://" + gatewayAddr + path)
-	if err != nil {
-		return 0, "", err
-	}
-	defer resp.Body.Close()
-	b, err := io.ReadAll(resp.Body)
-	return resp.StatusCode, string(b), err
-}
+func get(path string) (int, string, error) { return podmantest.Get("http://" + gatewayAddr + path) }
 
 func expect(path string, status int, body string) func() string {
-	return func() string {
-		code, b, err := get(path)
-		if err != nil {
-			return err.Error()
-		}
-		if code != status || (body != "" && b != body) {
-			return fmt.Sprintf("GET %s = %d %q, want %d %q", path, code, b, status, body)
-		}
-		return ""
-	}
+	return podmantest.Expect("http://"+gatewayAddr+path, status, body)
 }
 
 func labels(name string, port int, path string, extra ...string) map[string]string {

@@ -2,8 +2,6 @@ package fleettest
 
 import (
 	"fmt"
-	"io"
-	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -117,7 +115,7 @@ func (h *discoHost) start(t *testing.T, bin, nats string) {
 			t.Fatalf("gateway %s exited:\n%s", h.name, b)
 		default:
 		}
-		code, _, err := discoGet(h.url("/ready"))
+		code, _, err := podmantest.Get(h.url("/ready"))
 		if err != nil || code != 200 {
 			return fmt.Sprintf("%d %v", code, err)
 		}
@@ -129,28 +127,6 @@ func (h *discoHost) start(t *testing.T, bin, nats string) {
 func (h *discoHost) kill() {
 	_ = h.cmd.Process.Kill()
 	<-h.done
-}
-
-var discoClient = &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{DisableKeepAlives: true}}
-
-func discoGet(url string) (int, string, error) {
-	resp, err := discoClient.Get(url)
-	if err != nil {
-		return 0, "", err
-	}
-	defer resp.Body.Close()
-	b, err := io.ReadAll(resp.Body)
-	return resp.StatusCode, string(b), err
-}
-
-func discoExpect(url string, code int, body string) func() string {
-	return func() string {
-		c, b, err := discoGet(url)
-		if err != nil || c != code || (body != "" && b != body) {
-			return fmt.Sprintf("GET %s = %d %q %v, want %d %q", url, c, b, err, code, body)
-		}
-		return ""
-	}
 }
 
 func discoLabels(name string, port int, path string) map[string]string {
@@ -217,9 +193,9 @@ func TestDiscoveryAcrossHosts(t *testing.T) {
 		if err := a.pod.Run("only-a", pOnlyA, discoLabels("only-a", pOnlyA, "/only-a")); err != nil {
 			t.Fatal(err)
 		}
-		podmantest.Eventually(t, "A routes its own", 20*time.Second, discoExpect(a.url("/only-a/x"), 200, "only-a /only-a/x"))
+		podmantest.Eventually(t, "A routes its own", 20*time.Second, podmantest.Expect(a.url("/only-a/x"), 200, "only-a /only-a/x"))
 		t0 := time.Now()
-		podmantest.Eventually(t, "B routes A's", 20*time.Second, discoExpect(b.url("/only-a/x"), 200, "only-a /only-a/x"))
+		podmantest.Eventually(t, "B routes A's", 20*time.Second, podmantest.Expect(b.url("/only-a/x"), 200, "only-a /only-a/x"))
 		t.Logf("A's container reached B %s after A routed it", time.Since(t0).Round(time.Millisecond))
 	})
 
@@ -233,7 +209,7 @@ func TestDiscoveryAcrossHosts(t *testing.T) {
 		for _, h := range []*discoHost{a, b} {
 			seen := map[string]bool{}
 			podmantest.Eventually(t, "both replicas through "+h.name, 20*time.Second, func() string {
-				if c, body, err := discoGet(h.url("/shared/q")); err == nil && c == 200 {
+				if c, body, err := podmantest.Get(h.url("/shared/q")); err == nil && c == 200 {
 					seen[strings.Fields(body)[0]] = true
 				}
 				if seen["shared-a"] && seen["shared-b"] {
@@ -247,7 +223,7 @@ func TestDiscoveryAcrossHosts(t *testing.T) {
 	step("A's gateway killed: its containers leave B within the ttl", func(t *testing.T) {
 		a.kill()
 		t0 := time.Now()
-		podmantest.Eventually(t, "A's container gone from B", 4*discoTTL, discoExpect(b.url("/only-a/x"), 404, ""))
+		podmantest.Eventually(t, "A's container gone from B", 4*discoTTL, podmantest.Expect(b.url("/only-a/x"), 404, ""))
 		gone := time.Since(t0)
 		t.Logf("A's container left B %s after A's gateway was killed (ttl %s)", gone.Round(time.Millisecond), discoTTL)
 		if gone > discoTTL+2*time.Second {
@@ -255,32 +231,32 @@ func TestDiscoveryAcrossHosts(t *testing.T) {
 		}
 		// B's own replica of the shared service still serves.
 		for i := 0; i < 4; i++ {
-			podmantest.Eventually(t, "shared through B's own replica", 5*time.Second, discoExpect(b.url("/shared/q"), 200, "shared-b /shared/q"))
+			podmantest.Eventually(t, "shared through B's own replica", 5*time.Second, podmantest.Expect(b.url("/shared/q"), 200, "shared-b /shared/q"))
 		}
 	})
 	outer := t
 	step("A's gateway back: B routes A's containers again", func(t *testing.T) {
 		a.start(outer, bin, nats.URL())
-		podmantest.Eventually(t, "B routes A's again", 20*time.Second, discoExpect(b.url("/only-a/x"), 200, "only-a /only-a/x"))
+		podmantest.Eventually(t, "B routes A's again", 20*time.Second, podmantest.Expect(b.url("/only-a/x"), 200, "only-a /only-a/x"))
 	})
 
 	step("NATS unreachable: last merged set kept, own host still followed", func(t *testing.T) {
 		nats.ShutdownAll()
 		time.Sleep(3 * discoTTL) // well past the ttl
 		for _, h := range []*discoHost{a, b} {
-			podmantest.Eventually(t, h.name+" keeps A's container", 5*time.Second, discoExpect(h.url("/only-a/x"), 200, "only-a /only-a/x"))
+			podmantest.Eventually(t, h.name+" keeps A's container", 5*time.Second, podmantest.Expect(h.url("/only-a/x"), 200, "only-a /only-a/x"))
 		}
 		pLate := port()
 		if err := b.pod.Run("late-b", pLate, discoLabels("late-b", pLate, "/late-b")); err != nil {
 			t.Fatal(err)
 		}
-		podmantest.Eventually(t, "B routes its new container", 20*time.Second, discoExpect(b.url("/late-b/x"), 200, "late-b /late-b/x"))
+		podmantest.Eventually(t, "B routes its new container", 20*time.Second, podmantest.Expect(b.url("/late-b/x"), 200, "late-b /late-b/x"))
 		if err := b.pod.Stop("late-b"); err != nil {
 			t.Fatal(err)
 		}
-		podmantest.Eventually(t, "B drops its stopped container", 20*time.Second, discoExpect(b.url("/late-b/x"), 404, ""))
+		podmantest.Eventually(t, "B drops its stopped container", 20*time.Second, podmantest.Expect(b.url("/late-b/x"), 404, ""))
 		nats.RestartAll()
-		podmantest.Eventually(t, "B still routes A's once NATS is back", 30*time.Second, discoExpect(b.url("/only-a/x"), 200, "only-a /only-a/x"))
+		podmantest.Eventually(t, "B still routes A's once NATS is back", 30*time.Second, podmantest.Expect(b.url("/only-a/x"), 200, "only-a /only-a/x"))
 	})
 
 }

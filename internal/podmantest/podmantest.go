@@ -329,6 +329,34 @@ func FreePort() (int, error) {
 	return l.Addr().(*net.TCPAddr).Port, nil
 }
 
+var client = &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{DisableKeepAlives: true}}
+
+// Get fetches url on a fresh connection; it returns the status and body.
+func Get(url string) (int, string, error) {
+	resp, err := client.Get(url)
+	if err != nil {
+		return 0, "", err
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	return resp.StatusCode, string(b), err
+}
+
+// Expect is a condition for Eventually: url answers status, with body
+// unless body is "".
+func Expect(url string, status int, body string) func() string {
+	return func() string {
+		code, b, err := Get(url)
+		if err != nil {
+			return err.Error()
+		}
+		if code != status || (body != "" && b != body) {
+			return fmt.Sprintf("GET %s = %d %q, want %d %q", url, code, b, status, body)
+		}
+		return ""
+	}
+}
+
 // Eventually polls cond until it returns "" (the engine's changes reach
 // the gateway asynchronously) and fails tb with cond's last answer when
 // timeout passes first.
