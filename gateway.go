@@ -8,6 +8,7 @@ package gateway
 
 import (
 	// the gateway's modules
+	_ "github.com/apigate/gateway/caddyapikey"
 	_ "github.com/apigate/gateway/caddyaudit"
 	_ "github.com/apigate/gateway/caddydocker"
 	_ "github.com/apigate/gateway/caddyh1"
