@@ -8,7 +8,9 @@ package gateway
 
 import (
 	// the gateway's modules
+	_ "github.com/apigate/gateway/caddyapikey"
 	_ "github.com/apigate/gateway/caddyaudit"
+	_ "github.com/apigate/gateway/caddyclientcert"
 	_ "github.com/apigate/gateway/caddydocker"
 	_ "github.com/apigate/gateway/caddyh1"
 	_ "github.com/apigate/gateway/caddyjwt"

@@ -45,7 +45,9 @@ const DefaultRealm = "gateway"
 // `{http.auth.user.id}` (the `sub` claim) and
 // `{http.auth.jwt.claims.<path>}` (nested paths, arrays joined with ",").
 //
-// A request without a token gets 401 with `WWW-Authenticate: Bearer
+// A request that an identity source before this one (api_key,
+// client_cert_auth) already identified passes on with that identity. A
+// request without a token gets 401 with `WWW-Authenticate: Bearer
 // realm="..."`; a bad token gets 401 with `WWW-Authenticate: Bearer
 // error="invalid_token", error_description="..."` and a JSON body
 // `{"error":"invalid_token","reason":"..."}`.
@@ -404,6 +406,15 @@ func (j *JWTAuth) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyht
 	// never let a client choose what the upstream believes came from a token
 	for _, h := range j.spoofable {
 		r.Header.Del(h)
+	}
+	// an identity source before this one (api_key, client_cert_auth)
+	// identified the request: the first identity stands, and a token the
+	// request may also carry is not looked at
+	if _, ok := identity.FromRequest(r); ok {
+		if j.StripToken {
+			StripToken(r, j.sources)
+		}
+		return next.ServeHTTP(w, r)
 	}
 
 	token, _, tooLarge := ExtractToken(r, j.sources, j.verifier.MaxTokenSize())

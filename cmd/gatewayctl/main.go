@@ -5,6 +5,7 @@
 //	gatewayctl keygen -dir D             create an RSA key pair and a JWKS for it in D
 //	gatewayctl audit keygen -out D       create the Ed25519 key pair that signs audit checkpoints in D
 //	gatewayctl audit verify -key K F...  verify audit trails (JSON lines) against public key K
+//	gatewayctl apikey new --sub S ...    make an API key; print it once and its keys file entry
 //
 // Errors, and an audit trail that does not verify, exit with status 2.
 //
@@ -42,7 +43,7 @@ func main() {
 
 func run(args []string, out io.Writer) error {
 	if len(args) == 0 {
-		return errors.New("usage: gatewayctl secret|token|keygen|audit [flags] (-h for help)")
+		return errors.New("usage: gatewayctl secret|token|keygen|audit|apikey [flags] (-h for help)")
 	}
 	switch args[0] {
 	case "secret":
@@ -53,8 +54,10 @@ func run(args []string, out io.Writer) error {
 		return cmdKeygen(args[1:], out)
 	case "audit":
 		return cmdAudit(args[1:], out)
+	case "apikey":
+		return cmdAPIKey(args[1:], out)
 	default:
-		return fmt.Errorf("unknown command %q: want secret, token, keygen or audit", args[0])
+		return fmt.Errorf("unknown command %q: want secret, token, keygen, audit or apikey", args[0])
 	}
 }
 

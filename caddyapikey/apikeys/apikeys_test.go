@@ -1,0 +1,118 @@
+package apikeys
+
+import (
+	"errors"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+)
+
+func TestNewAndCheck(t *testing.T) {
+	key, hash, err := New("ci-1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.HasPrefix(key, "gk_ci-1_") || len(key) != len("gk_ci-1_")+64 {
+		t.Fatalf("key %q: want gk_ci-1_<64 hex>", key)
+	}
+	other, otherHash, err := New("")
+	if err != nil {
+		t.Fatal(err)
+	}
+	otherID, err := SplitKey(other)
+	if err != nil {
+		t.Fatalf("random-id key does not split: %v", err)
+	}
+	now := time.Date(2026, 12, 1, 0, 0, 0, 0, time.UTC)
+	file := fmt.Sprintf(`[
+		{"id":"ci-1","hash":%q,"sub":"ci","roles":["deploy"],"scope":"a b"},
+		{"id":%q,"hash":%q,"sub":"old","expires":"2026-11-30T00:00:00Z"}
+	]`, hash, otherID, otherHash)
+	set, err := Parse([]byte(file))
+	if err != nil {
+		t.Fatal(err)
+	}
+	e, err := set.Check(key, now)
+	if err != nil || e.Sub != "ci" || e.ID != "ci-1" {
+		t.Fatalf("valid key: %v %+v", err, e)
+	}
+	// the same id with another secret
+	forged := key[:len(key)-1] + string("0123456789abcdef"[(strings.IndexByte("0123456789abcdef", key[len(key)-1])+1)%16])
+	tests := []struct {
+		name string
+		key  string
+		want error
+	}{
+		{"wrong secret", forged, ErrUnknown},
+		{"unknown id", strings.Replace(key, "ci-1", "ci-2", 1), ErrUnknown},
+		{"expired", other, ErrExpired},
+		{"no prefix", strings.TrimPrefix(key, "gk_"), ErrMalformed},
+		{"short secret", "gk_ci-1_abc", ErrMalformed},
+		{"bad id", "gk_c!i_" + strings.Repeat("a", 64), ErrMalformed},
+		{"bad secret char", key[:len(key)-1] + "%", ErrMalformed},
+		{"too long", "gk_ci-1_" + strings.Repeat("a", MaxKeyLen), ErrMalformed},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := set.Check(tc.key, now)
+			if !errors.Is(err, tc.want) {
+				t.Fatalf("got %v, want %v", err, tc.want)
+			}
+		})
+	}
+}
+
+func TestParseErrors(t *testing.T) {
+	h := Hash("gk_x_" + strings.Repeat("a", 64))
+	tests := []struct {
+		name, file, want string
+	}{
+		{"not json", `{`, "not a JSON array"},
+		{"object", `{"id":"a"}`, "not a JSON array"},
+		{"unknown field", `[{"id":"a","hash":"` + h + `","sub":"s","secret":"x"}]`, `unknown field "secret"`},
+		{"trailing", `[] []`, "data after the array"},
+		{"null entry", `[null]`, "entry 1: null"},
+		{"bad id", `[{"id":"a_b","hash":"` + h + `","sub":"s"}]`, `entry 1 (id "a_b"): invalid id`},
+		{"duplicate", `[{"id":"a","hash":"` + h + `","sub":"s"},{"id":"a","hash":"` + h + `","sub":"t"}]`, `entry 2 (id "a"): duplicate id`},
+		{"plain hash", `[{"id":"a","hash":"abc","sub":"s"}]`, "invalid hash"},
+		{"short hash", `[{"id":"a","hash":"sha256:abcd","sub":"s"}]`, "invalid hash"},
+		{"non-hex hash", `[{"id":"a","hash":"sha256:` + strings.Repeat("z", 64) + `","sub":"s"}]`, "invalid hash"},
+		{"no sub", `[{"id":"a","hash":"` + h + `"}]`, "sub is empty"},
+		{"role with comma", `[{"id":"a","hash":"` + h + `","sub":"s","roles":["a,b"]}]`, `invalid role "a,b"`},
+		{"bad expires", `[{"id":"a","hash":"` + h + `","sub":"s","expires":"tomorrow"}]`, `invalid expires "tomorrow"`},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := Parse([]byte(tc.file))
+			if err == nil || !strings.Contains(err.Error(), tc.want) {
+				t.Fatalf("got %v, want an error containing %q", err, tc.want)
+			}
+		})
+	}
+	if set, err := Parse([]byte(`[]`)); err != nil || set.Len() != 0 {
+		t.Fatalf("empty array: %v", err)
+	}
+}
+
+func FuzzCheck(f *testing.F) {
+	key, hash, _ := New("f")
+	set, err := Parse([]byte(`[{"id":"f","hash":"` + hash + `","sub":"s"}]`))
+	if err != nil {
+		f.Fatal(err)
+	}
+	f.Add(key)
+	f.Add("gk__")
+	f.Fuzz(func(t *testing.T, k string) {
+		e, err := set.Check(k, time.Now())
+		if err == nil && k != key {
+			t.Fatalf("accepted %q", k)
+		}
+		_ = e
+	})
+}
+
+func FuzzParse(f *testing.F) {
+	f.Add([]byte(`[{"id":"a","hash":"sha256:00","sub":"s"}]`))
+	f.Fuzz(func(t *testing.T, b []byte) { _, _ = Parse(b) })
+}

@@ -1,0 +1,324 @@
+package caddyclientcert_test
+
+import (
+	"bytes"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/sha256"
+	"crypto/tls"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"encoding/hex"
+	"encoding/pem"
+	"fmt"
+	"io"
+	"math/big"
+	"net/http"
+	"net/http/httptest"
+	"net/url"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	_ "github.com/mholt/caddy-ratelimit"
+
+	_ "github.com/apigate/gateway/caddyaudit"
+	_ "github.com/apigate/gateway/caddyclientcert"
+	_ "github.com/apigate/gateway/caddypermcache"
+	_ "github.com/apigate/gateway/caddyrbac"
+	"github.com/apigate/gateway/internal/caddytester"
+)
+
+// Ports of this package: admin 2951, listeners 20350-20399 (caddyapikey
+// has admin 2950 and 20300-20349).
+const (
+	adminPort   = 2951
+	verifyPort  = 20351 // client_auth mode verify_if_given
+	requirePort = 20352 // client_auth mode require_and_verify
+	requestPort = 20353 // client_auth mode request (no verification)
+)
+
+type testCA struct {
+	cert *x509.Certificate
+	key  *ecdsa.PrivateKey
+	pem  []byte
+}
+
+func newCA(t *testing.T, name string) *testCA {
+	t.Helper()
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tmpl := &x509.Certificate{
+		SerialNumber:          big.NewInt(1),
+		Subject:               pkix.Name{CommonName: name},
+		NotBefore:             time.Now().Add(-time.Hour),
+		NotAfter:              time.Now().Add(time.Hour),
+		IsCA:                  true,
+		BasicConstraintsValid: true,
+		KeyUsage:              x509.KeyUsageCertSign,
+	}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cert, _ := x509.ParseCertificate(der)
+	return &testCA{cert, key, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der})}
+}
+
+// issue makes a leaf certificate; tmpl's SANs and names are the caller's.
+func (ca *testCA) issue(t *testing.T, tmpl *x509.Certificate, usage x509.ExtKeyUsage) (tls.Certificate, *x509.Certificate, []byte, []byte) {
+	t.Helper()
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	serial, _ := rand.Int(rand.Reader, big.NewInt(1<<62))
+	tmpl.SerialNumber = serial
+	tmpl.NotBefore = time.Now().Add(-time.Hour)
+	tmpl.NotAfter = time.Now().Add(time.Hour)
+	tmpl.KeyUsage = x509.KeyUsageDigitalSignature
+	tmpl.ExtKeyUsage = []x509.ExtKeyUsage{usage}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, ca.cert, &key.PublicKey, ca.key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	keyDER, err := x509.MarshalECPrivateKey(key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	certPEM := pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der})
+	keyPEM := pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: keyDER})
+	pair, err := tls.X509KeyPair(certPEM, keyPEM)
+	if err != nil {
+		t.Fatal(err)
+	}
+	leaf, _ := x509.ParseCertificate(der)
+	return pair, leaf, certPEM, keyPEM
+}
+
+func spiffe(t *testing.T, s string) *url.URL {
+	u, err := url.Parse(s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return u
+}
+
+func write(t *testing.T, dir, name string, data []byte) string {
+	t.Helper()
+	p := filepath.Join(dir, name)
+	if err := os.WriteFile(p, data, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+// TestClientCertAuth runs client_cert_auth behind Caddy's real TLS client
+// authentication: a CA made here, real handshakes with and without client
+// certificates (the site is a hostname: with client_auth, Caddy answers 421
+// when the Host does not match the SNI, and clients send none for an IP),
+// SPIFFE and DNS subjects, the role mapping reaching rbac, and
+// the whole duty chain with a permission service, upstream and audit file.
+func TestClientCertAuth(t *testing.T) {
+	dir := t.TempDir()
+	ca := newCA(t, "gateway test CA")
+	other := newCA(t, "another CA")
+	_, _, srvPEM, srvKey := ca.issue(t, &x509.Certificate{Subject: pkix.Name{CommonName: "localhost"}, DNSNames: []string{"localhost"}}, x509.ExtKeyUsageServerAuth)
+	caPath := write(t, dir, "ca.pem", ca.pem)
+	srvCertPath := write(t, dir, "server.pem", srvPEM)
+	srvKeyPath := write(t, dir, "server-key.pem", srvKey) // caddytest rewrites paths ending in .key or .crt
+	auditPath := filepath.Join(dir, "audit.jsonl")
+
+	run := make([]byte, 4)
+	_, _ = rand.Read(run)
+	billingID := "spiffe://example.org/ns/prod/sa/billing-" + hex.EncodeToString(run)
+	billing, billingLeaf, _, _ := ca.issue(t, &x509.Certificate{Subject: pkix.Name{CommonName: "billing"}, DNSNames: []string{"billing.internal"}, URIs: []*url.URL{spiffe(t, billingID)}}, x509.ExtKeyUsageClientAuth)
+	webID := "spiffe://example.org/ns/prod/sa/web-" + hex.EncodeToString(run)
+	web, _, _, _ := ca.issue(t, &x509.Certificate{Subject: pkix.Name{CommonName: "web"}, URIs: []*url.URL{spiffe(t, webID)}}, x509.ExtKeyUsageClientAuth)
+	cnOnly, _, _, _ := ca.issue(t, &x509.Certificate{Subject: pkix.Name{CommonName: "cn-only"}}, x509.ExtKeyUsageClientAuth)
+	stranger, _, _, _ := other.issue(t, &x509.Certificate{Subject: pkix.Name{CommonName: "billing"}, URIs: []*url.URL{spiffe(t, billingID)}}, x509.ExtKeyUsageClientAuth)
+
+	upstream := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		fmt.Fprintf(w, "upstream %s", r.URL.Path)
+	}))
+	t.Cleanup(upstream.Close)
+	var permSaw bytes.Buffer
+	perm := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		b, _ := io.ReadAll(r.Body)
+		permSaw.Write(b)
+		w.WriteHeader(http.StatusOK)
+	}))
+	t.Cleanup(perm.Close)
+
+	tlsBlock := func(mode string) string {
+		return fmt.Sprintf(`tls %s %s {
+		client_auth {
+			mode %s
+			trust_pool file %s
+		}
+	}`, srvCertPath, srvKeyPath, mode, caPath)
+	}
+	config := fmt.Sprintf(`{
+	admin localhost:%[1]d
+	http_port 20360
+	https_port 20361
+	grace_period 1s
+	auto_https disable_redirects
+	skip_install_trust
+	audit {
+		sink file %[2]s {
+			flush_interval 20ms
+		}
+	}
+}
+
+https://localhost:%[3]d {
+	%[4]s
+	route /whoami {
+		client_cert_auth {
+			subject san_uri
+		}
+		respond "{http.auth.user.id} {http.auth.client_cert.fingerprint}"
+	}
+	route /dns {
+		client_cert_auth {
+			subject san_dns
+		}
+		respond "{http.auth.user.id}"
+	}
+	route /cn {
+		client_cert_auth {
+			subject cn
+		}
+		respond "{http.auth.user.id}"
+	}
+	route /chain/* {
+		audit
+		client_cert_auth {
+			role billing spiffe://example.org/ns/prod/sa/billing-*
+			role reader %[9]s spiffe://example.org/ns/prod/sa/billing-*
+		}
+		rbac {
+			require any billing
+		}
+		rate_limit {
+			zone clientcert_e2e_%[10]s {
+				key {http.auth.user.id}
+				events 2
+				window 1m
+			}
+		}
+		permission {
+			url %[7]s/check
+			cache_ttl 1ms
+		}
+		reverse_proxy %[8]s
+	}
+}
+
+https://localhost:%[5]d {
+	%[6]s
+	client_cert_auth
+	respond "{http.auth.user.id}"
+}
+
+https://localhost:%[11]d {
+	%[12]s
+	client_cert_auth
+	respond "{http.auth.user.id}"
+}
+`, adminPort, auditPath, verifyPort, tlsBlock("verify_if_given"), requirePort, tlsBlock("require_and_verify"),
+		perm.URL, upstream.URL, webID, hex.EncodeToString(run), requestPort, tlsBlock("request"))
+	caddytester.Load(t, adminPort, config)
+
+	roots := x509.NewCertPool()
+	roots.AddCert(ca.cert)
+	client := func(certs ...tls.Certificate) *http.Client {
+		cfg := &tls.Config{RootCAs: roots}
+		if len(certs) > 0 {
+			// sent even when the server's list of acceptable CAs does not
+			// name its issuer (Go's client would otherwise send none)
+			cfg.GetClientCertificate = func(*tls.CertificateRequestInfo) (*tls.Certificate, error) { return &certs[0], nil }
+		}
+		return &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{TLSClientConfig: cfg}}
+	}
+	get := func(t *testing.T, c *http.Client, port int, path string) (int, string, http.Header, error) {
+		t.Helper()
+		resp, err := c.Get(fmt.Sprintf("https://localhost:%d%s", port, path))
+		if err != nil {
+			return 0, "", nil, err
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, string(b), resp.Header, nil
+	}
+	must := func(t *testing.T, c *http.Client, port int, path string, status int, body string) {
+		t.Helper()
+		s, b, _, err := get(t, c, port, path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if s != status || body != "" && b != body {
+			t.Fatalf("%s: %d %q, want %d %q", path, s, b, status, body)
+		}
+	}
+
+	t.Run("SPIFFE URI SAN subject and fingerprint", func(t *testing.T) {
+		sum := sha256.Sum256(billingLeaf.Raw) // openssl x509 -fingerprint -sha256, lowercase, no colons
+		must(t, client(billing), verifyPort, "/whoami", 200, billingID+" "+hex.EncodeToString(sum[:]))
+	})
+	t.Run("DNS SAN and CN subjects", func(t *testing.T) {
+		must(t, client(billing), verifyPort, "/dns", 200, "billing.internal")
+		must(t, client(billing), verifyPort, "/cn", 200, "billing")
+		must(t, client(cnOnly), verifyPort, "/cn", 200, "cn-only")
+		must(t, client(cnOnly), verifyPort, "/whoami", 401, `{"error":"invalid_token","reason":"client certificate has no URI SAN"}`+"\n")
+	})
+	t.Run("no certificate is 401", func(t *testing.T) {
+		s, b, h, err := get(t, client(), verifyPort, "/whoami")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if s != 401 || b != `{"error":"unauthorized","reason":"missing client certificate"}`+"\n" || h.Get("WWW-Authenticate") != `Bearer realm="gateway"` {
+			t.Fatalf("%d %q %q", s, b, h.Get("WWW-Authenticate"))
+		}
+	})
+	t.Run("require_and_verify: no certificate fails the handshake", func(t *testing.T) {
+		if _, _, _, err := get(t, client(), requirePort, "/"); err == nil {
+			t.Fatal("handshake without a certificate succeeded")
+		}
+		must(t, client(web), requirePort, "/", 200, webID)
+	})
+	t.Run("another CA's certificate fails the handshake", func(t *testing.T) {
+		if _, _, _, err := get(t, client(stranger), verifyPort, "/whoami"); err == nil {
+			t.Fatal("a certificate of another CA was accepted")
+		}
+	})
+	t.Run("mode request: an unverified certificate is 401", func(t *testing.T) {
+		must(t, client(stranger), requestPort, "/", 401, `{"error":"unauthorized","reason":"missing client certificate"}`+"\n")
+	})
+	t.Run("roles reach rbac, then the whole chain", func(t *testing.T) {
+		must(t, client(web), verifyPort, "/chain/x", 403, "")
+		must(t, client(billing), verifyPort, "/chain/x", 200, "upstream /chain/x")
+		must(t, client(billing), verifyPort, "/chain/x", 200, "upstream /chain/x")
+		must(t, client(billing), verifyPort, "/chain/x", 429, "")
+		if !strings.Contains(permSaw.String(), `"subject":"`+billingID+`","roles":["billing","reader"]`) {
+			t.Fatalf("permission service saw %s", permSaw.String())
+		}
+		deadline := time.Now().Add(10 * time.Second)
+		for {
+			data, _ := os.ReadFile(auditPath)
+			if bytes.Count(data, []byte(`"subject":"`+billingID+`"`)) >= 3 && bytes.Contains(data, []byte(`"subject":"`+webID+`"`)) {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("audit file after 10s:\n%s", data)
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+	})
+}
