@@ -175,6 +175,16 @@ func TestAPIKey(t *testing.T) {
 		}
 		respond "{http.auth.user.id}"
 	}
+	route /first/* {
+		jwt_auth {
+			hmac_secret %[6]s
+			optional
+		}
+		api_key {
+			keys_file %[4]s
+		}
+		respond "{http.auth.user.id}"
+	}
 	route /chain/* {
 		audit
 		api_key {
@@ -275,6 +285,22 @@ func TestAPIKey(t *testing.T) {
 					t.Fatalf("%d %q, want %d %q", r.status, r.body, tc.status, tc.body)
 				}
 			})
+		}
+	})
+
+	t.Run("an identity from an earlier source stands", func(t *testing.T) {
+		tok, err := jwt.NewWithClaims(jwt.SigningMethodHS256, jwt.MapClaims{"sub": "jwt-first", "exp": time.Now().Add(time.Hour).Unix()}).SignedString([]byte(jwtSecret))
+		if err != nil {
+			t.Fatal(err)
+		}
+		// jwt_auth runs first here: api_key passes the request on without
+		// looking at the (malformed) key it also carries
+		r := do(t, "GET", base+"/first/x", map[string]string{"Authorization": "Bearer " + tok, "X-API-Key": "not-a-key"})
+		if r.status != 200 || r.body != "jwt-first" {
+			t.Fatalf("%d %q, want 200 jwt-first", r.status, r.body)
+		}
+		if r := do(t, "GET", base+"/first/x", map[string]string{"X-API-Key": reader.key}); r.status != 200 || r.body != alice {
+			t.Fatalf("key alone: %d %q, want 200 %s", r.status, r.body, alice)
 		}
 	})
 
