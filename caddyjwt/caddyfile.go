@@ -44,9 +44,20 @@ func parseCaddyfile(h httpcaddyfile.Helper) (caddyhttp.MiddlewareHandler, error)
 //		max_token_size <bytes>             # default 8192
 //		cache_size     <entries>|off       # default 10000
 //		cache_ttl      <duration>          # default 5m
+//		provider <name> {                  # repeatable; a token's iss picks one
+//			oidc       <issuer-url>        # discovery: issuer and jwks_uri
+//			issuer     <iss>               # or: issuer and its key sources
+//			jwks_url   <url>...
+//			public_key <pem_file>...
+//			hmac_secret <secret>...
+//			audience   <aud>...
+//			algorithms <alg>...
+//			leeway     <duration>
+//		}
 //	}
 //
-// Every subdirective that takes a list may also be repeated.
+// Every subdirective that takes a list may also be repeated. With provider
+// blocks, keys, issuer, audience, algorithms and leeway go inside them.
 func (j *JWTAuth) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 	d.Next() // directive name
 	if d.NextArg() {
@@ -152,11 +163,81 @@ func (j *JWTAuth) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 			} else {
 				j.CacheSize = n
 			}
+		case "provider":
+			p, err := unmarshalProvider(d)
+			if err != nil {
+				return err
+			}
+			j.Providers = append(j.Providers, p)
 		default:
 			return d.Errf("unrecognized subdirective '%s'", name)
 		}
 	}
+	if err := j.checkProviders(); err != nil {
+		return d.Err(err.Error())
+	}
 	return nil
+}
+
+// unmarshalProvider reads a `provider <name> { ... }` block.
+func unmarshalProvider(d *caddyfile.Dispenser) (IdentityProvider, error) {
+	var p IdentityProvider
+	if !d.Args(&p.Name) {
+		return p, d.ArgErr()
+	}
+	if d.NextArg() {
+		return p, d.ArgErr()
+	}
+	for nesting := d.Nesting(); d.NextBlock(nesting); {
+		name := d.Val()
+		switch name {
+		case "oidc", "issuer":
+			var v string
+			if !d.Args(&v) {
+				return p, d.ArgErr()
+			}
+			if d.NextArg() {
+				return p, d.ArgErr()
+			}
+			if name == "oidc" {
+				p.OIDC = v
+			} else {
+				p.Issuer = v
+			}
+		case "jwks_url", "public_key", "hmac_secret", "audience", "algorithms":
+			args := d.RemainingArgs()
+			if len(args) == 0 {
+				return p, d.ArgErr()
+			}
+			switch name {
+			case "jwks_url":
+				p.JWKSURLs = append(p.JWKSURLs, args...)
+			case "public_key":
+				p.PublicKeys = append(p.PublicKeys, args...)
+			case "hmac_secret":
+				p.HMACSecrets = append(p.HMACSecrets, args...)
+			case "audience":
+				p.Audiences = append(p.Audiences, args...)
+			case "algorithms":
+				p.Algorithms = append(p.Algorithms, args...)
+			}
+		case "leeway":
+			if !d.NextArg() {
+				return p, d.ArgErr()
+			}
+			dur, err := caddy.ParseDuration(d.Val())
+			if err != nil {
+				return p, d.Errf("invalid leeway %q: %v", d.Val(), err)
+			}
+			if d.NextArg() {
+				return p, d.ArgErr()
+			}
+			p.Leeway = caddy.Duration(dur)
+		default:
+			return p, d.Errf("provider %q: unrecognized subdirective '%s'", p.Name, name)
+		}
+	}
+	return p, nil
 }
 
 // Interface guard

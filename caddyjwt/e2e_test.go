@@ -342,3 +342,91 @@ func eventually(t *testing.T, req func() (*http.Response, string), status int) (
 		time.Sleep(20 * time.Millisecond)
 	}
 }
+
+// TestEndToEndProviders loads a real Caddy config with two providers: an
+// OpenID Provider found through discovery, and an issuer with its own JWKS.
+// The two publish the same kid with different keys.
+func TestEndToEndProviders(t *testing.T) {
+	corpKey, err := rsa.GenerateKey(rand.Reader, 2048)
+	if err != nil {
+		t.Fatal(err)
+	}
+	partnerKey, err := rsa.GenerateKey(rand.Reader, 2048)
+	if err != nil {
+		t.Fatal(err)
+	}
+	partners := newIDP(t)
+	partners.serve(map[string]*rsa.PrivateKey{"shared-kid": partnerKey})
+	corpKeys := newIDP(t)
+	corpKeys.serve(map[string]*rsa.PrivateKey{"shared-kid": corpKey})
+	var sso *httptest.Server
+	sso = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path != "/realms/main/.well-known/openid-configuration" {
+			http.NotFound(w, r)
+			return
+		}
+		json.NewEncoder(w).Encode(map[string]string{"issuer": sso.URL + "/realms/main", "jwks_uri": corpKeys.srv.URL})
+	}))
+	t.Cleanup(sso.Close)
+	corpIss, partnerIss := sso.URL+"/realms/main", "https://partners.example"
+
+	tester := caddytester.Load(t, adminPort, fmt.Sprintf(`
+{
+	admin localhost:%[1]d
+	http_port 19100
+	https_port 19101
+	skip_install_trust
+	grace_period 1ms
+}
+:%[2]d {
+	jwt_auth {
+		provider corp {
+			oidc     %[3]s
+			audience orders-api
+		}
+		provider partners {
+			issuer     %[4]s
+			jwks_url   %[5]s
+			algorithms RS256
+		}
+	}
+	respond "{http.auth.user.id} via {http.auth.jwt.claims.iss}"
+}
+`, adminPort, listen, corpIss, partnerIss, partners.srv.URL))
+	base := fmt.Sprintf("http://127.0.0.1:%d/", listen)
+	get := func(token string) (int, string) {
+		t.Helper()
+		req, _ := http.NewRequest("GET", base, nil)
+		req.Header.Set("Authorization", "Bearer "+token)
+		resp, err := tester.Client.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, string(b)
+	}
+	claims := func(iss, sub string) jwt.MapClaims {
+		return jwt.MapClaims{"sub": sub, "iss": iss, "aud": "orders-api", "exp": time.Now().Add(time.Hour).Unix()}
+	}
+	cases := []struct {
+		name   string
+		token  string
+		status int
+		body   string
+	}{
+		{"corp token through discovery", rsaSign(t, corpKey, "shared-kid", claims(corpIss, "alice")), 200, "alice via " + corpIss},
+		{"partner token", rsaSign(t, partnerKey, "shared-kid", claims(partnerIss, "bob")), 200, "bob via " + partnerIss},
+		{"corp iss signed with the partner key", rsaSign(t, partnerKey, "shared-kid", claims(corpIss, "mallory")), 401, `{"error":"invalid_token","reason":"invalid signature"}`},
+		{"partner iss signed with the corp key", rsaSign(t, corpKey, "shared-kid", claims(partnerIss, "mallory")), 401, `{"error":"invalid_token","reason":"invalid signature"}`},
+		{"unknown issuer", rsaSign(t, corpKey, "shared-kid", claims("https://elsewhere.example", "eve")), 401, `{"error":"invalid_token","reason":"unknown issuer"}`},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			status, body := get(tc.token)
+			if status != tc.status || !strings.Contains(body, tc.body) {
+				t.Fatalf("got %d %q, want %d containing %q", status, body, tc.status, tc.body)
+			}
+		})
+	}
+}

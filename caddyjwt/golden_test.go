@@ -43,6 +43,19 @@ func TestUnmarshalCaddyfileErrors(t *testing.T) {
 		{"bad cache_size", "jwt_auth {\n\tcache_size many\n}", `invalid cache_size "many"`},
 		{"zero max_token_size", "jwt_auth {\n\tmax_token_size 0\n}", `invalid max_token_size "0"`},
 		{"realm twice", "jwt_auth {\n\trealm a b\n}", "wrong argument count"},
+		{"provider without name", "jwt_auth {\n\tprovider {\n\t\tissuer x\n\t}\n}", "wrong argument count"},
+		{"provider unknown subdirective", "jwt_auth {\n\tprovider a {\n\t\tissuer x\n\t\thmac_secret s\n\t\tfrom_cookie c\n\t}\n}", `provider "a": unrecognized subdirective 'from_cookie'`},
+		{"provider without key source", "jwt_auth {\n\tprovider a {\n\t\tissuer https://a.example\n\t\taudience x\n\t}\n}", `provider "a": no key source`},
+		{"provider without issuer", "jwt_auth {\n\tprovider a {\n\t\tjwks_url https://a.example/k\n\t}\n}", `provider "a": set oidc <issuer-url>, or issuer`},
+		{"oidc with issuer", "jwt_auth {\n\tprovider a {\n\t\toidc https://a.example\n\t\tissuer https://a.example\n\t}\n}", `provider "a": oidc discovers the issuer and the keys`},
+		{"oidc with jwks_url", "jwt_auth {\n\tprovider a {\n\t\toidc https://a.example\n\t\tjwks_url https://a.example/k\n\t}\n}", `provider "a": oidc discovers the issuer and the keys`},
+		{"oidc not a URL", "jwt_auth {\n\tprovider a {\n\t\toidc sso.example\n\t}\n}", `provider "a": invalid oidc "sso.example"`},
+		{"duplicate provider names", "jwt_auth {\n\tprovider a {\n\t\toidc https://a.example\n\t}\n\tprovider a {\n\t\toidc https://b.example\n\t}\n}", `provider "a" is defined twice`},
+		{"duplicate issuers", "jwt_auth {\n\tprovider a {\n\t\toidc https://a.example\n\t}\n\tprovider b {\n\t\tissuer https://a.example\n\t\thmac_secret s\n\t}\n}", `providers "a" and "b" have the same issuer "https://a.example"`},
+		{"flat key beside providers", "jwt_auth {\n\tjwks_url https://x.example/k\n\tprovider a {\n\t\toidc https://a.example\n\t}\n}", "jwks_url outside a provider block"},
+		{"flat audience beside providers", "jwt_auth {\n\taudience x\n\tprovider a {\n\t\toidc https://a.example\n\t}\n}", "audience outside a provider block"},
+		{"provider leeway bad", "jwt_auth {\n\tprovider a {\n\t\tleeway soon\n\t}\n}", `invalid leeway "soon"`},
+		{"provider issuer twice", "jwt_auth {\n\tprovider a {\n\t\tissuer x y\n\t}\n}", "wrong argument count"},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {

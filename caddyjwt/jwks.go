@@ -276,9 +276,12 @@ func (s *JWKSet) fetch(ctx context.Context) error {
 	if int64(len(body)) > s.cfg.MaxBytes {
 		return fmt.Errorf("JWKS document larger than %d bytes", s.cfg.MaxBytes)
 	}
-	keys, skipped, err := ParseJWKS(body, "jwks "+s.cfg.URL)
+	keys, skipped, enc, err := parseJWKS(body, "jwks "+s.cfg.URL)
 	if err != nil {
 		return err
+	}
+	if ce := s.log.Check(zap.DebugLevel, "skipping JWKS encryption key"); ce != nil && len(enc) > 0 {
+		ce.Write(zap.Strings("keys", enc))
 	}
 	if len(keys) == 0 {
 		for _, why := range skipped {

@@ -18,6 +18,7 @@ import (
 	"hash"
 	"math/big"
 	"strconv"
+	"strings"
 	"sync"
 )
 
@@ -382,19 +383,32 @@ type jwk struct {
 // key is described in skipped; err is set only when the document itself is
 // not a JWK Set.
 func ParseJWKS(data []byte, source string) (keys []*Key, skipped []string, err error) {
+	keys, skipped, enc, err := parseJWKS(data, source)
+	return keys, append(skipped, enc...), err
+}
+
+// parseJWKS is ParseJWKS with the encryption keys (`use: enc`, an
+// encryption `alg` or `key_ops`) described apart: identity providers such
+// as Keycloak publish them beside their signature keys, so skipping them is
+// no sign of trouble.
+func parseJWKS(data []byte, source string) (keys []*Key, skipped, enc []string, err error) {
 	var doc struct {
 		Keys []json.RawMessage `json:"keys"`
 	}
 	if err := json.Unmarshal(data, &doc); err != nil {
-		return nil, nil, fmt.Errorf("not a JWK Set: %v", err)
+		return nil, nil, nil, fmt.Errorf("not a JWK Set: %v", err)
 	}
 	if doc.Keys == nil {
-		return nil, nil, errors.New(`not a JWK Set: no "keys" array`)
+		return nil, nil, nil, errors.New(`not a JWK Set: no "keys" array`)
 	}
 	for i, raw := range doc.Keys {
 		var j jwk
 		if err := json.Unmarshal(raw, &j); err != nil {
 			skipped = append(skipped, fmt.Sprintf("key %d: %v", i, err))
+			continue
+		}
+		if why := j.encryption(); why != "" {
+			enc = append(enc, fmt.Sprintf("key %d (kid %s): encryption key (%s)", i, strconv.Quote(j.Kid), why))
 			continue
 		}
 		k, err := j.key()
@@ -405,7 +419,32 @@ func ParseJWKS(data []byte, source string) (keys []*Key, skipped []string, err e
 		k.Source = source
 		keys = append(keys, k)
 	}
-	return keys, skipped, nil
+	return keys, skipped, enc, nil
+}
+
+// encryption says why j is an encryption key, or "" when it is not one:
+// `use: enc`, a JWE key-management `alg` (RFC 7518 section 4), or key_ops
+// that only encrypt or wrap.
+func (j *jwk) encryption() string {
+	if j.Use == "enc" {
+		return `use "enc"`
+	}
+	switch a := j.Alg; {
+	case a == "RSA1_5", a == "dir", strings.HasPrefix(a, "RSA-OAEP"), strings.HasPrefix(a, "ECDH-ES"),
+		strings.HasPrefix(a, "PBES2-"), len(a) >= 5 && a[0] == 'A' && (strings.HasSuffix(a, "KW") || strings.HasSuffix(a, "GCM")):
+		return fmt.Sprintf("alg %q", a)
+	}
+	if len(j.KeyOps) > 0 {
+		for _, op := range j.KeyOps {
+			switch op {
+			case "encrypt", "decrypt", "wrapKey", "unwrapKey", "deriveKey", "deriveBits":
+			default:
+				return ""
+			}
+		}
+		return fmt.Sprintf("key_ops %q", j.KeyOps)
+	}
+	return ""
 }
 
 func b64(field, s string) ([]byte, error) {

@@ -134,6 +134,15 @@ type JWTAuth struct {
 	// outlives the token's exp. Default: 5m.
 	CacheTTL caddy.Duration `json:"cache_ttl,omitempty"`
 
+	// Providers are identity providers. When set, a token's `iss` picks
+	// exactly one of them and only that provider's keys, algorithms,
+	// audiences and leeway apply; a token of any other issuer is refused
+	// (`unknown issuer`). The flat fields hmac_secrets, public_keys,
+	// jwks_urls, algorithms, issuers, audiences and leeway must then be
+	// empty: they describe the one implicit provider of a config without
+	// providers, whose keys verify tokens of every listed issuer.
+	Providers []IdentityProvider `json:"providers,omitempty"`
+
 	verifier    *Verifier
 	sources     []TokenSource
 	forward     []forward
@@ -143,6 +152,101 @@ type JWTAuth struct {
 	logger      *zap.Logger
 	jwksKeys    []string
 	verifierKey string
+}
+
+// IdentityProvider is one issuer of tokens and its keys. Exactly one of
+// OIDC and Issuer is set; with Issuer, at least one of JWKSURLs,
+// PublicKeys and HMACSecrets.
+type IdentityProvider struct {
+	// Name identifies the provider in errors, logs and the config; names
+	// are unique within a jwt_auth.
+	Name string `json:"name"`
+
+	// OIDC is the issuer URL of an OpenID Provider. Its configuration is
+	// read in the background from `<oidc>/.well-known/openid-configuration`;
+	// its `issuer` must equal this URL, and its `jwks_uri` is fetched and
+	// refreshed as a jwks_url is. Tokens must have `iss` equal to this URL.
+	OIDC string `json:"oidc,omitempty"`
+
+	// Issuer is the exact `iss` of the provider's tokens (without OIDC).
+	Issuer string `json:"issuer,omitempty"`
+
+	// JWKSURLs are URLs of the provider's JWK Sets.
+	JWKSURLs []string `json:"jwks_urls,omitempty"`
+
+	// PublicKeys are paths of PEM files with the provider's public keys.
+	PublicKeys []string `json:"public_keys,omitempty"`
+
+	// HMACSecrets are the provider's HMAC secrets; placeholders such as
+	// `{env.X}` are expanded when the config loads.
+	HMACSecrets []string `json:"hmac_secrets,omitempty"`
+
+	// Algorithms is the provider's allow-list. Default: every algorithm
+	// its keys can verify.
+	Algorithms []string `json:"algorithms,omitempty"`
+
+	// Audiences: when set, `aud` must contain one of them.
+	Audiences []string `json:"audiences,omitempty"`
+
+	// Leeway is the clock skew tolerated on the provider's exp, nbf and
+	// iat. Default: 0.
+	Leeway caddy.Duration `json:"leeway,omitempty"`
+}
+
+// issuer returns the iss the provider's tokens carry.
+func (p *IdentityProvider) issuer() string {
+	if p.OIDC != "" {
+		return p.OIDC
+	}
+	return p.Issuer
+}
+
+// checkProviders checks the providers and their relation to the flat
+// fields; the Caddyfile and Validate both use it.
+func (j *JWTAuth) checkProviders() error {
+	if len(j.Providers) == 0 {
+		return nil
+	}
+	for field, set := range map[string]bool{
+		"hmac_secret": len(j.HMACSecrets) > 0, "public_key": len(j.PublicKeys) > 0, "jwks_url": len(j.JWKSURLs) > 0,
+		"issuer": len(j.Issuers) > 0, "audience": len(j.Audiences) > 0, "algorithms": len(j.Algorithms) > 0, "leeway": j.Leeway != 0,
+	} {
+		if set {
+			return fmt.Errorf("%s outside a provider block: with providers, each provider has its own keys, issuer, audience, algorithms and leeway", field)
+		}
+	}
+	names := make(map[string]bool)
+	issuers := make(map[string]string)
+	for i := range j.Providers {
+		p := &j.Providers[i]
+		if p.Name == "" {
+			return fmt.Errorf("provider #%d has no name", i+1)
+		}
+		if names[p.Name] {
+			return fmt.Errorf("provider %q is defined twice", p.Name)
+		}
+		names[p.Name] = true
+		switch {
+		case p.OIDC != "" && (p.Issuer != "" || len(p.JWKSURLs) > 0 || len(p.PublicKeys) > 0 || len(p.HMACSecrets) > 0):
+			return fmt.Errorf("provider %q: oidc discovers the issuer and the keys; it cannot be combined with issuer, jwks_url, public_key or hmac_secret", p.Name)
+		case p.OIDC != "":
+			if err := urls.CheckHTTP("oidc", p.OIDC); err != nil {
+				return fmt.Errorf("provider %q: %v", p.Name, err)
+			}
+		case p.Issuer == "":
+			return fmt.Errorf("provider %q: set oidc <issuer-url>, or issuer with jwks_url, public_key or hmac_secret", p.Name)
+		case len(p.JWKSURLs) == 0 && len(p.PublicKeys) == 0 && len(p.HMACSecrets) == 0:
+			return fmt.Errorf("provider %q: no key source: set jwks_url, public_key or hmac_secret (or use oidc)", p.Name)
+		}
+		if other, dup := issuers[p.issuer()]; dup {
+			return fmt.Errorf("providers %q and %q have the same issuer %q: a token's iss must pick exactly one provider", other, p.Name, p.issuer())
+		}
+		issuers[p.issuer()] = p.Name
+		if p.Leeway < 0 {
+			return fmt.Errorf("provider %q: invalid leeway %q: must not be negative", p.Name, time.Duration(p.Leeway))
+		}
+	}
+	return nil
 }
 
 // ForwardClaim copies a claim into an upstream request header.
@@ -187,16 +291,30 @@ func (j *JWTAuth) Provision(ctx caddy.Context) error {
 	// fp identifies the keys and settings: configs (and reloads) with the
 	// same ones share one verifier and its verified-token cache
 	fp := sha256.New()
-	keys, err := j.staticKeys(repl, fp)
-	if err != nil {
-		return err
-	}
-	sets, err := j.joinKeySets(repl, fp)
-	if err != nil {
-		return err
-	}
-	if err := j.joinVerifier(keys, sets, fp); err != nil {
-		return err
+	if len(j.Providers) > 0 {
+		// checked before any discovery starts in the background
+		if err := j.checkProviders(); err != nil {
+			return err
+		}
+		if err := j.provisionProviders(repl, fp); err != nil {
+			return err
+		}
+	} else {
+		keys, err := j.staticKeys(repl, fp, j.HMACSecrets, j.PublicKeys, j.Algorithms)
+		if err != nil {
+			return err
+		}
+		sets, err := j.joinKeySets(repl, fp, j.JWKSURLs)
+		if err != nil {
+			return err
+		}
+		if len(j.Issuers) > 1 && len(keys)+len(sets) > 1 {
+			j.logger.Warn("several issuers share several key sources: any of the keys verifies a token claiming any of the issuers; use provider blocks to bind each issuer to its own keys",
+				zap.Strings("issuers", j.Issuers))
+		}
+		if err := j.joinVerifier(keys, sets, fp); err != nil {
+			return err
+		}
 	}
 	j.sources = OrderSources(j.FromHeaders, j.FromCookies, j.FromQuery)
 	for _, fc := range j.ForwardClaims {
@@ -213,9 +331,9 @@ func (j *JWTAuth) Provision(ctx caddy.Context) error {
 
 // staticKeys loads the HMAC secrets and PEM public keys, and warns about a
 // key that none of the allowed algorithms can use.
-func (j *JWTAuth) staticKeys(repl *caddy.Replacer, fp hash.Hash) ([]*Key, error) {
+func (j *JWTAuth) staticKeys(repl *caddy.Replacer, fp hash.Hash, hmacSecrets, publicKeys, algorithms []string) ([]*Key, error) {
 	var keys []*Key
-	for i, raw := range j.HMACSecrets {
+	for i, raw := range hmacSecrets {
 		secret := repl.ReplaceKnown(raw, "")
 		if secret == "" {
 			return nil, fmt.Errorf("hmac_secret #%d is empty once placeholders are replaced (is the environment variable or file set?)", i+1)
@@ -229,7 +347,7 @@ func (j *JWTAuth) staticKeys(repl *caddy.Replacer, fp hash.Hash) ([]*Key, error)
 		}
 		keys = append(keys, k)
 	}
-	for _, raw := range j.PublicKeys {
+	for _, raw := range publicKeys {
 		path := repl.ReplaceKnown(raw, "")
 		data, err := os.ReadFile(path)
 		if err != nil {
@@ -243,55 +361,70 @@ func (j *JWTAuth) staticKeys(repl *caddy.Replacer, fp hash.Hash) ([]*Key, error)
 	}
 	for _, k := range keys {
 		fp.Write(k.fp[:])
-		if len(j.Algorithms) > 0 {
+		if len(algorithms) > 0 {
 			usable := false
-			for _, a := range j.Algorithms {
+			for _, a := range algorithms {
 				usable = usable || k.Allows(a)
 			}
 			if !usable {
 				j.logger.Warn("key can verify none of the allowed algorithms; it will reject every token",
-					zap.String("source", k.Source), zap.String("key_type", k.Family()), zap.Strings("algorithms", j.Algorithms))
+					zap.String("source", k.Source), zap.String("key_type", k.Family()), zap.Strings("algorithms", algorithms))
 			}
 		}
 	}
 	return keys, nil
 }
 
+// jwksConfig is the JWKS fetch settings with the defaults applied (before
+// keying the pool, so that `jwks_refresh 10m` and no jwks_refresh share one
+// fetcher).
+func (j *JWTAuth) jwksConfig() JWKSConfig {
+	cfg := JWKSConfig{Refresh: time.Duration(j.JWKSRefresh), Cooldown: time.Duration(j.JWKSCooldown), Timeout: time.Duration(j.JWKSTimeout), Logger: j.logger}
+	if cfg.Refresh == 0 {
+		cfg.Refresh = DefaultJWKSRefresh
+	}
+	if cfg.Cooldown == 0 {
+		cfg.Cooldown = DefaultJWKSCooldown
+	}
+	if cfg.Timeout == 0 {
+		cfg.Timeout = DefaultJWKSTimeout
+	}
+	return cfg
+}
+
+// joinJWKS joins (or starts) the shared fetcher of cfg.URL, which fetches
+// in the background, and returns it with its pool key.
+func joinJWKS(cfg JWKSConfig, m *jwtMetrics) (*JWKSet, string, error) {
+	poolKey := fmt.Sprintf("jwks|%s|%d|%d|%d", cfg.URL, cfg.Refresh, cfg.Cooldown, cfg.Timeout)
+	val, _, err := jwksPool.LoadOrNew(poolKey, func() (caddy.Destructor, error) {
+		s := NewJWKSet(cfg)
+		s.Start()
+		return s, nil
+	})
+	if err != nil {
+		return nil, "", err
+	}
+	s := val.(*JWKSet)
+	fetches, u := m.jwksFetches, cfg.URL
+	s.OnFetch(func(result string) { fetches.WithLabelValues(u, result).Inc() })
+	return s, poolKey, nil
+}
+
 // joinKeySets joins (or starts) the shared JWKS fetcher of every jwks_url,
 // which fetches in the background.
-func (j *JWTAuth) joinKeySets(repl *caddy.Replacer, fp hash.Hash) ([]KeySet, error) {
-	// defaults applied before keying the pool, so that `jwks_refresh 10m`
-	// and no jwks_refresh share one fetcher
-	refresh, cooldown, timeout := time.Duration(j.JWKSRefresh), time.Duration(j.JWKSCooldown), time.Duration(j.JWKSTimeout)
-	if refresh == 0 {
-		refresh = DefaultJWKSRefresh
-	}
-	if cooldown == 0 {
-		cooldown = DefaultJWKSCooldown
-	}
-	if timeout == 0 {
-		timeout = DefaultJWKSTimeout
-	}
+func (j *JWTAuth) joinKeySets(repl *caddy.Replacer, fp hash.Hash, jwksURLs []string) ([]KeySet, error) {
 	var sets []KeySet
-	for _, raw := range j.JWKSURLs {
-		u := repl.ReplaceKnown(raw, "")
-		if err := urls.CheckHTTP("jwks_url", u); err != nil {
+	for _, raw := range jwksURLs {
+		cfg := j.jwksConfig()
+		cfg.URL = repl.ReplaceKnown(raw, "")
+		if err := urls.CheckHTTP("jwks_url", cfg.URL); err != nil {
 			return nil, err
 		}
-		poolKey := fmt.Sprintf("jwks|%s|%d|%d|%d", u, refresh, cooldown, timeout)
-		logger := j.logger
-		val, _, err := jwksPool.LoadOrNew(poolKey, func() (caddy.Destructor, error) {
-			s := NewJWKSet(JWKSConfig{URL: u, Refresh: refresh, Cooldown: cooldown, Timeout: timeout, Logger: logger})
-			s.Start()
-			return s, nil
-		})
+		s, poolKey, err := joinJWKS(cfg, j.metrics)
 		if err != nil {
 			return nil, err
 		}
 		j.jwksKeys = append(j.jwksKeys, poolKey)
-		s := val.(*JWKSet)
-		fetches := j.metrics.jwksFetches
-		s.OnFetch(func(result string) { fetches.WithLabelValues(u, result).Inc() })
 		sets = append(sets, s)
 		fp.Write([]byte(poolKey))
 		fp.Write([]byte{0})
@@ -299,10 +432,74 @@ func (j *JWTAuth) joinKeySets(repl *caddy.Replacer, fp hash.Hash) ([]KeySet, err
 	return sets, nil
 }
 
-// joinVerifier joins (or makes) the verifier shared by configs with the same
-// keys and settings.
-func (j *JWTAuth) joinVerifier(keys []*Key, sets []KeySet, fp hash.Hash) error {
-	opts := Options{
+// joinOIDC joins (or starts) the shared discovery of an OpenID Provider,
+// which discovers in the background and then joins the JWKS fetcher of
+// the jwks_uri it found through the same pool as jwks_url.
+func (j *JWTAuth) joinOIDC(issuer string, fp hash.Hash) (KeySet, error) {
+	cfg := j.jwksConfig()
+	poolKey := fmt.Sprintf("oidc|%s|%d|%d|%d", issuer, cfg.Refresh, cfg.Cooldown, cfg.Timeout)
+	// the discovery outlives this config: it holds the metrics (the same
+	// collectors in every config), not j
+	metrics := j.metrics
+	val, _, err := jwksPool.LoadOrNew(poolKey, func() (caddy.Destructor, error) {
+		s := NewOIDCKeySet(OIDCConfig{Issuer: issuer, JWKS: cfg, JoinJWKS: func(cfg JWKSConfig) (*JWKSet, func(), error) {
+			set, key, err := joinJWKS(cfg, metrics)
+			if err != nil {
+				return nil, nil, err
+			}
+			return set, func() { _, _ = jwksPool.Delete(key) }, nil
+		}})
+		s.Start()
+		return s, nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	j.jwksKeys = append(j.jwksKeys, poolKey)
+	fp.Write([]byte(poolKey))
+	fp.Write([]byte{0})
+	return val.(*OIDCKeySet), nil
+}
+
+// provisionProviders loads and joins each provider's keys and joins the
+// verifier that picks a provider by iss. The fingerprint holds each
+// provider's issuer beside its own keys and rules, so that two configs
+// binding the same keys to different issuers never share a verifier (nor
+// its cache of verified tokens).
+func (j *JWTAuth) provisionProviders(repl *caddy.Replacer, fp hash.Hash) error {
+	providers := make([]Provider, 0, len(j.Providers))
+	for _, pc := range j.Providers {
+		fmt.Fprintf(fp, "provider\x00%s\x00%s\x00", pc.Name, pc.issuer())
+		keys, err := j.staticKeys(repl, fp, pc.HMACSecrets, pc.PublicKeys, pc.Algorithms)
+		if err != nil {
+			return fmt.Errorf("provider %q: %v", pc.Name, err)
+		}
+		var sets []KeySet
+		if pc.OIDC != "" {
+			s, err := j.joinOIDC(pc.OIDC, fp)
+			if err != nil {
+				return fmt.Errorf("provider %q: %v", pc.Name, err)
+			}
+			sets = []KeySet{s}
+		} else if sets, err = j.joinKeySets(repl, fp, pc.JWKSURLs); err != nil {
+			return fmt.Errorf("provider %q: %v", pc.Name, err)
+		}
+		p := Provider{Name: pc.Name, Issuer: pc.issuer(), Keys: keys, Sets: sets,
+			Algorithms: pc.Algorithms, Audiences: pc.Audiences, Leeway: time.Duration(pc.Leeway)}
+		rulesJSON, err := json.Marshal([]any{p.Algorithms, p.Audiences, p.Leeway})
+		if err != nil {
+			return err
+		}
+		fp.Write(rulesJSON)
+		fp.Write([]byte{0})
+		providers = append(providers, p)
+	}
+	opts := j.options()
+	return j.joinPooledVerifier(opts, fp, func() (*Verifier, error) { return NewProvidersVerifier(opts, providers) })
+}
+
+func (j *JWTAuth) options() Options {
+	return Options{
 		Algorithms:    j.Algorithms,
 		Issuers:       j.Issuers,
 		Audiences:     j.Audiences,
@@ -312,6 +509,16 @@ func (j *JWTAuth) joinVerifier(keys []*Key, sets []KeySet, fp hash.Hash) error {
 		CacheSize:     j.CacheSize,
 		CacheTTL:      time.Duration(j.CacheTTL),
 	}
+}
+
+// joinVerifier joins (or makes) the verifier shared by configs with the same
+// keys and settings.
+func (j *JWTAuth) joinVerifier(keys []*Key, sets []KeySet, fp hash.Hash) error {
+	opts := j.options()
+	return j.joinPooledVerifier(opts, fp, func() (*Verifier, error) { return NewVerifier(opts, keys, sets...) })
+}
+
+func (j *JWTAuth) joinPooledVerifier(opts Options, fp hash.Hash, build func() (*Verifier, error)) error {
 	optsJSON, err := json.Marshal(opts)
 	if err != nil {
 		return err
@@ -319,7 +526,7 @@ func (j *JWTAuth) joinVerifier(keys []*Key, sets []KeySet, fp hash.Hash) error {
 	fp.Write(optsJSON)
 	j.verifierKey = "verifier|" + hex.EncodeToString(fp.Sum(nil))
 	val, _, err := verifierPool.LoadOrNew(j.verifierKey, func() (caddy.Destructor, error) {
-		v, err := NewVerifier(opts, keys, sets...)
+		v, err := build()
 		if err != nil {
 			return nil, err
 		}
@@ -335,8 +542,11 @@ func (j *JWTAuth) joinVerifier(keys []*Key, sets []KeySet, fp hash.Hash) error {
 
 // Validate checks the configuration's ranges.
 func (j *JWTAuth) Validate() error {
-	if len(j.HMACSecrets) == 0 && len(j.PublicKeys) == 0 && len(j.JWKSURLs) == 0 {
-		return fmt.Errorf("no key configured: set hmac_secret, public_key or jwks_url")
+	if err := j.checkProviders(); err != nil {
+		return err
+	}
+	if len(j.Providers) == 0 && len(j.HMACSecrets) == 0 && len(j.PublicKeys) == 0 && len(j.JWKSURLs) == 0 {
+		return fmt.Errorf("no key configured: set hmac_secret, public_key or jwks_url, or a provider block")
 	}
 	for name, d := range map[string]caddy.Duration{
 		"jwks_refresh": j.JWKSRefresh, "jwks_cooldown": j.JWKSCooldown, "jwks_timeout": j.JWKSTimeout,

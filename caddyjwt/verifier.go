@@ -85,6 +85,7 @@ var (
 	ErrNotYetValid      = newErr("token not yet valid")
 	ErrIssuedInFuture   = newErr("token issued in the future")
 	ErrIssuer           = newErr("invalid issuer")
+	ErrUnknownIssuer    = newErr("unknown issuer")
 	ErrAudience         = newErr("invalid audience")
 	errMissingClaimBase = "missing claim"
 	errClaimTypeBase    = "invalid claim"
@@ -97,51 +98,136 @@ func claimErr(base, name string) *Error {
 // Verifier verifies JWTs against static keys and key sets, applies the
 // claim rules of its Options and caches verified tokens. It is safe for
 // concurrent use and has no Caddy dependency.
+//
+// A Verifier made by NewVerifier has one set of keys and rules for every
+// token (any of its keys verifies a token of any of its issuers). One made
+// by NewProvidersVerifier picks, by the token's `iss`, exactly one
+// Provider, and only that provider's keys and rules apply.
 type Verifier struct {
 	opts     Options
-	allowed  map[string]bool // nil: every algorithm
-	static   []*Key
-	sets     []KeySet
+	flat     *rules            // NewVerifier: the one set of keys and rules
+	byIssuer map[string]*rules // NewProvidersVerifier: iss -> its provider
+	sets     []KeySet          // every key set, for the cache generation
 	required []ClaimPath
-	leeway   float64
 	maxSize  int
 	ttl      time.Duration
 	cache    *Cache
 	now      func() time.Time
 }
 
-// NewVerifier builds a Verifier. At least one key or key set is required.
-func NewVerifier(opts Options, keys []*Key, sets ...KeySet) (*Verifier, error) {
+// rules are the keys and checks of one provider.
+type rules struct {
+	name      string
+	allowed   map[string]bool // nil: every algorithm
+	static    []*Key
+	sets      []KeySet
+	issuers   []string
+	audiences []string
+	leeway    float64
+}
+
+// Provider is one identity provider of a Verifier: tokens whose `iss`
+// equals Issuer are verified with its keys and rules, and with no other.
+type Provider struct {
+	// Name identifies the provider in errors and logs.
+	Name string
+	// Issuer is the exact `iss` of the provider's tokens.
+	Issuer string
+	// Keys and Sets are the provider's keys; at least one is required.
+	Keys []*Key
+	Sets []KeySet
+	// Algorithms is the provider's allow-list (empty: every algorithm
+	// its keys can verify).
+	Algorithms []string
+	// Audiences: when set, `aud` must hold one of them.
+	Audiences []string
+	// Leeway is the clock skew tolerated on exp, nbf and iat.
+	Leeway time.Duration
+}
+
+func newRules(name string, algorithms, issuers, audiences []string, leeway time.Duration, keys []*Key, sets []KeySet) (*rules, error) {
 	if len(keys) == 0 && len(sets) == 0 {
 		return nil, errors.New("no key configured: set hmac_secret, public_key or jwks_url")
 	}
-	v := &Verifier{opts: opts, static: keys, sets: sets, now: opts.Now}
-	if v.now == nil {
-		v.now = time.Now
-	}
-	if len(opts.Algorithms) > 0 {
-		v.allowed = make(map[string]bool)
-		for _, name := range opts.Algorithms {
+	p := &rules{name: name, static: keys, sets: sets, issuers: issuers, audiences: audiences}
+	if len(algorithms) > 0 {
+		p.allowed = make(map[string]bool)
+		for _, name := range algorithms {
 			if strings.EqualFold(name, "none") {
 				return nil, errors.New(`algorithm "none" is never accepted`)
 			}
 			if lookupAlg(name) == nil {
 				return nil, fmt.Errorf("unsupported algorithm %q (supported: %s)", name, strings.Join(SupportedAlgorithms(), ", "))
 			}
-			v.allowed[name] = true
+			p.allowed[name] = true
 		}
+	}
+	if leeway < 0 {
+		return nil, fmt.Errorf("invalid leeway %s: must not be negative", leeway)
+	}
+	p.leeway = leeway.Seconds()
+	return p, nil
+}
+
+// NewVerifier builds a Verifier. At least one key or key set is required.
+// Every key verifies tokens of every issuer in opts.Issuers: use
+// NewProvidersVerifier to bind keys to an issuer.
+func NewVerifier(opts Options, keys []*Key, sets ...KeySet) (*Verifier, error) {
+	p, err := newRules("", opts.Algorithms, opts.Issuers, opts.Audiences, opts.Leeway, keys, sets)
+	if err != nil {
+		return nil, err
+	}
+	v := &Verifier{opts: opts, flat: p, sets: sets}
+	return v, v.init()
+}
+
+// NewProvidersVerifier builds a Verifier whose tokens are each verified by
+// the one provider their `iss` names; a token of another issuer fails with
+// ErrUnknownIssuer. opts.Algorithms, Issuers, Audiences and Leeway are not
+// used (each provider has its own).
+func NewProvidersVerifier(opts Options, providers []Provider) (*Verifier, error) {
+	if len(providers) == 0 {
+		return nil, errors.New("no provider configured")
+	}
+	v := &Verifier{opts: opts, byIssuer: make(map[string]*rules, len(providers))}
+	names := make(map[string]bool, len(providers))
+	for _, pc := range providers {
+		if pc.Name == "" {
+			return nil, errors.New("provider without a name")
+		}
+		if names[pc.Name] {
+			return nil, fmt.Errorf("provider %q is defined twice", pc.Name)
+		}
+		names[pc.Name] = true
+		if pc.Issuer == "" {
+			return nil, fmt.Errorf("provider %q: no issuer", pc.Name)
+		}
+		if other, dup := v.byIssuer[pc.Issuer]; dup {
+			return nil, fmt.Errorf("providers %q and %q have the same issuer %q: a token's iss must pick one provider", other.name, pc.Name, pc.Issuer)
+		}
+		p, err := newRules(pc.Name, pc.Algorithms, []string{pc.Issuer}, pc.Audiences, pc.Leeway, pc.Keys, pc.Sets)
+		if err != nil {
+			return nil, fmt.Errorf("provider %q: %v", pc.Name, err)
+		}
+		v.byIssuer[pc.Issuer] = p
+		v.sets = append(v.sets, pc.Sets...)
+	}
+	return v, v.init()
+}
+
+func (v *Verifier) init() error {
+	opts := v.opts
+	v.now = opts.Now
+	if v.now == nil {
+		v.now = time.Now
 	}
 	for _, rc := range opts.RequireClaims {
 		p, err := ParseClaimPath(rc)
 		if err != nil {
-			return nil, fmt.Errorf("require_claims: %v", err)
+			return fmt.Errorf("require_claims: %v", err)
 		}
 		v.required = append(v.required, p)
 	}
-	if opts.Leeway < 0 {
-		return nil, fmt.Errorf("invalid leeway %s: must not be negative", opts.Leeway)
-	}
-	v.leeway = opts.Leeway.Seconds()
 	v.maxSize = opts.MaxTokenSize
 	if v.maxSize <= 0 {
 		v.maxSize = DefaultMaxTokenSize
@@ -156,7 +242,7 @@ func NewVerifier(opts Options, keys []*Key, sets ...KeySet) (*Verifier, error) {
 	case opts.CacheSize > 0:
 		v.cache = NewCache(opts.CacheSize)
 	}
-	return v, nil
+	return nil
 }
 
 // MaxTokenSize returns the largest token accepted, in bytes.
@@ -248,7 +334,8 @@ func (v *Verifier) verify(ctx context.Context, token string, now time.Time, gen 
 	if a == nil {
 		return nil, ErrUnsupportedAlg
 	}
-	if v.allowed != nil && !v.allowed[a.name] {
+	p := v.flat
+	if p != nil && p.allowed != nil && !p.allowed[a.name] {
 		return nil, ErrAlgNotAllowed
 	}
 	if len(h.Crit) > 0 && string(h.Crit) != "null" {
@@ -269,20 +356,37 @@ func (v *Verifier) verify(ctx context.Context, token string, now time.Time, gen 
 	sig := buf[hLen+pLen : hLen+pLen+n]
 	signed := token[:d1+1+d2]
 
-	k, err := v.checkSignature(ctx, a, h.Kid, bytesOf(signed), sig)
+	var claims map[string]any
+	if p == nil {
+		// providers: the unverified iss picks the one provider whose keys
+		// and rules apply; the signature check below proves it
+		if err := json.Unmarshal(payload, &claims); err != nil || claims == nil {
+			return nil, ErrBadClaims
+		}
+		iss, _ := claims["iss"].(string)
+		if p = v.byIssuer[iss]; p == nil {
+			return nil, ErrUnknownIssuer
+		}
+		if p.allowed != nil && !p.allowed[a.name] {
+			return nil, ErrAlgNotAllowed
+		}
+	}
+
+	k, err := v.checkSignature(ctx, p, a, h.Kid, bytesOf(signed), sig)
 	if err != nil {
 		return nil, err
 	}
 
-	var claims map[string]any
-	if err := json.Unmarshal(payload, &claims); err != nil || claims == nil {
-		return nil, ErrBadClaims
+	if claims == nil {
+		if err := json.Unmarshal(payload, &claims); err != nil || claims == nil {
+			return nil, ErrBadClaims
+		}
 	}
 	id := &Identity{Algorithm: a.name, KeyID: h.Kid, Claims: claims, Method: MethodJWT}
 	if k.ID != "" {
 		id.KeyID = k.ID
 	}
-	exp, err := v.checkClaims(id, now)
+	exp, err := v.checkClaims(p, id, now)
 	if err != nil {
 		return nil, err
 	}
@@ -304,7 +408,7 @@ func (v *Verifier) verify(ctx context.Context, token string, now time.Time, gen 
 // checkSignature finds the key for kid and alg, and verifies sig with it.
 // The algorithm must fit the key's type (and the key's own alg if it has
 // one): the header alone never chooses how a key is used.
-func (v *Verifier) checkSignature(ctx context.Context, a *alg, kid string, signed, sig []byte) (*Key, error) {
+func (v *Verifier) checkSignature(ctx context.Context, p *rules, a *alg, kid string, signed, sig []byte) (*Key, error) {
 	var (
 		found    bool // a key answered to kid
 		mismatch bool // a candidate key cannot do alg
@@ -320,7 +424,7 @@ func (v *Verifier) checkSignature(ctx context.Context, a *alg, kid string, signe
 	}
 	search := func() *Key {
 		if kid != "" {
-			for _, k := range v.static {
+			for _, k := range p.static {
 				if k.ID == kid {
 					found = true
 					if try(k) {
@@ -328,7 +432,7 @@ func (v *Verifier) checkSignature(ctx context.Context, a *alg, kid string, signe
 					}
 				}
 			}
-			for _, s := range v.sets {
+			for _, s := range p.sets {
 				for _, k := range s.Keys() {
 					if k.ID == kid {
 						found = true
@@ -345,14 +449,14 @@ func (v *Verifier) checkSignature(ctx context.Context, a *alg, kid string, signe
 		// no kid, or a kid no key claims: keys without an ID (plain
 		// secrets, PEM files, JWKs without kid) may verify it; a token
 		// without kid may match any key
-		for _, k := range v.static {
+		for _, k := range p.static {
 			if k.ID == "" || kid == "" {
 				if try(k) {
 					return k
 				}
 			}
 		}
-		for _, s := range v.sets {
+		for _, s := range p.sets {
 			for _, k := range s.Keys() {
 				if kid == "" || k.ID == "" {
 					if try(k) {
@@ -366,11 +470,11 @@ func (v *Verifier) checkSignature(ctx context.Context, a *alg, kid string, signe
 	if k := search(); k != nil {
 		return k, nil
 	}
-	if (kid != "" && !found || kid == "" && !tried) && len(v.sets) > 0 {
+	if (kid != "" && !found || kid == "" && !tried) && len(p.sets) > 0 {
 		// a key the sets do not know yet: maybe the issuer rotated, or the
 		// first fetch has not ended (then RefreshEarly waits for it)
 		refreshed := false
-		for _, s := range v.sets {
+		for _, s := range p.sets {
 			if s.RefreshEarly(ctx) {
 				refreshed = true
 			}
@@ -406,7 +510,7 @@ func numClaim(claims map[string]any, name string) (float64, bool, *Error) {
 
 // checkClaims applies the time, issuer, audience and required-claim rules
 // and fills the identity's typed fields. It returns exp (0 if absent).
-func (v *Verifier) checkClaims(id *Identity, now time.Time) (float64, error) {
+func (v *Verifier) checkClaims(p *rules, id *Identity, now time.Time) (float64, error) {
 	c := id.Claims
 	t := float64(now.UnixNano()) / 1e9
 	exp, hasExp, err := numClaim(c, "exp")
@@ -414,7 +518,7 @@ func (v *Verifier) checkClaims(id *Identity, now time.Time) (float64, error) {
 		return 0, err
 	}
 	if hasExp {
-		if t >= exp+v.leeway {
+		if t >= exp+p.leeway {
 			return 0, ErrExpired
 		}
 		sec := int64(exp)
@@ -424,14 +528,14 @@ func (v *Verifier) checkClaims(id *Identity, now time.Time) (float64, error) {
 	if err != nil {
 		return 0, err
 	}
-	if hasNbf && t+v.leeway < nbf {
+	if hasNbf && t+p.leeway < nbf {
 		return 0, ErrNotYetValid
 	}
 	iat, hasIat, err := numClaim(c, "iat")
 	if err != nil {
 		return 0, err
 	}
-	if hasIat && t+v.leeway < iat {
+	if hasIat && t+p.leeway < iat {
 		return 0, ErrIssuedInFuture
 	}
 	if sub, ok := c["sub"]; ok && sub != nil {
@@ -448,9 +552,9 @@ func (v *Verifier) checkClaims(id *Identity, now time.Time) (float64, error) {
 		}
 		id.Issuer = s
 	}
-	if len(v.opts.Issuers) > 0 {
+	if len(p.issuers) > 0 {
 		ok := false
-		for _, want := range v.opts.Issuers {
+		for _, want := range p.issuers {
 			if id.Issuer == want {
 				ok = true
 				break
@@ -476,11 +580,11 @@ func (v *Verifier) checkClaims(id *Identity, now time.Time) (float64, error) {
 	default:
 		return 0, claimErr(errClaimTypeBase, "aud")
 	}
-	if len(v.opts.Audiences) > 0 {
+	if len(p.audiences) > 0 {
 		ok := false
 	outer:
 		for _, have := range id.Audience {
-			for _, want := range v.opts.Audiences {
+			for _, want := range p.audiences {
 				if have == want {
 					ok = true
 					break outer
