@@ -284,6 +284,13 @@ func TestPoolsOutliveReload(t *testing.T) {
 	if err := a.Provision(ctxA); err != nil {
 		t.Fatal(err)
 	}
+	// the first fetch runs in the background: count from its end, or a
+	// slow machine reads 0 here and blames the reload for it
+	for deadline := time.Now().Add(10 * time.Second); srv.hits.Load() == 0; time.Sleep(5 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("the first JWKS fetch never came")
+		}
+	}
 	hits := srv.hits.Load()
 	// the reload provisions the new config before cleaning up the old one
 	ctxB, cancelB := caddy.NewContext(caddy.Context{Context: context.Background()})
