@@ -214,15 +214,19 @@ func TestDecisionsEndToEnd(t *testing.T) {
 		}
 		return 0 // not yet created
 	}
-	logLine := func(t *testing.T, path string) map[string]any {
+	// logLine waits for the n-th dry-run log line of path.
+	logLine := func(t *testing.T, path string, n int) map[string]any {
 		t.Helper()
 		deadline := time.Now().Add(10 * time.Second)
 		for {
 			b, _ := os.ReadFile(logFile)
+			seen := 0
 			for _, line := range bytes.Split(b, []byte("\n")) {
 				var m map[string]any
 				if json.Unmarshal(line, &m) == nil && m["path"] == path && m["msg"] == "request would be denied (dry run)" {
-					return m
+					if seen++; seen == n {
+						return m
+					}
 				}
 			}
 			if time.Now().After(deadline) {
@@ -323,7 +327,7 @@ func TestDecisionsEndToEnd(t *testing.T) {
 				}
 			}
 			if tc.log != "" {
-				m := logLine(t, tc.path)
+				m := logLine(t, tc.path, n)
 				if m["logger"] != tc.log || m["level"] != "info" || m["decided_by"] != tc.want.DecidedBy ||
 					m["reason"] != tc.want.Reason || m["subject"] != tc.want.Subject {
 					t.Errorf("log line %v", m)
