@@ -37,10 +37,26 @@ type Event struct {
 	Subject string `json:"subject"`
 	// Roles are the identity's roles as rbac saw them, if any.
 	Roles []string `json:"roles"`
-	// Decision is "allow" or "deny".
+	// Decision is "allow", "deny", or "would_deny" (a duty in dry run
+	// would have denied the request and let it pass).
 	Decision string `json:"decision"`
-	// Reason is why the request was denied (empty when allowed).
+	// Reason is why the request was (or, for would_deny, would have
+	// been) denied; empty when allowed.
 	Reason string `json:"reason"`
+	// DecidedBy names the duty and rule that decided: "<module>" or
+	// "<module>: <rule in the module's config terms>", e.g.
+	// "rbac: require any admin,editor" (see docs/caddyaudit.md). Absent
+	// when no duty recorded a decision.
+	DecidedBy string `json:"decided_by,omitempty"`
+	// PermissionCache is where the permission duty's answer came from:
+	// "hit", "miss" or "stale". Absent when no permission duty ran.
+	PermissionCache string `json:"permission_cache,omitempty"`
+	// Auth is how the client proved its identity ("jwt", "api_key",
+	// "client_cert"); absent without an identity.
+	Auth string `json:"auth,omitempty"`
+	// CredentialID names the credential (an API key's id, a client
+	// certificate's fingerprint); absent when the identity has none.
+	CredentialID string `json:"credential_id,omitempty"`
 	// BytesOut is the number of response body bytes written.
 	BytesOut int64 `json:"bytes_out"`
 	// Extra holds the values the handler's include_header, include_claim
@@ -122,11 +138,25 @@ func (e *Event) AppendJSON(buf []byte) []byte {
 	if e.Kind != "" {
 		return e.appendChainEvent(buf)
 	}
-	buf = append(buf, `{"bytes_out":`...)
+	buf = append(buf, '{')
+	if e.Auth != "" {
+		buf = append(buf, `"auth":`...)
+		buf = auditchain.AppendString(buf, e.Auth)
+		buf = append(buf, ',')
+	}
+	buf = append(buf, `"bytes_out":`...)
 	buf = strconv.AppendInt(buf, e.BytesOut, 10)
 	if e.Chain != "" {
 		buf = append(buf, `,"chain":`...)
 		buf = auditchain.AppendString(buf, e.Chain)
+	}
+	if e.CredentialID != "" {
+		buf = append(buf, `,"credential_id":`...)
+		buf = auditchain.AppendString(buf, e.CredentialID)
+	}
+	if e.DecidedBy != "" {
+		buf = append(buf, `,"decided_by":`...)
+		buf = auditchain.AppendString(buf, e.DecidedBy)
 	}
 	buf = append(buf, `,"decision":`...)
 	buf = auditchain.AppendString(buf, e.Decision)
@@ -146,6 +176,10 @@ func (e *Event) AppendJSON(buf []byte) []byte {
 	buf = auditchain.AppendString(buf, e.Method)
 	buf = append(buf, `,"path":`...)
 	buf = auditchain.AppendString(buf, e.Path)
+	if e.PermissionCache != "" {
+		buf = append(buf, `,"permission_cache":`...)
+		buf = auditchain.AppendString(buf, e.PermissionCache)
+	}
 	buf = append(buf, `,"reason":`...)
 	buf = auditchain.AppendString(buf, e.Reason)
 	buf = append(buf, `,"remote_ip":`...)

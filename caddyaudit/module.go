@@ -556,11 +556,12 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyht
 	} else {
 		ev.RemoteIP = r.RemoteAddr
 	}
-	if id, ok := identity.FromRequest(r); ok {
-		ev.Subject = id.Subject
+	id, _ := identity.FromRequest(r)
+	if id != nil {
+		ev.Subject, ev.Auth, ev.CredentialID = id.Subject, id.Method, id.CredentialID
 	}
-	by, reason := identity.Denial(r)
-	ev.Decision, ev.Reason = decide(status, by, reason)
+	ev.Decision, ev.Reason, ev.DecidedBy = decide(r, status, id)
+	ev.PermissionCache = identity.PermissionCache(r)
 	if h.extra != nil {
 		ev.Extra = h.extra.addClaims(extra, r).sorted()
 	}
@@ -568,23 +569,62 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyht
 	return err
 }
 
-// decide derives the decision and reason from the status and the denial a
-// module recorded.
-func decide(status int, by, reason string) (decision, why string) {
+// The decisions of events.
+const (
+	DecisionAllow     = "allow"
+	DecisionDeny      = "deny"
+	DecisionWouldDeny = "would_deny"
+)
+
+// decide derives the decision, the reason and decided_by from what the
+// duties recorded (identity.Denial, WouldDeny, DecidedBy) and the status:
+//   - a recorded denial: deny, its reason, the denying duty and rule;
+//   - 429, 401, 403 with none recorded (rate_limit, an upstream): deny, a
+//     reason from the status, no decided_by (no duty named itself);
+//   - a recorded would-be denial (dry run): would_deny, its reason and
+//     the duty and rule that would have denied (the first one);
+//   - else allow, decided_by the last duty that allowed: the last one that
+//     recorded itself (rbac, permission), else the identity source that
+//     set the identity (jwt_auth, api_key, client_cert_auth), else none.
+func decide(r *http.Request, status int, id *identity.Identity) (decision, why, decidedBy string) {
+	by, reason := identity.Denial(r)
 	switch {
 	case by != "" || reason != "":
 		if reason == "" {
 			reason = by
 		}
-		return "deny", reason
+		decidedBy = identity.DecidedBy(r)
+		if decidedBy == "" {
+			decidedBy = by
+		}
+		return DecisionDeny, reason, decidedBy
 	case status == http.StatusTooManyRequests:
-		return "deny", "rate limited"
+		return DecisionDeny, "rate limited", ""
 	case status == http.StatusUnauthorized:
-		return "deny", "unauthorized"
+		return DecisionDeny, "unauthorized", ""
 	case status == http.StatusForbidden:
-		return "deny", "forbidden"
+		return DecisionDeny, "forbidden", ""
 	}
-	return "allow", ""
+	if wby, wreason := identity.WouldDeny(r); wby != "" {
+		return DecisionWouldDeny, wreason, wby
+	}
+	if decidedBy = identity.DecidedBy(r); decidedBy == "" && id != nil {
+		decidedBy = identitySource(id.Method)
+	}
+	return DecisionAllow, "", decidedBy
+}
+
+// identitySource returns the module that sets identities of a method.
+func identitySource(method string) string {
+	switch method {
+	case identity.MethodJWT:
+		return "jwt_auth"
+	case identity.MethodAPIKey:
+		return "api_key"
+	case identity.MethodClientCert:
+		return "client_cert_auth"
+	}
+	return ""
 }
 
 // recorder notes the status and the body size of a response.

@@ -37,6 +37,11 @@ func newRequest(method, target string) *http.Request {
 
 func TestHandlerEvents(t *testing.T) {
 	id := &identity.Identity{Subject: "alice", Claims: map[string]any{"sub": "alice"}}
+	jwtID := &identity.Identity{Subject: "carol", Method: identity.MethodJWT}
+	keyID := &identity.Identity{Subject: "svc", Method: identity.MethodAPIKey, CredentialID: "k_42"}
+	rbacAllow := identity.NewDecider("rbac", "require any admin,editor")
+	rbacRole := identity.NewDecider("rbac", "require any admin")
+	permService := identity.NewDecider("permission", "service")
 	boom := errors.New("boom")
 	for _, tc := range []struct {
 		name      string
@@ -65,7 +70,7 @@ func TestHandlerEvents(t *testing.T) {
 				_, err := io.WriteString(w, `{"error":"invalid_token"}`)
 				return err
 			},
-			want: Event{Status: 401, Decision: "deny", Reason: "token expired", BytesOut: 25},
+			want: Event{Status: 401, Decision: "deny", Reason: "token expired", DecidedBy: "jwt_auth", BytesOut: 25},
 		},
 		{
 			name: "denied by rbac (handler error)",
@@ -75,7 +80,7 @@ func TestHandlerEvents(t *testing.T) {
 				return caddyhttp.Error(http.StatusForbidden, boom)
 			},
 			wantErr: true,
-			want:    Event{Status: 403, Subject: "alice", Decision: "deny", Reason: "missing role"},
+			want:    Event{Status: 403, Subject: "alice", Decision: "deny", Reason: "missing role", DecidedBy: "rbac"},
 		},
 		{
 			name: "rate limited without reason",
@@ -92,7 +97,60 @@ func TestHandlerEvents(t *testing.T) {
 				w.WriteHeader(503)
 				return nil
 			},
-			want: Event{Status: 503, Decision: "deny", Reason: "permission service unavailable"},
+			want: Event{Status: 503, Decision: "deny", Reason: "permission service unavailable", DecidedBy: "permission"},
+		},
+		{
+			name: "denied by a named rule after an allow",
+			next: func(w http.ResponseWriter, r *http.Request) error {
+				identity.Set(r, jwtID)
+				identity.SetDecidedBy(r, rbacAllow)
+				identity.SetPermissionCache(r, identity.PermissionCacheHit)
+				identity.SetDenialBy(r, permService, "permission denied")
+				w.WriteHeader(403)
+				return nil
+			},
+			want: Event{Status: 403, Subject: "carol", Auth: "jwt", Decision: "deny", Reason: "permission denied",
+				DecidedBy: "permission: service", PermissionCache: "hit"},
+		},
+		{
+			name: "allowed: the identity source decided",
+			next: func(w http.ResponseWriter, r *http.Request) error {
+				identity.Set(r, keyID)
+				return nil
+			},
+			want: Event{Status: 200, Subject: "svc", Auth: "api_key", CredentialID: "k_42", Decision: "allow", DecidedBy: "api_key"},
+		},
+		{
+			name: "allowed: the last duty that allowed decided",
+			next: func(w http.ResponseWriter, r *http.Request) error {
+				identity.Set(r, jwtID)
+				identity.SetDecidedBy(r, rbacAllow)
+				identity.SetPermissionCache(r, identity.PermissionCacheMiss)
+				identity.SetDecidedBy(r, permService)
+				return nil
+			},
+			want: Event{Status: 200, Subject: "carol", Auth: "jwt", Decision: "allow", DecidedBy: "permission: service", PermissionCache: "miss"},
+		},
+		{
+			name: "would deny: the first dry-run denial is kept",
+			next: func(w http.ResponseWriter, r *http.Request) error {
+				identity.Set(r, jwtID)
+				identity.SetWouldDeny(r, rbacRole, "missing role")
+				identity.SetWouldDeny(r, permService, "permission denied")
+				identity.SetDecidedBy(r, permService)
+				return nil
+			},
+			want: Event{Status: 200, Subject: "carol", Auth: "jwt", Decision: "would_deny", Reason: "missing role", DecidedBy: "rbac: require any admin"},
+		},
+		{
+			name: "a real denial wins over a would-be one",
+			next: func(w http.ResponseWriter, r *http.Request) error {
+				identity.SetWouldDeny(r, rbacRole, "missing role")
+				identity.SetDenialBy(r, permService, "permission denied")
+				w.WriteHeader(403)
+				return nil
+			},
+			want: Event{Status: 403, Decision: "deny", Reason: "permission denied", DecidedBy: "permission: service"},
 		},
 		{
 			name:    "plain error",
@@ -168,6 +226,7 @@ func TestEventJSON(t *testing.T) {
 		Method: "GET", Host: "h", Path: "/p\n\t\x01\u2028\xff", Status: 403, DurationMS: 1.5, RemoteIP: "::1",
 		Subject: "s<>&", Roles: []string{"a", "b"}, Decision: "deny", Reason: "missing role", BytesOut: 9}
 	chained := ev
+	chained.Auth, chained.CredentialID, chained.DecidedBy, chained.PermissionCache = "api_key", "k\"1", "rbac: require any a,b", "hit"
 	chained.Extra = Fields{{"b", "2"}, {"a", "1\x00"}}
 	chained.Chain, chained.Seq, chained.Hash = "0123456789abcdef", 7, strings.Repeat("ab", 32)
 	checkpoint := Event{Time: ev.Time, Kind: auditchain.KindCheckpoint, Chain: "0123456789abcdef", Seq: 8,
@@ -255,6 +314,7 @@ func FuzzEventJSON(f *testing.F) {
 		// Canonical whatever the strings hold, so that a verifier that
 		// decodes and re-encodes an event computes the same hash.
 		ev.Extra, ev.Chain, ev.Hash = Fields{{"k", role}}, "c", "h"
+		ev.Auth, ev.CredentialID, ev.DecidedBy, ev.PermissionCache = role, id, sub, path
 		b = ev.AppendJSON(nil)
 		if c, err := auditchain.Canonical(b); err != nil || string(c) != string(b) {
 			t.Fatalf("not canonical:\n got %q\nwant %q (%v)", b, c, err)

@@ -8,6 +8,8 @@ import (
 	"github.com/caddyserver/caddy/v2/caddyconfig/caddyfile"
 	"github.com/caddyserver/caddy/v2/caddyconfig/httpcaddyfile"
 	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
+
+	"github.com/apigate/gateway/internal/deny"
 )
 
 func init() {
@@ -37,6 +39,7 @@ func parseCaddyfile(h httpcaddyfile.Helper) (caddyhttp.MiddlewareHandler, error)
 //		invalidate_subject <nats subject>   # fleet: NATS messages drop decisions
 //		nats_servers   <url>...             # default: those of `storage nats`
 //		nats_creds_file <file>
+//		dry_run        [true|false]         # pass every request; log, count and audit would-be denials
 //	}
 //
 // The words of key are joined with single spaces; {method}, {path} and the
@@ -160,6 +163,12 @@ func (h *Handler) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 				return d.ArgErr()
 			}
 			h.NATSServers = append(h.NATSServers, args...)
+		case "dry_run":
+			on, err := deny.ParseDryRun(d)
+			if err != nil {
+				return err
+			}
+			h.DryRun = on
 		default:
 			return d.Errf("unrecognized subdirective '%s'", name)
 		}

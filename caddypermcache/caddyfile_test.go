@@ -69,6 +69,9 @@ func TestUnmarshalCaddyfile(t *testing.T) {
 		{"bad invalidate_subject", "permission http://a {\n invalidate_subject gateway..x\n}", Handler{}, `invalid invalidate_subject "gateway..x"`},
 		{"empty nats_servers", "permission http://a {\n nats_servers\n}", Handler{}, "wrong argument count"},
 		{"unknown", "permission http://a {\n cache yes\n}", Handler{}, "unrecognized subdirective 'cache'"},
+		{"dry_run", "permission http://a {\n dry_run\n}", Handler{URL: "http://a", DryRun: true}, ""},
+		{"dry_run false", "permission http://a {\n dry_run false\n}", Handler{URL: "http://a"}, ""},
+		{"dry_run yes", "permission http://a {\n dry_run yes\n}", Handler{}, `invalid dry_run "yes": must be true or false`},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

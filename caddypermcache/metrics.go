@@ -1,6 +1,7 @@
 package caddypermcache
 
 import (
+	"strconv"
 	"sync"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -28,6 +29,10 @@ var (
 		Namespace: "gateway", Subsystem: "permission", Name: "on_error_total",
 		Help: "Requests decided by on_error because the service failed and no stale decision could be served.",
 	}, []string{"route", "action"})
+	denialsVec = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Namespace: "gateway", Subsystem: "permission", Name: "denials_total",
+		Help: "Requests the permission handler denied, by result (deny: the service's answer, fresh or stale; unavailable: on_error deny), and dry_run: \"true\" for handlers in dry run, which let them pass.",
+	}, []string{"route", "result", "dry_run"})
 	latencyVec = prometheus.NewHistogramVec(prometheus.HistogramOpts{
 		Namespace: "gateway", Subsystem: "permission", Name: "service_call_duration_seconds",
 		Help:    "Duration of calls to the permission service, failed ones included.",
@@ -42,7 +47,7 @@ var (
 		[]string{"route"}, nil)
 )
 
-var collectors = []prometheus.Collector{missesVec, staleVec, errorsVec, onErrorVec, latencyVec, cacheCollector{}}
+var collectors = []prometheus.Collector{missesVec, staleVec, errorsVec, onErrorVec, denialsVec, latencyVec, cacheCollector{}}
 
 func registerMetrics(reg *prometheus.Registry) error {
 	if reg == nil {
@@ -68,6 +73,19 @@ func metricsFor(route string) routeMetrics {
 		onErrAllow: onErrorVec.WithLabelValues(route, "allow"),
 		onErrDeny:  onErrorVec.WithLabelValues(route, "deny"),
 		latency:    latencyVec.WithLabelValues(route),
+	}
+}
+
+// denialCounters are one handler's children of denialsVec.
+type denialCounters struct {
+	denied, unavailable prometheus.Counter
+}
+
+func denialCountersFor(route string, dryRun bool) denialCounters {
+	dr := strconv.FormatBool(dryRun)
+	return denialCounters{
+		denied:      denialsVec.WithLabelValues(route, "deny", dr),
+		unavailable: denialsVec.WithLabelValues(route, "unavailable", dr),
 	}
 }
 

@@ -117,6 +117,14 @@ type Handler struct {
 	// NATSCredsFile is a NATS .creds file for NATSServers.
 	NATSCredsFile string `json:"nats_creds_file,omitempty"`
 
+	// DryRun lets every request pass: a decision that would have denied
+	// (the service's deny, or on_error deny while the service fails) is
+	// logged (at info, as "request would be denied (dry run)"), counted
+	// (gateway_permission_denials_total with dry_run="true") and audited
+	// (decision "would_deny"). The service is still asked and its answers
+	// cached as usual.
+	DryRun bool `json:"dry_run,omitempty"`
+
 	tmpl       *KeyTemplate
 	rolesPath  identity.ClaimPath
 	timeout    time.Duration
@@ -128,6 +136,7 @@ type Handler struct {
 	poolKey    string
 	shared     *shared
 	m          routeMetrics
+	denials    denialCounters
 	logger     *zap.Logger
 	inv        *invalidation
 }
@@ -201,6 +210,7 @@ func (h *Handler) Provision(ctx caddy.Context) error {
 		return err
 	}
 	h.m = metricsFor(h.Route)
+	h.denials = denialCountersFor(h.Route, h.DryRun)
 
 	h.poolKey = strings.Join([]string{h.url, h.tmpl.String(), h.Route, strconv.Itoa(h.CacheSize)}, "\x00")
 	val, _, err := pool.LoadOrNew(h.poolKey, func() (caddy.Destructor, error) {
@@ -297,8 +307,10 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyht
 	s := h.shared
 	allow, st := s.cache.Get(key, s.clock())
 	if st == Fresh { // counted by the cache
-		return h.decide(w, r, next, allow)
+		identity.SetPermissionCache(r, identity.PermissionCacheHit)
+		return h.decide(w, r, next, id, allow, decidedByService)
 	}
+	identity.SetPermissionCache(r, identity.PermissionCacheMiss)
 	h.m.misses.Inc()
 	ans, err := h.call(r, string(key), id)
 	if err != nil {
@@ -307,25 +319,65 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyht
 		}
 		if st == Stale {
 			h.m.stale.Inc()
-			return h.decide(w, r, next, allow)
+			identity.SetPermissionCache(r, identity.PermissionCacheStale)
+			return h.decide(w, r, next, id, allow, decidedByStale)
 		}
 		if h.allowOnErr {
 			h.m.onErrAllow.Inc()
+			identity.SetDecidedBy(r, decidedByOnErrorAllow)
 			return next.ServeHTTP(w, r)
 		}
 		h.m.onErrDeny.Inc()
-		identity.SetDenial(r, "permission", unavailReason)
+		h.denials.unavailable.Inc()
+		if h.DryRun {
+			return h.wouldDeny(w, r, next, id, decidedByOnErrorDeny, unavailReason)
+		}
+		identity.SetDenialBy(r, decidedByOnErrorDeny, unavailReason)
 		return deny.Respond(w, r, http.StatusServiceUnavailable, "permission_unavailable", unavailReason)
 	}
-	return h.decide(w, r, next, ans.Allow)
+	return h.decide(w, r, next, id, ans.Allow, decidedByService)
 }
 
-func (h *Handler) decide(w http.ResponseWriter, r *http.Request, next caddyhttp.Handler, allow bool) error {
+// The decided_by values of permission: the service's answer (fresh from
+// the cache or from a call), an expired answer served while the service
+// fails, or on_error.
+var (
+	decidedByService      = identity.NewDecider("permission", "service")
+	decidedByStale        = identity.NewDecider("permission", "stale_if_error")
+	decidedByOnErrorAllow = identity.NewDecider("permission", "on_error allow")
+	decidedByOnErrorDeny  = identity.NewDecider("permission", "on_error deny")
+)
+
+func (h *Handler) decide(w http.ResponseWriter, r *http.Request, next caddyhttp.Handler, id *identity.Identity, allow bool, by *identity.Decider) error {
 	if allow {
+		identity.SetDecidedBy(r, by)
 		return next.ServeHTTP(w, r)
 	}
-	identity.SetDenial(r, "permission", deniedReason)
+	h.denials.denied.Inc()
+	if h.DryRun {
+		return h.wouldDeny(w, r, next, id, by, deniedReason)
+	}
+	identity.SetDenialBy(r, by, deniedReason)
 	return deny.Respond(w, r, http.StatusForbidden, "forbidden", deniedReason)
+}
+
+// wouldDeny records and logs, in dry run, the denial the handler would
+// have answered, and lets the request pass.
+func (h *Handler) wouldDeny(w http.ResponseWriter, r *http.Request, next caddyhttp.Handler, id *identity.Identity, by *identity.Decider, reason string) error {
+	identity.SetWouldDeny(r, by, reason)
+	subject := ""
+	if id != nil {
+		subject = id.Subject
+	}
+	h.logger.Info("request would be denied (dry run)",
+		zap.String("route", h.Route),
+		zap.String("decided_by", by.String()),
+		zap.String("reason", reason),
+		zap.String("subject", subject),
+		zap.String("method", r.Method),
+		zap.String("host", r.Host),
+		zap.String("path", r.URL.Path))
+	return next.ServeHTTP(w, r)
 }
 
 var errClientGone = errors.New("client closed the request while the permission check was pending")

@@ -636,15 +636,17 @@ func TestMetricsGather(t *testing.T) {
 		}
 	}
 	want := map[string]float64{
-		"gateway_permission_cache_hits_total,allow":        2,
-		"gateway_permission_cache_hits_total,deny":         2,
-		"gateway_permission_cache_misses_total":            2,
-		"gateway_permission_cache_entries":                 2,
-		"gateway_permission_service_call_duration_seconds": 2,
-		"gateway_permission_service_errors_total":          0,
-		"gateway_permission_stale_serves_total":            0,
-		"gateway_permission_on_error_total,allow":          0,
-		"gateway_permission_on_error_total,deny":           0,
+		"gateway_permission_cache_hits_total,allow":          2,
+		"gateway_permission_cache_hits_total,deny":           2,
+		"gateway_permission_cache_misses_total":              2,
+		"gateway_permission_cache_entries":                   2,
+		"gateway_permission_service_call_duration_seconds":   2,
+		"gateway_permission_service_errors_total":            0,
+		"gateway_permission_stale_serves_total":              0,
+		"gateway_permission_on_error_total,allow":            0,
+		"gateway_permission_on_error_total,deny":             0,
+		"gateway_permission_denials_total,false,deny":        3,
+		"gateway_permission_denials_total,false,unavailable": 0,
 	}
 	if !reflect.DeepEqual(got, want) {
 		t.Fatalf("metrics\n got %v\nwant %v", got, want)

@@ -4,6 +4,8 @@ import (
 	"github.com/caddyserver/caddy/v2/caddyconfig/caddyfile"
 	"github.com/caddyserver/caddy/v2/caddyconfig/httpcaddyfile"
 	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
+
+	"github.com/apigate/gateway/internal/deny"
 )
 
 func init() {
@@ -25,13 +27,15 @@ func parseCaddyfile(h httpcaddyfile.Helper) (caddyhttp.MiddlewareHandler, error)
 //		require       any|all <role...>
 //		require_scope any|all <scope...>
 //		realm         <realm>
+//		dry_run       [true|false]
 //	}
 //
 // require and require_scope may be repeated; every line must hold (AND).
 // A claim path is dotted (`realm_access.roles`); `\.` is a literal dot in a
 // claim name, and a namespaced name such as `https://example.com/roles`
 // also works as written. An rbac block with no require lines only demands
-// a verified identity.
+// a verified identity. dry_run lets every request pass and logs, counts
+// and audits (decision "would_deny") what would have been denied.
 func (h *RBAC) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 	d.Next() // directive name
 	if d.NextArg() {
@@ -89,6 +93,12 @@ func (h *RBAC) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 			} else {
 				h.RequireScope = append(h.RequireScope, rc)
 			}
+		case "dry_run":
+			on, err := deny.ParseDryRun(d)
+			if err != nil {
+				return err
+			}
+			h.DryRun = on
 		default:
 			return d.Errf("unrecognized subdirective '%s'", name)
 		}

@@ -30,6 +30,11 @@ func TestUnmarshalCaddyfile(t *testing.T) {
 		{name: "escaped dot kept", input: `rbac {
  roles_claim https://example\.com/roles
 }`, want: RBAC{RolesClaim: `https://example\.com/roles`}},
+		{name: "dry_run", input: "rbac {\n require any admin\n dry_run\n}", want: RBAC{Require: []RuleConfig{{Any: []string{"admin"}}}, DryRun: true}},
+		{name: "dry_run true", input: "rbac {\n dry_run true\n}", want: RBAC{DryRun: true}},
+		{name: "dry_run false", input: "rbac {\n dry_run false\n}", want: RBAC{}},
+		{name: "dry_run yes", input: "rbac {\n dry_run yes\n}", wantErr: `invalid dry_run "yes": must be true or false`},
+		{name: "dry_run two values", input: "rbac {\n dry_run true false\n}", wantErr: "wrong argument count"},
 		{name: "argument on directive", input: "rbac admin", wantErr: "wrong argument count"},
 		{name: "unknown subdirective", input: "rbac {\n roles admin\n}", wantErr: "unrecognized subdirective 'roles'"},
 		{name: "require without mode", input: "rbac {\n require\n}", wantErr: "require needs a mode"},
@@ -68,7 +73,7 @@ func TestUnmarshalCaddyfile(t *testing.T) {
 }
 
 func equalConfig(a, b RBAC) bool {
-	if a.RolesClaim != b.RolesClaim || a.ScopesClaim != b.ScopesClaim || a.Realm != b.Realm {
+	if a.RolesClaim != b.RolesClaim || a.ScopesClaim != b.ScopesClaim || a.Realm != b.Realm || a.DryRun != b.DryRun {
 		return false
 	}
 	return equalRules(a.Require, b.Require) && equalRules(a.RequireScope, b.RequireScope)

@@ -344,7 +344,7 @@ func TestEndToEnd(t *testing.T) {
 		defer resp.Body.Close()
 		body, _ := io.ReadAll(resp.Body)
 		for _, result := range []string{"allow", "deny_role", "deny_scope", "unauthenticated"} {
-			if !strings.Contains(string(body), `gateway_rbac_decisions_total{result="`+result+`"}`) {
+			if !strings.Contains(string(body), `gateway_rbac_decisions_total{dry_run="false",result="`+result+`"}`) {
 				t.Errorf("no gateway_rbac_decisions_total{result=%q} in /metrics", result)
 			}
 		}

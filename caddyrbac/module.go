@@ -71,10 +71,60 @@ type RBAC struct {
 	// challenge sent with a 401. Default: `gateway`.
 	Realm string `json:"realm,omitempty"`
 
+	// DryRun lets every request pass: what the rules would have denied is
+	// logged (at info, as "request would be denied (dry run)"), counted
+	// (the decisions metric with dry_run="true") and audited (decision
+	// "would_deny"). For rolling out a policy: watch, then enforce.
+	DryRun bool `json:"dry_run,omitempty"`
+
 	policy    *Policy
 	challenge string
 	logger    *zap.Logger
 	metrics   decisionCounters
+	deciders  deciders
+}
+
+// deciders are the handler's decided_by values, made once.
+type deciders struct {
+	allow    *identity.Decider   // every rule held: the whole policy
+	identity *identity.Decider   // the implicit rule: a verified identity
+	roles    []*identity.Decider // per require line
+	scopes   []*identity.Decider // per require_scope line
+}
+
+// The decided_by texts of rbac: "rbac: identity" (no identity; an allow
+// by a policy without rules), "rbac: require any admin,editor" (the line
+// that denied), and for an allow every line, joined with "; ".
+func newDeciders(roles, scopes []RuleConfig) deciders {
+	d := deciders{identity: identity.NewDecider("rbac", "identity")}
+	var all []string
+	for _, rules := range []struct {
+		name string
+		list []RuleConfig
+		out  *[]*identity.Decider
+	}{{"require", roles, &d.roles}, {"require_scope", scopes, &d.scopes}} {
+		for _, rc := range rules.list {
+			text := rules.name + " " + rc.String()
+			*rules.out = append(*rules.out, identity.NewDecider("rbac", text))
+			all = append(all, text)
+		}
+	}
+	d.allow = d.identity
+	if len(all) > 0 {
+		d.allow = identity.NewDecider("rbac", strings.Join(all, "; "))
+	}
+	return d
+}
+
+// denier returns the Decider of a denial's rule.
+func (d *deciders) denier(res Result, rule int) *identity.Decider {
+	switch {
+	case res == DenyRole && rule < len(d.roles):
+		return d.roles[rule]
+	case res == DenyScope && rule < len(d.scopes):
+		return d.scopes[rule]
+	}
+	return d.identity
 }
 
 // RuleConfig is one `require` or `require_scope` line. Exactly one of Any
@@ -84,6 +134,15 @@ type RuleConfig struct {
 	Any []string `json:"any,omitempty"`
 	// All holds when every one of these values is present.
 	All []string `json:"all,omitempty"`
+}
+
+// String returns the line as written in a Caddyfile after the directive
+// name: "any admin,editor" (values joined with ",").
+func (rc RuleConfig) String() string {
+	if len(rc.Any) > 0 {
+		return "any " + strings.Join(rc.Any, ",")
+	}
+	return "all " + strings.Join(rc.All, ",")
 }
 
 func (rc RuleConfig) compile(field string, i int) (Rule, error) {
@@ -126,7 +185,7 @@ func (h *RBAC) Provision(ctx caddy.Context) error {
 	if err := registerMetrics(ctx.GetMetricsRegistry()); err != nil {
 		return fmt.Errorf("registering metrics: %v", err)
 	}
-	h.metrics = newDecisionCounters()
+	h.metrics = newDecisionCounters(h.DryRun)
 	return nil
 }
 
@@ -153,6 +212,7 @@ func (h *RBAC) compile() error {
 	}
 	h.policy = p
 	h.challenge = deny.BearerChallenge(h.Realm)
+	h.deciders = newDeciders(h.Require, h.RequireScope)
 	return nil
 }
 
@@ -172,7 +232,7 @@ func (h *RBAC) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyhttp.
 	id, ok := identity.FromRequest(r)
 	if !ok {
 		h.metrics.inc(Unauthenticated)
-		return h.deny(w, r, repl, Unauthenticated, ReasonMissingIdentity)
+		return h.deny(w, r, next, repl, nil, Unauthenticated, ReasonMissingIdentity, 0)
 	}
 
 	// expose the roles: the vars table for audit and permission, the
@@ -181,24 +241,44 @@ func (h *RBAC) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyhttp.
 		repl.Set(PlaceholderRoles, joinedRoles(roles))
 	}
 
-	res, reason := h.policy.Check(id.Claims)
+	res, reason, rule := h.policy.Decide(id.Claims)
 	h.metrics.inc(res)
 	if res != Allow {
-		return h.deny(w, r, repl, res, reason)
+		return h.deny(w, r, next, repl, id, res, reason, rule)
 	}
+	identity.SetDecidedBy(r, h.deciders.allow)
 	if repl != nil {
 		repl.Set(PlaceholderDecision, "allow")
 	}
 	return next.ServeHTTP(w, r)
 }
 
-// deny records the denial and answers it (see deny.Respond).
-func (h *RBAC) deny(w http.ResponseWriter, r *http.Request, repl *caddy.Replacer, res Result, reason string) error {
-	identity.SetDenial(r, "rbac", reason)
+// deny records the denial and answers it (see deny.Respond); in dry run
+// it records and logs what would have been denied, and lets the request
+// pass.
+func (h *RBAC) deny(w http.ResponseWriter, r *http.Request, next caddyhttp.Handler, repl *caddy.Replacer,
+	id *identity.Identity, res Result, reason string, rule int) error {
+	by := h.deciders.denier(res, rule)
 	if repl != nil {
 		repl.Set(PlaceholderReason, reason)
 		repl.Set(PlaceholderDecision, res.String())
 	}
+	if h.DryRun {
+		identity.SetWouldDeny(r, by, reason)
+		subject := ""
+		if id != nil {
+			subject = id.Subject
+		}
+		h.logger.Info("request would be denied (dry run)",
+			zap.String("decided_by", by.String()),
+			zap.String("reason", reason),
+			zap.String("subject", subject),
+			zap.String("method", r.Method),
+			zap.String("host", r.Host),
+			zap.String("path", r.URL.Path))
+		return next.ServeHTTP(w, r)
+	}
+	identity.SetDenialBy(r, by, reason)
 	if ce := h.logger.Check(zapcore.DebugLevel, "request denied"); ce != nil {
 		ce.Write(zap.String("result", res.String()), zap.String("reason", reason))
 	}

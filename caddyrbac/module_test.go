@@ -41,7 +41,7 @@ func caddyRequest(method, target string) (*http.Request, *caddy.Replacer) {
 func counterValue(t testing.TB, result string) float64 {
 	t.Helper()
 	var m dto.Metric
-	if err := decisionsVec.WithLabelValues(result).Write(&m); err != nil {
+	if err := decisionsVec.WithLabelValues("false", result).Write(&m); err != nil {
 		t.Fatal(err)
 	}
 	return m.GetCounter().GetValue()

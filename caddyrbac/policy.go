@@ -180,19 +180,31 @@ func (rs *ruleSet) holds(seen uint64) bool {
 }
 
 // check decides every rule of the set with one walk over the claim value.
-func (rs *ruleSet) check(claims map[string]any) (Result, string) {
+// On a denial it also returns the index of the first rule that does not
+// hold (0 when the claim has the wrong type: no rule can hold).
+func (rs *ruleSet) check(claims map[string]any) (Result, string, int) {
 	if rs.disabled {
-		return Allow, ""
+		return Allow, "", 0
 	}
 	v, _ := rs.path.Lookup(claims)
 	seen, bad := rs.walk(v)
 	if bad {
-		return rs.deny, rs.reasons.For(v)
+		return rs.deny, rs.reasons.For(v), 0
 	}
 	if !rs.holds(seen) {
-		return rs.deny, rs.missing
+		return rs.deny, rs.missing, rs.firstFailing(seen)
 	}
-	return Allow, ""
+	return Allow, "", 0
+}
+
+// firstFailing returns the index of the first rule that does not hold.
+func (rs *ruleSet) firstFailing(seen uint64) int {
+	for i, m := range rs.masks {
+		if rs.all[i] && seen&m != m || !rs.all[i] && seen&m == 0 {
+			return i
+		}
+	}
+	return 0
 }
 
 // walk returns the mask of the set's values present in a claim value, and
@@ -308,8 +320,16 @@ const (
 // claim of the wrong type denies with a reason naming the type; it never
 // panics. Check does not allocate.
 func (p *Policy) Check(claims map[string]any) (Result, string) {
-	if res, reason := p.roles.check(claims); res != Allow {
-		return res, reason
+	res, reason, _ := p.Decide(claims)
+	return res, reason
+}
+
+// Decide is Check that also names the rule that denied: its index in
+// Roles for DenyRole, in Scopes for DenyScope (0 on Allow). It does not
+// allocate.
+func (p *Policy) Decide(claims map[string]any) (res Result, reason string, rule int) {
+	if res, reason, rule = p.roles.check(claims); res != Allow {
+		return res, reason, rule
 	}
 	return p.scopes.check(claims)
 }

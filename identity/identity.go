@@ -99,9 +99,13 @@ func (id *Identity) Claim(path string) (any, bool) {
 // SetDenial records that module by denied the request, and why. The reason
 // must be safe to show to the client and to store in audit events: never a
 // token, a secret or key material.
+//
+// It also records by as the request's decided_by (see DecidedBy); a duty
+// that can name the rule that denied calls SetDenialBy instead.
 func SetDenial(r *http.Request, by, reason string) {
 	caddyhttp.SetVar(r.Context(), VarDenyBy, by)
 	caddyhttp.SetVar(r.Context(), VarDenyReason, reason)
+	caddyhttp.SetVar(r.Context(), VarDecidedBy, by)
 }
 
 // Denial returns the module and reason recorded by SetDenial, if any.
@@ -159,4 +163,119 @@ func RolesAt(r *http.Request, id *Identity, path ClaimPath) ([]string, error) {
 	}
 	SetRoles(r, roles)
 	return roles, nil
+}
+
+// More keys in the vars table: how the request was decided, for audit.
+const (
+	// VarDecidedBy holds the duty and rule that decided the request (a
+	// *Decider, or a string set by SetDenial): for a denial the denying
+	// duty, for an allow the last duty that allowed.
+	VarDecidedBy = "gateway.decided_by"
+	// VarWouldDenyBy and VarWouldDenyReason hold what a duty in dry run
+	// would have denied (SetWouldDeny).
+	VarWouldDenyBy     = "gateway.would_deny_by"
+	VarWouldDenyReason = "gateway.would_deny_reason"
+	// VarPermissionCache holds where the permission duty's answer came
+	// from: PermissionCacheHit, PermissionCacheMiss or PermissionCacheStale.
+	VarPermissionCache = "gateway.permission_cache"
+)
+
+// Values of VarPermissionCache.
+const (
+	// PermissionCacheHit: a fresh cached decision answered.
+	PermissionCacheHit = "hit"
+	// PermissionCacheMiss: no fresh decision; the service was asked (or
+	// a call for the same key already in flight was joined).
+	PermissionCacheMiss = "miss"
+	// PermissionCacheStale: the service failed and an expired decision
+	// was served (stale_if_error).
+	PermissionCacheStale = "stale"
+)
+
+// A Decider names a duty and one of its rules, as audit's decided_by shows
+// it: the module name, then ": " and the rule in the module's own config
+// terms ("rbac: require any admin,editor", "permission: service"), or the
+// module name alone. Duties make theirs once, when they are provisioned:
+// recording a *Decider on a request then costs no allocation.
+type Decider struct {
+	module, text string
+}
+
+// NewDecider returns the Decider of module's rule; an empty rule names
+// the module alone.
+func NewDecider(module, rule string) *Decider {
+	text := module
+	if rule != "" {
+		text = module + ": " + rule
+	}
+	return &Decider{module: module, text: text}
+}
+
+// Module returns the module name ("rbac").
+func (d *Decider) Module() string { return d.module }
+
+// String returns the decided_by text ("rbac: require any admin").
+func (d *Decider) String() string { return d.text }
+
+// SetDecidedBy records that d allowed the request. Each duty that allows
+// records itself, so the last one to allow is the one audit reports.
+func SetDecidedBy(r *http.Request, d *Decider) {
+	caddyhttp.SetVar(r.Context(), VarDecidedBy, d)
+}
+
+// SetDenialBy records a denial like SetDenial, naming the rule that
+// denied (the module is d's).
+func SetDenialBy(r *http.Request, d *Decider, reason string) {
+	caddyhttp.SetVar(r.Context(), VarDenyBy, d.module)
+	caddyhttp.SetVar(r.Context(), VarDenyReason, reason)
+	caddyhttp.SetVar(r.Context(), VarDecidedBy, d)
+}
+
+// DecidedBy returns the decided_by text recorded by SetDecidedBy,
+// SetDenialBy or SetDenial (the module name alone), or "".
+func DecidedBy(r *http.Request) string {
+	switch v := caddyhttp.GetVar(r.Context(), VarDecidedBy).(type) {
+	case *Decider:
+		if v != nil {
+			return v.text
+		}
+	case string:
+		return v
+	}
+	return ""
+}
+
+// SetWouldDeny records that d, in dry run, would have denied the request
+// with reason (client-safe, as for SetDenial) and let it pass. The first
+// one recorded is kept: it is the duty that would have answered had it
+// enforced its rules.
+func SetWouldDeny(r *http.Request, d *Decider, reason string) {
+	if by, _ := WouldDeny(r); by != "" {
+		return
+	}
+	caddyhttp.SetVar(r.Context(), VarWouldDenyBy, d)
+	caddyhttp.SetVar(r.Context(), VarWouldDenyReason, reason)
+}
+
+// WouldDeny returns the decided_by text and reason recorded by
+// SetWouldDeny, if any.
+func WouldDeny(r *http.Request) (decidedBy, reason string) {
+	if d, ok := caddyhttp.GetVar(r.Context(), VarWouldDenyBy).(*Decider); ok && d != nil {
+		decidedBy = d.text
+	}
+	reason, _ = caddyhttp.GetVar(r.Context(), VarWouldDenyReason).(string)
+	return decidedBy, reason
+}
+
+// SetPermissionCache records where the permission duty's answer came
+// from (PermissionCacheHit, PermissionCacheMiss, PermissionCacheStale).
+func SetPermissionCache(r *http.Request, status string) {
+	caddyhttp.SetVar(r.Context(), VarPermissionCache, status)
+}
+
+// PermissionCache returns what SetPermissionCache recorded, or "" when no
+// permission duty ran.
+func PermissionCache(r *http.Request) string {
+	s, _ := caddyhttp.GetVar(r.Context(), VarPermissionCache).(string)
+	return s
 }

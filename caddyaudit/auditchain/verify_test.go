@@ -76,6 +76,7 @@ func (tr *trail) request() {
 		"path": fmt.Sprintf("/orders/%d?q=<a&b>", n), "status": 200, "duration_ms": 1.25 * float64(n),
 		"remote_ip": "192.0.2.7", "subject": "alice", "roles": []string{"reader", "ops"}, "decision": "allow",
 		"reason": "", "bytes_out": 512 * n, "extra": map[string]string{"tenant": "t1", "ünïcode": "€"},
+		"decided_by": "rbac: require any reader,ops", "permission_cache": "hit", "auth": "api_key", "credential_id": "k_1",
 	})
 }
 
