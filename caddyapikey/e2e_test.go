@@ -346,6 +346,13 @@ func TestAPIKey(t *testing.T) {
 				t.Fatalf("the audit file holds key material:\n%s", data)
 			}
 		}
+		// the events name the key by its id, and how the client proved it
+		if want := `"auth":"api_key","bytes_out"`; !bytes.Contains(data, []byte(want)) {
+			t.Fatalf("no event with %s:\n%s", want, data)
+		}
+		if want := `"credential_id":"reader-` + run + `"`; !bytes.Contains(data, []byte(want)) {
+			t.Fatalf("no event with %s:\n%s", want, data)
+		}
 	})
 
 	t.Run("keys file rotation while running", func(t *testing.T) {
