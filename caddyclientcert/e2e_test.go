@@ -313,6 +313,14 @@ https://localhost:%[11]d {
 		for {
 			data, _ := os.ReadFile(auditPath)
 			if bytes.Count(data, []byte(`"subject":"`+billingID+`"`)) >= 3 && bytes.Contains(data, []byte(`"subject":"`+webID+`"`)) {
+				// the events name the certificate by its fingerprint
+				sum := sha256.Sum256(billingLeaf.Raw)
+				if want := `"auth":"client_cert","bytes_out"`; !bytes.Contains(data, []byte(want)) {
+					t.Fatalf("no event with %s:\n%s", want, data)
+				}
+				if want := `"credential_id":"` + hex.EncodeToString(sum[:]) + `"`; !bytes.Contains(data, []byte(want)) {
+					t.Fatalf("no event with %s:\n%s", want, data)
+				}
 				break
 			}
 			if time.Now().After(deadline) {
