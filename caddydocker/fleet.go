@@ -32,9 +32,13 @@ package caddydocker
 // when (last delivery + ttl/2, capped at now) - (its last update) > ttl.
 // Nothing expires while disconnected or while no delivery arrives. A watch
 // that does not echo an acknowledged put of this node within ttl/2 is
-// considered broken and re-created. Each new watch (after a reconnect, a
-// broken watch, a watch error) gives every known node a fresh ttl from that
-// moment, as the node may itself have been cut off and is re-putting.
+// considered broken and re-created; so is the watch after each reconnect
+// (the OnReconnect hook), when this node also re-puts its entry at once.
+// Each new watch, and the first delivery after a gap of more than ttl/2,
+// gives every known node a fresh ttl from that moment: the node may have
+// been cut off too and be re-putting. (The ttl/2 horizon and gap are below
+// 2/3 ttl, the longest silence of a live node that heartbeats every ttl/3,
+// leaving ttl/6 for delivery jitter.)
 //
 // Bad values. A value that does not decode, has an unknown version, or
 // names another node than its key is skipped, logged once per node per
@@ -114,8 +118,11 @@ type FleetStatus struct {
 	Replicas int `json:"replicas,omitempty"`
 	// Connected is true while the NATS connection is up.
 	Connected bool `json:"connected"`
-	// Watching is true while the bucket watch runs.
-	Watching bool `json:"watching"`
+	// Watching is true while the bucket watch runs and NATS is
+	// connected; WatchSince is when the current watch started (a new
+	// one after each reconnect).
+	Watching   bool      `json:"watching"`
+	WatchSince time.Time `json:"watch_since,omitzero"`
 	// LastPublish is when this node's entry was last stored (local time).
 	LastPublish time.Time `json:"last_publish,omitzero"`
 	// LastError is the current error of binding, publishing or watching
@@ -407,11 +414,16 @@ func (f *Fleet) halt() (first bool) {
 // heartbeat goroutine puts them at once, else the next heartbeat repeats
 // them. Nothing is put before the first Publish, so that a restarting
 // gateway does not announce an empty host before its first list.
+// Containers with Node set are another node's and are left out: handing
+// Publish the routed union by mistake cannot make hosts announce each
+// other's containers.
 func (f *Fleet) Publish(local []Container) {
-	cs := make([]Container, len(local))
-	copy(cs, local)
-	for i := range cs {
-		cs[i].Node, cs[i].Advertise = "", ""
+	cs := make([]Container, 0, len(local))
+	for _, c := range local {
+		if c.Node == "" {
+			c.Advertise = ""
+			cs = append(cs, c)
+		}
 	}
 	sort.Slice(cs, func(i, j int) bool {
 		if cs[i].Name != cs[j].Name {
@@ -456,7 +468,7 @@ func (f *Fleet) Status() FleetStatus {
 	defer f.mu.Unlock()
 	st := FleetStatus{
 		Node: f.cfg.Node, Advertise: f.cfg.Advertise, Bucket: f.cfg.Bucket,
-		Replicas: f.replicas, Connected: connected, Watching: f.watching,
+		Replicas: f.replicas, Connected: connected, Watching: f.watching && connected,
 		LastPublish: f.putAt, Nodes: make([]FleetNodeStatus, 0, len(f.nodes)),
 	}
 	var errs []string
@@ -466,6 +478,9 @@ func (f *Fleet) Status() FleetStatus {
 		}
 	}
 	st.LastError = strings.Join(errs, "; ")
+	if f.watching {
+		st.WatchSince = f.watchAt
+	}
 	for name, n := range f.nodes {
 		ns := FleetNodeStatus{Node: name, Advertise: n.advertise, LastSeen: n.heard,
 			Expired: n.expired, Error: n.err}
@@ -783,7 +798,7 @@ func (f *Fleet) watch(kv jetstream.KeyValue) error {
 	if err != nil {
 		return err
 	}
-	defer func() { _ = w.Stop() }()
+	defer f.stopWatch(w)
 	f.setErr(errWatch, "watching bucket "+f.cfg.Bucket, nil)
 	f.restartClocks(time.Now())
 	tick := time.NewTicker(f.cfg.TTL / 4)
@@ -807,6 +822,28 @@ func (f *Fleet) watch(kv jetstream.KeyValue) error {
 	}
 }
 
+// stopWatch ends a watch: its subscription, and its consumer on the
+// server, waiting at most opTimeout (nats.go waits up to 5s for the
+// consumer delete). While disconnected it leaves both to the cancelled
+// WatchAll context: nats.go then drops the subscription in its own
+// goroutine, and the server removes the abandoned ordered consumer.
+func (f *Fleet) stopWatch(w jetstream.KeyWatcher) {
+	if !f.conn.NATS().IsConnected() {
+		return
+	}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		_ = w.Stop()
+	}()
+	t := time.NewTimer(f.opTimeout())
+	defer t.Stop()
+	select {
+	case <-done:
+	case <-t.C:
+	}
+}
+
 // restartClocks starts a new watch: every known live node gets a fresh
 // TTL from now (it may have been cut off too, and be re-putting), and the
 // evidence of the old watch no longer counts.
@@ -817,6 +854,11 @@ func (f *Fleet) restartClocks(now time.Time) {
 	f.watchAt = now
 	f.proof = time.Time{}
 	f.echoRev = 0
+	f.refreshLive(now)
+}
+
+// refreshLive gives every live node a fresh TTL from now (f.mu held).
+func (f *Fleet) refreshLive(now time.Time) {
 	for _, n := range f.nodes {
 		if n.live() && n.seen.Before(now) {
 			n.seen = now
@@ -828,6 +870,12 @@ func (f *Fleet) restartClocks(now time.Time) {
 func (f *Fleet) deliver(e jetstream.KeyValueEntry, now time.Time) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
+	if !f.proof.IsZero() && now.Sub(f.proof) > f.cfg.TTL/2 {
+		// The watch delivered nothing for a while (NATS trouble without
+		// a disconnect, say, and nats.go's consumer recovered by
+		// itself): that silence proves nothing about the other nodes.
+		f.refreshLive(now)
+	}
 	f.proof = now
 	if e == nil {
 		return
