@@ -64,7 +64,6 @@ import (
 	"fmt"
 	"net"
 	"os"
-	"runtime/debug"
 	"sort"
 	"strings"
 	"sync"
@@ -525,22 +524,7 @@ func (f *Fleet) sleep(d time.Duration) bool {
 // stack), until the Fleet stops.
 func (f *Fleet) guard(name string, fn func()) {
 	defer f.wg.Done()
-	for {
-		panicked := func() (p bool) {
-			defer func() {
-				if r := recover(); r != nil {
-					p = true
-					f.log.Error("fleet: goroutine panic", zap.String("goroutine", name),
-						zap.Any("panic", r), zap.ByteString("stack", debug.Stack()))
-				}
-			}()
-			fn()
-			return false
-		}()
-		if !panicked || !f.sleep(time.Second) {
-			return
-		}
-	}
+	guarded(f.ctx, f.log, "fleet: goroutine panic", name, fn)
 }
 
 // setErr records the error of one activity and logs it when it is new

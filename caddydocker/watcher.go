@@ -209,23 +209,30 @@ func (w *Watcher) Snapshot() Snapshot {
 
 func (w *Watcher) guard(name string, fn func()) {
 	defer w.wg.Done()
+	guarded(w.ctx, w.log, "docker watcher panic", name, fn)
+}
+
+// guarded runs fn, restarting it a second after a panic (logged as msg,
+// with the goroutine's name and the stack), until ctx ends. A goroutine of
+// the watcher or the fleet must not take the process down.
+func guarded(ctx context.Context, log *zap.Logger, msg, name string, fn func()) {
 	for {
 		panicked := func() (p bool) {
 			defer func() {
 				if r := recover(); r != nil {
 					p = true
-					w.log.Error("docker watcher panic", zap.String("goroutine", name),
+					log.Error(msg, zap.String("goroutine", name),
 						zap.Any("panic", r), zap.ByteString("stack", debug.Stack()))
 				}
 			}()
 			fn()
 			return false
 		}()
-		if !panicked || w.ctx.Err() != nil {
+		if !panicked || ctx.Err() != nil {
 			return
 		}
 		select {
-		case <-w.ctx.Done():
+		case <-ctx.Done():
 			return
 		case <-time.After(time.Second):
 		}
