@@ -23,10 +23,12 @@ import (
 	"testing"
 	"time"
 
+	"github.com/golang-jwt/jwt/v5"
 	_ "github.com/mholt/caddy-ratelimit"
 
 	_ "github.com/apigate/gateway/caddyaudit"
 	_ "github.com/apigate/gateway/caddyclientcert"
+	_ "github.com/apigate/gateway/caddyjwt"
 	_ "github.com/apigate/gateway/caddypermcache"
 	_ "github.com/apigate/gateway/caddyrbac"
 	"github.com/apigate/gateway/internal/caddytester"
@@ -185,6 +187,14 @@ https://localhost:%[3]d {
 		}
 		respond "{http.auth.user.id} {http.auth.client_cert.fingerprint}"
 	}
+	route /first {
+		jwt_auth {
+			hmac_secret clientcert-e2e-secret-0123456789abcdef
+			optional
+		}
+		client_cert_auth
+		respond "{http.auth.user.id}"
+	}
 	route /dns {
 		client_cert_auth {
 			subject san_dns
@@ -271,6 +281,27 @@ https://localhost:%[11]d {
 	t.Run("SPIFFE URI SAN subject and fingerprint", func(t *testing.T) {
 		sum := sha256.Sum256(billingLeaf.Raw) // openssl x509 -fingerprint -sha256, lowercase, no colons
 		must(t, client(billing), verifyPort, "/whoami", 200, billingID+" "+hex.EncodeToString(sum[:]))
+	})
+	t.Run("an identity from an earlier source stands", func(t *testing.T) {
+		tok, err := jwt.NewWithClaims(jwt.SigningMethodHS256, jwt.MapClaims{"sub": "jwt-first", "exp": time.Now().Add(time.Hour).Unix()}).
+			SignedString([]byte("clientcert-e2e-secret-0123456789abcdef"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		// jwt_auth runs first: client_cert_auth passes the request on
+		// although it carries no certificate
+		req, _ := http.NewRequest("GET", fmt.Sprintf("https://localhost:%d/first", verifyPort), nil)
+		req.Header.Set("Authorization", "Bearer "+tok)
+		resp, err := client().Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != 200 || string(b) != "jwt-first" {
+			t.Fatalf("%d %q, want 200 jwt-first", resp.StatusCode, b)
+		}
+		must(t, client(), verifyPort, "/first", 401, `{"error":"unauthorized","reason":"missing client certificate"}`+"\n")
 	})
 	t.Run("DNS SAN and CN subjects", func(t *testing.T) {
 		must(t, client(billing), verifyPort, "/dns", 200, "billing.internal")
