@@ -44,6 +44,7 @@ func TestDryRun(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			down.Store(tc.down)
 			d0, u0, e0 := counterValue(deniedDry), counterValue(unavailDry), counterValue(deniedEnforced)
+			s0 := ReadStats()
 			r := newRequest("GET", tc.path)
 			expect(t, serve(t, h, r), allowed)
 			by, reason := identity.WouldDeny(r)
@@ -63,6 +64,11 @@ func TestDryRun(t *testing.T) {
 			if counterValue(deniedDry) != wantD || counterValue(unavailDry) != wantU || counterValue(deniedEnforced) != e0 {
 				t.Errorf("denials deny/unavailable (dry run) %v/%v, want %v/%v; enforced deny %v, want %v",
 					counterValue(deniedDry), counterValue(unavailDry), wantD, wantU, counterValue(deniedEnforced), e0)
+			}
+			// the dashboard's view: would-be denials apart from enforced ones
+			s1 := ReadStats()
+			if s1.WouldDeny-s0.WouldDeny != (wantD-d0)+(wantU-u0) || s1.Denied != s0.Denied || s1.Unavailable != s0.Unavailable {
+				t.Errorf("ReadStats would_deny +%v denied +%v unavailable +%v", s1.WouldDeny-s0.WouldDeny, s1.Denied-s0.Denied, s1.Unavailable-s0.Unavailable)
 			}
 		})
 	}

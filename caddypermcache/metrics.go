@@ -195,6 +195,11 @@ type Stats struct {
 	OnErrorAllow  float64 `json:"on_error_allow"`
 	OnErrorDeny   float64 `json:"on_error_deny"`
 	Entries       float64 `json:"entries"`
+	// Denied and Unavailable are the requests refused (403, and 503 by
+	// on_error deny); WouldDeny those that handlers in dry_run let pass.
+	Denied      float64 `json:"denied"`
+	Unavailable float64 `json:"unavailable"`
+	WouldDeny   float64 `json:"would_deny"`
 }
 
 // ReadStats returns the permission handlers' counters.
@@ -213,6 +218,16 @@ func ReadStats() Stats {
 	metrics.Each(missesVec, func(_ map[string]string, v float64) { s.Misses += v })
 	metrics.Each(staleVec, func(_ map[string]string, v float64) { s.StaleServes += v })
 	metrics.Each(errorsVec, func(_ map[string]string, v float64) { s.ServiceErrors += v })
+	metrics.Each(denialsVec, func(l map[string]string, v float64) {
+		switch {
+		case l["dry_run"] == "true":
+			s.WouldDeny += v
+		case l["result"] == "deny":
+			s.Denied += v
+		default:
+			s.Unavailable += v
+		}
+	})
 	metrics.Each(onErrorVec, func(l map[string]string, v float64) {
 		if l["action"] == "deny" {
 			s.OnErrorDeny += v

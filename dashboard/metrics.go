@@ -20,8 +20,11 @@ type Counters struct {
 	// RequestsSource says what Requests counts.
 	RequestsSource string `json:"requests_source"`
 	// Denials sums jwt_auth rejections (invalid, missing), rbac denials and
-	// permission denials (cached deny decisions and on_error deny).
+	// permission denials (403s and on_error deny's 503s), enforced only.
 	Denials float64 `json:"denials"`
+	// WouldDeny sums what rbac and permission handlers in dry_run would
+	// have refused and let pass.
+	WouldDeny float64 `json:"would_deny"`
 
 	JWT        JWTCounters        `json:"jwt"`
 	RBAC       map[string]float64 `json:"rbac"`
@@ -138,7 +141,8 @@ func CountersFrom(jwt caddyjwt.Stats, rbac map[string]float64, perm caddypermcac
 		c.Requests, c.RequestsSource = verified, "jwt_auth verifications"
 	}
 	c.Denials = c.JWT.Rejected + c.RBAC["deny_role"] + c.RBAC["deny_scope"] + c.RBAC["unauthenticated"] +
-		p.HitsDeny + p.OnErrorDeny
+		p.Denied + p.Unavailable
+	c.WouldDeny = c.RBAC["dry_run_deny_role"] + c.RBAC["dry_run_deny_scope"] + c.RBAC["dry_run_unauthenticated"] + p.WouldDeny
 	return c
 }
 

@@ -16,8 +16,9 @@ func TestCountersFrom(t *testing.T) {
 			Rejected:  10,
 			CacheHits: 75, CacheMisses: 25,
 		}
-		rbac := map[string]float64{"allow": 80, "deny_role": 7, "deny_scope": 3}
-		perm := caddypermcache.Stats{HitsAllow: 30, HitsDeny: 10, Misses: 10, StaleServes: 2, OnErrorDeny: 1}
+		rbac := map[string]float64{"allow": 80, "deny_role": 7, "deny_scope": 3, "dry_run_deny_role": 2}
+		perm := caddypermcache.Stats{HitsAllow: 30, HitsDeny: 10, Misses: 10, StaleServes: 2, OnErrorDeny: 1,
+			Denied: 11, Unavailable: 1, WouldDeny: 4}
 		sinks := []caddyaudit.SinkStats{
 			{Name: "b", Type: "file", Enqueued: 100, Dropped: 1},
 			{Name: "a", Type: "http", Enqueued: 100, Sent: 95, QueueDepth: 5, BacklogAgeSeconds: 7, SpoolBytes: 4096},
@@ -28,7 +29,8 @@ func TestCountersFrom(t *testing.T) {
 			got, want float64
 		}{
 			{"requests (busiest audit sink)", got.Requests, 100},
-			{"denials", got.Denials, 4 + 6 + 7 + 3 + 10 + 1},
+			{"denials (enforced)", got.Denials, 4 + 6 + 7 + 3 + 11 + 1},
+			{"would deny (dry run)", got.WouldDeny, 2 + 4},
 			{"jwt valid", got.JWT.Valid, 90},
 			{"jwt rejected", got.JWT.Rejected, 10},
 			{"jwt expired", got.JWT.Results["invalid: token expired"], 4},

@@ -193,7 +193,8 @@
     setText("perm-hitrate", pct(c.permission.cache_hit_rate));
     setText("perm-stale", fmt(c.permission.stale_serves));
     setText("perm-errors", fmt(c.permission.service_errors));
-    setText("perm-deny", fmt(c.permission.hits_deny + c.permission.on_error_deny));
+    setText("perm-deny", fmt(c.permission.denied + c.permission.unavailable) +
+      (c.permission.would_deny ? " (dry run: " + fmt(c.permission.would_deny) + " would be)" : ""));
     const rows = c.audit.sinks.map((s) => el("tr", null,
       el("td", { class: "mono", text: s.name }), el("td", { text: s.type }),
       el("td", { class: "num", text: fmt(s.queue_depth) }), el("td", { class: "num", text: fmt(s.enqueued) }),
@@ -222,6 +223,7 @@
     setText("stat-requests-total", fmt(c.requests));
     setText("stat-requests-source", "(" + c.requests_source + ")");
     setText("stat-denials-total", fmt(c.denials));
+    setText("stat-would-deny", c.would_deny ? " · dry run: " + fmt(c.would_deny) + " would be denied" : "");
     setText("stat-audit-sent", fmt(c.audit.sent));
     setText("stat-audit-spooled", fmt(c.audit.spooled));
     setText("stat-audit-dropped", fmt(c.audit.dropped));
