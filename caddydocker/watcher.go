@@ -126,6 +126,9 @@ type Watcher struct {
 	everListed bool
 	logged     map[string]string
 	warned     map[string]bool
+	// downLogged: the engine's absence since start was logged;
+	// stateTried: the state file was read (once, before the first list).
+	downLogged, stateTried bool
 	// polled is true while a listed container has a health check: Podman
 	// sends no health events, so the loop re-lists every HealthPoll.
 	polled bool
@@ -436,12 +439,16 @@ func (w *Watcher) sync() {
 			return
 		}
 		w.m.errors.WithLabelValues("list").Inc()
-		if w.reachable || !w.everListed && w.plan == nil {
+		// One line when the engine goes away (or is away from the
+		// start), not one per retry: the metric counts the retries.
+		if w.reachable || !w.everListed && !w.downLogged {
 			w.log.Warn("container engine unreachable; keeping the current routes", zap.Error(err))
+			w.downLogged = true
 		}
 		w.reachable = false
 		w.update(func(s *Snapshot) { s.EngineReachable = false; s.LastError = "list containers: " + err.Error() })
-		if !w.everListed && w.plan == nil {
+		if !w.everListed && w.plan == nil && !w.stateTried {
+			w.stateTried = true
 			w.loadState()
 		}
 		return

@@ -171,6 +171,32 @@ func TestWatcher(t *testing.T) {
 		}
 	})
 
+	t.Run("engine away from the start: one log line, not one per retry", func(t *testing.T) {
+		e, a := newFakeEngine(), &fakeApplier{}
+		e.set(errors.New("connection refused"))
+		log, logs := observed(t)
+		w := NewWatcher(WatcherConfig{Server: "gateway", Debounce: time.Millisecond, Resync: time.Hour,
+			StateFile: filepath.Join(t.TempDir(), "none.json"), Build: testOpts, Labels: fullLabels}, e, a, log)
+		t.Cleanup(w.Stop)
+		w.Start()
+		for i := 0; i < 5; i++ {
+			n := e.listCount()
+			e.events <- [2]string{"start", fmt.Sprint(i)}
+			wait(t, "a re-list", func() string {
+				if e.listCount() > n {
+					return ""
+				}
+				return "none"
+			})
+		}
+		if n := logs.FilterMessage("container engine unreachable; keeping the current routes").Len(); n != 1 {
+			t.Errorf("%d unreachable lines over %d lists, want 1", n, e.listCount())
+		}
+		if n := logs.FilterMessage("no state_file yet; starting without discovered routes").Len(); n != 1 {
+			t.Errorf("%d state_file lines, want 1", n)
+		}
+	})
+
 	t.Run("die event is trusted over a stale list", func(t *testing.T) {
 		e, a := newFakeEngine(good, other), &fakeApplier{}
 		w := newTestWatcher(t, e, a, "", time.Millisecond)
