@@ -330,7 +330,7 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyht
 		h.m.onErrDeny.Inc()
 		h.denials.unavailable.Inc()
 		if h.DryRun {
-			return h.wouldDeny(w, r, next, id, decidedByOnErrorDeny, unavailReason)
+			return h.wouldDeny(w, r, next, decidedByOnErrorDeny, unavailReason)
 		}
 		identity.SetDenialBy(r, decidedByOnErrorDeny, unavailReason)
 		return deny.Respond(w, r, http.StatusServiceUnavailable, "permission_unavailable", unavailReason)
@@ -355,7 +355,7 @@ func (h *Handler) decide(w http.ResponseWriter, r *http.Request, next caddyhttp.
 	}
 	h.denials.denied.Inc()
 	if h.DryRun {
-		return h.wouldDeny(w, r, next, id, by, deniedReason)
+		return h.wouldDeny(w, r, next, by, deniedReason)
 	}
 	identity.SetDenialBy(r, by, deniedReason)
 	return deny.Respond(w, r, http.StatusForbidden, "forbidden", deniedReason)
@@ -363,20 +363,8 @@ func (h *Handler) decide(w http.ResponseWriter, r *http.Request, next caddyhttp.
 
 // wouldDeny records and logs, in dry run, the denial the handler would
 // have answered, and lets the request pass.
-func (h *Handler) wouldDeny(w http.ResponseWriter, r *http.Request, next caddyhttp.Handler, id *identity.Identity, by *identity.Decider, reason string) error {
-	identity.SetWouldDeny(r, by, reason)
-	subject := ""
-	if id != nil {
-		subject = id.Subject
-	}
-	h.logger.Info("request would be denied (dry run)",
-		zap.String("route", h.Route),
-		zap.String("decided_by", by.String()),
-		zap.String("reason", reason),
-		zap.String("subject", subject),
-		zap.String("method", r.Method),
-		zap.String("host", r.Host),
-		zap.String("path", r.URL.Path))
+func (h *Handler) wouldDeny(w http.ResponseWriter, r *http.Request, next caddyhttp.Handler, by *identity.Decider, reason string) error {
+	identity.PassDenied(h.logger, r, by, reason, zap.String("route", h.Route))
 	return next.ServeHTTP(w, r)
 }
 

@@ -264,18 +264,7 @@ func (h *RBAC) deny(w http.ResponseWriter, r *http.Request, next caddyhttp.Handl
 		repl.Set(PlaceholderDecision, res.String())
 	}
 	if h.DryRun {
-		identity.SetWouldDeny(r, by, reason)
-		subject := ""
-		if id != nil {
-			subject = id.Subject
-		}
-		h.logger.Info("request would be denied (dry run)",
-			zap.String("decided_by", by.String()),
-			zap.String("reason", reason),
-			zap.String("subject", subject),
-			zap.String("method", r.Method),
-			zap.String("host", r.Host),
-			zap.String("path", r.URL.Path))
+		identity.PassDenied(h.logger, r, by, reason)
 		return next.ServeHTTP(w, r)
 	}
 	identity.SetDenialBy(r, by, reason)

@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
+	"go.uber.org/zap"
 )
 
 // Keys in the vars table.
@@ -255,6 +256,24 @@ func SetWouldDeny(r *http.Request, d *Decider, reason string) {
 	}
 	caddyhttp.SetVar(r.Context(), VarWouldDenyBy, d)
 	caddyhttp.SetVar(r.Context(), VarWouldDenyReason, reason)
+}
+
+// PassDenied is what a duty in dry_run does instead of refusing: it
+// records the denial it would have answered (SetWouldDeny) and logs it at
+// info, one line the same in every duty (fields adds the duty's own).
+func PassDenied(log *zap.Logger, r *http.Request, d *Decider, reason string, fields ...zap.Field) {
+	SetWouldDeny(r, d, reason)
+	subject := ""
+	if id, ok := FromRequest(r); ok {
+		subject = id.Subject
+	}
+	log.Info("request would be denied (dry run)", append(fields,
+		zap.String("decided_by", d.String()),
+		zap.String("reason", reason),
+		zap.String("subject", subject),
+		zap.String("method", r.Method),
+		zap.String("host", r.Host),
+		zap.String("path", r.URL.Path))...)
 }
 
 // WouldDeny returns the decided_by text and reason recorded by
