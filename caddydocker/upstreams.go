@@ -35,21 +35,29 @@ func poolOf(server, service string) *atomic.Pointer[[]string] {
 	return v.(*atomic.Pointer[[]string])
 }
 
-// setPools publishes a plan's pools for server. A pool that becomes empty
-// keeps its last replicas: the plan then routes the service to a 503
-// (no_healthy_upstream), and until that config applies, requests still go
-// to the replicas that are leaving, which is better than to none.
-func setPools(server string, plan map[string][]string) {
+// setPools publishes a plan's pools for server and calls changed for each
+// service whose replicas changed (before: the previous ones). A pool that
+// becomes empty keeps its last replicas: the plan then routes the service
+// to a 503 (no_healthy_upstream), and until that config applies, requests
+// still go to the replicas that are leaving, which is better than to none.
+func setPools(server string, plan map[string][]string, changed func(service string, now, before []string)) {
 	for svc, dials := range plan {
 		if len(dials) == 0 {
 			continue
 		}
 		p := poolOf(server, svc)
-		if old := p.Load(); old != nil && slices.Equal(*old, dials) {
-			continue
+		var before []string
+		if old := p.Load(); old != nil {
+			if slices.Equal(*old, dials) {
+				continue
+			}
+			before = *old
 		}
 		d := slices.Clone(dials)
 		p.Store(&d)
+		if changed != nil {
+			changed(svc, d, before)
+		}
 	}
 }
 

@@ -514,13 +514,10 @@ func (w *Watcher) build() {
 // setPools publishes the plan's replicas to the routes, logging each
 // service whose pool changed.
 func (w *Watcher) setPools(plan Plan) {
-	for svc, dials := range plan.Pools {
-		if old := PoolOf(w.cfg.Server, svc); !slices.Equal(old, dials) {
-			w.log.Info("service replicas changed", zap.String("server", w.cfg.Server),
-				zap.String("service", svc), zap.Strings("upstreams", dials), zap.Strings("before", old))
-		}
-	}
-	setPools(w.cfg.Server, plan.Pools)
+	setPools(w.cfg.Server, plan.Pools, func(svc string, now, before []string) {
+		w.log.Info("service replicas changed", zap.String("server", w.cfg.Server),
+			zap.String("service", svc), zap.Strings("upstreams", now), zap.Strings("before", before))
+	})
 }
 
 func (w *Watcher) apply(plan Plan, containers []Container, fromState bool) {
