@@ -109,16 +109,24 @@ func (e *dockerEngine) List(ctx context.Context) ([]Container, error) {
 			out = append(out, c)
 			continue
 		}
-		ni, ok := e.net[s.ID]
-		if !ok {
-			insp, err := e.cli.ContainerInspect(ctx, s.ID)
+		// At most one inspect per container and list: for a new
+		// container (the facts below), and again at each list for one
+		// with a health check unless the list's Status says its health
+		// (Docker's does, Podman's does not).
+		var insp *container.InspectResponse
+		ni, known := e.net[s.ID]
+		if !known || ni.healthCheck && c.Health == "" {
+			r, err := e.cli.ContainerInspect(ctx, s.ID)
 			if err != nil {
 				if client.IsErrNotFound(err) {
 					continue // gone since the list
 				}
 				return nil, err
 			}
-			ni = inspected(insp)
+			insp = &r
+			if !known {
+				ni = inspected(r)
+			}
 		}
 		seen[s.ID] = ni
 		if !c.HostNetwork && c.IP == "" {
@@ -128,15 +136,6 @@ func (e *dockerEngine) List(ctx context.Context) ([]Container, error) {
 			}
 		}
 		if ni.healthCheck && c.Health == "" {
-			// Docker's list says "(healthy)" in Status; Podman's does
-			// not, so a container with a health check is inspected.
-			insp, err := e.cli.ContainerInspect(ctx, s.ID)
-			if err != nil {
-				if client.IsErrNotFound(err) {
-					continue
-				}
-				return nil, err
-			}
 			if insp.State != nil && insp.State.Health != nil {
 				c.Health = insp.State.Health.Status
 			}
