@@ -226,6 +226,7 @@ func TestAPIKey(t *testing.T) {
 		{"wrong secret", reader.key[:len(reader.key)-8] + "00000000", "unknown key"},
 		{"expired", expired.key, "key expired"},
 		{"malformed", "not-a-key", "malformed key"},
+		{"too long to read", reader.key + strings.Repeat("0", 600), "malformed key"},
 	}
 	for _, tc := range rejected {
 		t.Run(tc.name+" is 401 invalid_token", func(t *testing.T) {

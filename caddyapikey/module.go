@@ -8,7 +8,6 @@ package caddyapikey
 import (
 	"fmt"
 	"net/http"
-	"net/textproto"
 	"strings"
 	"time"
 
@@ -16,7 +15,9 @@ import (
 	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
 	"go.uber.org/zap"
 
+	"github.com/apigate/gateway/caddyapikey/apikeys"
 	"github.com/apigate/gateway/identity"
+	"github.com/apigate/gateway/internal/credential"
 	"github.com/apigate/gateway/internal/deny"
 )
 
@@ -78,7 +79,7 @@ type APIKey struct {
 	Realm string `json:"realm,omitempty"`
 
 	keys      *keysFile
-	headers   []string
+	sources   []credential.TokenSource
 	challenge string
 	logger    *zap.Logger
 	now       func() time.Time
@@ -104,12 +105,11 @@ func (a *APIKey) Provision(ctx caddy.Context) error {
 		a.CheckInterval = caddy.Duration(DefaultCheckInterval)
 	}
 	a.challenge = deny.BearerChallenge(a.Realm)
-	for _, h := range a.FromHeaders {
-		a.headers = append(a.headers, textproto.CanonicalMIMEHeaderKey(h))
-	}
+	headers := a.FromHeaders
 	if len(a.FromHeaders) == 0 && len(a.FromQuery) == 0 {
-		a.headers = []string{DefaultHeader}
+		headers = []string{DefaultHeader}
 	}
+	a.sources = credential.OrderSources(headers, nil, a.FromQuery)
 	path := caddy.NewReplacer().ReplaceKnown(a.KeysFile, "")
 	if path == "" {
 		return fmt.Errorf("keys_file is empty once placeholders are replaced")
@@ -155,8 +155,10 @@ func (a *APIKey) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyhtt
 	if _, ok := identity.FromRequest(r); ok {
 		return next.ServeHTTP(w, r)
 	}
-	key := a.extract(r)
-	if key == "" {
+	// a key longer than any key (tooLarge) is not copied: Check calls
+	// the empty key malformed
+	key, _, tooLarge := credential.ExtractToken(r, a.sources, apikeys.MaxKeyLen)
+	if key == "" && !tooLarge {
 		if a.Optional {
 			return next.ServeHTTP(w, r)
 		}
@@ -164,7 +166,7 @@ func (a *APIKey) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyhtt
 		w.Header().Set("WWW-Authenticate", a.challenge)
 		return deny.Respond(w, r, http.StatusUnauthorized, "unauthorized", "missing api key")
 	}
-	a.strip(r)
+	credential.StripToken(r, a.sources)
 	e, err := a.keys.Current(a.now()).Check(key, a.now())
 	if err != nil {
 		if ce := a.logger.Check(zap.DebugLevel, "api key rejected"); ce != nil {
@@ -194,44 +196,6 @@ func (a *APIKey) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyhtt
 		repl.Set("http.auth.api_key.id", e.ID)
 	}
 	return next.ServeHTTP(w, r)
-}
-
-// extract returns the first key found: the headers in order, then the
-// query parameters.
-func (a *APIKey) extract(r *http.Request) string {
-	for _, h := range a.headers {
-		if v := strings.TrimSpace(r.Header.Get(h)); v != "" {
-			if len(v) > 7 && strings.EqualFold(v[:7], "bearer ") {
-				v = strings.TrimSpace(v[7:])
-			}
-			if v != "" {
-				return v
-			}
-		}
-	}
-	if len(a.FromQuery) > 0 && r.URL.RawQuery != "" {
-		q := r.URL.Query()
-		for _, name := range a.FromQuery {
-			if v := strings.TrimSpace(q.Get(name)); v != "" {
-				return v
-			}
-		}
-	}
-	return ""
-}
-
-// strip removes the key's headers and query parameters from the request.
-func (a *APIKey) strip(r *http.Request) {
-	for _, h := range a.headers {
-		r.Header.Del(h)
-	}
-	if len(a.FromQuery) > 0 && r.URL.RawQuery != "" {
-		q := r.URL.Query()
-		for _, name := range a.FromQuery {
-			q.Del(name)
-		}
-		r.URL.RawQuery = q.Encode()
-	}
 }
 
 // Interface guards

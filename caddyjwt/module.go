@@ -17,6 +17,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/apigate/gateway/identity"
+	"github.com/apigate/gateway/internal/credential"
 	"github.com/apigate/gateway/internal/deny"
 
 	"github.com/apigate/gateway/internal/urls"
@@ -144,7 +145,7 @@ type JWTAuth struct {
 	Providers []IdentityProvider `json:"providers,omitempty"`
 
 	verifier    *Verifier
-	sources     []TokenSource
+	sources     []credential.TokenSource
 	forward     []forward
 	spoofable   []string
 	challenge   string
@@ -316,7 +317,7 @@ func (j *JWTAuth) Provision(ctx caddy.Context) error {
 			return err
 		}
 	}
-	j.sources = OrderSources(j.FromHeaders, j.FromCookies, j.FromQuery)
+	j.sources = credential.OrderSources(j.FromHeaders, j.FromCookies, j.FromQuery)
 	for _, fc := range j.ForwardClaims {
 		p, err := ParseClaimPath(fc.Claim)
 		if err != nil {
@@ -622,12 +623,12 @@ func (j *JWTAuth) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyht
 	// request may also carry is not looked at
 	if _, ok := identity.FromRequest(r); ok {
 		if j.StripToken {
-			StripToken(r, j.sources)
+			credential.StripToken(r, j.sources)
 		}
 		return next.ServeHTTP(w, r)
 	}
 
-	token, _, tooLarge := ExtractToken(r, j.sources, j.verifier.MaxTokenSize())
+	token, _, tooLarge := credential.ExtractToken(r, j.sources, j.verifier.MaxTokenSize())
 	if tooLarge {
 		return j.invalid(w, r, ErrTooLarge)
 	}
@@ -678,7 +679,7 @@ func (j *JWTAuth) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyht
 		}
 	}
 	if j.StripToken {
-		StripToken(r, j.sources)
+		credential.StripToken(r, j.sources)
 	}
 	return next.ServeHTTP(w, r)
 }

@@ -1,4 +1,8 @@
-package caddyjwt
+// Package credential finds a credential in a request (a header, with or
+// without the Bearer scheme, a cookie, a query parameter) and strips it
+// before the request goes upstream. jwt_auth and api_key share it, so both
+// read and remove credentials the same, fuzzed way.
+package credential
 
 import (
 	"net/http"
