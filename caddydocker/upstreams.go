@@ -103,7 +103,10 @@ func (u *Upstreams) Provision(caddy.Context) error {
 const triedVar = "gateway.docker_tried"
 
 // GetUpstreams returns the service's replicas, minus those this request
-// already failed on (all of them if that leaves none).
+// already failed on (all of them if that leaves none). The Upstream values
+// are new for each request: the reverse proxy writes to them (its host
+// table entry, health policy) while it serves, so sharing them between
+// concurrent requests would be a data race.
 func (u *Upstreams) GetUpstreams(r *http.Request) ([]*reverseproxy.Upstream, error) {
 	p := u.pool.Load()
 	if p == nil {
