@@ -294,3 +294,13 @@ func newBufPool(size int) *bufPool {
 
 func (bp *bufPool) get() *[]byte  { return bp.p.Get().(*[]byte) }
 func (bp *bufPool) put(b *[]byte) { bp.p.Put(b) }
+
+// Buffered reports how many bytes of the body were read from the upstream
+// with what came before and wait in the buffer: a reader that copies the
+// body (the fast path) decides from it whether the first read can block.
+func (b *body) Buffered() int {
+	if b.cn == nil {
+		return 0
+	}
+	return len(b.cn.rd.buffered())
+}

@@ -1,7 +1,6 @@
 package caddyh1
 
 import (
-	"bufio"
 	"context"
 	"crypto/sha256"
 	"errors"
@@ -17,97 +16,21 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/apigate/gateway/internal/difftest"
 )
 
 // upstream is a scripted HTTP/1.1 server on a real socket: for every
 // request it reads (with net/http's parser) it calls handle with the
 // connection and the request's number on that connection; handle writes
 // whatever bytes it likes and says whether to keep reading requests.
-type upstream struct {
-	ln       net.Listener
-	accepted atomic.Int64
-	requests atomic.Int64
-	open     atomic.Int64 // connections open now
-	maxOpen  atomic.Int64
-	wg       sync.WaitGroup
-	mu       sync.Mutex
-	conns    map[net.Conn]bool
-}
+type upstream = difftest.Upstream
 
-type handleFunc func(c net.Conn, req *http.Request, body []byte, n int) (keep bool)
+type handleFunc = difftest.HandleFunc
 
-func newUpstream(t testing.TB, handle handleFunc) *upstream {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	u := &upstream{ln: ln, conns: map[net.Conn]bool{}}
-	u.wg.Add(1)
-	go func() {
-		defer u.wg.Done()
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			u.accepted.Add(1)
-			open := u.open.Add(1)
-			for {
-				m := u.maxOpen.Load()
-				if open <= m || u.maxOpen.CompareAndSwap(m, open) {
-					break
-				}
-			}
-			u.mu.Lock()
-			u.conns[c] = true
-			u.mu.Unlock()
-			u.wg.Add(1)
-			go func() {
-				defer u.wg.Done()
-				defer u.open.Add(-1)
-				defer func() {
-					c.Close()
-					u.mu.Lock()
-					delete(u.conns, c)
-					u.mu.Unlock()
-				}()
-				br := bufio.NewReader(c)
-				for n := 0; ; n++ {
-					req, err := http.ReadRequest(br)
-					if err != nil {
-						return
-					}
-					body, err := io.ReadAll(req.Body)
-					if err != nil {
-						return
-					}
-					u.requests.Add(1)
-					if !handle(c, req, body, n) {
-						return
-					}
-				}
-			}()
-		}
-	}()
-	t.Cleanup(func() {
-		ln.Close()
-		u.mu.Lock()
-		for c := range u.conns {
-			c.Close() // kept alive by a client
-		}
-		u.mu.Unlock()
-		u.wg.Wait()
-	})
-	return u
-}
+func newUpstream(t testing.TB, handle handleFunc) *upstream { return difftest.NewUpstream(t, handle) }
 
-func (u *upstream) addr() string { return u.ln.Addr().String() }
-
-func reply(c net.Conn, s string) bool {
-	_, err := io.WriteString(c, s)
-	return err == nil
-}
+func reply(c net.Conn, s string) bool { return difftest.Reply(c, s) }
 
 const okResponse = "HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nContent-Length: 5\r\n\r\nhello"
 
@@ -119,11 +42,11 @@ func newTestClient(t testing.TB, opts Options) *Client {
 
 func get(t testing.TB, c *Client, u *upstream, method, path string, body io.Reader) (*http.Response, string, error) {
 	t.Helper()
-	req, err := http.NewRequest(method, "http://"+u.addr()+path, body)
+	req, err := http.NewRequest(method, "http://"+u.Addr()+path, body)
 	if err != nil {
 		t.Fatal(err)
 	}
-	res, err := c.RoundTrip(req, "tcp", u.addr())
+	res, err := c.RoundTrip(req, "tcp", u.Addr())
 	if err != nil {
 		return nil, "", err
 	}
@@ -144,8 +67,8 @@ func TestKeepAliveReuse(t *testing.T) {
 		}
 	}
 	st := c.Stats()
-	if st.Dials != 1 || st.Reuses != 49 || u.accepted.Load() != 1 {
-		t.Fatalf("dials %d, reuses %d, accepted %d; want one connection for all", st.Dials, st.Reuses, u.accepted.Load())
+	if st.Dials != 1 || st.Reuses != 49 || u.Accepted.Load() != 1 {
+		t.Fatalf("dials %d, reuses %d, accepted %d; want one connection for all", st.Dials, st.Reuses, u.Accepted.Load())
 	}
 }
 
@@ -247,8 +170,8 @@ func TestIdleConnectionChecks(t *testing.T) {
 			if err != nil || body != "hello" {
 				t.Fatalf("second request: %q, %v", body, err)
 			}
-			if u.accepted.Load() != 2 {
-				t.Fatalf("accepted %d connections, want a new one for the second request", u.accepted.Load())
+			if u.Accepted.Load() != 2 {
+				t.Fatalf("accepted %d connections, want a new one for the second request", u.Accepted.Load())
 			}
 		})
 	}
@@ -269,9 +192,9 @@ func TestContextCancelFreesConnection(t *testing.T) {
 	t.Run("waiting for the head", func(t *testing.T) {
 		ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
 		defer cancel()
-		req, _ := http.NewRequestWithContext(ctx, "GET", "http://"+u.addr()+"/hang", nil)
+		req, _ := http.NewRequestWithContext(ctx, "GET", "http://"+u.Addr()+"/hang", nil)
 		start := time.Now()
-		_, err := c.RoundTrip(req, "tcp", u.addr())
+		_, err := c.RoundTrip(req, "tcp", u.Addr())
 		if !errors.Is(err, context.DeadlineExceeded) {
 			t.Fatalf("error %v, want the context's", err)
 		}
@@ -281,8 +204,8 @@ func TestContextCancelFreesConnection(t *testing.T) {
 	})
 	t.Run("reading the body", func(t *testing.T) {
 		ctx, cancel := context.WithCancel(context.Background())
-		req, _ := http.NewRequestWithContext(ctx, "GET", "http://"+u.addr()+"/partial", nil)
-		res, err := c.RoundTrip(req, "tcp", u.addr())
+		req, _ := http.NewRequestWithContext(ctx, "GET", "http://"+u.Addr()+"/partial", nil)
+		res, err := c.RoundTrip(req, "tcp", u.Addr())
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -323,7 +246,7 @@ func TestMaxConnsPerHost(t *testing.T) {
 	for err := range errs {
 		t.Error(err)
 	}
-	if m := u.maxOpen.Load(); m > 2 {
+	if m := u.MaxOpen.Load(); m > 2 {
 		t.Fatalf("the upstream saw %d connections at once, want at most 2", m)
 	}
 
@@ -332,15 +255,15 @@ func TestMaxConnsPerHost(t *testing.T) {
 	defer cancel()
 	var hold []*http.Response
 	for i := 0; i < 2; i++ {
-		req, _ := http.NewRequest("GET", "http://"+u.addr()+"/", nil)
-		res, err := c.RoundTrip(req, "tcp", u.addr())
+		req, _ := http.NewRequest("GET", "http://"+u.Addr()+"/", nil)
+		res, err := c.RoundTrip(req, "tcp", u.Addr())
 		if err != nil {
 			t.Fatal(err)
 		}
 		hold = append(hold, res) // bodies unread: both connections busy
 	}
-	req, _ := http.NewRequestWithContext(ctx, "GET", "http://"+u.addr()+"/", nil)
-	if _, err := c.RoundTrip(req, "tcp", u.addr()); !errors.Is(err, context.DeadlineExceeded) {
+	req, _ := http.NewRequestWithContext(ctx, "GET", "http://"+u.Addr()+"/", nil)
+	if _, err := c.RoundTrip(req, "tcp", u.Addr()); !errors.Is(err, context.DeadlineExceeded) {
 		t.Fatalf("waiting beyond max_conns_per_host: %v", err)
 	}
 	for _, res := range hold {
@@ -367,7 +290,7 @@ func TestIdleTimeout(t *testing.T) {
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
-	for u.open.Load() != 0 {
+	for u.Open.Load() != 0 {
 		if time.Now().After(deadline) {
 			t.Fatal("the upstream's side of the connection stayed open")
 		}
@@ -455,10 +378,10 @@ func TestLargeBodyStreams(t *testing.T) {
 	})
 	c := newTestClient(t, Options{})
 	for _, path := range []string{"/fixed", "/chunked"} {
-		req, _ := http.NewRequest("GET", "http://"+u.addr()+path, nil)
+		req, _ := http.NewRequest("GET", "http://"+u.Addr()+path, nil)
 		var before, after runtime.MemStats
 		runtime.ReadMemStats(&before)
-		res, err := c.RoundTrip(req, "tcp", u.addr())
+		res, err := c.RoundTrip(req, "tcp", u.Addr())
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -509,7 +432,7 @@ func TestRequestFraming(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			req, _ := http.NewRequest(tc.method, "http://"+u.addr()+"/", nil)
+			req, _ := http.NewRequest(tc.method, "http://"+u.Addr()+"/", nil)
 			if tc.body != nil {
 				req.Body = io.NopCloser(tc.body)
 			}
@@ -517,7 +440,7 @@ func TestRequestFraming(t *testing.T) {
 			if tc.want.trailer != "" {
 				req.Trailer = http.Header{"X-Sum": {"42"}}
 			}
-			res, err := c.RoundTrip(req, "tcp", u.addr())
+			res, err := c.RoundTrip(req, "tcp", u.Addr())
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -530,9 +453,9 @@ func TestRequestFraming(t *testing.T) {
 	}
 
 	t.Run("body shorter than its Content-Length", func(t *testing.T) {
-		req, _ := http.NewRequest("POST", "http://"+u.addr()+"/", strings.NewReader("abc"))
+		req, _ := http.NewRequest("POST", "http://"+u.Addr()+"/", strings.NewReader("abc"))
 		req.ContentLength = 10
-		if _, err := c.RoundTrip(req, "tcp", u.addr()); !errors.Is(err, errBodyLength) {
+		if _, err := c.RoundTrip(req, "tcp", u.Addr()); !errors.Is(err, errBodyLength) {
 			t.Fatalf("error %v", err)
 		}
 	})
@@ -558,14 +481,14 @@ func TestRequestRefused(t *testing.T) {
 		{"bad method", func(r *http.Request) { r.Method = "GE T" }},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			req, _ := http.NewRequest("GET", "http://"+u.addr()+"/", nil)
+			req, _ := http.NewRequest("GET", "http://"+u.Addr()+"/", nil)
 			tc.setup(req)
-			if _, err := c.RoundTrip(req, "tcp", u.addr()); err == nil {
+			if _, err := c.RoundTrip(req, "tcp", u.Addr()); err == nil {
 				t.Fatal("sent")
 			}
 		})
 	}
-	if n := u.requests.Load(); n != 0 {
+	if n := u.Requests.Load(); n != 0 {
 		t.Fatalf("the upstream received %d requests", n)
 	}
 }
@@ -586,8 +509,8 @@ func TestInformationalResponses(t *testing.T) {
 		got = append(got, fmt.Sprint(code, " ", h.Get("Link")))
 		return nil
 	}}
-	req, _ := http.NewRequestWithContext(httptrace.WithClientTrace(context.Background(), trace), "GET", "http://"+u.addr()+"/", nil)
-	res, err := c.RoundTrip(req, "tcp", u.addr())
+	req, _ := http.NewRequestWithContext(httptrace.WithClientTrace(context.Background(), trace), "GET", "http://"+u.Addr()+"/", nil)
+	res, err := c.RoundTrip(req, "tcp", u.Addr())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -684,8 +607,8 @@ func TestClosedClient(t *testing.T) {
 		return reply(c, okResponse)
 	})
 	c := NewClient(Options{})
-	req, _ := http.NewRequest("GET", "http://"+u.addr()+"/", nil)
-	res, err := c.RoundTrip(req, "tcp", u.addr())
+	req, _ := http.NewRequest("GET", "http://"+u.Addr()+"/", nil)
+	res, err := c.RoundTrip(req, "tcp", u.Addr())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -698,7 +621,7 @@ func TestClosedClient(t *testing.T) {
 	if st := c.Stats(); st.Open != 0 {
 		t.Fatalf("%d connections open after Close", st.Open)
 	}
-	if _, err := c.RoundTrip(req, "tcp", u.addr()); !errors.Is(err, errClientClosed) {
+	if _, err := c.RoundTrip(req, "tcp", u.Addr()); !errors.Is(err, errClientClosed) {
 		t.Fatalf("after Close: %v", err)
 	}
 }
@@ -708,12 +631,12 @@ func BenchmarkRoundTrip(b *testing.B) {
 		return reply(c, okResponse)
 	})
 	c := newTestClient(b, Options{})
-	req, _ := http.NewRequest("GET", "http://"+u.addr()+"/", nil)
+	req, _ := http.NewRequest("GET", "http://"+u.Addr()+"/", nil)
 	req.Header.Set("X-Forwarded-For", "127.0.0.1")
 	buf := make([]byte, 512)
 	b.ReportAllocs()
 	for b.Loop() {
-		res, err := c.RoundTrip(req, "tcp", u.addr())
+		res, err := c.RoundTrip(req, "tcp", u.Addr())
 		if err != nil {
 			b.Fatal(err)
 		}

@@ -224,6 +224,16 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 	if network == "" {
 		network = "tcp"
 	}
+	return t.RoundTripTo(req, network, addr)
+}
+
+// RoundTripTo sends req to the upstream at network/addr on the transport's
+// pooled connections. It is RoundTrip with the upstream given: the fast
+// path (package fastpath), which picks upstreams itself, sends through it,
+// so that both paths share one pool and one error mapping. A failure to
+// connect is a reverseproxy.DialError, which Caddy may retry on another
+// upstream whatever the method.
+func (t *Transport) RoundTripTo(req *http.Request, network, addr string) (*http.Response, error) {
 	res, err := t.client.RoundTrip(req, network, addr)
 	if err != nil {
 		var de *DialError
