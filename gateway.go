@@ -17,5 +17,6 @@ import (
 	_ "github.com/apigate/gateway/caddypermcache"
 	_ "github.com/apigate/gateway/caddyrbac"
 	_ "github.com/apigate/gateway/dashboard"
+	_ "github.com/apigate/gateway/fastpath"
 	_ "github.com/apigate/gateway/natsstore"
 )

@@ -1,0 +1,284 @@
+package fastpath
+
+import (
+	"encoding/json"
+	"fmt"
+	"slices"
+	"strings"
+
+	"github.com/caddyserver/caddy/v2"
+	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
+	"github.com/caddyserver/caddy/v2/modules/caddyhttp/encode"
+	"github.com/caddyserver/caddy/v2/modules/caddyhttp/headers"
+	maphandler "github.com/caddyserver/caddy/v2/modules/caddyhttp/map"
+	"github.com/caddyserver/caddy/v2/modules/caddyhttp/reverseproxy"
+	"github.com/caddyserver/caddy/v2/modules/caddyhttp/rewrite"
+	"go.uber.org/zap"
+
+	"github.com/apigate/gateway/caddyh1"
+)
+
+// compileServer compiles srv's routes into a plan, or says why the server
+// stays on Caddy's path: the first module or option the plan does not
+// support, named as the config names it.
+func compileServer(srv *caddyhttp.Server, app *caddyhttp.App, logger *zap.Logger) (*plan, string) {
+	switch {
+	case srv.Logs != nil:
+		return nil, "access logs (log)"
+	case app != nil && app.Metrics != nil, srv.Metrics != nil:
+		return nil, "metrics"
+	case srv.TrustedProxiesRaw != nil:
+		return nil, "trusted_proxies"
+	case len(srv.ExpectedUnderscoreHeaders) > 0:
+		return nil, "expected_underscore_headers"
+	case len(srv.ExpectedDotHeaders) > 0:
+		return nil, "expected_dot_headers"
+	case srv.EnableFullDuplex:
+		return nil, "enable_full_duplex"
+	case srv.ReadMinRate > 0:
+		return nil, "read_min_rate"
+	case srv.WriteMinRate > 0:
+		return nil, "write_min_rate"
+	case !slices.Contains(srv.Protocols, "h1"):
+		return nil, "protocols without h1"
+	}
+	if len(srv.TLSConnPolicies) > 0 && slices.Contains(srv.Protocols, "h3") {
+		return nil, "HTTP/3 advertisement (Alt-Svc) on a TLS server"
+	}
+	c := compiler{logger: logger}
+	p := &plan{
+		srv:       srv,
+		name:      srv.Name(),
+		strictSNI: srv.StrictSNIHost != nil && *srv.StrictSNIHost,
+		errLogger: caddy.Log().Named("http.log.error"),
+	}
+	var reason string
+	if p.routes, reason = c.routes(srv.Routes); reason != "" {
+		return nil, reason
+	}
+	if srv.Errors != nil && len(srv.Errors.Routes) > 0 {
+		if p.errRoutes, reason = c.routes(srv.Errors.Routes); reason != "" {
+			return nil, reason + " (in handle_errors)"
+		}
+	}
+	return p, ""
+}
+
+type compiler struct {
+	logger *zap.Logger
+}
+
+func (c *compiler) routes(list caddyhttp.RouteList) ([]*route, string) {
+	out := make([]*route, 0, len(list))
+	for i := range list {
+		r := &list[i]
+		rt := &route{group: r.Group, sets: r.MatcherSets, terminal: r.Terminal}
+		for _, set := range r.MatcherSets {
+			for _, m := range set {
+				full, reason := matcherSupport(m)
+				if reason != "" {
+					return nil, reason
+				}
+				rt.needFull = rt.needFull || full
+			}
+		}
+		for _, h := range r.Handlers {
+			s, reason := c.handler(h)
+			if reason != "" {
+				return nil, reason
+			}
+			rt.steps = append(rt.steps, s)
+		}
+		out = append(out, rt)
+	}
+	return out, ""
+}
+
+// matcherSupport reports whether the plan runs matcher m, and whether it
+// needs the Caddy-prepared request (placeholders in its patterns).
+func matcherSupport(m any) (full bool, reason string) {
+	switch m := m.(type) {
+	case *caddyhttp.MatchHost:
+		return anyPlaceholder(*m...), ""
+	case caddyhttp.MatchHost:
+		return anyPlaceholder(m...), ""
+	case *caddyhttp.MatchPath:
+		return anyPlaceholder(*m...), ""
+	case caddyhttp.MatchPath:
+		return anyPlaceholder(m...), ""
+	case *caddyhttp.MatchMethod, caddyhttp.MatchMethod:
+		return false, ""
+	case *caddyhttp.MatchHeader:
+		return headerPlaceholder(*m), ""
+	case caddyhttp.MatchHeader:
+		return headerPlaceholder(m), ""
+	case *caddyhttp.MatchProtocol, caddyhttp.MatchProtocol:
+		return false, ""
+	case *caddyhttp.MatchNot:
+		return notSupport(m.MatcherSets)
+	case caddyhttp.MatchNot:
+		return notSupport(m.MatcherSets)
+	}
+	return false, "matcher " + moduleName(m)
+}
+
+func notSupport(sets caddyhttp.MatcherSets) (bool, string) {
+	full := false
+	for _, set := range sets {
+		for _, m := range set {
+			f, reason := matcherSupport(m)
+			if reason != "" {
+				return false, reason
+			}
+			full = full || f
+		}
+	}
+	return full, ""
+}
+
+func anyPlaceholder(ss ...string) bool {
+	for _, s := range ss {
+		if strings.Contains(s, "{") {
+			return true
+		}
+	}
+	return false
+}
+
+func headerPlaceholder(h map[string][]string) bool {
+	for k, vv := range h {
+		if anyPlaceholder(k) || anyPlaceholder(vv...) {
+			return true
+		}
+	}
+	return false
+}
+
+// handler compiles one handler module.
+func (c *compiler) handler(h caddyhttp.MiddlewareHandler) (step, string) {
+	switch h := h.(type) {
+	case *caddyhttp.Subroute:
+		if h.Errors != nil && len(h.Errors.Routes) > 0 {
+			return nil, "subroute errors"
+		}
+		routes, reason := c.routes(h.Routes)
+		if reason != "" {
+			return nil, reason
+		}
+		return &subroute{routes: routes}, ""
+	case *reverseproxy.Handler:
+		return c.proxy(h)
+	case *caddyhttp.StaticResponse, *headers.Handler, *rewrite.Rewrite,
+		*caddyhttp.VarsMiddleware, *maphandler.Handler, *encode.Encode:
+		return &delegated{h: h}, ""
+	}
+	return nil, moduleName(h)
+}
+
+// proxy compiles a reverse_proxy handler.
+func (c *compiler) proxy(h *reverseproxy.Handler) (step, string) {
+	t, ok := h.Transport.(*caddyh1.Transport)
+	if !ok {
+		return nil, "reverse_proxy transport " + moduleName(h.Transport) + " (the fast path proxies with transport h1)"
+	}
+	switch {
+	case len(h.HandleResponse) > 0:
+		return nil, "reverse_proxy handle_response"
+	case h.RequestBuffers != 0:
+		return nil, "reverse_proxy request_buffers"
+	case h.ResponseBuffers != 0:
+		return nil, "reverse_proxy response_buffers"
+	case h.FlushInterval > 0:
+		return nil, "reverse_proxy flush_interval"
+	case h.Rewrite != nil:
+		return nil, "reverse_proxy rewrite"
+	case len(h.TrustedProxies) > 0:
+		return nil, "reverse_proxy trusted_proxies"
+	case h.CB != nil:
+		return nil, "reverse_proxy circuit breaker"
+	case h.LoadBalancing == nil || h.LoadBalancing.SelectionPolicy == nil:
+		return nil, "reverse_proxy without a selection policy"
+	}
+	for _, set := range h.LoadBalancing.RetryMatch {
+		for _, m := range set {
+			if full, reason := matcherSupport(m); reason != "" || full {
+				return nil, "reverse_proxy retry_match " + moduleName(m)
+			}
+		}
+	}
+	p := &proxyStep{
+		h:         h,
+		transport: t,
+		lb:        h.LoadBalancing,
+		logger:    caddy.Log().Named("http.handlers.reverse_proxy"),
+		static:    map[*reverseproxy.Upstream]dialInfo{},
+	}
+	if h.DynamicUpstreams != nil {
+		if id := moduleID(h.DynamicUpstreams); id != "http.reverse_proxy.upstreams.docker" {
+			return nil, "reverse_proxy dynamic upstreams " + id
+		}
+		p.dynamic = h.DynamicUpstreams
+		p.caching, _ = h.DynamicUpstreams.(reverseproxy.CachingUpstreamSource)
+	}
+	for _, u := range h.Upstreams {
+		if strings.Contains(u.Dial, "{") {
+			return nil, "reverse_proxy upstream with placeholders (" + u.Dial + ")"
+		}
+		di, err := parseDial(u.Dial)
+		if err != nil {
+			return nil, fmt.Sprintf("reverse_proxy upstream %s: %v", u.Dial, err)
+		}
+		p.static[u] = di
+	}
+	if h.HealthChecks != nil {
+		p.passive = h.HealthChecks.Passive
+	}
+	if h.Headers != nil {
+		p.reqOps = h.Headers.Request
+		p.respOps = h.Headers.Response
+		b, _ := json.Marshal(h.Headers)
+		p.needFull = jsonHasPlaceholder(b)
+	}
+	return p, ""
+}
+
+// jsonHasPlaceholder reports whether a string in the JSON document b holds
+// a "{".
+func jsonHasPlaceholder(b []byte) bool {
+	var v any
+	if json.Unmarshal(b, &v) != nil {
+		return true
+	}
+	var walk func(any) bool
+	walk = func(v any) bool {
+		switch v := v.(type) {
+		case string:
+			return strings.Contains(v, "{")
+		case []any:
+			for _, e := range v {
+				if walk(e) {
+					return true
+				}
+			}
+		case map[string]any:
+			for k, e := range v {
+				if strings.Contains(k, "{") || walk(e) {
+					return true
+				}
+			}
+		}
+		return false
+	}
+	return walk(v)
+}
+
+func moduleID(m any) string {
+	if mod, ok := m.(caddy.Module); ok {
+		return string(mod.CaddyModule().ID)
+	}
+	return fmt.Sprintf("%T", m)
+}
+
+// moduleName names a module as the reason for leaving a server on Caddy's
+// path: its full ID (http.handlers.encode).
+func moduleName(m any) string { return moduleID(m) }

@@ -1,0 +1,389 @@
+package fastpath
+
+import (
+	"bufio"
+	"context"
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"runtime/debug"
+	"sync/atomic"
+	"time"
+
+	"go.uber.org/zap"
+)
+
+// conn is one client connection the plan serves: one goroutine reads a
+// request, runs the plan, writes the response, and reads the next. Its
+// buffers and per-request structures are reused from one request to the
+// next.
+type conn struct {
+	l          *listener
+	nc         net.Conn
+	tlsConn    *tls.Conn
+	tlsState   *tls.ConnectionState
+	remoteAddr string
+
+	rb   rbuf
+	bw   *bufio.Writer
+	werr error // sticky write error
+
+	head reqHead
+	body reqBody
+	w    respWriter
+	ex   exchange // the plan's per-request state
+
+	lastMethod string
+	state      atomic.Int32 // stateIdle, stateActive, stateClosed
+
+	// deadlines as set on nc, and the request's hard limits
+	readDL, writeDL     time.Time
+	hardRead, hardWrite time.Time
+}
+
+const (
+	stateNew int32 = iota
+	stateActive
+	stateIdle
+	stateClosed
+)
+
+// aLongTimeAgo makes a blocked read return at once.
+var aLongTimeAgo = time.Unix(1, 0)
+
+func newConn(l *listener, nc net.Conn) *conn {
+	c := &conn{l: l, nc: nc}
+	if ra := nc.RemoteAddr(); ra != nil {
+		c.remoteAddr = ra.String()
+	}
+	base := make([]byte, l.readBuffer)
+	c.rb = rbuf{c: c, buf: base, base: base}
+	c.bw = bufio.NewWriterSize(connWriter{c}, l.writeBuffer)
+	c.ex.init(c)
+	return c
+}
+
+// connWriter writes to the connection, moving the write deadline as the
+// server's write_idle_timeout asks, and remembers the first error.
+type connWriter struct{ c *conn }
+
+func (w connWriter) Write(p []byte) (int, error) {
+	c := w.c
+	if c.werr != nil {
+		return 0, c.werr
+	}
+	c.setWriteDeadline()
+	n, err := c.nc.Write(p)
+	if err != nil {
+		c.werr = err
+	}
+	return n, err
+}
+
+func (c *conn) flush() {
+	if err := c.bw.Flush(); err != nil && c.werr == nil {
+		c.werr = err
+	}
+}
+
+func (c *conn) checkWrite() error { return c.werr }
+
+func (c *conn) setWriteDeadline() {
+	d, ok := nextDeadline(time.Now(), c.writeDL, c.l.writeIdleTimeout, c.hardWrite)
+	if ok {
+		c.writeDL = d
+		c.nc.SetWriteDeadline(d)
+	}
+}
+
+func (c *conn) setReadDeadline(t time.Time) {
+	if !t.Equal(c.readDL) {
+		c.readDL = t
+		c.nc.SetReadDeadline(t)
+	}
+}
+
+// bodyReadDeadline moves the read deadline before a read of the request
+// body, as read_idle_timeout (and read_timeout) ask.
+func (c *conn) bodyReadDeadline() {
+	d, ok := nextDeadline(time.Now(), c.readDL, c.l.readIdleTimeout, c.hardRead)
+	if ok {
+		c.readDL = d
+		c.nc.SetReadDeadline(d)
+	}
+}
+
+// serve runs the connection until it closes or is handed to Caddy.
+func (c *conn) serve() {
+	handedOff := false
+	defer func() {
+		if r := recover(); r != nil && r != http.ErrAbortHandler {
+			c.l.logger.Error("panic serving a request on the fast path",
+				zap.String("remote", c.remoteAddr), zap.Any("error", r),
+				zap.ByteString("stack", debug.Stack()))
+		}
+		if !handedOff {
+			c.flush()
+			c.nc.Close()
+		}
+		c.state.Store(stateClosed)
+		c.l.forget(c)
+	}()
+
+	if tc, ok := c.nc.(*tls.Conn); ok {
+		c.tlsConn = tc
+		if d := c.l.tlsHandshakeTimeout; d > 0 {
+			dl := time.Now().Add(d)
+			c.nc.SetReadDeadline(dl)
+			c.nc.SetWriteDeadline(dl)
+		}
+		ctx, cancel := context.WithCancel(c.l.ctx)
+		err := tc.HandshakeContext(ctx)
+		cancel()
+		if err != nil {
+			var re tls.RecordHeaderError
+			if errors.As(err, &re) && re.Conn != nil && looksLikeHTTP(re.RecordHeader) {
+				io.WriteString(re.Conn, "HTTP/1.0 400 Bad Request\r\n\r\nClient sent an HTTP request to an HTTPS server.\n")
+				re.Conn.Close()
+			}
+			c.l.debug("TLS handshake error", err.Error())
+			return
+		}
+		c.nc.SetReadDeadline(time.Time{})
+		c.nc.SetWriteDeadline(time.Time{})
+		st := tc.ConnectionState()
+		c.tlsState = &st
+		if st.NegotiatedProtocol != "" && st.NegotiatedProtocol != "http/1.1" {
+			handedOff = c.handoff("ALPN " + st.NegotiatedProtocol)
+			return
+		}
+	}
+
+	first := true
+	for {
+		if !first {
+			// Wait for the next request's first bytes within idle_timeout.
+			if len(c.rb.buffered()) == 0 {
+				c.state.Store(stateIdle)
+				var dl time.Time
+				if d := c.l.idleTimeout; d > 0 {
+					dl = time.Now().Add(d)
+				}
+				c.setReadDeadline(dl)
+				// (checked after the deadline is set: a Close from now on
+				// moves the deadline to the past and ends the wait)
+				if c.l.draining() {
+					return
+				}
+				if err := c.rb.fill(); err != nil {
+					return
+				}
+			}
+		}
+		first = false
+		c.state.Store(stateActive)
+		if d := c.l.readHeaderTimeout; d > 0 {
+			c.setReadDeadline(time.Now().Add(d))
+		} else {
+			c.setReadDeadline(time.Time{})
+		}
+		if c.lastMethod == http.MethodPost {
+			c.skipLeadingCRLF()
+		}
+		b, err := c.readHead()
+		if err != nil {
+			if bad, ok := err.(*badRequest); ok {
+				c.refuse(bad)
+			}
+			return
+		}
+		if bad := parseRequest(b, &c.head); bad != nil {
+			c.refuse(bad)
+			return
+		}
+		if c.head.handoff != "" {
+			handedOff = c.handoff(c.head.handoff)
+			return
+		}
+		c.rb.discard(len(b))
+		c.lastMethod = c.head.method
+
+		now := time.Now()
+		c.hardRead, c.hardWrite = time.Time{}, time.Time{}
+		if d := c.l.readTimeout; d > 0 {
+			c.hardRead = now.Add(d)
+		}
+		if d := c.l.writeTimeout; d > 0 {
+			c.hardWrite = now.Add(d)
+		}
+		c.setReadDeadline(c.hardRead)
+		c.writeDL = time.Time{}
+		c.nc.SetWriteDeadline(time.Time{})
+		c.body.reset(c, &c.head)
+		c.w.reset(c, &c.head)
+
+		switch c.ex.serve(now) {
+		case served:
+		case handOff:
+			handedOff = c.handoffRequest(b)
+			return
+		case abort:
+			c.flush()
+			return
+		}
+		if !c.w.finish() || c.werr != nil {
+			return
+		}
+		c.nc.SetWriteDeadline(time.Time{})
+		c.writeDL = time.Time{}
+	}
+}
+
+// skipLeadingCRLF drops up to four CR or LF bytes before a request, which
+// old clients send after a POST body (net/http tolerates it).
+func (c *conn) skipLeadingCRLF() {
+	for range 4 {
+		if len(c.rb.buffered()) == 0 {
+			if c.rb.fill() != nil {
+				return
+			}
+		}
+		if b := c.rb.buffered(); b[0] == '\r' || b[0] == '\n' {
+			c.rb.discard(1)
+			continue
+		}
+		return
+	}
+}
+
+// readHead returns the next whole request head in the read buffer.
+func (c *conn) readHead() ([]byte, error) {
+	limit := c.l.headLimit
+	from := 0
+	for {
+		buf := c.rb.buffered()
+		if end := findHeadEnd(buf, from); end >= 0 {
+			if end > limit {
+				return nil, errTooLarge
+			}
+			return buf[:end], nil
+		}
+		if len(buf) >= limit {
+			return nil, errTooLarge
+		}
+		from = len(buf)
+		err := c.rb.fill()
+		if err == io.ErrShortBuffer {
+			if !c.rb.grow(limit) {
+				return nil, errTooLarge
+			}
+			continue
+		}
+		if err != nil {
+			return nil, err // EOF, timeout or reset: closed without an answer, as net/http does
+		}
+	}
+}
+
+// refuse answers a malformed request as net/http would, and ends the
+// connection.
+func (c *conn) refuse(bad *badRequest) {
+	const errorHeaders = "\r\nContent-Type: text/plain; charset=utf-8\r\nConnection: close\r\n\r\n"
+	var msg string
+	switch bad.status {
+	case 431:
+		msg = "HTTP/1.1 431 Request Header Fields Too Large" + errorHeaders + "431 Request Header Fields Too Large"
+	case 501:
+		msg = "HTTP/1.1 501 Not Implemented" + errorHeaders + "Unsupported transfer encoding"
+	default:
+		t := http.StatusText(bad.status)
+		msg = fmt.Sprintf("HTTP/1.1 %d %s: %s%s%d %s: %s", bad.status, t, bad.text, errorHeaders, bad.status, t, bad.text)
+	}
+	c.l.refused.Add(1)
+	c.l.debug("request refused", bad.text)
+	c.bw.WriteString(msg)
+	c.flush()
+	// As net/http's closeWriteAndWait: let the client read the answer
+	// before the connection goes.
+	if tc, ok := c.nc.(interface{ CloseWrite() error }); ok {
+		tc.CloseWrite()
+		time.Sleep(rstAvoidanceDelay)
+	}
+}
+
+// rstAvoidanceDelay is net/http's pause between closing the write side
+// and the connection, so that the client reads the answer before a reset.
+const rstAvoidanceDelay = 500 * time.Millisecond
+
+// handoff gives the connection to Caddy's server with what was read of it
+// and not consumed; it reports whether Caddy took it.
+func (c *conn) handoff(reason string) bool {
+	c.l.debug("connection handed to Caddy's server", reason)
+	return c.handoffRequest(nil)
+}
+
+// handoffRequest hands the connection over; head, when not nil, is a
+// request head already taken out of the read buffer, which goes first.
+func (c *conn) handoffRequest(head []byte) bool {
+	c.flush()
+	if c.werr != nil {
+		return false
+	}
+	c.nc.SetDeadline(time.Time{})
+	var prefix []byte
+	if buf := c.rb.buffered(); len(buf)+len(head) > 0 {
+		prefix = make([]byte, 0, len(head)+len(buf))
+		prefix = append(append(prefix, head...), buf...)
+	}
+	c.l.handoffs.Add(1)
+	return c.l.giveToCaddy(newHandedConn(c.nc, c.tlsConn, prefix))
+}
+
+func looksLikeHTTP(hdr [5]byte) bool {
+	switch string(hdr[:]) {
+	case "GET /", "HEAD ", "POST ", "PUT /", "OPTIO":
+		return true
+	}
+	return false
+}
+
+// handedConn is a connection given to Caddy's server: the bytes the fast
+// path read first, then the connection. A TLS connection keeps its state
+// visible (net/http and Caddy read it through ConnectionState).
+type handedConn struct {
+	net.Conn
+	prefix []byte
+}
+
+type handedTLSConn struct {
+	handedConn
+	tc *tls.Conn
+}
+
+// ConnectionState is what Caddy's server reads for r.TLS.
+func (h *handedTLSConn) ConnectionState() tls.ConnectionState { return h.tc.ConnectionState() }
+
+func newHandedConn(nc net.Conn, tc *tls.Conn, prefix []byte) net.Conn {
+	if tc != nil {
+		if len(prefix) == 0 {
+			return tc // as accepted: net/http serves ALPN h2 on a *tls.Conn only
+		}
+		return &handedTLSConn{handedConn{Conn: nc, prefix: prefix}, tc}
+	}
+	if len(prefix) == 0 {
+		return nc
+	}
+	return &handedConn{Conn: nc, prefix: prefix}
+}
+
+func (h *handedConn) Read(p []byte) (int, error) {
+	if len(h.prefix) > 0 {
+		n := copy(p, h.prefix)
+		h.prefix = h.prefix[n:]
+		return n, nil
+	}
+	return h.Conn.Read(p)
+}

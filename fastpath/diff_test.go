@@ -1,0 +1,139 @@
+package fastpath
+
+import (
+	"fmt"
+	"net"
+	"net/http"
+	"reflect"
+	"strings"
+	"testing"
+	"time"
+
+	_ "github.com/caddyserver/caddy/v2/modules/standard"
+
+	_ "github.com/apigate/gateway/caddyh1"
+	"github.com/apigate/gateway/internal/caddytester"
+	"github.com/apigate/gateway/internal/difftest"
+)
+
+// Ports of this package: admin 2960, listeners 20400-20499.
+const (
+	adminPort = 2960
+	plainPort = 20402 // a server on Caddy's path
+	fastPort  = 20403 // the same server with the apigate wrapper
+)
+
+// twin returns a config of two servers with the same site body: one on
+// Caddy's path (plainPort, server "plain") and one with apigate (fastPort,
+// server "fast"). globals go inside the global options block.
+func twin(globals, site string) string {
+	return fmt.Sprintf(`{
+	admin localhost:%[1]d
+	http_port 20400
+	https_port 20401
+	grace_period 1ms
+	log {
+		level ERROR
+	}
+	servers :%[2]d {
+		name plain
+	}
+	servers :%[3]d {
+		name fast
+		listener_wrappers {
+			apigate
+		}
+	}
+%[4]s
+}
+http://:%[2]d {
+%[5]s
+}
+http://:%[3]d {
+%[5]s
+}
+`, adminPort, plainPort, fastPort, globals, site)
+}
+
+// loadTwin loads a twin config and checks that the fast path serves the
+// "fast" server: a differential test that compared Caddy with itself would
+// pass whatever the plan did.
+func loadTwin(t *testing.T, globals, site string) {
+	t.Helper()
+	caddytester.Load(t, adminPort, twin(globals, site))
+	requireFast(t, "fast")
+}
+
+func requireFast(t *testing.T, server string) {
+	t.Helper()
+	for _, s := range Status() {
+		if s.Server == server {
+			if !s.On {
+				t.Fatalf("the fast path is off for server %q: %s", server, s.Reason)
+			}
+			return
+		}
+	}
+	t.Fatalf("no fast path status for server %q: %+v", server, Status())
+}
+
+// TestDifferential sends caddyh1's differential table (upstream behaviours
+// of every kind) through a server on Caddy's path and the same server on
+// the fast path, and expects the client to see the same thing.
+func TestDifferential(t *testing.T) {
+	u := difftest.NewUpstream(t, func(c net.Conn, req *http.Request, body []byte, n int) bool {
+		h := difftest.Behaviours[req.URL.Path]
+		if h == nil {
+			return difftest.Reply(c, "HTTP/1.1 404 Not Found\r\nContent-Length: 0\r\n\r\n")
+		}
+		return h(c, req, body)
+	})
+	loadTwin(t, "", fmt.Sprintf(`	reverse_proxy %s {
+		transport h1 {
+			response_header_timeout 1s
+			max_response_header 256KB
+		}
+	}`, u.Addr()))
+	before := servedCount(t, "fast")
+	for _, tc := range difftest.Cases() {
+		t.Run(tc.Name, func(t *testing.T) {
+			compareSeq(t, tc.Seq)
+		})
+	}
+	after := servedCount(t, "fast")
+	t.Logf("fast path served %v requests", after-before)
+	if after <= before {
+		t.Fatalf("the fast path served no request (%v before, %v after)", before, after)
+	}
+}
+
+// compareSeq sends seq on one client to each server and compares.
+func compareSeq(t *testing.T, seq []difftest.Request) {
+	t.Helper()
+	var got [2][]difftest.ClientResult
+	for i, port := range []int{plainPort, fastPort} {
+		client := &http.Client{Transport: &http.Transport{DisableCompression: true}, Timeout: 20 * time.Second}
+		for _, rq := range seq {
+			got[i] = append(got[i], difftest.Do(client, port, rq))
+		}
+		client.CloseIdleConnections()
+	}
+	for j := range seq {
+		if !reflect.DeepEqual(got[0][j], got[1][j]) {
+			t.Errorf("request %d (%s %s) differs\nCaddy's path: %v\nfast path:    %v",
+				j, seq[j].Method, seq[j].Path, got[0][j], got[1][j])
+		}
+	}
+}
+
+func servedCount(t *testing.T, server string) float64 {
+	for _, s := range Status() {
+		if s.Server == server {
+			return s.Requests
+		}
+	}
+	t.Fatalf("no status for server %q", server)
+	return 0
+}
+
+var _ = strings.Repeat

@@ -1,0 +1,229 @@
+package fastpath
+
+import (
+	"context"
+	"errors"
+	"net"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"go.uber.org/zap"
+	"go.uber.org/zap/zapcore"
+)
+
+// listener wraps a server's listener as caddy-l4's listener wrapper does:
+// it accepts every connection itself, serves those the plan can serve, and
+// passes the others (and connections it gives up on) to Caddy's server
+// through Accept, with the bytes it already read in front.
+type listener struct {
+	net.Listener // the wrapped listener (after TLS, when the server has it)
+
+	plan    *plan
+	logger  *zap.Logger
+	ctx     context.Context // values only: requests are never cut by a config unload
+	useTLS  bool
+	metrics prometheus.Counter
+
+	handed    chan net.Conn
+	done      chan struct{}
+	closeOnce sync.Once
+	closeErr  error
+	drainFlag atomic.Bool
+
+	mu    sync.Mutex
+	conns map[*conn]struct{}
+	wg    sync.WaitGroup
+
+	// the server's limits and timeouts
+	maxHeaderBytes      int
+	headLimit           int
+	readTimeout         time.Duration
+	readHeaderTimeout   time.Duration
+	writeTimeout        time.Duration
+	idleTimeout         time.Duration
+	readIdleTimeout     time.Duration
+	writeIdleTimeout    time.Duration
+	tlsHandshakeTimeout time.Duration
+	readBuffer          int
+	writeBuffer         int
+
+	served, refused, handoffs atomic.Int64
+	dateCache                 atomic.Pointer[dateStamp]
+	warnedPlain               atomic.Bool
+}
+
+type dateStamp struct {
+	sec int64
+	b   []byte
+}
+
+func newListener(inner net.Listener, p *plan, s settings, logger *zap.Logger, metrics prometheus.Counter) *listener {
+	l := &listener{
+		Listener:            inner,
+		plan:                p,
+		logger:              logger,
+		ctx:                 context.Background(),
+		useTLS:              s.useTLS,
+		metrics:             metrics,
+		handed:              make(chan net.Conn),
+		done:                make(chan struct{}),
+		conns:               make(map[*conn]struct{}),
+		maxHeaderBytes:      s.maxHeaderBytes,
+		headLimit:           s.maxHeaderBytes + 4096, // as net/http: MaxHeaderBytes plus 4096 of slack
+		readTimeout:         s.readTimeout,
+		readHeaderTimeout:   s.readHeaderTimeout,
+		writeTimeout:        s.writeTimeout,
+		idleTimeout:         s.idleTimeout,
+		readIdleTimeout:     s.readIdleTimeout,
+		writeIdleTimeout:    s.writeIdleTimeout,
+		tlsHandshakeTimeout: s.tlsHandshakeTimeout,
+		readBuffer:          4096,
+		writeBuffer:         4096,
+	}
+	go l.acceptLoop()
+	return l
+}
+
+// settings are the server options the engine applies.
+type settings struct {
+	useTLS              bool
+	maxHeaderBytes      int
+	readTimeout         time.Duration
+	readHeaderTimeout   time.Duration
+	writeTimeout        time.Duration
+	idleTimeout         time.Duration
+	readIdleTimeout     time.Duration
+	writeIdleTimeout    time.Duration
+	tlsHandshakeTimeout time.Duration
+}
+
+func (l *listener) acceptLoop() {
+	var backoff time.Duration
+	for {
+		nc, err := l.Listener.Accept()
+		if err != nil {
+			select {
+			case <-l.done:
+				return
+			default:
+			}
+			if errors.Is(err, net.ErrClosed) {
+				l.closeWith(err)
+				return
+			}
+			// As net/http's Serve: a failing Accept (out of file
+			// descriptors, say) is retried after a growing pause.
+			if backoff == 0 {
+				backoff = 5 * time.Millisecond
+			} else {
+				backoff = min(2*backoff, time.Second)
+			}
+			l.logger.Error("accepting a connection", zap.Error(err), zap.Duration("retry_in", backoff))
+			select {
+			case <-time.After(backoff):
+			case <-l.done:
+				return
+			}
+			continue
+		}
+		backoff = 0
+		if l.useTLS && !isTLS(nc) {
+			// The wrapper sits before tls in listener_wrappers: it sees
+			// encrypted bytes, so everything goes to Caddy.
+			if !l.warnedPlain.Swap(true) {
+				l.logger.Warn("apigate is placed before the tls listener wrapper: every connection goes to Caddy's server; list it after tls (or leave tls out)",
+					zap.String("server", l.plan.name))
+			}
+			if !l.giveToCaddy(nc) {
+				nc.Close()
+			}
+			continue
+		}
+		c := newConn(l, nc)
+		l.mu.Lock()
+		l.conns[c] = struct{}{}
+		l.wg.Add(1)
+		l.mu.Unlock()
+		go c.serve()
+	}
+}
+
+// giveToCaddy passes a connection to Caddy's server; it reports false when
+// the listener is closed and the connection was not taken.
+func (l *listener) giveToCaddy(nc net.Conn) bool {
+	select {
+	case l.handed <- nc:
+		return true
+	case <-l.done:
+		nc.Close()
+		return false
+	}
+}
+
+func (l *listener) forget(c *conn) {
+	l.mu.Lock()
+	delete(l.conns, c)
+	l.mu.Unlock()
+	l.wg.Done()
+}
+
+// Accept returns the connections Caddy's server serves.
+func (l *listener) Accept() (net.Conn, error) {
+	select {
+	case nc := <-l.handed:
+		return nc, nil
+	case <-l.done:
+		return nil, l.closeErr
+	}
+}
+
+// Close stops accepting. The connections the plan serves finish the
+// request in hand (with "Connection: close") and close; idle ones close at
+// once, as net/http's Shutdown closes its idle connections.
+func (l *listener) Close() error {
+	err := l.Listener.Close()
+	l.closeWith(net.ErrClosed)
+	return err
+}
+
+func (l *listener) closeWith(err error) {
+	l.closeOnce.Do(func() {
+		l.closeErr = err
+		l.drainFlag.Store(true)
+		close(l.done)
+		l.mu.Lock()
+		for c := range l.conns {
+			if c.state.Load() == stateIdle {
+				c.nc.SetReadDeadline(aLongTimeAgo)
+			}
+		}
+		l.mu.Unlock()
+	})
+}
+
+func (l *listener) draining() bool { return l.drainFlag.Load() }
+
+func (l *listener) debug(msg, detail string) {
+	if ce := l.logger.Check(zapcore.DebugLevel, msg); ce != nil {
+		ce.Write(zap.String("detail", detail))
+	}
+}
+
+// date returns the Date field value for now, formatted once a second.
+func (l *listener) date() []byte {
+	now := time.Now()
+	sec := now.Unix()
+	if d := l.dateCache.Load(); d != nil && d.sec == sec {
+		return d.b
+	}
+	b := now.UTC().AppendFormat(make([]byte, 0, 29), "Mon, 02 Jan 2006 15:04:05 GMT")
+	l.dateCache.Store(&dateStamp{sec: sec, b: b})
+	return b
+}
+
+func isTLS(nc net.Conn) bool {
+	_, ok := nc.(interface{ HandshakeContext(context.Context) error })
+	return ok
+}

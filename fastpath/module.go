@@ -1,0 +1,167 @@
+// Package fastpath is the gateway's fast path: the listener wrapper
+// caddy.listeners.apigate, which serves a server's HTTP/1.1 requests on a
+// lean engine of its own, running the server's routes compiled into a plan
+// of the same provisioned module instances, and hands every other
+// connection (HTTP/2, h2c, upgrades, and any request the plan does not
+// take) to Caddy's server unchanged. A server whose routes use anything
+// the plan cannot run stays wholly on Caddy's path. See docs/fastpath.md.
+package fastpath
+
+import (
+	"net"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/caddyserver/caddy/v2"
+	"github.com/caddyserver/caddy/v2/caddyconfig/caddyfile"
+	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
+	"github.com/prometheus/client_golang/prometheus"
+	"go.uber.org/zap"
+
+	"github.com/apigate/gateway/internal/metrics"
+)
+
+func init() {
+	caddy.RegisterModule(ListenerWrapper{})
+}
+
+// ListenerWrapper is the apigate listener wrapper. It has no options: a
+// server whose routes the plan can run is served by it, any other stays on
+// Caddy's path, and the config load logs which (`fast path on` at info,
+// `fast path off` at warn with the reason).
+type ListenerWrapper struct {
+	ctx    caddy.Context
+	srv    *caddyhttp.Server
+	logger *zap.Logger
+
+	once   *sync.Once // compile once for all the server's listeners
+	plan   *plan
+	reason string
+}
+
+// CaddyModule returns the Caddy module information.
+func (ListenerWrapper) CaddyModule() caddy.ModuleInfo {
+	return caddy.ModuleInfo{
+		ID:  "caddy.listeners.apigate",
+		New: func() caddy.Module { return new(ListenerWrapper) },
+	}
+}
+
+// Provision finds the server the wrapper belongs to; its routes are
+// compiled when the server starts listening (they are provisioned after
+// the listener wrappers).
+func (lw *ListenerWrapper) Provision(ctx caddy.Context) error {
+	srv, ok := ctx.Value(caddyhttp.ServerCtxKey).(*caddyhttp.Server)
+	if !ok || srv == nil {
+		return errNotInServer
+	}
+	lw.ctx, lw.srv = ctx, srv
+	lw.once = new(sync.Once)
+	lw.logger = ctx.Logger()
+	return metrics.Register(ctx.GetMetricsRegistry(), requestsTotal)
+}
+
+var errNotInServer = caddyError("apigate is a listener wrapper of an HTTP server (servers { listener_wrappers { apigate } })")
+
+type caddyError string
+
+func (e caddyError) Error() string { return string(e) }
+
+// requestsTotal counts the requests the plan served, per server.
+var requestsTotal = prometheus.NewCounterVec(prometheus.CounterOpts{
+	Namespace: "gateway",
+	Subsystem: "fastpath",
+	Name:      "requests_total",
+	Help:      "Requests the fast path (caddy.listeners.apigate) served, per server.",
+}, []string{"server"})
+
+// WrapListener compiles the server's plan (once per config) and wraps ln
+// when the plan runs; otherwise ln is Caddy's as it is.
+func (lw *ListenerWrapper) WrapListener(ln net.Listener) net.Listener {
+	lw.once.Do(lw.compile)
+	if lw.plan == nil {
+		return ln
+	}
+	s := lw.settings(ln)
+	return newListener(ln, lw.plan, s, lw.logger, requestsTotal.WithLabelValues(lw.plan.name))
+}
+
+func (lw *ListenerWrapper) compile() {
+	name := lw.srv.Name()
+	var app *caddyhttp.App
+	if a, err := lw.ctx.App("http"); err == nil {
+		app, _ = a.(*caddyhttp.App)
+	}
+	p, reason := compileServer(lw.srv, app, lw.logger)
+	if reason != "" {
+		lw.reason = reason
+		lw.logger.Warn("fast path off", zap.String("server", name), zap.String("reason", reason))
+		lw.setStatus(name, false, reason)
+		return
+	}
+	lw.plan = p
+	lw.logger.Info("fast path on", zap.String("server", name))
+	lw.setStatus(name, true, "")
+}
+
+func (lw *ListenerWrapper) settings(ln net.Listener) settings {
+	srv := lw.srv
+	s := settings{
+		maxHeaderBytes:    srv.MaxHeaderBytes,
+		readTimeout:       time.Duration(srv.ReadTimeout),
+		readHeaderTimeout: time.Duration(srv.ReadHeaderTimeout),
+		writeTimeout:      time.Duration(srv.WriteTimeout),
+		idleTimeout:       time.Duration(srv.IdleTimeout),
+		readIdleTimeout:   time.Duration(srv.ReadIdleTimeout),
+		writeIdleTimeout:  time.Duration(srv.WriteIdleTimeout),
+	}
+	if s.maxHeaderBytes <= 0 {
+		s.maxHeaderBytes = 16 << 10
+	}
+	// net/http's tlsHandshakeTimeout: the smallest of the set timeouts
+	for _, d := range []time.Duration{s.readHeaderTimeout, s.readTimeout, s.writeTimeout} {
+		if d > 0 && (s.tlsHandshakeTimeout == 0 || d < s.tlsHandshakeTimeout) {
+			s.tlsHandshakeTimeout = d
+		}
+	}
+	if len(srv.TLSConnPolicies) > 0 {
+		s.useTLS = true
+		if _, port, err := net.SplitHostPort(ln.Addr().String()); err == nil {
+			httpPort := caddyhttp.DefaultHTTPPort
+			if a, err := lw.ctx.App("http"); err == nil {
+				if hp := a.(*caddyhttp.App).HTTPPort; hp != 0 {
+					httpPort = hp
+				}
+			}
+			if port == strconv.Itoa(httpPort) {
+				s.useTLS = false
+			}
+		}
+	}
+	return s
+}
+
+// UnmarshalCaddyfile sets up the wrapper from Caddyfile tokens:
+//
+//	listener_wrappers {
+//		apigate
+//	}
+func (lw *ListenerWrapper) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
+	d.Next() // the wrapper's name
+	if d.NextArg() {
+		return d.ArgErr()
+	}
+	if d.NextBlock(0) {
+		return d.Errf("unrecognized apigate option '%s' (apigate has none)", d.Val())
+	}
+	return nil
+}
+
+// Interface guards
+var (
+	_ caddy.Provisioner     = (*ListenerWrapper)(nil)
+	_ caddy.CleanerUpper    = (*ListenerWrapper)(nil)
+	_ caddy.ListenerWrapper = (*ListenerWrapper)(nil)
+	_ caddyfile.Unmarshaler = (*ListenerWrapper)(nil)
+)

@@ -1,0 +1,435 @@
+package fastpath
+
+import (
+	"bytes"
+	"net/url"
+	"strings"
+
+	"golang.org/x/net/http/httpguts"
+)
+
+// The request head is parsed strictly (RFC 9112): anything a lenient
+// parser could read in two ways is refused with 400 and a closed
+// connection, never passed on. Refused, where Go's net/http server (and so
+// Caddy's) accepts: bare LF and bare CR line ends, obs-fold, a request with
+// both Content-Length and Transfer-Encoding, repeated Content-Length fields
+// (even equal ones), Transfer-Encoding on an HTTP/1.0 request. Refused by
+// both, with net/http's answer: malformed request lines, field names that
+// are not tokens, control bytes in values, a missing, repeated or malformed
+// Host, codings other than "chunked" (501), oversized heads (431).
+//
+// A well-formed request the plan does not serve (an upgrade, CONNECT, an
+// absolute-form or asterisk target, an Expect other than 100-continue, an
+// unusual target, another HTTP version) is not refused: its connection is
+// handed to Caddy's server with the bytes already read, and Caddy answers
+// it exactly as without the fast path.
+
+// field is one header field line: its canonical name and its value.
+type field struct {
+	name, value string
+}
+
+// reqHead is one parsed request head. Its strings are substrings of one
+// copy of the head's bytes.
+type reqHead struct {
+	method   string
+	target   string // the request-target as sent
+	proto    string // "HTTP/1.1" or "HTTP/1.0"
+	minor    int
+	path     string // decoded path (net/http's URL.Path)
+	rawPath  string // URL.RawPath: set only when the escaping is not the default one
+	rawQuery string
+
+	fields []field // in the order received, Host included
+
+	host          string
+	contentLength int64 // -1: none (or chunked)
+	chunked       bool
+	close         bool // the client asked to close (or HTTP/1.0 without keep-alive)
+	keepAlive10   bool // HTTP/1.0 with "Connection: keep-alive"
+	expect100     bool // Expect: 100-continue
+	pragmaNoCache bool // net/http adds "Cache-Control: no-cache" for it
+
+	// handoff, when set, names why Caddy's server takes this connection
+	// from this request on (the request is well-formed).
+	handoff string
+}
+
+// badRequest is a head the plan refuses, answered as net/http answers.
+type badRequest struct {
+	status int    // 400, 431 or 501
+	text   string // net/http's "400 Bad Request: <text>", when it has one
+}
+
+func (e *badRequest) Error() string { return e.text }
+
+func refuse(text string) *badRequest { return &badRequest{status: 400, text: text} }
+
+var (
+	errUnsupportedTE = &badRequest{status: 501, text: "Unsupported transfer encoding"}
+	errTooLarge      = &badRequest{status: 431}
+)
+
+// findHeadEnd returns the length of the head at the start of b (through
+// its final CRLF CRLF), or -1 when b holds no whole head yet. from is where
+// the previous search stopped.
+func findHeadEnd(b []byte, from int) int {
+	from = max(from-3, 0)
+	i := bytes.Index(b[from:], crlfcrlf)
+	if i < 0 {
+		return -1
+	}
+	return from + i + 4
+}
+
+var crlfcrlf = []byte("\r\n\r\n")
+
+// parseRequest parses one whole request head b, which ends with CRLF CRLF.
+// h.fields keeps its capacity from the previous request.
+func parseRequest(b []byte, h *reqHead) *badRequest {
+	fields := h.fields[:0]
+	*h = reqHead{contentLength: -1}
+	// Every byte once: a CR only in a CRLF pair, no LF elsewhere, and no
+	// control byte but HTAB.
+	lines := 0
+	for i := 0; i < len(b); i++ {
+		c := b[i]
+		if c >= 0x20 && c != 0x7f || c == '\t' {
+			continue
+		}
+		switch c {
+		case '\r':
+			if i+1 >= len(b) || b[i+1] != '\n' {
+				return refuse("bare CR in the request head")
+			}
+			i++
+			lines++
+		case '\n':
+			return refuse("bare LF in the request head")
+		default:
+			return refuse("control byte in the request head")
+		}
+	}
+	s := string(b[:len(b)-2]) // each line ends in CRLF; the empty last line dropped
+
+	// request-line = method SP request-target SP HTTP-version
+	eol := strings.IndexByte(s, '\r')
+	line := s[:eol]
+	sp1 := strings.IndexByte(line, ' ')
+	if sp1 <= 0 {
+		return refuse("malformed HTTP request")
+	}
+	h.method = line[:sp1]
+	rest := line[sp1+1:]
+	sp2 := strings.IndexByte(rest, ' ')
+	if sp2 < 0 {
+		return refuse("malformed HTTP request")
+	}
+	h.target, h.proto = rest[:sp2], rest[sp2+1:]
+	if !validToken(h.method) {
+		return refuse("invalid method")
+	}
+	switch h.proto {
+	case "HTTP/1.1":
+		h.minor = 1
+	case "HTTP/1.0":
+	default:
+		// Another version, or garbage: net/http answers it (400 or 505).
+		h.handoff = "HTTP version " + h.proto
+	}
+	if h.target == "" || strings.IndexByte(h.target, ' ') >= 0 {
+		return refuse("malformed HTTP request")
+	}
+
+	fields = fields[:0]
+	var clSeen, teSeen, hostSeen bool
+	var teValue string
+	pos := eol + 2
+	for pos < len(s) {
+		eol = strings.IndexByte(s[pos:], '\r') + pos
+		line = s[pos:eol]
+		pos = eol + 2
+		if line[0] == ' ' || line[0] == '\t' {
+			return refuse("obs-fold (a field line continued with whitespace)")
+		}
+		colon := -1
+		for i := 0; i < len(line); i++ {
+			c := line[i]
+			if c == ':' {
+				colon = i
+				break
+			}
+			if !isTokenByte(c) {
+				return refuse("invalid header name")
+			}
+		}
+		if colon <= 0 {
+			return refuse("invalid header name")
+		}
+		name := canonicalKey(line[:colon])
+		value := trimOWS(line[colon+1:])
+		switch name {
+		case "Host":
+			if hostSeen {
+				return refuse("too many Host headers")
+			}
+			hostSeen, h.host = true, value
+		case "Content-Length":
+			if clSeen {
+				return refuse("repeated Content-Length")
+			}
+			n, ok := parseContentLength(value)
+			if !ok {
+				return refuse("invalid Content-Length")
+			}
+			clSeen, h.contentLength = true, n
+		case "Transfer-Encoding":
+			if teSeen {
+				return errUnsupportedTE
+			}
+			teSeen, teValue = true, value
+		case "Connection":
+			if hasToken(value, "close") {
+				h.close = true
+			}
+			if hasToken(value, "keep-alive") {
+				h.keepAlive10 = true
+			}
+		case "Expect":
+			if strings.EqualFold(value, "100-continue") {
+				h.expect100 = true
+			} else if value != "" && h.handoff == "" {
+				h.handoff = "Expect " + value // net/http answers 417
+			}
+		case "Upgrade":
+			if h.handoff == "" {
+				h.handoff = "Upgrade"
+			}
+		case "Trailer":
+			if h.handoff == "" {
+				h.handoff = "request trailers"
+			}
+		case "Pragma":
+			if value == "no-cache" && !h.pragmaNoCache && !hasField(fields, "Pragma") {
+				h.pragmaNoCache = true
+			}
+		}
+		fields = append(fields, field{name, value})
+	}
+	h.fields = fields
+
+	if h.minor == 0 {
+		if teSeen {
+			return refuse("Transfer-Encoding in an HTTP/1.0 request")
+		}
+		h.close = h.close || !h.keepAlive10
+		h.keepAlive10 = h.keepAlive10 && !h.close
+	} else {
+		h.keepAlive10 = false
+	}
+	if teSeen {
+		if clSeen {
+			return refuse("both Content-Length and Transfer-Encoding")
+		}
+		if !strings.EqualFold(teValue, "chunked") {
+			return errUnsupportedTE
+		}
+		h.chunked = true
+	}
+	if h.handoff != "" {
+		return nil
+	}
+	if !hostSeen && h.minor == 1 {
+		return refuse("missing required Host header")
+	}
+	if hostSeen && !httpguts.ValidHostHeader(h.host) {
+		return refuse("malformed Host header")
+	}
+	if h.method == "CONNECT" {
+		h.handoff = "CONNECT"
+		return nil
+	}
+	return parseTarget(h)
+}
+
+// parseTarget splits an origin-form target into the path and query that
+// net/http's url.ParseRequestURI gives. Other forms are handed off.
+func parseTarget(h *reqHead) *badRequest {
+	t := h.target
+	if t[0] != '/' {
+		h.handoff = "request-target form" // absolute-form, "*", or an error net/http reports
+		return nil
+	}
+	path, query, _ := strings.Cut(t, "?")
+	h.rawQuery = query
+	plain := true
+	for i := 0; i < len(t); i++ {
+		if c := t[i]; !targetByte[c] {
+			if c != '%' {
+				h.handoff = "request-target byte"
+				return nil
+			}
+			plain = false
+		}
+	}
+	if plain {
+		h.path = path
+	} else {
+		// Percent-encoding: the decoded path and RawPath as net/http has them.
+		u, err := url.ParseRequestURI(t)
+		if err != nil {
+			h.handoff = "request-target escaping" // net/http answers 400
+			return nil
+		}
+		h.path, h.rawPath = u.Path, u.RawPath
+	}
+	// ACME HTTP challenges are answered by Caddy's TLS app, before routes.
+	if strings.HasPrefix(h.path, acmeChallengePrefix) {
+		h.handoff = "ACME HTTP challenge"
+	}
+	return nil
+}
+
+const acmeChallengePrefix = "/.well-known/acme-challenge/"
+
+// targetByte is the set of bytes an origin-form target may hold without
+// escaping: unreserved, sub-delims, ":", "@", "/", "?" (RFC 3986).
+var targetByte = func() (t [256]bool) {
+	for c := '0'; c <= '9'; c++ {
+		t[c] = true
+	}
+	for c := 'a'; c <= 'z'; c++ {
+		t[c] = true
+		t[c-'a'+'A'] = true
+	}
+	for _, c := range "-._~!$&'()*+,;=:@/?" {
+		t[c] = true
+	}
+	return t
+}()
+
+func hasField(fields []field, name string) bool {
+	for i := range fields {
+		if fields[i].name == name {
+			return true
+		}
+	}
+	return false
+}
+
+func parseContentLength(v string) (int64, bool) {
+	if v == "" || len(v) > 18 {
+		return 0, false
+	}
+	var n int64
+	for i := 0; i < len(v); i++ {
+		c := v[i]
+		if c < '0' || c > '9' {
+			return 0, false
+		}
+		n = n*10 + int64(c-'0')
+	}
+	return n, true
+}
+
+// hasToken reports whether the comma-separated list v holds token,
+// ignoring case.
+func hasToken(v, token string) bool {
+	for v != "" {
+		var item string
+		item, v, _ = strings.Cut(v, ",")
+		if strings.EqualFold(trimOWS(item), token) {
+			return true
+		}
+	}
+	return false
+}
+
+func trimOWS(s string) string {
+	for len(s) > 0 && (s[0] == ' ' || s[0] == '\t') {
+		s = s[1:]
+	}
+	for len(s) > 0 && (s[len(s)-1] == ' ' || s[len(s)-1] == '\t') {
+		s = s[:len(s)-1]
+	}
+	return s
+}
+
+func validToken(s string) bool {
+	if s == "" {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		if !isTokenByte(s[i]) {
+			return false
+		}
+	}
+	return true
+}
+
+func isTokenByte(c byte) bool { return tokenTable[c] }
+
+var tokenTable = func() (t [256]bool) {
+	for c := '0'; c <= '9'; c++ {
+		t[c] = true
+	}
+	for c := 'a'; c <= 'z'; c++ {
+		t[c] = true
+		t[c-'a'+'A'] = true
+	}
+	for _, c := range "!#$%&'*+-.^_`|~" {
+		t[c] = true
+	}
+	return t
+}()
+
+// canonicalKey is textproto.CanonicalMIMEHeaderKey for a token, without
+// allocating when the name is already canonical or a common one.
+func canonicalKey(name string) string {
+	upper := true
+	for i := 0; i < len(name); i++ {
+		c := name[i]
+		if upper && 'a' <= c && c <= 'z' || !upper && 'A' <= c && c <= 'Z' {
+			return canonicalSlow(name)
+		}
+		upper = c == '-'
+	}
+	return name
+}
+
+func canonicalSlow(name string) string {
+	var buf [64]byte
+	if len(name) > len(buf) {
+		return textprotoCanonical(name)
+	}
+	b := buf[:len(name)]
+	upper := true
+	for i := 0; i < len(name); i++ {
+		c := name[i]
+		if upper && 'a' <= c && c <= 'z' {
+			c -= 'a' - 'A'
+		} else if !upper && 'A' <= c && c <= 'Z' {
+			c += 'a' - 'A'
+		}
+		b[i] = c
+		upper = c == '-'
+	}
+	if k, ok := commonKeys[string(b)]; ok { // no allocation: a lookup by converted bytes
+		return k
+	}
+	return string(b)
+}
+
+var commonKeys = func() map[string]string {
+	m := map[string]string{}
+	for _, k := range []string{
+		"Accept", "Accept-Encoding", "Accept-Language", "Authorization", "Cache-Control",
+		"Connection", "Content-Length", "Content-Type", "Cookie", "Expect", "Host",
+		"If-Modified-Since", "If-None-Match", "Origin", "Pragma", "Range", "Referer",
+		"Te", "Transfer-Encoding", "Upgrade", "User-Agent", "X-Forwarded-For",
+		"X-Forwarded-Host", "X-Forwarded-Proto", "X-Request-Id", "X-Real-Ip",
+	} {
+		m[k] = k
+	}
+	return m
+}()

@@ -1,0 +1,482 @@
+package fastpath
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"net/url"
+	"strings"
+	"time"
+
+	"github.com/caddyserver/caddy/v2"
+	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
+	"go.uber.org/zap"
+	"go.uber.org/zap/zapcore"
+	"golang.org/x/net/http/httpguts"
+)
+
+// A plan is a server's routes, compiled once per config load. Its steps
+// hold the provisioned module instances of Caddy's own path (the same
+// matchers, upstreams, pools and handlers), so nothing is configured,
+// pooled or counted twice. Routing follows Caddy's compiled middleware
+// chain exactly: the first matching route of a list runs its handlers,
+// each with a "next" that is the rest of the route, then the rest of the
+// list (unless the route is terminal), then what came after the list;
+// routes of one group exclude each other.
+type plan struct {
+	srv       *caddyhttp.Server
+	name      string
+	routes    []*route
+	errRoutes []*route // handle_errors; nil when the server has none
+	strictSNI bool
+	altSvc    []string // HTTP/3 advertisement; nil when HTTP/3 is off
+
+	errLogger *zap.Logger
+}
+
+// route is one compiled route.
+type route struct {
+	group    string
+	sets     caddyhttp.MatcherSets // the provisioned matchers
+	steps    []step
+	terminal bool
+	needFull bool // a matcher reads placeholders or request variables
+}
+
+// step is one compiled handler: run it with what comes after it.
+type step interface {
+	serve(ex *exchange, w http.ResponseWriter, next *cont) error
+}
+
+// cont is what runs after a handler (Caddy's "next"): the rest of a
+// route's handlers, the rest of a route list, or the end of the chain.
+// It is a caddyhttp.Handler, so delegated handlers call it as their next.
+type cont struct {
+	ex     *exchange
+	kind   contKind
+	steps  []step
+	routes []*route
+	from   int
+	next   *cont // after these steps or routes
+}
+
+type contKind uint8
+
+const (
+	contEnd      contKind = iota // emptyHandler, or errorEmptyHandler in error routes
+	contSteps                    // steps[from:], then next
+	contRoutes                   // routes[from:], then next
+	contErrorEnd                 // errorEmptyHandler
+)
+
+// ServeHTTP lets a delegated handler call the rest of the chain; the
+// request it passes on is the one the rest sees.
+func (k *cont) ServeHTTP(w http.ResponseWriter, r *http.Request) error {
+	k.ex.setReq(r)
+	return k.run(w)
+}
+
+func (k *cont) run(w http.ResponseWriter) error {
+	ex := k.ex
+	switch k.kind {
+	case contSteps:
+		return ex.runSteps(w, k.steps, k.from, k.next)
+	case contRoutes:
+		return ex.runRoutes(w, k.routes, k.from, k.next)
+	case contErrorEnd:
+		if he, ok := ex.err.(caddyhttp.HandlerError); ok {
+			w.WriteHeader(he.StatusCode)
+		} else {
+			w.WriteHeader(http.StatusInternalServerError)
+		}
+		return nil
+	}
+	if ex.fullReq != nil {
+		caddyhttp.SetVar(ex.req.Context(), "unhandled", true)
+	}
+	return nil
+}
+
+func (ex *exchange) runSteps(w http.ResponseWriter, steps []step, from int, next *cont) error {
+	if from == len(steps) {
+		return next.run(w)
+	}
+	return steps[from].serve(ex, w, ex.newCont(contSteps, steps, nil, from+1, next))
+}
+
+// runRoutes runs routes[from:] as Caddy's compiled route list does, then
+// next.
+func (ex *exchange) runRoutes(w http.ResponseWriter, routes []*route, from int, next *cont) error {
+	for i := from; i < len(routes); i++ {
+		rt := routes[i]
+		if rt.group != "" && ex.groupDone(rt.group) {
+			continue
+		}
+		if rt.needFull {
+			ex.full()
+		}
+		ok, err := rt.sets.AnyMatchWithError(ex.req)
+		if err != nil {
+			return err
+		}
+		if !ok {
+			continue
+		}
+		if rt.group != "" {
+			ex.groups = append(ex.groups, rt.group)
+		}
+		var after *cont
+		if rt.terminal {
+			after = ex.endCont()
+		} else {
+			after = ex.newCont(contRoutes, nil, routes, i+1, next)
+		}
+		return ex.runSteps(w, rt.steps, 0, after)
+	}
+	return next.run(w)
+}
+
+func (ex *exchange) groupDone(g string) bool {
+	for _, d := range ex.groups {
+		if d == g {
+			return true
+		}
+	}
+	return false
+}
+
+func (ex *exchange) endCont() *cont {
+	if ex.inErrors {
+		return ex.newCont(contErrorEnd, nil, nil, 0, nil)
+	}
+	return ex.newCont(contEnd, nil, nil, 0, nil)
+}
+
+// newCont takes a cont from the exchange's arena (reused per request).
+func (ex *exchange) newCont(kind contKind, steps []step, routes []*route, from int, next *cont) *cont {
+	var k *cont
+	if ex.ncont < len(ex.conts) {
+		k = ex.conts[ex.ncont]
+	} else {
+		k = new(cont)
+		ex.conts = append(ex.conts, k)
+	}
+	ex.ncont++
+	*k = cont{ex: ex, kind: kind, steps: steps, routes: routes, from: from, next: next}
+	return k
+}
+
+// subroute is Caddy's subroute handler (handle, handle_path, route).
+type subroute struct{ routes []*route }
+
+func (s *subroute) serve(ex *exchange, w http.ResponseWriter, next *cont) error {
+	return ex.runRoutes(w, s.routes, 0, next)
+}
+
+// delegated runs a Caddy handler module as it is, on the request Caddy
+// would give it (ex.full). It is for handlers whose own work is cheap next
+// to what the fast path saves around them: headers, respond, rewrite,
+// vars, map, encode.
+type delegated struct {
+	h caddyhttp.MiddlewareHandler
+}
+
+func (d *delegated) serve(ex *exchange, w http.ResponseWriter, next *cont) error {
+	return d.h.ServeHTTP(w, ex.full(), next)
+}
+
+// exchange is the plan's state for the request a connection serves: the
+// request as Caddy's handlers see it, made without net/http's per-request
+// work. The shadow request, its URL and header map are the connection's,
+// refilled for each request; a request prepared as Caddy prepares it
+// (replacer, variables, original request) is made only when a handler or
+// placeholder needs one (full).
+type exchange struct {
+	c    *conn
+	plan *plan
+
+	tmpl   http.Request // carries the connection's context; copied into shadow
+	shadow http.Request
+	url    url.URL
+	hdr    http.Header
+	vals   []string
+	vars   map[string]any
+	repl   *caddy.Replacer
+
+	req     *http.Request // the request the chain sees now
+	fullReq *http.Request // the Caddy-prepared request, once made
+	err     error         // the error being handled (error routes)
+
+	inErrors bool
+	groups   []string
+	conts    []*cont
+	ncont    int
+	start    time.Time
+
+	px proxyState
+}
+
+func (ex *exchange) init(c *conn) {
+	ex.c = c
+	ex.hdr = make(http.Header, 16)
+	ex.vars = make(map[string]any, 4)
+	ex.repl = caddy.NewReplacer()
+	ctx := context.WithValue(c.l.ctx, http.LocalAddrContextKey, c.nc.LocalAddr())
+	ctx = context.WithValue(ctx, caddy.ReplacerCtxKey, ex.repl)
+	ctx = context.WithValue(ctx, caddyhttp.VarsCtxKey, ex.vars)
+	ex.tmpl = *(&http.Request{}).WithContext(ctx)
+	ex.px.init(ex, ctx)
+}
+
+var (
+	serverHeader    = []string{caddyhttp.ServerHeader}
+	chunkedEncoding = []string{"chunked"}
+	noCacheValue    = []string{"no-cache"}
+)
+
+// begin fills the shadow request from the parsed head, as net/http's
+// readRequest would.
+func (ex *exchange) begin(now time.Time) {
+	c := ex.c
+	h := &c.head
+	ex.plan = c.l.plan
+	ex.start = now
+	ex.fullReq, ex.err, ex.inErrors = nil, nil, false
+	ex.groups = ex.groups[:0]
+	ex.ncont = 0
+
+	ex.url = url.URL{Path: h.path, RawPath: h.rawPath, RawQuery: h.rawQuery}
+	if h.rawQuery == "" && strings.IndexByte(h.target, '?') >= 0 {
+		ex.url.ForceQuery = true
+	}
+	hdr := ex.hdr
+	clear(hdr)
+	vals := ex.vals[:0]
+	if cap(vals) < len(h.fields) {
+		vals = make([]string, 0, len(h.fields)+8)
+	}
+	hasCC := false
+	for i := range h.fields {
+		f := &h.fields[i]
+		switch f.name {
+		case "Host", "Transfer-Encoding":
+			continue // net/http keeps them out of the header map
+		case "Cache-Control":
+			hasCC = true
+		}
+		if strings.IndexByte(f.name, '_') >= 0 || strings.IndexByte(f.name, '.') >= 0 {
+			// Caddy drops fields whose names hold "_" or "." (they alias
+			// hyphenated ones once CGI-style backends fold them).
+			continue
+		}
+		if old, ok := hdr[f.name]; ok {
+			hdr[f.name] = append(old, f.value)
+			continue
+		}
+		vals = append(vals, f.value)
+		hdr[f.name] = vals[len(vals)-1 : len(vals) : len(vals)]
+	}
+	ex.vals = vals
+	if h.pragmaNoCache && !hasCC {
+		hdr["Cache-Control"] = noCacheValue
+	}
+
+	clear(ex.vars)
+	ex.vars[caddyhttp.TrustedProxyVarKey] = false
+	ex.vars[caddyhttp.ClientIPVarKey] = ex.px.clientIP
+
+	r := &ex.shadow
+	*r = ex.tmpl
+	r.Method = h.method
+	r.URL = &ex.url
+	r.Proto = h.proto
+	r.ProtoMajor, r.ProtoMinor = 1, h.minor
+	r.Header = hdr
+	r.Host = h.host
+	r.RemoteAddr = c.remoteAddr
+	r.RequestURI = h.target
+	r.TLS = c.tlsState
+	r.Close = h.close
+	switch {
+	case h.chunked:
+		r.ContentLength = -1
+		r.TransferEncoding = chunkedEncoding
+		r.Body = &c.body
+	case h.contentLength > 0:
+		r.ContentLength = h.contentLength
+		r.Body = &c.body
+	default:
+		r.Body = http.NoBody
+	}
+	ex.req = r
+}
+
+// full returns the request prepared as Caddy's server prepares it (its own
+// replacer, variables, original request, route groups), made on first use;
+// from then on it is the request the chain sees.
+func (ex *exchange) full() *http.Request {
+	if ex.fullReq != nil {
+		return ex.req
+	}
+	cur := ex.req
+	r := new(http.Request)
+	*r = *cur
+	u := *cur.URL
+	r.URL = &u
+	r.Header = cur.Header.Clone()
+	r = r.WithContext(context.WithValue(ex.c.l.ctx, http.LocalAddrContextKey, ex.c.nc.LocalAddr()))
+	r = caddyhttp.PrepareRequest(r, caddy.NewReplacer(), &ex.c.w, ex.plan.srv)
+	// the route groups this request already satisfied
+	if groups, ok := r.Context().Value(routeGroupCtxKey).(map[string]struct{}); ok {
+		for _, g := range ex.groups {
+			groups[g] = struct{}{}
+		}
+	}
+	ex.fullReq = r
+	ex.req = r
+	return r
+}
+
+// routeGroupCtxKey is caddyhttp's (an unexported name of an exported type).
+const routeGroupCtxKey caddy.CtxKey = "route_group"
+
+func (ex *exchange) setReq(r *http.Request) {
+	if r != nil && r != ex.req {
+		ex.req = r
+		if ex.fullReq == nil {
+			ex.fullReq = r
+		}
+	}
+}
+
+// result of serving a request
+type result uint8
+
+const (
+	served result = iota
+	handOff
+	abort
+)
+
+// serve runs the plan for the request in c.head.
+func (ex *exchange) serve(now time.Time) result {
+	ex.begin(now)
+	p := ex.plan
+	w := &ex.c.w
+	w.handlerHeader["Server"] = serverHeader
+	if p.altSvc != nil {
+		w.handlerHeader["Alt-Svc"] = append([]string(nil), p.altSvc...)
+	}
+	err := ex.checkRequest()
+	if err == nil {
+		err = ex.runRoutes(w, p.routes, 0, ex.endCont())
+	}
+	if err != nil {
+		ex.handleError(w, err)
+	}
+	ex.c.l.served.Add(1)
+	if m := ex.c.l.metrics; m != nil {
+		m.Inc()
+	}
+	ex.px.end()
+	return served
+}
+
+// checkRequest makes Caddy's checks before the routes (Server.serveHTTP
+// and its enforcement handler).
+func (ex *exchange) checkRequest() error {
+	r := ex.req
+	if len(r.Method) > 32 {
+		return caddyhttp.HandlerError{StatusCode: http.StatusMethodNotAllowed}
+	}
+	if r.ProtoMinor == 1 && r.Host == "" {
+		return caddyhttp.HandlerError{Err: errors.New("rfc9112 forbids empty Host"), StatusCode: http.StatusBadRequest}
+	}
+	host := r.Host
+	if h, _, err := splitHostPort(host); err == nil {
+		host = h
+	}
+	if !httpguts.ValidHostHeader(r.Host) || (host != "" && strings.Trim(host, ".") == "") {
+		return caddyhttp.HandlerError{Err: errors.New("invalid host"), StatusCode: http.StatusBadRequest}
+	}
+	if ex.plan.strictSNI && r.TLS != nil {
+		if !strings.EqualFold(r.TLS.ServerName, host) {
+			err := fmt.Errorf("strict host matching: TLS ServerName (%s) and HTTP Host (%s) values differ", r.TLS.ServerName, host)
+			r.Close = true
+			return caddyhttp.Error(http.StatusMisdirectedRequest, err)
+		}
+	}
+	return nil
+}
+
+// handleError is the end of Caddy's Server.ServeHTTP: the server's error
+// routes (handle_errors) answer, or an empty response with the status.
+func (ex *exchange) handleError(w *respWriter, err error) {
+	p := ex.plan
+	status, msg, fields := errValues(err)
+	logger := p.errLogger
+	if p.errRoutes != nil {
+		r := ex.full()
+		if orig, ok := r.Context().Value(caddyhttp.OriginalRequestCtxKey).(http.Request); ok {
+			r.Method = orig.Method
+			r.RemoteAddr = orig.RemoteAddr
+			r.RequestURI = orig.RequestURI
+			u := *orig.URL
+			*r.URL = u
+		}
+		r = p.srv.Errors.WithError(r, err)
+		ex.setReq(r)
+		ex.err, ex.inErrors = err, true
+		if err2 := ex.runRoutes(w, p.errRoutes, 0, ex.endCont()); err2 == nil {
+			if ce := logger.Check(zapcore.DebugLevel, msg); ce != nil {
+				ce.Write(ex.logFields(fields)...)
+			}
+		} else {
+			if ce := logger.Check(zapcore.ErrorLevel, "error handling handler error"); ce != nil {
+				f := append([]zap.Field{zap.String("error", err2.Error()), zap.Namespace("first_error"), zap.String("msg", msg)}, ex.logFields(fields)...)
+				ce.Write(f...)
+			}
+			if he, ok := err.(caddyhttp.HandlerError); ok {
+				w.WriteHeader(he.StatusCode)
+			} else {
+				w.WriteHeader(http.StatusInternalServerError)
+			}
+		}
+		return
+	}
+	lvl := zapcore.DebugLevel
+	if status >= 500 {
+		lvl = zapcore.ErrorLevel
+	}
+	if ce := logger.Check(lvl, msg); ce != nil {
+		ce.Write(ex.logFields(fields)...)
+	}
+	w.WriteHeader(status)
+}
+
+func (ex *exchange) logFields(fields []zap.Field) []zap.Field {
+	r := ex.req
+	return append([]zap.Field{
+		zap.Object("request", caddyhttp.LoggableHTTPRequest{Request: r}),
+		zap.Duration("duration", time.Since(ex.start)),
+	}, fields...)
+}
+
+// errValues is Caddy's errLogValues: the status, message and log fields of
+// a handler error.
+func errValues(err error) (int, string, []zap.Field) {
+	var he caddyhttp.HandlerError
+	if errors.As(err, &he) {
+		msg := err.Error()
+		if he.Err != nil {
+			msg = he.Err.Error()
+		}
+		return he.StatusCode, msg, []zap.Field{
+			zap.Int("status", he.StatusCode),
+			zap.String("err_id", he.ID),
+			zap.String("err_trace", he.Trace),
+		}
+	}
+	return http.StatusInternalServerError, err.Error(), []zap.Field{zap.Error(err)}
+}

@@ -1,0 +1,704 @@
+package fastpath
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"maps"
+	"mime"
+	"net"
+	"net/http"
+	"net/http/httptrace"
+	"net/netip"
+	"net/textproto"
+	"net/url"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/caddyserver/caddy/v2"
+	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
+	"github.com/caddyserver/caddy/v2/modules/caddyhttp/headers"
+	"github.com/caddyserver/caddy/v2/modules/caddyhttp/reverseproxy"
+	"go.uber.org/zap"
+	"go.uber.org/zap/zapcore"
+	"golang.org/x/net/http/httpguts"
+
+	"github.com/apigate/gateway/caddyh1"
+)
+
+// proxyStep is Caddy's reverse_proxy handler run on the plan, with its
+// provisioned instance: the same upstreams and their Host state (requests
+// in flight, passive health failures), the same selection policy and
+// dynamic upstream source, the same h1 connection pools, retries as
+// lb_retries, lb_try_duration and lb_try_interval set them, and the same
+// header operations. Each step below follows reverseproxy.Handler in the
+// pinned Caddy release (ServeHTTP, prepareRequest, addForwardedHeaders,
+// proxyLoopIteration, reverseProxy, finalizeResponse, copyResponse,
+// tryAgain, statusError); what it leaves out is per-request work whose
+// result nobody reads (placeholders no config string uses, debug logs when
+// debug logging is off).
+type proxyStep struct {
+	h         *reverseproxy.Handler
+	transport *caddyh1.Transport
+	dynamic   reverseproxy.UpstreamSource
+	caching   reverseproxy.CachingUpstreamSource
+	lb        *reverseproxy.LoadBalancing
+	passive   *reverseproxy.PassiveHealthChecks
+	reqOps    *headers.HeaderOps
+	respOps   *headers.RespHeaderOps
+	needFull  bool // the header operations use placeholders
+	logger    *zap.Logger
+
+	static map[*reverseproxy.Upstream]dialInfo
+	dials  sync.Map // dial address -> dialInfo, for dynamic upstreams
+	ndials int
+	mu     sync.Mutex
+}
+
+// dialInfo is reverseproxy.DialInfo without the upstream.
+type dialInfo struct {
+	network, address, host, port string
+}
+
+func parseDial(dial string) (dialInfo, error) {
+	addr, err := caddy.ParseNetworkAddress(dial)
+	if err != nil {
+		return dialInfo{}, fmt.Errorf("upstream %s: invalid dial address %s: %v", dial, dial, err)
+	}
+	if n := addr.PortRangeSize(); n != 1 {
+		return dialInfo{}, fmt.Errorf("upstream %s: dial address must represent precisely one socket: %s represents %d", dial, dial, n)
+	}
+	return dialInfo{
+		network: addr.Network,
+		address: addr.JoinHostPort(0),
+		host:    addr.Host,
+		port:    strconv.Itoa(int(addr.StartPort)),
+	}, nil
+}
+
+func (p *proxyStep) dialInfo(u *reverseproxy.Upstream) (dialInfo, error) {
+	if di, ok := p.static[u]; ok {
+		return di, nil
+	}
+	if v, ok := p.dials.Load(u.Dial); ok {
+		return v.(dialInfo), nil
+	}
+	di, err := parseDial(u.Dial)
+	if err != nil {
+		return di, err
+	}
+	p.mu.Lock()
+	if p.ndials < 4096 { // bounded: dynamic sources name few replicas
+		p.dials.Store(u.Dial, di)
+		p.ndials++
+	}
+	p.mu.Unlock()
+	return di, nil
+}
+
+// errNoUpstream has the text of reverse_proxy's own.
+var errNoUpstream = errors.New("no upstreams available")
+
+// proxyState is a connection's reusable state for proxying: the outgoing
+// request with its URL and header, and the connection's 1xx forwarding.
+type proxyState struct {
+	ex       *exchange
+	out      http.Request
+	tmpl     http.Request // carries the context with the 1xx trace
+	url      url.URL
+	hdr      http.Header
+	opsHdr   http.Header
+	trace    httptrace.ClientTrace
+	curW     http.ResponseWriter
+	clientIP string
+	xff      []string
+	xfh      []string
+	ipOK     bool
+}
+
+var (
+	emptyValue   = []string{""}
+	teTrailers   = []string{"trailers"}
+	protoHTTP    = []string{"http"}
+	protoHTTPS   = []string{"https"}
+	via11        = []string{"1.1 Caddy"}
+	via10        = []string{"1.0 Caddy"}
+	viaResponse1 = "1.1 Caddy"
+	viaResponse0 = "1.0 Caddy"
+)
+
+func (ps *proxyState) init(ex *exchange, connCtx context.Context) {
+	ps.ex = ex
+	ps.hdr = make(http.Header, 16)
+	ps.trace.Got1xxResponse = ps.got1xx
+	ctx := httptrace.WithClientTrace(connCtx, &ps.trace)
+	ps.tmpl = *(&http.Request{}).WithContext(ctx)
+
+	// The client's address, as Caddy's prepareRequest (client_ip) and
+	// addForwardedHeaders find it.
+	if host, _, err := net.SplitHostPort(ex.c.remoteAddr); err == nil {
+		host, _, _ = strings.Cut(host, "%")
+		ps.ipOK = true
+		ps.xff = []string{host}
+		if ip, err := netip.ParseAddr(host); err == nil {
+			ps.clientIP = ip.String()
+		}
+	}
+}
+
+// end forgets the request.
+func (ps *proxyState) end() {
+	ps.curW = nil
+	ps.out.Body = nil
+}
+
+// got1xx forwards an informational response to the client, as
+// reverse_proxy's trace does.
+func (ps *proxyState) got1xx(code int, header textproto.MIMEHeader) error {
+	rw := ps.curW
+	if rw == nil {
+		return nil
+	}
+	h := rw.Header()
+	own := h.Clone()
+	up := http.Header(header).Clone()
+	stripHopByHop(up)
+	copyHeader(h, up)
+	rw.WriteHeader(code)
+	clear(h)
+	maps.Copy(h, own)
+	return nil
+}
+
+// prepare makes the request for the upstream from r, as reverse_proxy's
+// cloneRequest and prepareRequest do.
+func (ps *proxyState) prepare(r *http.Request, full bool) *http.Request {
+	var out *http.Request
+	if full {
+		out = r.WithContext(httptrace.WithClientTrace(r.Context(), &ps.trace))
+	} else {
+		out = &ps.out
+		*out = ps.tmpl
+		out.Method = r.Method
+		out.Proto, out.ProtoMajor, out.ProtoMinor = r.Proto, r.ProtoMajor, r.ProtoMinor
+		out.Body = r.Body
+		out.ContentLength = r.ContentLength
+		out.TransferEncoding = r.TransferEncoding
+		out.Host = r.Host
+		out.RemoteAddr = r.RemoteAddr
+		out.RequestURI = r.RequestURI
+		out.TLS = r.TLS
+	}
+	ps.url = *r.URL
+	ps.url.Scheme, ps.url.Host = "", ""
+	if ps.url.User != nil {
+		u := *ps.url.User
+		ps.url.User = &u
+	}
+	out.URL = &ps.url
+	hdr := ps.hdr
+	clear(hdr)
+	for k, v := range r.Header {
+		hdr[k] = v
+	}
+	out.Header = hdr
+	out.Trailer = nil
+
+	if out.ContentLength == 0 {
+		out.Body = nil
+	}
+	out.Close = false
+	if _, ok := hdr["User-Agent"]; !ok {
+		hdr["User-Agent"] = emptyValue
+	}
+	removeConnectionHeaders(hdr)
+	for _, k := range hopHeaders {
+		if k == "Te" && httpguts.HeaderValuesContainsToken(hdr["Te"], "trailers") {
+			hdr["Te"] = teTrailers
+			continue
+		}
+		delete(hdr, k)
+	}
+	ps.addForwarded(out)
+	if v, ok := hdr["Via"]; ok {
+		hdr["Via"] = append(v[:len(v):len(v)], strconv.Itoa(out.ProtoMajor)+"."+strconv.Itoa(out.ProtoMinor)+" Caddy")
+	} else if out.ProtoMinor == 1 {
+		hdr["Via"] = via11
+	} else {
+		hdr["Via"] = via10
+	}
+	return out
+}
+
+// addForwarded is reverse_proxy's addForwardedHeaders for a client that is
+// not a trusted proxy (the plan is off for configs with trusted proxies).
+func (ps *proxyState) addForwarded(out *http.Request) {
+	hdr := out.Header
+	if out.RemoteAddr == "@" || !ps.ipOK {
+		delete(hdr, "X-Forwarded-For")
+		delete(hdr, "X-Forwarded-Proto")
+		delete(hdr, "X-Forwarded-Host")
+		return
+	}
+	if v, ok := hdr["X-Forwarded-For"]; !(ok && v == nil) {
+		hdr["X-Forwarded-For"] = ps.xff
+	}
+	if v, ok := hdr["X-Forwarded-Proto"]; !(ok && v == nil) {
+		if out.TLS == nil {
+			hdr["X-Forwarded-Proto"] = protoHTTP
+		} else {
+			hdr["X-Forwarded-Proto"] = protoHTTPS
+		}
+	}
+	if v, ok := hdr["X-Forwarded-Host"]; !(ok && v == nil) {
+		if len(ps.xfh) != 1 || ps.xfh[0] != out.Host {
+			ps.xfh = []string{out.Host}
+		}
+		hdr["X-Forwarded-Host"] = ps.xfh
+	}
+}
+
+func (p *proxyStep) serve(ex *exchange, w http.ResponseWriter, next *cont) error {
+	if p.needFull {
+		ex.full()
+	}
+	r := ex.req
+	full := ex.fullReq != nil
+	ps := &ex.px
+	out := ps.prepare(r, full)
+	var repl *caddy.Replacer
+	if full {
+		repl = r.Context().Value(caddy.ReplacerCtxKey).(*caddy.Replacer)
+	}
+	reqHost, reqHeader := out.Host, out.Header
+	incremental := caddyhttp.IsIncremental(reqHeader)
+	ps.curW = w
+
+	start := time.Now()
+	var proxyErr error
+	retries := 0
+	for {
+		var done bool
+		done, proxyErr = p.attempt(ex, out, w, proxyErr, start, retries, repl, reqHeader, reqHost, incremental)
+		if done {
+			break
+		}
+		retries++
+	}
+	if repl != nil {
+		d := time.Since(start)
+		repl.Set("http.reverse_proxy.duration", d)
+		repl.Set("http.reverse_proxy.duration_ms", d.Seconds()*1e3)
+		repl.Set("http.reverse_proxy.retries", retries)
+	}
+	if proxyErr != nil {
+		return statusError(proxyErr)
+	}
+	return nil
+}
+
+// attempt is one iteration of reverse_proxy's proxy loop: it reports
+// whether the loop is done, and the error to carry on.
+func (p *proxyStep) attempt(ex *exchange, out *http.Request, w http.ResponseWriter, proxyErr error, start time.Time, retries int,
+	repl *caddy.Replacer, reqHeader http.Header, reqHost string, incremental bool,
+) (bool, error) {
+	upstreams := p.h.Upstreams
+	if p.dynamic != nil {
+		if retries > 0 && p.caching != nil {
+			if err := p.caching.ResetCache(out); err != nil {
+				if ce := p.logger.Check(zapcore.ErrorLevel, "failed clearing dynamic upstream source's cache"); ce != nil {
+					ce.Write(zap.Error(err))
+				}
+			}
+		}
+		dUpstreams, err := p.dynamic.GetUpstreams(out)
+		if err != nil {
+			if ce := p.logger.Check(zapcore.ErrorLevel, "failed getting dynamic upstreams; falling back to static upstreams"); ce != nil {
+				ce.Write(zap.Error(err))
+			}
+		} else {
+			upstreams = dUpstreams
+			for _, u := range dUpstreams {
+				handlerProvisionUpstream(*p.h, u, true)
+			}
+		}
+	}
+
+	upstream := p.lb.SelectionPolicy.Select(upstreams, out, w)
+	if upstream == nil {
+		if proxyErr == nil {
+			proxyErr = caddyhttp.Error(http.StatusServiceUnavailable, errNoUpstream)
+		}
+		if !p.tryAgain(ex, start, retries, proxyErr, out) {
+			return true, proxyErr
+		}
+		return false, proxyErr
+	}
+	di, err := p.dialInfo(upstream)
+	if err != nil {
+		return true, fmt.Errorf("making dial info: %v", err)
+	}
+	// The dynamic source reads the last upstream tried (ResetCache).
+	r := out.Context().Value(caddy.ReplacerCtxKey).(*caddy.Replacer)
+	r.Set("http.reverse_proxy.upstream.hostport", di.address)
+	if repl != nil {
+		repl.Set("http.reverse_proxy.upstream.address", dialString(di))
+		repl.Set("http.reverse_proxy.upstream.host", di.host)
+		repl.Set("http.reverse_proxy.upstream.port", di.port)
+		repl.Set("http.reverse_proxy.upstream.requests", upstream.Host.NumRequests())
+		repl.Set("http.reverse_proxy.upstream.max_requests", upstream.MaxRequests)
+		repl.Set("http.reverse_proxy.upstream.fails", upstream.Host.Fails())
+	}
+
+	if p.reqOps != nil {
+		h := ex.px.opsHdr
+		if h == nil {
+			h = make(http.Header, len(reqHeader))
+			ex.px.opsHdr = h
+		}
+		clear(h)
+		copyHeader(h, reqHeader)
+		out.Header = h
+		out.Host = reqHost
+		p.reqOps.ApplyToRequest(out)
+	}
+	// (reverse_proxy refuses an incremental request here only with request
+	// buffers or a transport that needs a length; h1 needs none)
+	if caddyhttp.IsIncremental(out.Header) && !requestHasContent(out) {
+		out.ContentLength = 0
+		out.Body = nil
+	}
+
+	proxyErr = p.roundTrip(ex, w, out, repl, upstream, di)
+	if proxyErr == nil {
+		return true, nil
+	}
+	if errors.Is(proxyErr, context.Canceled) {
+		w.WriteHeader(499)
+		return true, nil
+	}
+	var succ roundtripSucceeded
+	if errors.As(proxyErr, &succ) {
+		return true, succ.error
+	}
+	handlerCountFailure(p.h, upstream)
+	if !p.tryAgain(ex, start, retries, proxyErr, out) {
+		return true, proxyErr
+	}
+	return false, proxyErr
+}
+
+type roundtripSucceeded struct{ error }
+
+func dialString(di dialInfo) string {
+	if di.network == "" || di.network == "tcp" {
+		return di.address
+	}
+	return di.network + "/" + di.address
+}
+
+// roundTrip is reverse_proxy's reverseProxy and finalizeResponse.
+func (p *proxyStep) roundTrip(ex *exchange, rw http.ResponseWriter, req *http.Request, repl *caddy.Replacer,
+	upstream *reverseproxy.Upstream, di dialInfo,
+) error {
+	_ = hostCountRequest(upstream.Host, 1)
+	incInFlightRequest(di.address)
+	defer func() {
+		_ = hostCountRequest(upstream.Host, -1)
+		decInFlightRequest(di.address)
+	}()
+	if (req.URL.Scheme == "http" && di.port == "80") || (req.URL.Scheme == "https" && di.port == "443") {
+		req.URL.Host = di.host
+	} else {
+		req.URL.Host = di.address
+	}
+
+	start := time.Now()
+	res, err := p.transport.RoundTripTo(req, di.network, di.address)
+	duration := time.Since(start)
+	if err != nil {
+		if ce := p.logger.Check(zapcore.DebugLevel, "upstream roundtrip"); ce != nil {
+			ce.Write(zap.String("upstream", upstream.Dial), zap.Duration("duration", duration), zap.Error(err))
+		}
+		return err
+	}
+	if ce := p.logger.Check(zapcore.DebugLevel, "upstream roundtrip"); ce != nil {
+		ce.Write(zap.String("upstream", upstream.Dial), zap.Duration("duration", duration), zap.Int("status", res.StatusCode))
+	}
+	if repl != nil {
+		repl.Set("http.reverse_proxy.upstream.latency", duration)
+		repl.Set("http.reverse_proxy.upstream.latency_ms", duration.Seconds()*1e3)
+	}
+	if p.passive != nil {
+		for _, bad := range p.passive.UnhealthyStatus {
+			if caddyhttp.StatusCodeMatches(res.StatusCode, bad) {
+				handlerCountFailure(p.h, upstream)
+			}
+		}
+		if p.passive.UnhealthyLatency > 0 && duration >= time.Duration(p.passive.UnhealthyLatency) {
+			handlerCountFailure(p.h, upstream)
+		}
+	}
+	if repl != nil {
+		repl.DeleteByPrefix("http.reverse_proxy.header.")
+		for field, value := range res.Header {
+			repl.Set("http.reverse_proxy.header."+field, strings.Join(value, ","))
+		}
+		repl.Set("http.reverse_proxy.status_code", res.StatusCode)
+		repl.Set("http.reverse_proxy.status_text", res.Status)
+	}
+	return p.finalize(ex, rw, req, res, repl, start)
+}
+
+// finalize is reverse_proxy's finalizeResponse.
+func (p *proxyStep) finalize(ex *exchange, rw http.ResponseWriter, req *http.Request, res *http.Response, repl *caddy.Replacer, start time.Time) error {
+	incremental := caddyhttp.IsIncremental(res.Header)
+	stripHopByHop(res.Header)
+
+	rwHeader := rw.Header()
+	delete(rwHeader, "Server")
+	via := viaResponse1
+	if res.ProtoMajor != 1 || res.ProtoMinor != 1 {
+		via = strconv.Itoa(res.ProtoMajor) + "." + strconv.Itoa(res.ProtoMinor) + " Caddy"
+		if res.ProtoMajor == 1 && res.ProtoMinor == 0 {
+			via = viaResponse0
+		}
+	}
+	if v, ok := rwHeader["Via"]; ok {
+		rwHeader["Via"] = append(v[:len(v):len(v)], via)
+	} else if via == viaResponse1 {
+		rwHeader["Via"] = via11
+	} else {
+		rwHeader["Via"] = []string{via}
+	}
+	if p.respOps != nil && (p.respOps.Require == nil || p.respOps.Require.Match(res.StatusCode, res.Header)) {
+		rp := repl
+		if rp == nil {
+			rp = ex.repl
+		}
+		p.respOps.ApplyTo(res.Header, rp)
+	}
+	for k, vv := range res.Header {
+		if len(vv) == 0 {
+			continue
+		}
+		k = textproto.CanonicalMIMEHeaderKey(k)
+		if old, ok := rwHeader[k]; ok {
+			rwHeader[k] = append(old[:len(old):len(old)], vv...)
+		} else {
+			rwHeader[k] = vv
+		}
+	}
+	announced := len(res.Trailer)
+	if announced > 0 {
+		keys := make([]string, 0, len(res.Trailer))
+		for k := range res.Trailer {
+			keys = append(keys, k)
+		}
+		rwHeader.Add("Trailer", strings.Join(keys, ", "))
+	}
+	rw.WriteHeader(res.StatusCode)
+
+	err := p.copyResponse(rw, res.Body, p.flushInterval(req, res, incremental))
+	errClose := res.Body.Close()
+	if errClose != nil {
+		if ce := p.logger.Check(zapcore.DebugLevel, "closed response body from upstream"); ce != nil {
+			ce.Write(zap.Error(errClose))
+		}
+	}
+	if err != nil {
+		if ce := p.logger.Check(zapcore.WarnLevel, "aborting with incomplete response"); ce != nil {
+			ce.Write(zap.String("upstream", req.URL.Host), zap.Error(err))
+		}
+		http.NewResponseController(rw).Flush()
+		panic(http.ErrAbortHandler)
+	}
+	if len(res.Trailer) > 0 {
+		http.NewResponseController(rw).Flush()
+	}
+	if repl != nil {
+		repl.Set("http.reverse_proxy.upstream.duration", time.Since(start))
+		repl.Set("http.reverse_proxy.upstream.duration_ms", time.Since(start).Seconds()*1e3)
+	}
+	if len(res.Trailer) == announced {
+		copyHeader(rw.Header(), res.Trailer)
+		return nil
+	}
+	for k, vv := range res.Trailer {
+		k = http.TrailerPrefix + k
+		for _, v := range vv {
+			rw.Header().Add(k, v)
+		}
+	}
+	return nil
+}
+
+// flushInterval is reverse_proxy's.
+func (p *proxyStep) flushInterval(req *http.Request, res *http.Response, incremental bool) time.Duration {
+	if incremental || caddyhttp.IsIncremental(res.Header) {
+		return -1
+	}
+	if ct := headerGet(res.Header, "Content-Type"); len(ct) >= len("text/event-stream") && strings.EqualFold(ct[:len("text/event-stream")], "text/event-stream") {
+		if mt, _, err := mime.ParseMediaType(ct); err == nil && mt == "text/event-stream" {
+			return -1
+		}
+	}
+	if res.ContentLength == -1 {
+		return -1
+	}
+	return time.Duration(p.h.FlushInterval)
+}
+
+var streamBufs = sync.Pool{New: func() any { b := make([]byte, 32<<10); return &b }}
+
+var errWritingDownstream = errors.New("writing")
+
+// copyResponse is reverse_proxy's copyResponse and copyBuffer, for flush
+// intervals 0 (no explicit flush) and -1 (after every write); a positive
+// flush_interval keeps a server on Caddy's path.
+func (p *proxyStep) copyResponse(dst http.ResponseWriter, src io.Reader, flushInterval time.Duration) error {
+	flush := flushInterval < 0
+	if b, ok := src.(interface{ Buffered() int }); flush && ok && b.Buffered() == 0 {
+		// reverse_proxy flushes the head at once from a timer: it goes out
+		// before the body when the body is not there yet (with the body in
+		// hand, the handler's first write wins that race)
+		http.NewResponseController(dst).Flush()
+	}
+	bp := streamBufs.Get().(*[]byte)
+	defer streamBufs.Put(bp)
+	buf := *bp
+	for {
+		nr, rerr := src.Read(buf)
+		if rerr != nil && rerr != io.EOF && rerr != context.Canceled {
+			if ce := p.logger.Check(zapcore.ErrorLevel, "reading from backend"); ce != nil {
+				ce.Write(zap.Error(rerr))
+			}
+		}
+		if nr > 0 {
+			nw, werr := dst.Write(buf[:nr])
+			if werr != nil {
+				return fmt.Errorf("%w: %v", errWritingDownstream, werr)
+			}
+			if nr != nw {
+				return io.ErrShortWrite
+			}
+			if flush {
+				http.NewResponseController(dst).Flush()
+			}
+		}
+		if rerr != nil {
+			if rerr == io.EOF {
+				return nil
+			}
+			return rerr
+		}
+	}
+}
+
+// tryAgain is reverse_proxy's LoadBalancing.tryAgain.
+func (p *proxyStep) tryAgain(ex *exchange, start time.Time, retries int, proxyErr error, req *http.Request) bool {
+	lb := p.lb
+	if lb.TryDuration == 0 && lb.Retries == 0 {
+		return false
+	}
+	if lb.TryDuration > 0 && time.Since(start) >= time.Duration(lb.TryDuration) {
+		return false
+	}
+	if lb.Retries > 0 && retries >= lb.Retries {
+		return false
+	}
+	if proxyErr != nil {
+		var dialErr reverseproxy.DialError
+		isDialError := errors.As(proxyErr, &dialErr)
+		herr, isHandlerError := proxyErr.(caddyhttp.HandlerError)
+		if !isDialError && (!isHandlerError || !errors.Is(herr, errNoUpstream)) {
+			if lb.RetryMatch == nil && req.Method != http.MethodGet {
+				return false
+			}
+			repl, _ := req.Context().Value(caddy.ReplacerCtxKey).(*caddy.Replacer)
+			if repl != nil {
+				repl.Set("http.reverse_proxy.is_transport_error", true)
+				defer repl.Delete("http.reverse_proxy.is_transport_error")
+			}
+			match, err := lb.RetryMatch.AnyMatchWithError(req)
+			if err != nil {
+				p.logger.Error("error matching request for retry", zap.Error(err))
+				return false
+			}
+			if !match {
+				return false
+			}
+		}
+	}
+	if lb.TryInterval == 0 {
+		return true
+	}
+	timer := time.NewTimer(time.Duration(lb.TryInterval))
+	select {
+	case <-timer.C:
+		return true
+	case <-ex.c.l.done:
+		timer.Stop()
+		return false
+	}
+}
+
+// statusError is reverse_proxy's.
+func statusError(err error) error {
+	status := http.StatusBadGateway
+	var ne net.Error
+	if errors.As(err, &ne) && ne.Timeout() {
+		status = http.StatusGatewayTimeout
+	}
+	if errors.Is(err, context.Canceled) || strings.Contains(err.Error(), "operation was canceled") {
+		status = 499
+	}
+	return caddyhttp.Error(status, err)
+}
+
+var hopHeaders = []string{
+	"Alt-Svc", "Connection", "Proxy-Connection", "Keep-Alive", "Proxy-Authenticate",
+	"Proxy-Authorization", "Te", "Trailer", "Transfer-Encoding", "Upgrade",
+}
+
+func removeConnectionHeaders(h http.Header) {
+	for _, f := range h["Connection"] {
+		for sf := range strings.SplitSeq(f, ",") {
+			if sf = textproto.TrimString(sf); sf != "" {
+				h.Del(sf)
+			}
+		}
+	}
+}
+
+func stripHopByHop(h http.Header) {
+	removeConnectionHeaders(h)
+	for _, k := range hopHeaders {
+		delete(h, k)
+	}
+}
+
+func copyHeader(dst, src http.Header) {
+	for k, vv := range src {
+		for _, v := range vv {
+			dst.Add(k, v)
+		}
+	}
+}
+
+func requestHasContent(r *http.Request) bool {
+	if r.ContentLength > 0 {
+		return true
+	}
+	if r.ContentLength == 0 {
+		return false
+	}
+	switch r.Method {
+	case http.MethodGet, http.MethodHead, http.MethodOptions, http.MethodDelete, http.MethodTrace, http.MethodConnect:
+		return false
+	}
+	return true
+}

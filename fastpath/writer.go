@@ -1,0 +1,644 @@
+package fastpath
+
+import (
+	"bufio"
+	"fmt"
+	"net/http"
+	"net/textproto"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"golang.org/x/net/http/httpguts"
+)
+
+// respWriter is the http.ResponseWriter of a request the plan serves. It
+// behaves as net/http's HTTP/1.x response writer does, since clients must
+// not tell the two paths apart: the header snapshot at WriteHeader, the
+// first 2048 bytes of body held back (so a short response gets a
+// Content-Length, and a Content-Type is sniffed when none was set), chunked
+// encoding otherwise, HEAD and 1xx/204/304 without bodies, trailers (the
+// "Trailer" header and http.TrailerPrefix), 100 Continue when the handler
+// first reads a body the client waits to send, and the Connection header
+// net/http writes. The behaviour follows net/http's server.go (response,
+// chunkWriter) in the Go release the gateway is built with.
+type respWriter struct {
+	c *conn
+	h *reqHead
+
+	handlerHeader http.Header // what Header returns; the connection's, cleared per request
+	snapshot      http.Header // the header as it was at WriteHeader (net/http's cw.header)
+	snapTaken     bool        // snapshot holds this request's header
+	calledHeader  bool
+
+	status        int
+	wroteHeader   bool  // WriteHeader (a final one) was called
+	committed     bool  // the head is in the connection's write buffer
+	contentLength int64 // declared; -1 none
+	written       int64
+	chunking      bool
+	closeAfter    bool
+	handlerDone   bool
+	tooBig        bool // the unread request body was too large to drain
+
+	canWriteContinue bool // a 100 Continue may still be sent
+	wroteContinue    bool
+
+	pend     []byte   // body held back before the head is written (bufferBeforeChunkingSize)
+	trailers []string // declared trailer names
+	keys     []string // scratch: sorted header keys
+	sawEOF   bool
+
+	bytesOut int64 // body bytes sent, for the audit log and metrics
+}
+
+// bufferBeforeChunkingSize is net/http's: this much of a response body is
+// held back before the head is written.
+const bufferBeforeChunkingSize = 2048
+
+func (w *respWriter) reset(c *conn, h *reqHead) {
+	hdr, snap := w.handlerHeader, w.snapshot
+	if hdr == nil {
+		hdr = make(http.Header, 8)
+	} else {
+		clear(hdr)
+	}
+	if snap != nil {
+		clear(snap)
+	}
+	*w = respWriter{
+		c:                c,
+		h:                h,
+		handlerHeader:    hdr,
+		snapshot:         snap,
+		contentLength:    -1,
+		pend:             w.pend[:0],
+		trailers:         w.trailers[:0],
+		keys:             w.keys[:0],
+		canWriteContinue: h.expect100,
+	}
+}
+
+// Header returns the response header map.
+func (w *respWriter) Header() http.Header {
+	if !w.snapTaken && w.wroteHeader && !w.committed {
+		// First called between the logical and the physical writing of
+		// the head: what is written is the header as it is now.
+		w.takeSnapshot()
+	}
+	w.calledHeader = true
+	return w.handlerHeader
+}
+
+func (w *respWriter) takeSnapshot() {
+	if w.snapshot == nil {
+		w.snapshot = make(http.Header, len(w.handlerHeader))
+	}
+	for k, v := range w.handlerHeader {
+		w.snapshot[k] = v
+	}
+	w.snapTaken = true
+}
+
+// bodyRead is called before the handler's first read of the request body:
+// a client that waits for 100 Continue is told to send it.
+func (w *respWriter) bodyRead() {
+	if w.canWriteContinue {
+		w.canWriteContinue = false
+		w.wroteContinue = true
+		bw := w.c.bw
+		bw.WriteString("HTTP/1.1 100 Continue\r\n\r\n")
+		w.c.flush()
+	}
+}
+
+// WriteHeader sends (logically) the response head with the status code.
+func (w *respWriter) WriteHeader(code int) {
+	if w.wroteHeader {
+		return // net/http logs a "superfluous response.WriteHeader call"
+	}
+	if code < 100 || code > 999 {
+		panic(fmt.Sprintf("invalid WriteHeader code %v", code))
+	}
+	if code < 101 || code > 199 {
+		w.canWriteContinue = false
+	}
+	if code >= 100 && code <= 199 && code != http.StatusSwitchingProtocols {
+		bw := w.c.bw
+		writeStatusLine(bw, w.h.minor == 1, code)
+		w.writeHeaderSubset(bw, w.handlerHeader, excludedNoBody, false)
+		bw.WriteString("\r\n")
+		w.c.flush()
+		return
+	}
+	w.wroteHeader = true
+	w.status = code
+	if w.calledHeader && !w.snapTaken {
+		w.takeSnapshot()
+	}
+	if cl := headerGet(w.handlerHeader, "Content-Length"); cl != "" {
+		v, err := strconv.ParseInt(cl, 10, 64)
+		if err == nil && v >= 0 {
+			w.contentLength = v
+		} else {
+			w.c.l.debug("invalid Content-Length from handler", cl)
+			delete(w.handlerHeader, "Content-Length")
+			if w.snapTaken {
+				delete(w.snapshot, "Content-Length")
+			}
+		}
+	}
+}
+
+// Write writes body bytes.
+func (w *respWriter) Write(p []byte) (int, error) {
+	if w.canWriteContinue {
+		w.canWriteContinue = false
+	}
+	if !w.wroteHeader {
+		w.WriteHeader(http.StatusOK)
+	}
+	if len(p) == 0 {
+		return 0, nil
+	}
+	if !bodyAllowedForStatus(w.status) {
+		return 0, http.ErrBodyNotAllowed
+	}
+	w.written += int64(len(p))
+	if w.contentLength != -1 && w.written > w.contentLength {
+		return 0, http.ErrContentLength
+	}
+	if !w.committed {
+		if len(w.pend)+len(p) <= bufferBeforeChunkingSize {
+			w.pend = append(w.pend, p...)
+			return len(p), nil
+		}
+		// As bufio.Writer does: the held-back bytes and as much of p as
+		// fits go first (or p alone, when nothing is held back).
+		if len(w.pend) == 0 {
+			w.commit(p)
+			return len(p), w.writeBody(p)
+		}
+		k := bufferBeforeChunkingSize - len(w.pend)
+		w.pend = append(w.pend, p[:k]...)
+		w.commit(w.pend)
+		if err := w.writeBody(w.pend); err != nil {
+			return 0, err
+		}
+		w.pend = w.pend[:0]
+		return len(p), w.writeBody(p[k:])
+	}
+	return len(p), w.writeBody(p)
+}
+
+// WriteString is io.StringWriter.
+func (w *respWriter) WriteString(s string) (int, error) {
+	return w.Write([]byte(s)) // rare (static responses); not worth a second path
+}
+
+// writeBody writes committed body bytes, chunk-encoded when chunking.
+func (w *respWriter) writeBody(p []byte) error {
+	if len(p) == 0 {
+		return nil
+	}
+	if w.h.method == http.MethodHead {
+		return nil // eaten, as net/http does
+	}
+	c := w.c
+	if c.werr != nil {
+		return c.werr
+	}
+	bw := c.bw
+	if w.chunking {
+		var b [18]byte
+		bw.Write(strconv.AppendInt(b[:0], int64(len(p)), 16))
+		bw.WriteString("\r\n")
+	}
+	bw.Write(p)
+	if w.chunking {
+		bw.WriteString("\r\n")
+	}
+	w.bytesOut += int64(len(p))
+	return c.checkWrite()
+}
+
+// Flush sends what is buffered.
+func (w *respWriter) Flush() { _ = w.FlushError() }
+
+// FlushError is what http.ResponseController calls.
+func (w *respWriter) FlushError() error {
+	if !w.wroteHeader {
+		w.WriteHeader(http.StatusOK)
+	}
+	if !w.committed {
+		w.commit(w.pend)
+		if err := w.writeBody(w.pend); err != nil {
+			return err
+		}
+		w.pend = w.pend[:0]
+	}
+	w.c.flush()
+	return w.c.werr
+}
+
+// SetWriteDeadline, SetReadDeadline and EnableFullDuplex are what
+// http.ResponseController finds on net/http's writer.
+func (w *respWriter) SetWriteDeadline(t time.Time) error { return w.c.nc.SetWriteDeadline(t) }
+func (w *respWriter) SetReadDeadline(t time.Time) error  { return w.c.nc.SetReadDeadline(t) }
+func (w *respWriter) EnableFullDuplex() error            { return http.ErrNotSupported }
+
+// finish ends the response after the handler returned; it reports whether
+// the connection can serve another request.
+func (w *respWriter) finish() bool {
+	w.handlerDone = true
+	if !w.wroteHeader {
+		w.WriteHeader(http.StatusOK)
+	}
+	if !w.committed {
+		w.commit(w.pend)
+		w.writeBody(w.pend)
+		w.pend = w.pend[:0]
+	}
+	if w.chunking {
+		bw := w.c.bw
+		bw.WriteString("0\r\n")
+		w.writeTrailers(bw)
+		bw.WriteString("\r\n")
+	}
+	w.c.flush()
+	return w.shouldReuse()
+}
+
+func (w *respWriter) shouldReuse() bool {
+	if w.closeAfter {
+		return false
+	}
+	if w.h.method != http.MethodHead && w.contentLength != -1 && bodyAllowedForStatus(w.status) && w.contentLength != w.written {
+		return false // did not write what it declared
+	}
+	if w.c.werr != nil {
+		return false
+	}
+	// A body left unread (the head went out before the handler was done
+	// with it) is drained now, within the same limit.
+	if b := &w.c.body; !b.sawEOF && !b.empty() {
+		return b.drain()
+	}
+	return true
+}
+
+// commit writes the head to the connection's buffer (net/http's
+// chunkWriter.writeHeader); p is the first body chunk, for Content-Length
+// and Content-Type sniffing.
+func (w *respWriter) commit(p []byte) {
+	if w.committed {
+		return
+	}
+	w.committed = true
+	c := w.c
+	keepAlives := !c.l.draining()
+	isHEAD := w.h.method == http.MethodHead
+
+	header := w.handlerHeader
+	owned := w.snapTaken
+	if owned {
+		header = w.snapshot
+	}
+	var exclude map[string]bool
+	delHeader := func(key string) {
+		if owned {
+			delete(header, key)
+			return
+		}
+		if _, ok := header[key]; !ok {
+			return
+		}
+		if exclude == nil {
+			exclude = make(map[string]bool)
+		}
+		exclude[key] = true
+	}
+	var set extraHeader
+
+	trailers := false
+	var snap http.Header
+	if w.snapTaken {
+		snap = w.snapshot
+	}
+	for k := range snap {
+		if strings.HasPrefix(k, http.TrailerPrefix) {
+			if exclude == nil {
+				exclude = make(map[string]bool)
+			}
+			exclude[k] = true
+			trailers = true
+		}
+	}
+	for _, v := range snap["Trailer"] {
+		trailers = true
+		foreachHeaderElement(v, w.declareTrailer)
+	}
+
+	te := headerGet(header, "Transfer-Encoding")
+	hasTE := te != ""
+
+	if w.handlerDone && !trailers && !hasTE && bodyAllowedForStatus(w.status) && !headerHas(header, "Content-Length") && (!isHEAD || len(p) > 0) {
+		w.contentLength = int64(len(p))
+		set.contentLength = strconv.AppendInt(set.clBuf[:0], int64(len(p)), 10)
+	}
+
+	wants10KeepAlive := w.h.keepAlive10
+	if wants10KeepAlive && keepAlives {
+		sentLength := headerGet(header, "Content-Length") != ""
+		if sentLength && headerGet(header, "Connection") == "keep-alive" {
+			w.closeAfter = false
+		}
+	}
+	hasCL := w.contentLength != -1
+	if wants10KeepAlive && (isHEAD || hasCL || !bodyAllowedForStatus(w.status)) {
+		if _, ok := header["Connection"]; !ok {
+			set.connection = "keep-alive"
+		}
+	} else if w.h.minor == 0 || w.h.close {
+		w.closeAfter = true
+	}
+	if headerGet(header, "Connection") == "close" || !keepAlives {
+		w.closeAfter = true
+	}
+
+	// A client that waited for 100 Continue that never came may still be
+	// about to send the body: do not read its bytes as the next request.
+	b := &c.body
+	if w.h.expect100 && !w.wroteContinue && !b.sawEOF {
+		w.closeAfter = true
+	}
+
+	// Read the rest of the request body first, so that clients that send a
+	// whole request before reading the response do not deadlock.
+	if !b.empty() && !w.closeAfter {
+		switch {
+		case b.closed && !b.sawEOF && b.err != nil:
+			w.closeAfter = true
+		case !b.chunked && b.n >= maxPostHandlerReadBytes && !b.sawEOF:
+			w.tooBig = true
+		default:
+			if !b.drain() {
+				if b.err != nil {
+					w.closeAfter = true
+				} else {
+					w.tooBig = true
+				}
+			}
+		}
+		if w.tooBig {
+			w.closeAfter = true
+			delHeader("Connection")
+			set.connection = "close"
+		}
+	}
+
+	code := w.status
+	if bodyAllowedForStatus(code) {
+		_, haveType := header["Content-Type"]
+		hasCE := headerGet(header, "Content-Encoding") != ""
+		if !hasCE && !haveType && !hasTE && len(p) > 0 {
+			set.contentType = http.DetectContentType(p)
+		}
+	} else {
+		for _, k := range suppressedHeaders(code) {
+			delHeader(k)
+		}
+	}
+
+	if !headerHas(header, "Date") {
+		set.date = c.l.date()
+	}
+
+	if hasCL && hasTE && te != "identity" {
+		delHeader("Content-Length")
+		hasCL = false
+	}
+
+	if isHEAD || !bodyAllowedForStatus(code) || code == http.StatusNoContent {
+		delHeader("Transfer-Encoding")
+	} else if hasCL {
+		delHeader("Transfer-Encoding")
+	} else if w.h.minor == 1 {
+		if hasTE && te == "identity" {
+			w.chunking = false
+			w.closeAfter = true
+			delHeader("Transfer-Encoding")
+		} else {
+			w.chunking = true
+			set.transferEncoding = "chunked"
+			if hasTE && te == "chunked" {
+				delHeader("Transfer-Encoding")
+			}
+		}
+	} else {
+		w.closeAfter = true
+		delHeader("Transfer-Encoding")
+	}
+	if w.chunking {
+		delHeader("Content-Length")
+	}
+
+	if w.closeAfter && (!keepAlives || !hasToken(headerGet(header, "Connection"), "close")) && !isProtocolSwitch(code, header) {
+		delHeader("Connection")
+		if w.h.minor == 1 {
+			set.connection = "close"
+		}
+	}
+
+	bw := c.bw
+	writeStatusLine(bw, w.h.minor == 1, code)
+	w.writeHeaderSubset(bw, header, exclude, true)
+	set.write(bw)
+	bw.WriteString("\r\n")
+}
+
+func (w *respWriter) declareTrailer(k string) {
+	k = http.CanonicalHeaderKey(k)
+	if !httpguts.ValidTrailerHeader(k) {
+		return
+	}
+	w.trailers = append(w.trailers, k)
+}
+
+// writeTrailers writes the trailer fields (net/http's finalTrailers).
+func (w *respWriter) writeTrailers(bw *bufio.Writer) {
+	var t http.Header
+	for k, vv := range w.handlerHeader {
+		if kk, ok := strings.CutPrefix(k, http.TrailerPrefix); ok {
+			if t == nil {
+				t = make(http.Header)
+			}
+			t[kk] = vv
+		}
+	}
+	for _, k := range w.trailers {
+		if t == nil {
+			t = make(http.Header)
+		}
+		for _, v := range w.handlerHeader[k] {
+			t.Add(k, v)
+		}
+	}
+	if t != nil {
+		w.writeHeaderSubset(bw, t, nil, false)
+	}
+}
+
+// writeHeaderSubset writes h's fields but the excluded ones, sorted by
+// name, as http.Header.WriteSubset does.
+func (w *respWriter) writeHeaderSubset(bw *bufio.Writer, h http.Header, exclude map[string]bool, useKeys bool) {
+	keys := w.keys[:0]
+	for k := range h {
+		if exclude == nil || !exclude[k] {
+			keys = append(keys, k)
+		}
+	}
+	slices.Sort(keys)
+	for _, k := range keys {
+		if !httpguts.ValidHeaderFieldName(k) {
+			continue
+		}
+		for _, v := range h[k] {
+			if strings.ContainsAny(v, "\r\n") {
+				v = headerNewlineToSpace.Replace(v)
+			}
+			v = textproto.TrimString(v)
+			bw.WriteString(k)
+			bw.WriteString(": ")
+			bw.WriteString(v)
+			bw.WriteString("\r\n")
+		}
+	}
+	clear(keys)
+	w.keys = keys[:0]
+}
+
+var headerNewlineToSpace = strings.NewReplacer("\n", " ", "\r", " ")
+
+// extraHeader is net/http's: the fields the server adds.
+type extraHeader struct {
+	contentType      string
+	connection       string
+	transferEncoding string
+	date             []byte
+	contentLength    []byte
+	clBuf            [20]byte
+}
+
+func (h *extraHeader) write(bw *bufio.Writer) {
+	if h.date != nil {
+		bw.WriteString("Date: ")
+		bw.Write(h.date)
+		bw.WriteString("\r\n")
+	}
+	if h.contentLength != nil {
+		bw.WriteString("Content-Length: ")
+		bw.Write(h.contentLength)
+		bw.WriteString("\r\n")
+	}
+	for i, v := range [3]string{h.contentType, h.connection, h.transferEncoding} {
+		if v != "" {
+			bw.WriteString(extraHeaderKeys[i])
+			bw.WriteString(": ")
+			bw.WriteString(v)
+			bw.WriteString("\r\n")
+		}
+	}
+}
+
+var extraHeaderKeys = [3]string{"Content-Type", "Connection", "Transfer-Encoding"}
+
+var (
+	excludedNoBody      = map[string]bool{"Content-Length": true, "Transfer-Encoding": true}
+	suppressed304       = []string{"Content-Type", "Content-Length", "Transfer-Encoding"}
+	suppressedNoBodyHdr = []string{"Content-Length", "Transfer-Encoding"}
+)
+
+func suppressedHeaders(status int) []string {
+	switch {
+	case status == 304:
+		return suppressed304
+	case !bodyAllowedForStatus(status):
+		return suppressedNoBodyHdr
+	}
+	return nil
+}
+
+func bodyAllowedForStatus(status int) bool {
+	switch {
+	case status >= 100 && status <= 199:
+		return false
+	case status == 204:
+		return false
+	case status == 304:
+		return false
+	}
+	return true
+}
+
+func isProtocolSwitch(code int, h http.Header) bool {
+	return code == http.StatusSwitchingProtocols && hasTokenValues(h["Connection"], "upgrade")
+}
+
+func hasTokenValues(vv []string, token string) bool {
+	for _, v := range vv {
+		if hasToken(v, token) {
+			return true
+		}
+	}
+	return false
+}
+
+// headerGet is http.Header.Get for a canonical key, without canonicalizing.
+func headerGet(h http.Header, key string) string {
+	if v := h[key]; len(v) > 0 {
+		return v[0]
+	}
+	return ""
+}
+
+// headerHas is net/http's Header.has: the key is present with a value.
+func headerHas(h http.Header, key string) bool {
+	_, ok := h[key]
+	return ok
+}
+
+func foreachHeaderElement(v string, fn func(string)) {
+	v = textproto.TrimString(v)
+	if v == "" {
+		return
+	}
+	if !strings.Contains(v, ",") {
+		fn(v)
+		return
+	}
+	for f := range strings.SplitSeq(v, ",") {
+		if f = textproto.TrimString(f); f != "" {
+			fn(f)
+		}
+	}
+}
+
+// writeStatusLine is net/http's.
+func writeStatusLine(bw *bufio.Writer, is11 bool, code int) {
+	if is11 {
+		bw.WriteString("HTTP/1.1 ")
+	} else {
+		bw.WriteString("HTTP/1.0 ")
+	}
+	if text := http.StatusText(code); text != "" {
+		var b [8]byte
+		bw.Write(strconv.AppendInt(b[:0], int64(code), 10))
+		bw.WriteByte(' ')
+		bw.WriteString(text)
+		bw.WriteString("\r\n")
+	} else {
+		fmt.Fprintf(bw, "%03d status code %d\r\n", code, code)
+	}
+}
