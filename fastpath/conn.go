@@ -265,7 +265,11 @@ func (c *conn) readHead() ([]byte, error) {
 	from := 0
 	for {
 		buf := c.rb.buffered()
-		if end := findHeadEnd(buf, from); end >= 0 {
+		end, bad := findHeadEnd(buf, from)
+		if bad != nil {
+			return nil, bad
+		}
+		if end >= 0 {
 			if end > limit {
 				return nil, errTooLarge
 			}
@@ -293,24 +297,28 @@ func (c *conn) readHead() ([]byte, error) {
 func (c *conn) refuse(bad *badRequest) {
 	const errorHeaders = "\r\nContent-Type: text/plain; charset=utf-8\r\nConnection: close\r\n\r\n"
 	var msg string
-	switch bad.status {
-	case 431:
+	switch {
+	case bad.status == 431:
 		msg = "HTTP/1.1 431 Request Header Fields Too Large" + errorHeaders + "431 Request Header Fields Too Large"
-	case 501:
+	case bad.status == 501:
 		msg = "HTTP/1.1 501 Not Implemented" + errorHeaders + "Unsupported transfer encoding"
-	default:
+	case bad.public != "":
 		t := http.StatusText(bad.status)
-		msg = fmt.Sprintf("HTTP/1.1 %d %s: %s%s%d %s: %s", bad.status, t, bad.text, errorHeaders, bad.status, t, bad.text)
+		msg = fmt.Sprintf("HTTP/1.1 %d %s: %s%s%d %s: %s", bad.status, t, bad.public, errorHeaders, bad.status, t, bad.public)
+	default:
+		msg = "HTTP/1.1 400 Bad Request" + errorHeaders + "400 Bad Request"
 	}
 	c.l.refused.Add(1)
-	c.l.debug("request refused", bad.text)
+	c.l.debug("request refused", bad.reason)
 	c.bw.WriteString(msg)
 	c.flush()
-	// As net/http's closeWriteAndWait: let the client read the answer
-	// before the connection goes.
-	if tc, ok := c.nc.(interface{ CloseWrite() error }); ok {
-		tc.CloseWrite()
-		time.Sleep(rstAvoidanceDelay)
+	if bad.status == 431 {
+		// As net/http's closeWriteAndWait: a client still sending its
+		// head reads the answer before the connection goes.
+		if tc, ok := c.nc.(interface{ CloseWrite() error }); ok {
+			tc.CloseWrite()
+			time.Sleep(rstAvoidanceDelay)
+		}
 	}
 }
 

@@ -1,7 +1,6 @@
 package fastpath
 
 import (
-	"bytes"
 	"net/url"
 	"strings"
 
@@ -55,34 +54,53 @@ type reqHead struct {
 	handoff string
 }
 
-// badRequest is a head the plan refuses, answered as net/http answers.
+// badRequest is a head the plan refuses, answered as net/http answers:
+// "400 Bad Request", with net/http's text after it for the few errors it
+// names (a missing or malformed Host), 501 for a transfer coding it does
+// not support, 431 for an oversized head.
 type badRequest struct {
 	status int    // 400, 431 or 501
-	text   string // net/http's "400 Bad Request: <text>", when it has one
+	public string // the text net/http adds to the status, if any
+	reason string // for the debug log
 }
 
-func (e *badRequest) Error() string { return e.text }
+func (e *badRequest) Error() string { return e.reason }
 
-func refuse(text string) *badRequest { return &badRequest{status: 400, text: text} }
+func refuse(reason string) *badRequest { return &badRequest{status: 400, reason: reason} }
+
+func refusePublic(text string) *badRequest {
+	return &badRequest{status: 400, public: text, reason: text}
+}
 
 var (
-	errUnsupportedTE = &badRequest{status: 501, text: "Unsupported transfer encoding"}
-	errTooLarge      = &badRequest{status: 431}
+	errUnsupportedTE = &badRequest{status: 501, reason: "unsupported transfer coding"}
+	errTooLarge      = &badRequest{status: 431, reason: "request head too large"}
+	errBareLF        = refuse("bare LF in the request head")
+	errBareCR        = refuse("bare CR in the request head")
 )
 
 // findHeadEnd returns the length of the head at the start of b (through
 // its final CRLF CRLF), or -1 when b holds no whole head yet. from is where
-// the previous search stopped.
-func findHeadEnd(b []byte, from int) int {
-	from = max(from-3, 0)
-	i := bytes.Index(b[from:], crlfcrlf)
-	if i < 0 {
-		return -1
+// the previous search stopped. A bare LF or CR fails at once: a head of
+// bare LF line ends would never end in CRLF CRLF.
+func findHeadEnd(b []byte, from int) (int, *badRequest) {
+	for i := from; i < len(b); i++ {
+		switch b[i] {
+		case '\n':
+			if i == 0 || b[i-1] != '\r' {
+				return -1, errBareLF
+			}
+			if i >= 3 && b[i-2] == '\n' && b[i-3] == '\r' {
+				return i + 1, nil
+			}
+		case '\r':
+			if i+1 < len(b) && b[i+1] != '\n' {
+				return -1, errBareCR
+			}
+		}
 	}
-	return from + i + 4
+	return -1, nil
 }
-
-var crlfcrlf = []byte("\r\n\r\n")
 
 // parseRequest parses one whole request head b, which ends with CRLF CRLF.
 // h.fields keeps its capacity from the previous request.
@@ -100,12 +118,12 @@ func parseRequest(b []byte, h *reqHead) *badRequest {
 		switch c {
 		case '\r':
 			if i+1 >= len(b) || b[i+1] != '\n' {
-				return refuse("bare CR in the request head")
+				return errBareCR
 			}
 			i++
 			lines++
 		case '\n':
-			return refuse("bare LF in the request head")
+			return errBareLF
 		default:
 			return refuse("control byte in the request head")
 		}
@@ -152,19 +170,24 @@ func parseRequest(b []byte, h *reqHead) *badRequest {
 		if line[0] == ' ' || line[0] == '\t' {
 			return refuse("obs-fold (a field line continued with whitespace)")
 		}
-		colon := -1
+		colon, space := -1, false
 		for i := 0; i < len(line); i++ {
 			c := line[i]
 			if c == ':' {
 				colon = i
 				break
 			}
-			if !isTokenByte(c) {
+			if c == ' ' {
+				space = true // (net/http names this one)
+			} else if !isTokenByte(c) {
 				return refuse("invalid header name")
 			}
 		}
 		if colon <= 0 {
 			return refuse("invalid header name")
+		}
+		if space {
+			return refusePublic("invalid header name")
 		}
 		name := canonicalKey(line[:colon])
 		value := trimOWS(line[colon+1:])
@@ -240,10 +263,10 @@ func parseRequest(b []byte, h *reqHead) *badRequest {
 		return nil
 	}
 	if !hostSeen && h.minor == 1 {
-		return refuse("missing required Host header")
+		return refusePublic("missing required Host header")
 	}
 	if hostSeen && !httpguts.ValidHostHeader(h.host) {
-		return refuse("malformed Host header")
+		return refusePublic("malformed Host header")
 	}
 	if h.method == "CONNECT" {
 		h.handoff = "CONNECT"
