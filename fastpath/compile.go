@@ -114,6 +114,8 @@ func matcherSupport(m any) (full bool, reason string) {
 		return headerPlaceholder(m), ""
 	case *caddyhttp.MatchProtocol, caddyhttp.MatchProtocol:
 		return false, ""
+	case *caddyhttp.MatchExpression:
+		return true, "" // CEL reads the request and its placeholders
 	case *caddyhttp.MatchNot:
 		return notSupport(m.MatcherSets)
 	case caddyhttp.MatchNot:
@@ -168,7 +170,7 @@ func (c *compiler) handler(h caddyhttp.MiddlewareHandler) (step, string) {
 		return &subroute{routes: routes}, ""
 	case *reverseproxy.Handler:
 		return c.proxy(h)
-	case *caddyhttp.StaticResponse, *headers.Handler, *rewrite.Rewrite,
+	case *caddyhttp.StaticResponse, *caddyhttp.StaticError, *headers.Handler, *rewrite.Rewrite,
 		*caddyhttp.VarsMiddleware, *maphandler.Handler, *encode.Encode:
 		return &delegated{h: h}, ""
 	}

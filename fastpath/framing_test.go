@@ -131,6 +131,10 @@ func newEchoUpstream(t *testing.T) *echoUpstream {
 			fmt.Fprintf(&b, "%s: %q\n", k, req.Header[k])
 		}
 		fmt.Fprintf(&b, "te=%q cl=%d body=%q trailer=%v\n", req.TransferEncoding, req.ContentLength, body, req.Trailer)
+		// (the client's Host names each server's own port)
+		out := strings.NewReplacer(fmt.Sprint(plainPort), "PORT", fmt.Sprint(fastPort), "PORT").Replace(b.String())
+		b.Reset()
+		b.WriteString(out)
 		return difftest.Reply(c, fmt.Sprintf("HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nContent-Length: %d\r\n\r\n%s", b.Len(), b.String()))
 	})
 	return e

@@ -172,6 +172,9 @@ func Do(client *http.Client, port int, rq Request) ClientResult {
 	for k, v := range rq.Header {
 		req.Header[k] = v
 	}
+	if h := rq.Header.Get("Host"); h != "" {
+		req.Host = h
+	}
 	if rq.Trailer != nil {
 		req.Trailer = rq.Trailer.Clone()
 	}

@@ -1,0 +1,145 @@
+package fastpath
+
+import (
+	"fmt"
+	"io"
+	"net/http"
+	"strings"
+	"testing"
+
+	"github.com/apigate/gateway/internal/difftest"
+)
+
+// routesSite exercises routing as Caddyfiles write it: handle blocks (one
+// group), handle_path, route, matchers of every supported kind, respond
+// with placeholders, header (immediate and deferred), rewrites, header_up
+// and header_down, encode, and handle_errors.
+const routesSite = `	encode zstd gzip
+
+	@api {
+		path /api/*
+		not path /api/private/*
+	}
+	@json header Accept application/json
+	@post method POST
+	@hostB host b.example.com
+
+	handle /health {
+		respond ` + "`" + `{"status":"ok"}` + "`" + ` 200
+	}
+	handle /static/* {
+		header X-Static yes
+		header -Server
+		respond "static {path} {method} {query} {http.request.host} {uri} {http.request.header.X-Name}" 203
+	}
+	handle_path /strip/* {
+		reverse_proxy {$UP} {
+			transport h1
+		}
+	}
+	handle @hostB {
+		respond "host b" 200
+	}
+	handle @api {
+		header X-Api 1
+		header >X-Deferred late
+		route {
+			header X-Route 1
+			reverse_proxy @post {$UP} {
+				transport h1
+				header_up X-Up-Static post
+				header_down X-Down-Static down
+			}
+			reverse_proxy {$UP} {
+				transport h1
+				header_up -User-Agent
+				header_up X-Up-Static get
+				header_up Host upstream.internal
+				header_down -Via
+			}
+		}
+	}
+	handle /rewrite/* {
+		rewrite * /echo{path}?rewritten=1
+		reverse_proxy {$UP} {
+			transport h1
+		}
+	}
+	handle /uri/* {
+		uri strip_prefix /uri
+		uri replace foo bar
+		reverse_proxy {$UP} {
+			transport h1
+		}
+	}
+	handle /down/* {
+		reverse_proxy 127.0.0.1:1 {
+			transport h1
+		}
+	}
+	handle /error/* {
+		error "teapot {path}" 418
+	}
+	handle /json {
+		respond @json "json" 200
+		respond "not json" 200
+	}
+	handle /big {
+		reverse_proxy {$UP} {
+			transport h1
+		}
+	}
+	handle /empty {
+	}
+	handle {
+		header Content-Type application/json
+		respond ` + "`" + `{"error":"no_route"}` + "`" + ` 404
+	}
+
+	handle_errors {
+		@502 expression {err.status_code} == 502
+		handle @502 {
+			respond "bad gateway: {err.message}" 502
+		}
+		handle {
+			respond "error {err.status_code} {err.status_text}" {err.status_code}
+		}
+	}`
+
+// TestRoutes sends the same requests through routesSite on both paths.
+func TestRoutes(t *testing.T) {
+	up := newEchoUpstream(t)
+	site := strings.ReplaceAll(routesSite, "{$UP}", up.Addr())
+	loadTwin(t, "", site)
+	big := strings.Repeat("0123456789", 3000)
+	gzip := http.Header{"Accept-Encoding": {"gzip"}}
+	zstd := http.Header{"Accept-Encoding": {"zstd"}}
+	cases := []difftest.Case{
+		{Name: "respond", Seq: []difftest.Request{{Method: "GET", Path: "/health"}, {Method: "HEAD", Path: "/health"}}},
+		{Name: "respond with placeholders", Seq: []difftest.Request{{Method: "GET", Path: "/static/a/b?x=1&y=%20", Header: http.Header{"X-Name": {"n"}}}}},
+		{Name: "handle_path", Seq: []difftest.Request{{Method: "GET", Path: "/strip/one/two?q=1"}, {Method: "GET", Path: "/strip"}}},
+		{Name: "host matcher", Seq: []difftest.Request{{Method: "GET", Path: "/anything", Header: http.Header{"Host": {"b.example.com"}}}}},
+		{Name: "route with header_up and header_down", Seq: []difftest.Request{
+			{Method: "GET", Path: "/api/x", Header: http.Header{"User-Agent": {"ua"}}},
+			{Method: "POST", Path: "/api/y", Body: func() io.Reader { return strings.NewReader("body") }, Length: 4},
+		}},
+		{Name: "not matcher", Seq: []difftest.Request{{Method: "GET", Path: "/api/private/x"}}},
+		{Name: "case-insensitive path", Seq: []difftest.Request{{Method: "GET", Path: "/API/x"}, {Method: "GET", Path: "/Health"}}},
+		{Name: "rewrite", Seq: []difftest.Request{{Method: "GET", Path: "/rewrite/a?b=c"}}},
+		{Name: "uri strip_prefix and replace", Seq: []difftest.Request{{Method: "GET", Path: "/uri/foo/x?foo=1"}}},
+		{Name: "upstream down: handle_errors", Seq: []difftest.Request{{Method: "GET", Path: "/down/x"}}},
+		{Name: "error handler", Seq: []difftest.Request{{Method: "GET", Path: "/error/x"}}},
+		{Name: "header matcher", Seq: []difftest.Request{{Method: "GET", Path: "/json", Header: http.Header{"Accept": {"application/json"}}}, {Method: "GET", Path: "/json"}}},
+		{Name: "no route", Seq: []difftest.Request{{Method: "GET", Path: "/nothing/here"}, {Method: "DELETE", Path: "/"}}},
+		{Name: "empty handle", Seq: []difftest.Request{{Method: "GET", Path: "/empty"}}},
+		{Name: "gzip", Seq: []difftest.Request{{Method: "GET", Path: "/big", Header: gzip}, {Method: "GET", Path: "/health", Header: gzip}, {Method: "HEAD", Path: "/big", Header: gzip}}},
+		{Name: "zstd", Seq: []difftest.Request{{Method: "GET", Path: "/big", Header: zstd}}},
+		{Name: "gzip request body", Seq: []difftest.Request{{Method: "POST", Path: "/api/z", Header: gzip,
+			Body: func() io.Reader { return strings.NewReader(big) }, Length: int64(len(big))}}},
+	}
+	for _, tc := range cases {
+		t.Run(tc.Name, func(t *testing.T) { compareSeq(t, tc.Seq) })
+	}
+}
+
+var _ = fmt.Sprint
