@@ -42,14 +42,12 @@ func compileServer(srv *caddyhttp.Server, app *caddyhttp.App, logger *zap.Logger
 	case !slices.Contains(srv.Protocols, "h1"):
 		return nil, "protocols without h1"
 	}
-	if len(srv.TLSConnPolicies) > 0 && slices.Contains(srv.Protocols, "h3") {
-		return nil, "HTTP/3 advertisement (Alt-Svc) on a TLS server"
-	}
 	c := compiler{logger: logger}
 	p := &plan{
 		srv:       srv,
 		name:      srv.Name(),
 		strictSNI: srv.StrictSNIHost != nil && *srv.StrictSNIHost,
+		altSvc:    altSvc(srv, app),
 		errLogger: caddy.Log().Named("http.log.error"),
 	}
 	var reason string
@@ -284,3 +282,41 @@ func moduleID(m any) string {
 // moduleName names a module as the reason for leaving a server on Caddy's
 // path: its full ID (http.handlers.encode).
 func moduleName(m any) string { return moduleID(m) }
+
+// altSvc is the Alt-Svc value Caddy's server adds to HTTP/1 and HTTP/2
+// responses when it serves HTTP/3 (quic-go's SetQUICHeaders): one entry per
+// TLS port with h3 on, or nil.
+func altSvc(srv *caddyhttp.Server, app *caddyhttp.App) []string {
+	if len(srv.TLSConnPolicies) == 0 {
+		return nil
+	}
+	httpPort := caddyhttp.DefaultHTTPPort
+	if app != nil && app.HTTPPort != 0 {
+		httpPort = app.HTTPPort
+	}
+	var parts []string
+	for i, l := range srv.Listen {
+		protos := srv.Protocols
+		if srv.ListenProtocols != nil && i < len(srv.ListenProtocols) && srv.ListenProtocols[i] != nil {
+			protos = srv.ListenProtocols[i]
+		}
+		if !slices.Contains(protos, "h3") {
+			continue
+		}
+		na, err := caddy.ParseNetworkAddress(l)
+		if err != nil || na.IsUnixNetwork() || na.IsFdNetwork() {
+			continue
+		}
+		for off := uint(0); off < na.PortRangeSize(); off++ {
+			port := int(na.StartPort + off)
+			if port == httpPort || port == 0 {
+				continue
+			}
+			parts = append(parts, fmt.Sprintf(`h3=":%d"; ma=2592000`, port))
+		}
+	}
+	if len(parts) == 0 {
+		return nil
+	}
+	return []string{strings.Join(parts, ",")}
+}

@@ -308,7 +308,7 @@ func (c *conn) refuse(bad *badRequest) {
 	default:
 		msg = "HTTP/1.1 400 Bad Request" + errorHeaders + "400 Bad Request"
 	}
-	c.l.refused.Add(1)
+	c.l.stats.refused.Add(1)
 	c.l.debug("request refused", bad.reason)
 	c.bw.WriteString(msg)
 	c.flush()
@@ -346,7 +346,7 @@ func (c *conn) handoffRequest(head []byte) bool {
 		prefix = make([]byte, 0, len(head)+len(buf))
 		prefix = append(append(prefix, head...), buf...)
 	}
-	c.l.handoffs.Add(1)
+	c.l.stats.handoffs.Add(1)
 	return c.l.giveToCaddy(newHandedConn(c.nc, c.tlsConn, prefix))
 }
 

@@ -23,10 +23,22 @@ const (
 	fastPort  = 20403 // the same server with the apigate wrapper
 )
 
+// twinOpts vary the twin config.
+type twinOpts struct {
+	globals    string // inside the global options block
+	serverOpts string // inside both servers' options
+	https      bool   // sites over TLS (tls internal)
+}
+
 // twin returns a config of two servers with the same site body: one on
 // Caddy's path (plainPort, server "plain") and one with apigate (fastPort,
-// server "fast"). globals go inside the global options block.
-func twin(globals, site string) string {
+// server "fast").
+func twin(o twinOpts, site string) string {
+	addr, tls := "http://", ""
+	if o.https {
+		addr, tls = "https://127.0.0.1", "\ttls internal\n"
+		o.globals += "\n\tskip_install_trust"
+	}
 	return fmt.Sprintf(`{
 	admin localhost:%[1]d
 	http_port 20400
@@ -37,22 +49,24 @@ func twin(globals, site string) string {
 	}
 	servers :%[2]d {
 		name plain
+%[6]s
 	}
 	servers :%[3]d {
 		name fast
 		listener_wrappers {
 			apigate
 		}
+%[6]s
 	}
 %[4]s
 }
-http://:%[2]d {
-%[5]s
+%[7]s:%[2]d {
+%[8]s%[5]s
 }
-http://:%[3]d {
-%[5]s
+%[7]s:%[3]d {
+%[8]s%[5]s
 }
-`, adminPort, plainPort, fastPort, globals, site)
+`, adminPort, plainPort, fastPort, o.globals, site, o.serverOpts, addr, tls)
 }
 
 // loadTwin loads a twin config and checks that the fast path serves the
@@ -60,7 +74,12 @@ http://:%[3]d {
 // pass whatever the plan did.
 func loadTwin(t *testing.T, globals, site string) {
 	t.Helper()
-	caddytester.Load(t, adminPort, twin(globals, site))
+	loadTwinOpts(t, twinOpts{globals: globals}, site)
+}
+
+func loadTwinOpts(t *testing.T, o twinOpts, site string) {
+	t.Helper()
+	caddytester.Load(t, adminPort, twin(o, site))
 	requireFast(t, "fast")
 }
 
@@ -119,6 +138,8 @@ func compareSeq(t *testing.T, seq []difftest.Request) {
 		client.CloseIdleConnections()
 	}
 	for j := range seq {
+		normPorts(&got[0][j])
+		normPorts(&got[1][j])
 		if !reflect.DeepEqual(got[0][j], got[1][j]) {
 			t.Errorf("request %d (%s %s) differs\nCaddy's path: %v\nfast path:    %v",
 				j, seq[j].Method, seq[j].Path, got[0][j], got[1][j])
@@ -136,4 +157,15 @@ func servedCount(t *testing.T, server string) float64 {
 	return 0
 }
 
-var _ = strings.Repeat
+// normPorts replaces each server's own port in what a client saw (an
+// Alt-Svc field names it) by "PORT".
+func normPorts(r *difftest.ClientResult) {
+	rp := strings.NewReplacer(fmt.Sprint(plainPort), "PORT", fmt.Sprint(fastPort), "PORT")
+	for k, vv := range r.Header {
+		for i, v := range vv {
+			vv[i] = rp.Replace(v)
+		}
+		r.Header[k] = vv
+	}
+	r.Body = rp.Replace(r.Body)
+}

@@ -49,9 +49,9 @@ type listener struct {
 	readBuffer          int
 	writeBuffer         int
 
-	served, refused, handoffs atomic.Int64
-	dateCache                 atomic.Pointer[dateStamp]
-	warnedPlain               atomic.Bool
+	stats       *serverStats
+	dateCache   atomic.Pointer[dateStamp]
+	warnedPlain atomic.Bool
 }
 
 type dateStamp struct {
@@ -59,8 +59,16 @@ type dateStamp struct {
 	b   []byte
 }
 
-func newListener(inner net.Listener, p *plan, s settings, logger *zap.Logger, metrics prometheus.Counter) *listener {
+// serverStats are counted over all the listeners of a server.
+type serverStats struct {
+	served   atomic.Int64 // requests the plan served
+	refused  atomic.Int64 // malformed requests refused
+	handoffs atomic.Int64 // connections handed to Caddy's server
+}
+
+func newListener(inner net.Listener, p *plan, s settings, stats *serverStats, logger *zap.Logger, metrics prometheus.Counter) *listener {
 	l := &listener{
+		stats:               stats,
 		Listener:            inner,
 		plan:                p,
 		logger:              logger,

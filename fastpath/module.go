@@ -36,6 +36,7 @@ type ListenerWrapper struct {
 	logger *zap.Logger
 
 	once   *sync.Once // compile once for all the server's listeners
+	stats  *serverStats
 	plan   *plan
 	reason string
 }
@@ -58,6 +59,7 @@ func (lw *ListenerWrapper) Provision(ctx caddy.Context) error {
 	}
 	lw.ctx, lw.srv = ctx, srv
 	lw.once = new(sync.Once)
+	lw.stats = new(serverStats)
 	lw.logger = ctx.Logger()
 	return metrics.Register(ctx.GetMetricsRegistry(), requestsTotal)
 }
@@ -84,7 +86,7 @@ func (lw *ListenerWrapper) WrapListener(ln net.Listener) net.Listener {
 		return ln
 	}
 	s := lw.settings(ln)
-	return newListener(ln, lw.plan, s, lw.logger, requestsTotal.WithLabelValues(lw.plan.name))
+	return newListener(ln, lw.plan, s, lw.stats, lw.logger, requestsTotal.WithLabelValues(lw.plan.name))
 }
 
 func (lw *ListenerWrapper) compile() {

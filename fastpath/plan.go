@@ -366,7 +366,7 @@ func (ex *exchange) serve(now time.Time) result {
 	w := &ex.c.w
 	w.handlerHeader["Server"] = serverHeader
 	if p.altSvc != nil {
-		w.handlerHeader["Alt-Svc"] = append([]string(nil), p.altSvc...)
+		w.handlerHeader["Alt-Svc"] = p.altSvc
 	}
 	err := ex.checkRequest()
 	if err == nil {
@@ -375,7 +375,7 @@ func (ex *exchange) serve(now time.Time) result {
 	if err != nil {
 		ex.handleError(w, err)
 	}
-	ex.c.l.served.Add(1)
+	ex.c.l.stats.served.Add(1)
 	if m := ex.c.l.metrics; m != nil {
 		m.Inc()
 	}

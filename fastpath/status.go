@@ -14,6 +14,12 @@ type ServerStatus struct {
 	// Requests the fast path served on this server since the process
 	// started (gateway_fastpath_requests_total).
 	Requests float64 `json:"requests"`
+	// Of the running config: requests the plan served, malformed ones it
+	// refused, and connections it handed to Caddy's server (HTTP/2, h2c,
+	// upgrades, requests the plan does not take).
+	Served    int64 `json:"served"`
+	Refused   int64 `json:"refused"`
+	HandedOff int64 `json:"handed_off"`
 }
 
 var (
@@ -53,7 +59,11 @@ func Status() []ServerStatus {
 	statusMu.Lock()
 	out := make([]ServerStatus, 0, len(statuses))
 	for name, e := range statuses {
-		out = append(out, ServerStatus{Server: name, On: e.on, Reason: e.why})
+		st := ServerStatus{Server: name, On: e.on, Reason: e.why}
+		if s := e.owner.stats; s != nil {
+			st.Served, st.Refused, st.HandedOff = s.served.Load(), s.refused.Load(), s.handoffs.Load()
+		}
+		out = append(out, st)
 	}
 	statusMu.Unlock()
 	for i := range out {

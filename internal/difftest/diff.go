@@ -156,13 +156,20 @@ type Request struct {
 	Trailer      http.Header
 }
 
-// Do sends rq to 127.0.0.1:port with client and records what it sees.
+// Do sends rq to http://127.0.0.1:port with client and records what it
+// sees.
 func Do(client *http.Client, port int, rq Request) ClientResult {
+	return DoURL(client, fmt.Sprintf("http://127.0.0.1:%d", port), rq)
+}
+
+// DoURL sends rq to base (scheme, host and port) with client and records
+// what it sees.
+func DoURL(client *http.Client, base string, rq Request) ClientResult {
 	var body io.Reader
 	if rq.Body != nil {
 		body = rq.Body()
 	}
-	req, err := http.NewRequest(rq.Method, fmt.Sprintf("http://127.0.0.1:%d%s", port, rq.Path), body)
+	req, err := http.NewRequest(rq.Method, base+rq.Path, body)
 	if err != nil {
 		return ClientResult{Err: err.Error()}
 	}

@@ -1,0 +1,217 @@
+package fastpath
+
+import (
+	"bufio"
+	"context"
+	"crypto/tls"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"reflect"
+	"strings"
+	"testing"
+	"time"
+
+	"golang.org/x/net/http2"
+
+	"github.com/apigate/gateway/internal/caddytester"
+	"github.com/apigate/gateway/internal/difftest"
+)
+
+func stats(t *testing.T, server string) ServerStatus {
+	t.Helper()
+	for _, s := range Status() {
+		if s.Server == server {
+			return s
+		}
+	}
+	t.Fatalf("no status for server %q", server)
+	return ServerStatus{}
+}
+
+const handoffSite = `	handle /health {
+		respond "ok {http.request.proto} {http.request.scheme}" 200
+	}
+	handle {
+		reverse_proxy {$UP} {
+			transport h1
+		}
+	}`
+
+// TestHandoffH2C: with h2c on, a client speaking HTTP/2 without TLS
+// (prior knowledge) is handed to Caddy's server and answered as Caddy
+// answers it; HTTP/1.1 on the same port stays on the fast path.
+func TestHandoffH2C(t *testing.T) {
+	up := newEchoUpstream(t)
+	site := strings.ReplaceAll(handoffSite, "{$UP}", up.Addr())
+	loadTwinOpts(t, twinOpts{serverOpts: "\t\tprotocols h1 h2c"}, site)
+
+	h2c := &http.Client{Transport: &http2.Transport{
+		AllowHTTP: true,
+		DialTLSContext: func(ctx context.Context, network, addr string, _ *tls.Config) (net.Conn, error) {
+			return (&net.Dialer{}).DialContext(ctx, network, addr)
+		},
+	}, Timeout: 10 * time.Second}
+	before := stats(t, "fast")
+	for _, path := range []string{"/health", "/proxied?x=1"} {
+		var got [2]difftest.ClientResult
+		for i, port := range []int{plainPort, fastPort} {
+			got[i] = difftest.Do(h2c, port, difftest.Request{Method: "GET", Path: path})
+			normPorts(&got[i])
+		}
+		if got[0].Status != 200 || !reflect.DeepEqual(got[0], got[1]) {
+			t.Fatalf("h2c %s differs or failed\nCaddy's path: %v\nfast path:    %v", path, got[0], got[1])
+		}
+		if path == "/health" && !strings.Contains(got[1].Body, "HTTP/2") {
+			t.Fatalf("not answered over HTTP/2: %q", got[1].Body)
+		}
+	}
+	after := stats(t, "fast")
+	if after.HandedOff <= before.HandedOff {
+		t.Fatalf("the h2c connection was not handed to Caddy (%d before, %d after)", before.HandedOff, after.HandedOff)
+	}
+	if after.Served != before.Served {
+		t.Fatalf("the fast path served %d HTTP/2 requests itself", after.Served-before.Served)
+	}
+	compareSeq(t, []difftest.Request{{Method: "GET", Path: "/health"}})
+	if stats(t, "fast").Served == after.Served {
+		t.Fatal("HTTP/1.1 on an h2c port did not stay on the fast path")
+	}
+}
+
+// TestHandoffTLS: over TLS, ALPN h2 goes to Caddy's server, http/1.1 to
+// the fast path; both answer as Caddy does, and the differential table
+// runs over HTTPS too.
+func TestHandoffTLS(t *testing.T) {
+	up := difftest.NewUpstream(t, func(c net.Conn, req *http.Request, body []byte, n int) bool {
+		if h := difftest.Behaviours[req.URL.Path]; h != nil {
+			return h(c, req, body)
+		}
+		return difftest.Reply(c, "HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok")
+	})
+	site := strings.ReplaceAll(handoffSite, "{$UP}", up.Addr())
+	loadTwinOpts(t, twinOpts{https: true}, site)
+
+	tlsConf := &tls.Config{InsecureSkipVerify: true}
+	h1 := func() *http.Client {
+		return &http.Client{Transport: &http.Transport{TLSClientConfig: tlsConf.Clone(), DisableCompression: true,
+			TLSNextProto: map[string]func(string, *tls.Conn) http.RoundTripper{}}, Timeout: 20 * time.Second}
+	}
+	h2 := &http.Client{Transport: &http.Transport{TLSClientConfig: tlsConf.Clone(), ForceAttemptHTTP2: true, DisableCompression: true}, Timeout: 20 * time.Second}
+
+	// (tls internal issues the certificates in the background)
+	for _, port := range []int{plainPort, fastPort} {
+		for deadline := time.Now().Add(15 * time.Second); ; {
+			res, err := h2.Get(fmt.Sprintf("https://127.0.0.1:%d/health", port))
+			if err == nil {
+				res.Body.Close()
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("no certificate on port %d: %v", port, err)
+			}
+			time.Sleep(100 * time.Millisecond)
+		}
+	}
+	h2.CloseIdleConnections()
+	before := stats(t, "fast")
+	// HTTP/2 over TLS: handed off
+	var got [2]difftest.ClientResult
+	for i, port := range []int{plainPort, fastPort} {
+		got[i] = difftest.DoURL(h2, fmt.Sprintf("https://127.0.0.1:%d", port), difftest.Request{Method: "GET", Path: "/health"})
+		normPorts(&got[i])
+	}
+	if got[0].Status != 200 || !reflect.DeepEqual(got[0], got[1]) || !strings.Contains(got[1].Body, "HTTP/2") {
+		t.Fatalf("h2 differs or failed\nCaddy's path: %v\nfast path:    %v", got[0], got[1])
+	}
+	mid := stats(t, "fast")
+	if mid.HandedOff <= before.HandedOff || mid.Served != before.Served {
+		t.Fatalf("an ALPN h2 connection was not handed off (handed off %d -> %d, served %d -> %d)",
+			before.HandedOff, mid.HandedOff, before.Served, mid.Served)
+	}
+	// HTTP/1.1 over TLS: the plan, with the whole table
+	for _, tc := range difftest.Cases() {
+		t.Run(tc.Name, func(t *testing.T) {
+			var got [2][]difftest.ClientResult
+			for i, port := range []int{plainPort, fastPort} {
+				client := h1()
+				for _, rq := range tc.Seq {
+					got[i] = append(got[i], difftest.DoURL(client, fmt.Sprintf("https://127.0.0.1:%d", port), rq))
+				}
+				client.CloseIdleConnections()
+			}
+			for j := range tc.Seq {
+				normPorts(&got[0][j])
+				normPorts(&got[1][j])
+				if !reflect.DeepEqual(got[0][j], got[1][j]) {
+					t.Errorf("request %d (%s %s) differs over HTTPS\nCaddy's path: %v\nfast path:    %v",
+						j, tc.Seq[j].Method, tc.Seq[j].Path, got[0][j], got[1][j])
+				}
+			}
+		})
+	}
+	if stats(t, "fast").Served <= mid.Served {
+		t.Fatal("HTTP/1.1 over TLS was not served by the fast path")
+	}
+}
+
+// TestHandoffWebSocket: an Upgrade request is handed to Caddy's server,
+// which proxies the WebSocket as it does without the fast path; requests
+// before it on the same connection were the plan's.
+func TestHandoffWebSocket(t *testing.T) {
+	up := difftest.NewUpstream(t, func(c net.Conn, req *http.Request, body []byte, n int) bool {
+		if req.Header.Get("Upgrade") != "websocket" {
+			return difftest.Reply(c, "HTTP/1.1 200 OK\r\nContent-Length: 5\r\n\r\nplain")
+		}
+		difftest.Reply(c, "HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\nSec-WebSocket-Accept: x\r\n\r\n")
+		io.Copy(c, c) // echo the frames
+		return false
+	})
+	site := strings.ReplaceAll(handoffSite, "{$UP}", up.Addr())
+	loadTwin(t, "", site)
+	var got [2]string
+	for i, port := range []int{plainPort, fastPort} {
+		c, err := net.Dial("tcp", fmt.Sprintf("127.0.0.1:%d", port))
+		if err != nil {
+			t.Fatal(err)
+		}
+		br := bufio.NewReader(c)
+		// first a plain request on the connection, then the upgrade
+		fmt.Fprintf(c, "GET /x HTTP/1.1\r\nHost: example.com\r\n\r\n")
+		res, err := http.ReadResponse(br, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, _ := io.ReadAll(res.Body)
+		fmt.Fprintf(c, "GET /ws HTTP/1.1\r\nHost: example.com\r\nUpgrade: websocket\r\nConnection: Upgrade\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n\r\n")
+		res2, err := http.ReadResponse(br, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		c.Write([]byte("frame bytes"))
+		c.SetReadDeadline(time.Now().Add(5 * time.Second))
+		echo := make([]byte, len("frame bytes"))
+		_, err = io.ReadFull(br, echo)
+		c.Close()
+		got[i] = fmt.Sprintf("%d %s | %d %q %q | echo %q %v", res.StatusCode, b, res2.StatusCode, res2.Header.Get("Upgrade"), res2.Header.Get("Connection"), echo, err)
+	}
+	if got[0] != got[1] || !strings.Contains(got[0], "101") {
+		t.Fatalf("WebSocket differs\nCaddy's path: %s\nfast path:    %s", got[0], got[1])
+	}
+}
+
+// TestOffWhenUnsupported: a server with a handler the plan cannot run stays
+// wholly on Caddy's path, named with the reason, and answers as Caddy.
+func TestOffWhenUnsupported(t *testing.T) {
+	caddytester.Load(t, adminPort, twin(twinOpts{}, `	templates
+	respond "{{.Host}}" 200`))
+	s := stats(t, "fast")
+	if s.On || s.Reason != "http.handlers.templates" {
+		t.Fatalf("want the fast path off for http.handlers.templates, got %+v", s)
+	}
+	compareSeq(t, []difftest.Request{{Method: "GET", Path: "/"}})
+	if st := stats(t, "fast"); st.Served != 0 {
+		t.Fatalf("the plan served %d requests of a server it is off for", st.Served)
+	}
+}
