@@ -1,8 +1,11 @@
 package fastpath
 
 import (
-	_ "unsafe" // go:linkname
+	"net/http"
+	"unsafe" // go:linkname
 
+	"github.com/caddyserver/caddy/v2"
+	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
 	"github.com/caddyserver/caddy/v2/modules/caddyhttp/reverseproxy"
 )
 
@@ -30,3 +33,14 @@ func incInFlightRequest(address string)
 
 //go:linkname decInFlightRequest github.com/caddyserver/caddy/v2/modules/caddyhttp/reverseproxy.decInFlightRequest
 func decInFlightRequest(address string)
+
+// Caddy's own HTTP metrics (the `metrics` option) are counted by a wrapper
+// of each top-level route, made per request by Caddy's route chain. The
+// plan makes one per route at compile time, with a "next" that resumes the
+// plan, so both paths count the same series with the same code.
+
+//go:linkname newMetricsInstrumentedRoute github.com/caddyserver/caddy/v2/modules/caddyhttp.newMetricsInstrumentedRoute
+func newMetricsInstrumentedRoute(ctx caddy.Context, handler string, next caddyhttp.Handler, m *caddyhttp.Metrics) unsafe.Pointer
+
+//go:linkname metricsRouteServeHTTP github.com/caddyserver/caddy/v2/modules/caddyhttp.(*metricsInstrumentedRoute).ServeHTTP
+func metricsRouteServeHTTP(route unsafe.Pointer, w http.ResponseWriter, r *http.Request) error

@@ -21,12 +21,10 @@ import (
 // compileServer compiles srv's routes into a plan, or says why the server
 // stays on Caddy's path: the first module or option the plan does not
 // support, named as the config names it.
-func compileServer(srv *caddyhttp.Server, app *caddyhttp.App, logger *zap.Logger) (*plan, string) {
+func compileServer(ctx caddy.Context, srv *caddyhttp.Server, app *caddyhttp.App, logger *zap.Logger) (*plan, string) {
 	switch {
 	case srv.Logs != nil:
 		return nil, "access logs (log)"
-	case app != nil && app.Metrics != nil, srv.Metrics != nil:
-		return nil, "metrics"
 	case srv.TrustedProxiesRaw != nil:
 		return nil, "trusted_proxies"
 	case len(srv.ExpectedUnderscoreHeaders) > 0:
@@ -53,6 +51,17 @@ func compileServer(srv *caddyhttp.Server, app *caddyhttp.App, logger *zap.Logger
 	var reason string
 	if p.routes, reason = c.routes(srv.Routes); reason != "" {
 		return nil, reason
+	}
+	if app != nil && app.Metrics != nil {
+		// Caddy instruments each top-level route, named by its first
+		// handler (subroutes and error routes are not instrumented).
+		for i, rt := range p.routes {
+			name := ""
+			if hs := srv.Routes[i].Handlers; len(hs) > 0 {
+				name = caddy.GetModuleName(hs[0])
+			}
+			rt.metrics = newMetricsInstrumentedRoute(ctx, name, metricsNext{}, app.Metrics)
+		}
 	}
 	if srv.Errors != nil && len(srv.Errors.Routes) > 0 {
 		if p.errRoutes, reason = c.routes(srv.Errors.Routes); reason != "" {

@@ -28,6 +28,7 @@ type twinOpts struct {
 	globals    string // inside the global options block
 	serverOpts string // inside both servers' options
 	https      bool   // sites over TLS (tls internal)
+	extra      string // more sites
 }
 
 // twin returns a config of two servers with the same site body: one on
@@ -66,7 +67,8 @@ func twin(o twinOpts, site string) string {
 %[7]s:%[3]d {
 %[8]s%[5]s
 }
-`, adminPort, plainPort, fastPort, o.globals, site, o.serverOpts, addr, tls)
+%[9]s
+`, adminPort, plainPort, fastPort, o.globals, site, o.serverOpts, addr, tls, o.extra)
 }
 
 // loadTwin loads a twin config and checks that the fast path serves the

@@ -95,7 +95,7 @@ func (lw *ListenerWrapper) compile() {
 	if a, err := lw.ctx.App("http"); err == nil {
 		app, _ = a.(*caddyhttp.App)
 	}
-	p, reason := compileServer(lw.srv, app, lw.logger)
+	p, reason := compileServer(lw.ctx, lw.srv, app, lw.logger)
 	if reason != "" {
 		lw.reason = reason
 		lw.logger.Warn("fast path off", zap.String("server", name), zap.String("reason", reason))

@@ -8,6 +8,7 @@ import (
 	"net/url"
 	"strings"
 	"time"
+	"unsafe"
 
 	"github.com/caddyserver/caddy/v2"
 	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
@@ -42,6 +43,11 @@ type route struct {
 	steps    []step
 	terminal bool
 	needFull bool // a matcher reads placeholders or request variables
+
+	// metrics is Caddy's instrumentation of this (top-level) route when
+	// the config has `metrics`: a *caddyhttp.metricsInstrumentedRoute whose
+	// next resumes the plan (metricsNext).
+	metrics unsafe.Pointer
 }
 
 // step is one compiled handler: run it with what comes after it.
@@ -132,6 +138,10 @@ func (ex *exchange) runRoutes(w http.ResponseWriter, routes []*route, from int, 
 		} else {
 			after = ex.newCont(contRoutes, nil, routes, i+1, next)
 		}
+		if rt.metrics != nil {
+			ex.resume = ex.newCont(contSteps, rt.steps, nil, 0, after)
+			return metricsRouteServeHTTP(rt.metrics, w, ex.req)
+		}
 		return ex.runSteps(w, rt.steps, 0, after)
 	}
 	return next.run(w)
@@ -209,6 +219,7 @@ type exchange struct {
 	err     error         // the error being handled (error routes)
 
 	inErrors bool
+	resume   *cont // what a metrics-instrumented route runs (metricsNext)
 	groups   []string
 	conts    []*cont
 	ncont    int
@@ -222,11 +233,20 @@ func (ex *exchange) init(c *conn) {
 	ex.hdr = make(http.Header, 16)
 	ex.vars = make(map[string]any, 4)
 	ex.repl = caddy.NewReplacer()
-	ctx := context.WithValue(c.l.ctx, http.LocalAddrContextKey, c.nc.LocalAddr())
+	ctx := ex.baseCtx()
 	ctx = context.WithValue(ctx, caddy.ReplacerCtxKey, ex.repl)
 	ctx = context.WithValue(ctx, caddyhttp.VarsCtxKey, ex.vars)
 	ex.tmpl = *(&http.Request{}).WithContext(ctx)
 	ex.px.init(ex, ctx)
+}
+
+// baseCtx is the context of the connection's requests: what net/http
+// puts there (the local address), the server (Caddy's metrics name it),
+// and the exchange.
+func (ex *exchange) baseCtx() context.Context {
+	ctx := context.WithValue(ex.c.l.ctx, http.LocalAddrContextKey, ex.c.nc.LocalAddr())
+	ctx = context.WithValue(ctx, caddyhttp.ServerCtxKey, ex.c.l.plan.srv)
+	return context.WithValue(ctx, exchangeKey{}, ex)
 }
 
 var (
@@ -325,7 +345,7 @@ func (ex *exchange) full() *http.Request {
 	u := *cur.URL
 	r.URL = &u
 	r.Header = cur.Header.Clone()
-	r = r.WithContext(context.WithValue(ex.c.l.ctx, http.LocalAddrContextKey, ex.c.nc.LocalAddr()))
+	r = r.WithContext(ex.baseCtx())
 	r = caddyhttp.PrepareRequest(r, caddy.NewReplacer(), &ex.c.w, ex.plan.srv)
 	// the route groups this request already satisfied
 	if groups, ok := r.Context().Value(routeGroupCtxKey).(map[string]struct{}); ok {
@@ -479,4 +499,19 @@ func errValues(err error) (int, string, []zap.Field) {
 		}
 	}
 	return http.StatusInternalServerError, err.Error(), []zap.Field{zap.Error(err)}
+}
+
+// exchangeKey finds the exchange of a request in its context.
+type exchangeKey struct{}
+
+// metricsNext is the "next" of the plan's metrics-instrumented routes: it
+// resumes the plan of the request's exchange where the route began, with
+// the response writer that counts.
+type metricsNext struct{}
+
+func (metricsNext) ServeHTTP(w http.ResponseWriter, r *http.Request) error {
+	ex := r.Context().Value(exchangeKey{}).(*exchange)
+	k := ex.resume
+	ex.resume = nil
+	return k.ServeHTTP(w, r)
 }

@@ -143,3 +143,67 @@ func TestRoutes(t *testing.T) {
 }
 
 var _ = fmt.Sprint
+
+// metricsPort serves the config's Prometheus metrics in TestMetrics.
+const metricsPort = 20404
+
+// TestMetrics: with Caddy's `metrics` option, the fast path counts Caddy's
+// own HTTP series the same: every series of server "fast" equals that of
+// server "plain" (counts and histogram sample counts; not durations).
+func TestMetrics(t *testing.T) {
+	up := newEchoUpstream(t)
+	site := strings.ReplaceAll(routesSite, "{$UP}", up.Addr())
+	loadTwinOpts(t, twinOpts{globals: "\tmetrics", extra: fmt.Sprintf("http://:%d {\n\tmetrics /metrics\n}", metricsPort)}, site)
+	seq := []difftest.Request{
+		{Method: "GET", Path: "/health"}, {Method: "HEAD", Path: "/health"},
+		{Method: "GET", Path: "/api/x"}, {Method: "POST", Path: "/api/y", Body: func() io.Reader { return strings.NewReader("body") }, Length: 4},
+		{Method: "GET", Path: "/down/x"}, {Method: "GET", Path: "/error/x"}, {Method: "GET", Path: "/nothing"},
+		{Method: "GET", Path: "/big", Header: http.Header{"Accept-Encoding": {"gzip"}}},
+		{Method: "PURGE", Path: "/static/x"},
+	}
+	compareSeq(t, seq)
+	series := scrape(t)
+	var n int
+	for key, v := range series {
+		if !strings.Contains(key, `server="plain"`) || strings.Contains(key, "_sum") {
+			continue
+		}
+		fk := strings.Replace(key, `server="plain"`, `server="fast"`, 1)
+		if strings.HasPrefix(key, "caddy_http_") {
+			n++
+			if series[fk] != v {
+				t.Errorf("%s: Caddy's path %v, fast path %v", key, v, series[fk])
+			}
+		}
+	}
+	if n < 10 {
+		t.Fatalf("only %d caddy_http series for server plain: %v", n, series)
+	}
+}
+
+// scrape reads the metrics endpoint: series name with labels -> value.
+func scrape(t *testing.T) map[string]string {
+	t.Helper()
+	res, err := http.Get(fmt.Sprintf("http://127.0.0.1:%d/metrics", metricsPort))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer res.Body.Close()
+	b, _ := io.ReadAll(res.Body)
+	out := map[string]string{}
+	for _, line := range strings.Split(string(b), "\n") {
+		if line == "" || line[0] == '#' {
+			continue
+		}
+		i := strings.LastIndexByte(line, ' ')
+		if i < 0 {
+			continue
+		}
+		// durations differ between the paths; counts must not
+		if strings.Contains(line, "duration_seconds_bucket") {
+			continue
+		}
+		out[line[:i]] = line[i+1:]
+	}
+	return out
+}
