@@ -304,7 +304,7 @@ func (ex *exchange) begin(now time.Time) {
 
 	clear(ex.vars)
 	ex.vars[caddyhttp.TrustedProxyVarKey] = false
-	ex.vars[caddyhttp.ClientIPVarKey] = ex.px.clientIP
+	ex.vars[caddyhttp.ClientIPVarKey] = ex.px.clientIPAny
 
 	r := &ex.shadow
 	*r = ex.tmpl
@@ -414,8 +414,10 @@ func (ex *exchange) checkRequest() error {
 		return caddyhttp.HandlerError{Err: errors.New("rfc9112 forbids empty Host"), StatusCode: http.StatusBadRequest}
 	}
 	host := r.Host
-	if h, _, err := splitHostPort(host); err == nil {
-		host = h
+	if strings.IndexByte(host, ':') >= 0 { // (SplitHostPort allocates its error)
+		if h, _, err := splitHostPort(host); err == nil {
+			host = h
+		}
 	}
 	if !httpguts.ValidHostHeader(r.Host) || (host != "" && strings.Trim(host, ".") == "") {
 		return caddyhttp.HandlerError{Err: errors.New("invalid host"), StatusCode: http.StatusBadRequest}

@@ -114,6 +114,8 @@ type proxyState struct {
 	trace    httptrace.ClientTrace
 	curW     http.ResponseWriter
 	clientIP string
+	// clientIPAny is clientIP boxed once (the variables map holds it)
+	clientIPAny any
 	xff      []string
 	xfh      []string
 	ipOK     bool
@@ -147,6 +149,7 @@ func (ps *proxyState) init(ex *exchange, connCtx context.Context) {
 			ps.clientIP = ip.String()
 		}
 	}
+	ps.clientIPAny = ps.clientIP
 }
 
 // end forgets the request.
@@ -341,9 +344,11 @@ func (p *proxyStep) attempt(ex *exchange, out *http.Request, w http.ResponseWrit
 	if err != nil {
 		return true, fmt.Errorf("making dial info: %v", err)
 	}
-	// The dynamic source reads the last upstream tried (ResetCache).
-	r := out.Context().Value(caddy.ReplacerCtxKey).(*caddy.Replacer)
-	r.Set("http.reverse_proxy.upstream.hostport", di.address)
+	if p.caching != nil {
+		// the dynamic source reads the last upstream tried (ResetCache)
+		r := out.Context().Value(caddy.ReplacerCtxKey).(*caddy.Replacer)
+		r.Set("http.reverse_proxy.upstream.hostport", di.address)
+	}
 	if repl != nil {
 		repl.Set("http.reverse_proxy.upstream.address", dialString(di))
 		repl.Set("http.reverse_proxy.upstream.host", di.host)

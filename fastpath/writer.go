@@ -45,6 +45,7 @@ type respWriter struct {
 	canWriteContinue bool // a 100 Continue may still be sent
 	wroteContinue    bool
 
+	extra    extraHeader
 	pend     []byte   // body held back before the head is written (bufferBeforeChunkingSize)
 	trailers []string // declared trailer names
 	keys     []string // scratch: sorted header keys
@@ -319,7 +320,8 @@ func (w *respWriter) commit(p []byte) {
 		}
 		exclude[key] = true
 	}
-	var set extraHeader
+	set := &w.extra
+	*set = extraHeader{}
 
 	trailers := false
 	var snap http.Header
@@ -627,18 +629,30 @@ func foreachHeaderElement(v string, fn func(string)) {
 
 // writeStatusLine is net/http's.
 func writeStatusLine(bw *bufio.Writer, is11 bool, code int) {
+	if code >= 100 && code < 600 {
+		if is11 {
+			bw.WriteString(statusLines11[code])
+		} else {
+			bw.WriteString(statusLines10[code])
+		}
+		return
+	}
 	if is11 {
 		bw.WriteString("HTTP/1.1 ")
 	} else {
 		bw.WriteString("HTTP/1.0 ")
 	}
-	if text := http.StatusText(code); text != "" {
-		var b [8]byte
-		bw.Write(strconv.AppendInt(b[:0], int64(code), 10))
-		bw.WriteByte(' ')
-		bw.WriteString(text)
-		bw.WriteString("\r\n")
-	} else {
-		fmt.Fprintf(bw, "%03d status code %d\r\n", code, code)
-	}
+	fmt.Fprintf(bw, "%03d status code %d\r\n", code, code)
 }
+
+// statusLines are the status lines net/http writes, made once.
+var statusLines11, statusLines10 = func() (a, b [600]string) {
+	for code := 100; code < 600; code++ {
+		line := fmt.Sprintf("%03d status code %d\r\n", code, code)
+		if text := http.StatusText(code); text != "" {
+			line = strconv.Itoa(code) + " " + text + "\r\n"
+		}
+		a[code], b[code] = "HTTP/1.1 "+line, "HTTP/1.0 "+line
+	}
+	return
+}()
