@@ -116,9 +116,9 @@ type proxyState struct {
 	clientIP string
 	// clientIPAny is clientIP boxed once (the variables map holds it)
 	clientIPAny any
-	xff      []string
-	xfh      []string
-	ipOK     bool
+	xff         []string
+	xfh         []string
+	ipOK        bool
 }
 
 var (
