@@ -2,6 +2,10 @@ package fastpath
 
 import (
 	"bufio"
+	"net/netip"
+	"strings"
+	"sync"
+	"syscall"
 	"context"
 	"crypto/tls"
 	"errors"
@@ -17,15 +21,37 @@ import (
 )
 
 // conn is one client connection the plan serves: one goroutine reads a
-// request, runs the plan, writes the response, and reads the next. Its
-// buffers and per-request structures are reused from one request to the
-// next.
+// request, runs the plan, writes the response, and reads the next. While
+// a connection is idle it holds no buffers: the request state (buffers,
+// parsed head, the exchange) is taken from a pool when the next request's
+// first bytes arrive and given back when the connection goes idle.
 type conn struct {
+	*state // nil while idle
+
 	l          *listener
 	nc         net.Conn
+	raw        syscall.RawConn // for waiting idle without a buffer; nil on TLS
 	tlsConn    *tls.Conn
 	tlsState   *tls.ConnectionState
 	remoteAddr string
+	localAddr  net.Addr
+
+	// the client's address, as Caddy's prepareRequest (client_ip) and
+	// reverse_proxy's X-Forwarded-For find it
+	clientIP    string
+	clientIPAny any // boxed once: the variables map holds it
+	xff         []string
+	ipOK        bool
+
+	lastMethod string
+	status     atomic.Int32 // stateIdle, stateActive, stateClosed
+}
+
+// state is what a connection needs while it has a request: its buffers
+// and per-request structures, reused from one request to the next and
+// pooled between connections.
+type state struct {
+	c *conn
 
 	rb   rbuf
 	bw   *bufio.Writer
@@ -36,12 +62,52 @@ type conn struct {
 	w    respWriter
 	ex   exchange // the plan's per-request state
 
-	lastMethod string
-	state      atomic.Int32 // stateIdle, stateActive, stateClosed
-
 	// deadlines as set on nc, and the request's hard limits
 	readDL, writeDL     time.Time
 	hardRead, hardWrite time.Time
+}
+
+var statePool = sync.Pool{New: func() any { return newState() }}
+
+func newState() *state {
+	st := &state{}
+	base := make([]byte, readBufferSize)
+	st.rb = rbuf{st: st, buf: base, base: base}
+	st.bw = bufio.NewWriterSize(connWriter{st}, writeBufferSize)
+	st.ex.init(st)
+	return st
+}
+
+const (
+	readBufferSize  = 4096
+	writeBufferSize = 4096
+)
+
+// acquire gives the connection a request state.
+func (c *conn) acquire() {
+	if c.state != nil {
+		return
+	}
+	st := statePool.Get().(*state)
+	st.c = c
+	st.werr = nil
+	st.readDL, st.writeDL = time.Time{}, time.Time{}
+	c.state = st
+}
+
+// release gives the request state back while the connection idles; only
+// with nothing buffered and nothing left to write.
+func (c *conn) release() {
+	st := c.state
+	if st == nil || len(st.rb.buffered()) > 0 || st.bw.Buffered() > 0 {
+		return
+	}
+	// (deadlines stay set on the connection; the next state knows none,
+	// so it sets them again)
+	st.ex.clear()
+	st.c = nil
+	c.state = nil
+	statePool.Put(st)
 }
 
 const (
@@ -55,23 +121,31 @@ const (
 var aLongTimeAgo = time.Unix(1, 0)
 
 func newConn(l *listener, nc net.Conn) *conn {
-	c := &conn{l: l, nc: nc}
+	c := &conn{l: l, nc: nc, localAddr: nc.LocalAddr()}
 	if ra := nc.RemoteAddr(); ra != nil {
 		c.remoteAddr = ra.String()
 	}
-	base := make([]byte, l.readBuffer)
-	c.rb = rbuf{c: c, buf: base, base: base}
-	c.bw = bufio.NewWriterSize(connWriter{c}, l.writeBuffer)
-	c.ex.init(c)
+	if host, _, err := net.SplitHostPort(c.remoteAddr); err == nil {
+		host, _, _ = strings.Cut(host, "%")
+		c.ipOK = true
+		c.xff = []string{host}
+		if ip, err := netip.ParseAddr(host); err == nil {
+			c.clientIP = ip.String()
+		}
+	}
+	c.clientIPAny = c.clientIP
+	if sc, ok := nc.(syscall.Conn); ok {
+		c.raw, _ = sc.SyscallConn()
+	}
 	return c
 }
 
 // connWriter writes to the connection, moving the write deadline as the
 // server's write_idle_timeout asks, and remembers the first error.
-type connWriter struct{ c *conn }
+type connWriter struct{ st *state }
 
 func (w connWriter) Write(p []byte) (int, error) {
-	c := w.c
+	c := w.st.c
 	if c.werr != nil {
 		return 0, c.werr
 	}
@@ -126,10 +200,21 @@ func (c *conn) serve() {
 				zap.ByteString("stack", debug.Stack()))
 		}
 		if !handedOff {
-			c.flush()
+			if c.state != nil {
+				c.flush()
+			}
 			c.nc.Close()
 		}
-		c.state.Store(stateClosed)
+		c.status.Store(stateClosed)
+		if c.state != nil {
+			st := c.state
+			c.state = nil
+			st.ex.clear()
+			st.c = nil
+			st.rb.r, st.rb.w = 0, 0
+			st.bw.Reset(connWriter{st})
+			statePool.Put(st)
+		}
 		c.l.forget(c)
 	}()
 
@@ -162,29 +247,36 @@ func (c *conn) serve() {
 		}
 	}
 
+	c.acquire()
 	first := true
 	for {
-		if !first {
+		if !first && len(c.rb.buffered()) == 0 {
 			// Wait for the next request's first bytes within idle_timeout.
-			if len(c.rb.buffered()) == 0 {
-				c.state.Store(stateIdle)
-				var dl time.Time
-				if d := c.l.idleTimeout; d > 0 {
-					dl = time.Now().Add(d)
-				}
-				c.setReadDeadline(dl)
-				// (checked after the deadline is set: a Close from now on
-				// moves the deadline to the past and ends the wait)
-				if c.l.draining() {
+			c.status.Store(stateIdle)
+			var dl time.Time
+			if d := c.l.idleTimeout; d > 0 {
+				dl = time.Now().Add(d)
+			}
+			c.setReadDeadline(dl)
+			// (checked after the deadline is set: a Close from now on
+			// moves the deadline to the past and ends the wait)
+			if c.l.draining() {
+				return
+			}
+			if c.raw != nil {
+				c.release()
+				if !c.waitReadable() {
 					return
 				}
-				if err := c.rb.fill(); err != nil {
-					return
-				}
+				c.acquire()
+				c.readDL = dl
+			}
+			if err := c.rb.fill(); err != nil {
+				return
 			}
 		}
 		first = false
-		c.state.Store(stateActive)
+		c.status.Store(stateActive)
 		if d := c.l.readHeaderTimeout; d > 0 {
 			c.setReadDeadline(time.Now().Add(d))
 		} else {
@@ -240,6 +332,18 @@ func (c *conn) serve() {
 		c.nc.SetWriteDeadline(time.Time{})
 		c.writeDL = time.Time{}
 	}
+}
+
+// waitReadable waits, holding no buffer, until the connection has bytes to
+// read (or EOF, or an error, or the read deadline): it reports false when
+// the wait itself failed.
+func (c *conn) waitReadable() bool {
+	var peek [1]byte
+	err := c.raw.Read(func(fd uintptr) bool {
+		_, _, err := syscall.Recvfrom(int(fd), peek[:], syscall.MSG_PEEK|syscall.MSG_DONTWAIT)
+		return err != syscall.EAGAIN && err != syscall.EWOULDBLOCK
+	})
+	return err == nil
 }
 
 // skipLeadingCRLF drops up to four CR or LF bytes before a request, which
@@ -336,13 +440,17 @@ func (c *conn) handoff(reason string) bool {
 // handoffRequest hands the connection over; head, when not nil, is a
 // request head already taken out of the read buffer, which goes first.
 func (c *conn) handoffRequest(head []byte) bool {
-	c.flush()
-	if c.werr != nil {
-		return false
+	var buf []byte
+	if c.state != nil {
+		c.flush()
+		if c.werr != nil {
+			return false
+		}
+		buf = c.rb.buffered()
 	}
 	c.nc.SetDeadline(time.Time{})
 	var prefix []byte
-	if buf := c.rb.buffered(); len(buf)+len(head) > 0 {
+	if len(buf)+len(head) > 0 {
 		prefix = make([]byte, 0, len(head)+len(buf))
 		prefix = append(append(prefix, head...), buf...)
 	}

@@ -46,8 +46,6 @@ type listener struct {
 	readIdleTimeout     time.Duration
 	writeIdleTimeout    time.Duration
 	tlsHandshakeTimeout time.Duration
-	readBuffer          int
-	writeBuffer         int
 
 	stats       *serverStats
 	dateCache   atomic.Pointer[dateStamp]
@@ -87,8 +85,6 @@ func newListener(inner net.Listener, p *plan, s settings, stats *serverStats, lo
 		readIdleTimeout:     s.readIdleTimeout,
 		writeIdleTimeout:    s.writeIdleTimeout,
 		tlsHandshakeTimeout: s.tlsHandshakeTimeout,
-		readBuffer:          4096,
-		writeBuffer:         4096,
 	}
 	go l.acceptLoop()
 	return l
@@ -203,7 +199,7 @@ func (l *listener) closeWith(err error) {
 		close(l.done)
 		l.mu.Lock()
 		for c := range l.conns {
-			if c.state.Load() == stateIdle {
+			if c.status.Load() == stateIdle {
 				c.nc.SetReadDeadline(aLongTimeAgo)
 			}
 		}

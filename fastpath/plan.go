@@ -1,7 +1,6 @@
 package fastpath
 
 import (
-	"context"
 	"errors"
 	"fmt"
 	"net/http"
@@ -203,10 +202,11 @@ func (d *delegated) serve(ex *exchange, w http.ResponseWriter, next *cont) error
 // (replacer, variables, original request) is made only when a handler or
 // placeholder needs one (full).
 type exchange struct {
-	c    *conn
+	st   *state
 	plan *plan
 
-	tmpl   http.Request // carries the connection's context; copied into shadow
+	ctx    exCtx        // the requests' context (values only)
+	tmpl   http.Request // carries ctx; copied into shadow
 	shadow http.Request
 	url    url.URL
 	hdr    http.Header
@@ -228,25 +228,61 @@ type exchange struct {
 	px proxyState
 }
 
-func (ex *exchange) init(c *conn) {
-	ex.c = c
+func (ex *exchange) init(st *state) {
+	ex.st = st
 	ex.hdr = make(http.Header, 16)
 	ex.vars = make(map[string]any, 4)
 	ex.repl = caddy.NewReplacer()
-	ctx := ex.baseCtx()
-	ctx = context.WithValue(ctx, caddy.ReplacerCtxKey, ex.repl)
-	ctx = context.WithValue(ctx, caddyhttp.VarsCtxKey, ex.vars)
-	ex.tmpl = *(&http.Request{}).WithContext(ctx)
-	ex.px.init(ex, ctx)
+	ex.ctx.ex = ex
+	ex.tmpl = *(&http.Request{}).WithContext(&ex.ctx)
+	ex.px.init(ex, &ex.ctx)
 }
 
-// baseCtx is the context of the connection's requests: what net/http
-// puts there (the local address), the server (Caddy's metrics name it),
-// and the exchange.
-func (ex *exchange) baseCtx() context.Context {
-	ctx := context.WithValue(ex.c.l.ctx, http.LocalAddrContextKey, ex.c.nc.LocalAddr())
-	ctx = context.WithValue(ctx, caddyhttp.ServerCtxKey, ex.c.l.plan.srv)
-	return context.WithValue(ctx, exchangeKey{}, ex)
+// clear drops what the last request left that could hold memory or
+// refer to a connection.
+func (ex *exchange) clear() {
+	ex.req, ex.fullReq, ex.err, ex.resume, ex.plan = nil, nil, nil, nil, nil
+	ex.shadow = http.Request{}
+	clear(ex.hdr)
+	clear(ex.vals[:cap(ex.vals)])
+	clear(ex.vars)
+	for _, k := range ex.conts[:ex.ncont] {
+		*k = cont{}
+	}
+	ex.ncont = 0
+	ex.px.end()
+}
+
+// exCtx is the context of an exchange's requests: a root context with the
+// values net/http and Caddy's server put there (the local address, the
+// server), and, for the shadow request, the replacer and variables its
+// matchers may look at. A Caddy-prepared request (full) layers its own
+// replacer and variables over it.
+type exCtx struct{ ex *exchange }
+
+func (x *exCtx) Deadline() (time.Time, bool) { return time.Time{}, false }
+func (x *exCtx) Done() <-chan struct{}       { return nil }
+func (x *exCtx) Err() error                  { return nil }
+
+func (x *exCtx) Value(key any) any {
+	ex := x.ex
+	switch key {
+	case caddy.ReplacerCtxKey:
+		return ex.repl
+	case caddyhttp.VarsCtxKey:
+		return ex.vars
+	case caddyhttp.ServerCtxKey:
+		if ex.plan != nil {
+			return ex.plan.srv
+		}
+	case http.LocalAddrContextKey:
+		if ex.st.c != nil {
+			return ex.st.c.localAddr
+		}
+	case exchangeKey{}:
+		return ex
+	}
+	return nil
 }
 
 var (
@@ -258,8 +294,8 @@ var (
 // begin fills the shadow request from the parsed head, as net/http's
 // readRequest would.
 func (ex *exchange) begin(now time.Time) {
-	c := ex.c
-	h := &c.head
+	c := ex.st.c
+	h := &ex.st.head
 	ex.plan = c.l.plan
 	ex.start = now
 	ex.fullReq, ex.err, ex.inErrors = nil, nil, false
@@ -304,7 +340,7 @@ func (ex *exchange) begin(now time.Time) {
 
 	clear(ex.vars)
 	ex.vars[caddyhttp.TrustedProxyVarKey] = false
-	ex.vars[caddyhttp.ClientIPVarKey] = ex.px.clientIPAny
+	ex.vars[caddyhttp.ClientIPVarKey] = c.clientIPAny
 
 	r := &ex.shadow
 	*r = ex.tmpl
@@ -322,10 +358,10 @@ func (ex *exchange) begin(now time.Time) {
 	case h.chunked:
 		r.ContentLength = -1
 		r.TransferEncoding = chunkedEncoding
-		r.Body = &c.body
+		r.Body = &ex.st.body
 	case h.contentLength > 0:
 		r.ContentLength = h.contentLength
-		r.Body = &c.body
+		r.Body = &ex.st.body
 	default:
 		r.Body = http.NoBody
 	}
@@ -345,8 +381,8 @@ func (ex *exchange) full() *http.Request {
 	u := *cur.URL
 	r.URL = &u
 	r.Header = cur.Header.Clone()
-	r = r.WithContext(ex.baseCtx())
-	r = caddyhttp.PrepareRequest(r, caddy.NewReplacer(), &ex.c.w, ex.plan.srv)
+	r = r.WithContext(&ex.ctx)
+	r = caddyhttp.PrepareRequest(r, caddy.NewReplacer(), &ex.st.c.w, ex.plan.srv)
 	// the route groups this request already satisfied
 	if groups, ok := r.Context().Value(routeGroupCtxKey).(map[string]struct{}); ok {
 		for _, g := range ex.groups {
@@ -383,7 +419,7 @@ const (
 func (ex *exchange) serve(now time.Time) result {
 	ex.begin(now)
 	p := ex.plan
-	w := &ex.c.w
+	w := &ex.st.c.w
 	w.handlerHeader["Server"] = serverHeader
 	if p.altSvc != nil {
 		w.handlerHeader["Alt-Svc"] = p.altSvc
@@ -395,8 +431,8 @@ func (ex *exchange) serve(now time.Time) result {
 	if err != nil {
 		ex.handleError(w, err)
 	}
-	ex.c.l.stats.served.Add(1)
-	if m := ex.c.l.metrics; m != nil {
+	ex.st.c.l.stats.served.Add(1)
+	if m := ex.st.c.l.metrics; m != nil {
 		m.Inc()
 	}
 	ex.px.end()

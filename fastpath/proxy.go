@@ -10,7 +10,6 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptrace"
-	"net/netip"
 	"net/textproto"
 	"net/url"
 	"strconv"
@@ -113,12 +112,7 @@ type proxyState struct {
 	opsHdr   http.Header
 	trace    httptrace.ClientTrace
 	curW     http.ResponseWriter
-	clientIP string
-	// clientIPAny is clientIP boxed once (the variables map holds it)
-	clientIPAny any
-	xff         []string
-	xfh         []string
-	ipOK        bool
+	xfh      []string
 }
 
 var (
@@ -139,17 +133,6 @@ func (ps *proxyState) init(ex *exchange, connCtx context.Context) {
 	ctx := httptrace.WithClientTrace(connCtx, &ps.trace)
 	ps.tmpl = *(&http.Request{}).WithContext(ctx)
 
-	// The client's address, as Caddy's prepareRequest (client_ip) and
-	// addForwardedHeaders find it.
-	if host, _, err := net.SplitHostPort(ex.c.remoteAddr); err == nil {
-		host, _, _ = strings.Cut(host, "%")
-		ps.ipOK = true
-		ps.xff = []string{host}
-		if ip, err := netip.ParseAddr(host); err == nil {
-			ps.clientIP = ip.String()
-		}
-	}
-	ps.clientIPAny = ps.clientIP
 }
 
 // end forgets the request.
@@ -240,14 +223,15 @@ func (ps *proxyState) prepare(r *http.Request, full bool) *http.Request {
 // not a trusted proxy (the plan is off for configs with trusted proxies).
 func (ps *proxyState) addForwarded(out *http.Request) {
 	hdr := out.Header
-	if out.RemoteAddr == "@" || !ps.ipOK {
+	c := ps.ex.st.c
+	if out.RemoteAddr == "@" || !c.ipOK {
 		delete(hdr, "X-Forwarded-For")
 		delete(hdr, "X-Forwarded-Proto")
 		delete(hdr, "X-Forwarded-Host")
 		return
 	}
 	if v, ok := hdr["X-Forwarded-For"]; !(ok && v == nil) {
-		hdr["X-Forwarded-For"] = ps.xff
+		hdr["X-Forwarded-For"] = c.xff
 	}
 	if v, ok := hdr["X-Forwarded-Proto"]; !(ok && v == nil) {
 		if out.TLS == nil {
@@ -645,7 +629,7 @@ func (p *proxyStep) tryAgain(ex *exchange, start time.Time, retries int, proxyEr
 	select {
 	case <-timer.C:
 		return true
-	case <-ex.c.l.done:
+	case <-ex.st.c.l.done:
 		timer.Stop()
 		return false
 	}

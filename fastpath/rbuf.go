@@ -12,7 +12,7 @@ import (
 // for a head larger than the buffer (up to the server's limit), and goes
 // back to its own size once a grown buffer empties.
 type rbuf struct {
-	c    *conn
+	st   *state
 	buf  []byte
 	base []byte
 	r, w int
@@ -34,7 +34,7 @@ func (b *rbuf) fill() error {
 		return io.ErrShortBuffer
 	}
 	for range 100 {
-		n, err := b.c.nc.Read(b.buf[b.w:])
+		n, err := b.st.c.nc.Read(b.buf[b.w:])
 		if n < 0 || n > len(b.buf)-b.w {
 			return errors.New("invalid read count")
 		}
@@ -80,7 +80,7 @@ func (b *rbuf) read(p []byte) (int, error) {
 	}
 	if b.r == b.w {
 		if len(p) >= len(b.buf) {
-			return b.c.nc.Read(p)
+			return b.st.c.nc.Read(p)
 		}
 		if err := b.fill(); err != nil {
 			return 0, err
