@@ -2,10 +2,6 @@ package fastpath
 
 import (
 	"bufio"
-	"net/netip"
-	"strings"
-	"sync"
-	"syscall"
 	"context"
 	"crypto/tls"
 	"errors"
@@ -13,8 +9,12 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"net/netip"
 	"runtime/debug"
+	"strings"
+	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"go.uber.org/zap"

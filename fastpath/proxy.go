@@ -104,15 +104,15 @@ var errNoUpstream = errors.New("no upstreams available")
 // proxyState is a connection's reusable state for proxying: the outgoing
 // request with its URL and header, and the connection's 1xx forwarding.
 type proxyState struct {
-	ex       *exchange
-	out      http.Request
-	tmpl     http.Request // carries the context with the 1xx trace
-	url      url.URL
-	hdr      http.Header
-	opsHdr   http.Header
-	trace    httptrace.ClientTrace
-	curW     http.ResponseWriter
-	xfh      []string
+	ex     *exchange
+	out    http.Request
+	tmpl   http.Request // carries the context with the 1xx trace
+	url    url.URL
+	hdr    http.Header
+	opsHdr http.Header
+	trace  httptrace.ClientTrace
+	curW   http.ResponseWriter
+	xfh    []string
 }
 
 var (
