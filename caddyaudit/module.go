@@ -15,6 +15,8 @@ import (
 	"net/http"
 	"path/filepath"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/caddyserver/caddy/v2"
@@ -83,12 +85,37 @@ type App struct {
 	// Sinks are where events are delivered; each has its own queue.
 	Sinks []SinkConfig `json:"sinks,omitempty"`
 
+	// plans are the sinks Provision checked, for Start to acquire;
+	// chainCfg is the chain's config with placeholders expanded.
+	plans    []sinkPlan
+	chainCfg *ChainConfig
+
+	// starting makes start run once (nil: nothing to start, as for an
+	// App made without Provision); the fields after it are set by start.
+	starting  *starting
 	workers   []*worker
 	keys      []string
 	chain     *chain
 	chainKey  string
 	rejecting []*worker // sinks with on_full reject
+	rejects   bool      // a sink has on_full reject (known from Provision)
 	logger    *zap.Logger
+}
+
+// starting runs an App's start once, from Start or from the first event
+// recorded before it.
+type starting struct {
+	once sync.Once
+	err  error
+	done atomic.Bool
+}
+
+// sinkPlan is one sink as Provision checked it: its pool key and the
+// settings Start opens it with.
+type sinkPlan struct {
+	key string
+	sc  SinkConfig
+	wc  workerConfig
 }
 
 // SinkConfig configures one sink.
@@ -148,7 +175,10 @@ func (App) CaddyModule() caddy.ModuleInfo {
 	return caddy.ModuleInfo{ID: "audit", New: func() caddy.Module { return new(App) }}
 }
 
-// Provision starts (or reuses, across reloads) one worker per sink.
+// Provision checks the sinks and the chain key and sets them up for
+// Start. It opens nothing: `caddy validate` (and a load that fails after
+// provisioning) provisions and cleans up without starting, and must leave
+// the audit trail as it was (no file, spool or chain event written).
 func (a *App) Provision(ctx caddy.Context) error {
 	a.logger = ctx.Logger()
 	if err := registerMetrics(ctx.GetMetricsRegistry()); err != nil {
@@ -163,6 +193,7 @@ func (a *App) Provision(ctx caddy.Context) error {
 			break
 		}
 	}
+	a.starting = new(starting)
 	repl := caddy.NewReplacer()
 	a.SpoolDir = repl.ReplaceAll(a.SpoolDir, "")
 	names := map[string]bool{}
@@ -181,13 +212,52 @@ func (a *App) Provision(ctx caddy.Context) error {
 			S SinkConfig
 			W workerConfig
 		}{sc, wc})
-		key := string(keyb)
-		v, _, err := workerPool.LoadOrNew(key, func() (caddy.Destructor, error) {
-			sink, err := newSink(sc)
+		a.plans = append(a.plans, sinkPlan{key: string(keyb), sc: sc, wc: wc})
+		a.rejects = a.rejects || wc.OnFull == onFullReject
+	}
+	if a.Chain != nil {
+		cc := *a.Chain
+		cc.KeyFile = repl.ReplaceAll(cc.KeyFile, "")
+		// the key must load now, so that validate reports a bad one
+		if _, _, err := cc.poolKey(); err != nil {
+			return err
+		}
+		a.chainCfg = &cc
+	}
+	return nil
+}
+
+// Start opens (or joins, across reloads) one worker per sink, and the
+// chain, which records its chain_start when it is new.
+func (a *App) Start() error { return a.start() }
+
+// start runs once per config, from Start or from the first event
+// recorded before it: Caddy starts apps in no fixed order, so the HTTP
+// app may serve requests before this app's Start.
+func (a *App) start() error {
+	st := a.starting
+	if st == nil {
+		return nil
+	}
+	st.once.Do(func() {
+		st.err = a.open()
+		st.done.Store(true)
+	})
+	return st.err
+}
+
+// started reports whether start has run (one atomic load: the request
+// path calls it).
+func (a *App) started() bool { return a.starting == nil || a.starting.done.Load() }
+
+func (a *App) open() error {
+	for _, p := range a.plans {
+		v, _, err := workerPool.LoadOrNew(p.key, func() (caddy.Destructor, error) {
+			sink, err := newSink(p.sc)
 			if err != nil {
 				return nil, err
 			}
-			w, err := newWorker(wc, sink, a.logger.Named("sink"))
+			w, err := newWorker(p.wc, sink, a.logger.Named("sink"))
 			if err != nil {
 				sink.Close()
 				return nil, err
@@ -195,18 +265,16 @@ func (a *App) Provision(ctx caddy.Context) error {
 			return pooledWorker{w}, nil
 		})
 		if err != nil {
-			return fmt.Errorf("sink %s: %w", name, err)
+			return fmt.Errorf("sink %s: %w", p.wc.Name, err)
 		}
-		a.keys = append(a.keys, key)
+		a.keys = append(a.keys, p.key)
 		a.workers = append(a.workers, v.(pooledWorker).worker)
-		if wc.OnFull == onFullReject {
+		if p.wc.OnFull == onFullReject {
 			a.rejecting = append(a.rejecting, v.(pooledWorker).worker)
 		}
 	}
-	if a.Chain != nil {
-		cc := *a.Chain
-		cc.KeyFile = repl.ReplaceAll(cc.KeyFile, "")
-		c, key, err := acquireChain(cc, a.workers, a.logger.Named("chain"))
+	if a.chainCfg != nil {
+		c, key, err := acquireChain(*a.chainCfg, a.workers, a.logger.Named("chain"))
 		if err != nil {
 			return err
 		}
@@ -392,9 +460,6 @@ const (
 	durabilityDisk   = "disk"
 )
 
-// Start is a no-op: workers start in Provision.
-func (a *App) Start() error { return nil }
-
 // Stop is a no-op: requests may still be finishing while the HTTP app
 // stops, so the sinks are released in Cleanup, after every app stopped.
 func (a *App) Stop() error { return nil }
@@ -426,6 +491,13 @@ func (a *App) Cleanup() error {
 // Record hands ev to every sink (copying it) and to the Recent ring.
 func (a *App) Record(ev *Event) {
 	remember(ev)
+	if !a.started() {
+		if err := a.start(); err != nil {
+			a.logger.Error("audit event not recorded: the audit app did not start",
+				zap.String("request_id", ev.RequestID), zap.Error(err))
+			return
+		}
+	}
 	if a.chain != nil {
 		a.chain.record(ev, a.workers)
 		return
@@ -437,6 +509,9 @@ func (a *App) Record(ev *Event) {
 
 // full returns the first sink with on_full reject that has no room.
 func (a *App) full() *worker {
+	if !a.started() && a.start() != nil {
+		return nil
+	}
 	for _, w := range a.rejecting {
 		if w.isFull() {
 			return w
@@ -495,7 +570,7 @@ func (h *Handler) Provision(ctx caddy.Context) error {
 
 // ServeHTTP runs the chain, then records the event.
 func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyhttp.Handler) error {
-	if len(h.app.rejecting) > 0 {
+	if h.app.rejects {
 		if full := h.app.full(); full != nil {
 			return full.reject(w, r)
 		}
