@@ -539,8 +539,12 @@ type Handler struct {
 	// Authorization, Cookie and Proxy-Authorization (always).
 	RedactHeaders []string `json:"redact_headers,omitempty"`
 
-	app   *App
-	extra *extraSpec
+	app    *App
+	extra  *extraSpec
+	logger *zap.Logger
+	// errorChains holds each server's error routes (handle_errors),
+	// compiled once: *caddyhttp.Server -> caddyhttp.Handler.
+	errorChains *sync.Map
 }
 
 // CaddyModule returns the Caddy module information.
@@ -556,6 +560,8 @@ func (h *Handler) Provision(ctx caddy.Context) error {
 		return fmt.Errorf("loading audit app: %w", err)
 	}
 	h.app = v.(*App)
+	h.logger = ctx.Logger()
+	h.errorChains = new(sync.Map)
 	if h.extra, err = h.provisionExtra(); err != nil {
 		return err
 	}
@@ -587,11 +593,11 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyht
 	err := next.ServeHTTP(rec, r)
 	status := rec.status
 	if err != nil {
-		var he caddyhttp.HandlerError
-		if errors.As(err, &he) && he.StatusCode != 0 {
-			status = he.StatusCode
-		} else {
-			status = http.StatusInternalServerError
+		status = errorStatus(err)
+		var handled bool
+		if handled, err = h.runErrorRoutes(rec, r, err); handled && rec.status != 0 {
+			// what the error routes answered
+			status = rec.status
 		}
 	}
 	if status == 0 {
@@ -643,6 +649,74 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyht
 	h.app.Record(&ev)
 	return err
 }
+
+// errorStatus is the status Caddy answers an error with.
+func errorStatus(err error) int {
+	var he caddyhttp.HandlerError
+	if errors.As(err, &he) && he.StatusCode != 0 {
+		return he.StatusCode
+	}
+	return http.StatusInternalServerError
+}
+
+// runErrorRoutes answers err with the server's error routes (a site's
+// handle_errors) through rec, as Caddy's server would once the error had
+// left the handler chain, so that the event counts the bytes they write
+// (the body of a denial restyled by handle_errors) and has the status
+// they answer. It reports whether the server has error routes; when it
+// does the error is answered here and it returns a nil error, so the
+// server does not answer it a second time. A server without error routes
+// writes no body for an error: err is returned for the server to answer.
+//
+// What Caddy's server does before its error routes is done here too: the
+// error on the request (caddyhttp.HTTPErrorConfig.WithError, with the
+// {http.error.*} placeholders), and the method and URI the client sent
+// put back on the request (handlers such as rewrite change them in place;
+// the server does this after the handlers too); an error from the
+// error routes themselves is logged and answered with err's status. (A
+// JSON config's subroute with its own errors, between the server and this
+// handler, has answered its errors before they reach it.)
+func (h *Handler) runErrorRoutes(rec *recorder, r *http.Request, err error) (bool, error) {
+	srv, ok := r.Context().Value(caddyhttp.ServerCtxKey).(*caddyhttp.Server)
+	if !ok || srv == nil || srv.Errors == nil || len(srv.Errors.Routes) == 0 {
+		return false, err
+	}
+	// in place, as the server does: the placeholders ({uri}, {method})
+	// read this request
+	if orig, ok := r.Context().Value(caddyhttp.OriginalRequestCtxKey).(http.Request); ok && orig.URL != nil && r.URL != nil {
+		r.Method, r.RemoteAddr, r.RequestURI = orig.Method, orig.RemoteAddr, orig.RequestURI
+		*r.URL = *orig.URL
+	}
+	er := srv.Errors.WithError(r, err)
+	if err2 := h.errorChain(srv).ServeHTTP(rec, er); err2 != nil {
+		h.logger.Error("error handling handler error", zap.Error(err2), zap.String("first_error", err.Error()),
+			zap.String("method", er.Method), zap.String("uri", er.RequestURI))
+		if rec.status == 0 {
+			rec.WriteHeader(errorStatus(err))
+		}
+	}
+	return true, nil
+}
+
+// errorChain returns srv's error routes, compiled once per server.
+func (h *Handler) errorChain(srv *caddyhttp.Server) caddyhttp.Handler {
+	if h.errorChains == nil { // a Handler made without Provision
+		return srv.Errors.Routes.Compile(errorRoutesEnd)
+	}
+	if c, ok := h.errorChains.Load(srv); ok {
+		return c.(caddyhttp.Handler)
+	}
+	c, _ := h.errorChains.LoadOrStore(srv, srv.Errors.Routes.Compile(errorRoutesEnd))
+	return c.(caddyhttp.Handler)
+}
+
+// errorRoutesEnd ends the error routes as Caddy's own end of them does: a
+// request no error route answered gets the error's status.
+var errorRoutesEnd caddyhttp.Handler = caddyhttp.HandlerFunc(func(w http.ResponseWriter, r *http.Request) error {
+	err, _ := r.Context().Value(caddyhttp.ErrorCtxKey).(error)
+	w.WriteHeader(errorStatus(err))
+	return nil
+})
 
 // The decisions of events.
 const (
