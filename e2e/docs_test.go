@@ -136,3 +136,25 @@ func TestDocSnippets(t *testing.T) {
 		t.Fatalf("found %d Caddyfile snippets; the docs have more: is the extraction broken?", n)
 	}
 }
+
+// TestCaddyfileErrorLine: bin/caddy's Caddyfile errors name the line of
+// the bad token once, not also the closing braces of the blocks around it
+// (internal/caddyfileerr).
+func TestCaddyfileErrorLine(t *testing.T) {
+	bin := caddyBin(t)
+	path := filepath.Join(t.TempDir(), "Caddyfile")
+	config := ":8080 {\n\thandle /api/* {\n\t\tjwt_auth {\n\t\t\thmac_secret {env.JWT_SECRET}\n\t\t\tbogus x\n\t\t}\n\t\trespond ok\n\t}\n}\n"
+	if err := os.WriteFile(path, []byte(config), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	var stderr bytes.Buffer
+	cmd := exec.Command(bin, "adapt", "--config", path, "--adapter", "caddyfile")
+	cmd.Stderr = &stderr
+	if err := cmd.Run(); err == nil {
+		t.Fatal("a bad Caddyfile adapted")
+	}
+	msg := stderr.String()
+	if !strings.Contains(msg, "unrecognized subdirective 'bogus', at "+path+":5\"") || strings.Count(msg, ", at ") != 1 {
+		t.Fatalf("the error should name line 5 once:\n%s", msg)
+	}
+}
