@@ -2,8 +2,6 @@ package caddyaudit_test
 
 import (
 	"bytes"
-	"crypto/ed25519"
-	"crypto/rand"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -15,8 +13,6 @@ import (
 	"github.com/caddyserver/caddy/v2/caddyconfig"
 	_ "github.com/caddyserver/caddy/v2/caddyconfig/httpcaddyfile"
 	_ "github.com/caddyserver/caddy/v2/modules/standard"
-
-	"github.com/apigate/gateway/caddyaudit/auditchain"
 )
 
 // TestValidateLeavesTheTrailAlone runs what `caddy validate` runs (adapt,
@@ -26,18 +22,7 @@ import (
 // created.
 func TestValidateLeavesTheTrailAlone(t *testing.T) {
 	dir := t.TempDir()
-	_, priv, err := ed25519.GenerateKey(rand.Reader)
-	if err != nil {
-		t.Fatal(err)
-	}
-	privPEM, _, err := auditchain.MarshalKeys(priv)
-	if err != nil {
-		t.Fatal(err)
-	}
-	keyFile := filepath.Join(dir, "audit-key.pem")
-	if err := os.WriteFile(keyFile, privPEM, 0o600); err != nil {
-		t.Fatal(err)
-	}
+	_, keyFile := writeChainKey(t, dir, "audit-key.pem")
 	trail := filepath.Join(dir, "audit.jsonl")
 	before := []byte(`{"kind":"an earlier run's event"}` + "\n")
 	if err := os.WriteFile(trail, before, 0o600); err != nil {
