@@ -19,4 +19,7 @@ import (
 	_ "github.com/apigate/gateway/dashboard"
 	_ "github.com/apigate/gateway/fastpath"
 	_ "github.com/apigate/gateway/natsstore"
+
+	// Caddyfile errors that name the bad line once
+	_ "github.com/apigate/gateway/internal/caddyfileerr"
 )

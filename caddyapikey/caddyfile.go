@@ -5,6 +5,8 @@ import (
 	"github.com/caddyserver/caddy/v2/caddyconfig/caddyfile"
 	"github.com/caddyserver/caddy/v2/caddyconfig/httpcaddyfile"
 	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
+
+	"github.com/apigate/gateway/identity"
 )
 
 func init() {
@@ -31,6 +33,7 @@ func parseCaddyfile(h httpcaddyfile.Helper) (caddyhttp.MiddlewareHandler, error)
 //		optional                           # no key: pass on anonymous
 //		check_interval <duration>          # default 1s: how often the file is checked for changes
 //		realm          <realm>             # default gateway
+//		forward_claim  <claim> <header>    # repeatable: sub, roles, scope -> upstream header
 //	}
 func (a *APIKey) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 	d.Next() // directive name
@@ -77,6 +80,12 @@ func (a *APIKey) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 				return d.ArgErr()
 			}
 			a.Optional = true
+		case "forward_claim":
+			fc, err := identity.UnmarshalForwardClaim(d)
+			if err != nil {
+				return err
+			}
+			a.ForwardClaims = append(a.ForwardClaims, fc)
 		default:
 			return d.Errf("unrecognized subdirective '%s'", name)
 		}

@@ -137,6 +137,11 @@ func TestAPIKey(t *testing.T) {
 		w.WriteHeader(http.StatusOK)
 	}))
 	t.Cleanup(perm.Close)
+	// echo answers with the headers forward_claim sets
+	echo := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		fmt.Fprintf(w, "id=%q roles=%q scope=%q", r.Header.Values("X-User-Id"), r.Header.Values("X-User-Roles"), r.Header.Values("X-Scope"))
+	}))
+	t.Cleanup(echo.Close)
 
 	config := fmt.Sprintf(`{
 	admin localhost:%[1]d
@@ -175,6 +180,27 @@ func TestAPIKey(t *testing.T) {
 		}
 		respond "{http.auth.user.id}"
 	}
+	route /fwd-jwt/* {
+		api_key {
+			keys_file %[4]s
+			optional
+		}
+		jwt_auth {
+			hmac_secret %[6]s
+			forward_claim sub X-User-Id
+			forward_claim roles X-User-Roles
+		}
+		reverse_proxy %[9]s
+	}
+	route /fwd-key/* {
+		api_key {
+			keys_file %[4]s
+			optional
+			forward_claim sub X-User-Id
+			forward_claim scope X-Scope
+		}
+		reverse_proxy %[9]s
+	}
 	route /first/* {
 		jwt_auth {
 			hmac_secret %[6]s
@@ -208,7 +234,7 @@ func TestAPIKey(t *testing.T) {
 		reverse_proxy %[5]s
 	}
 }
-`, adminPort, gwPort, auditPath, keysPath, upstream.URL, jwtSecret, perm.URL, run)
+`, adminPort, gwPort, auditPath, keysPath, upstream.URL, jwtSecret, perm.URL, run, echo.URL)
 	caddytester.Load(t, adminPort, config)
 	base := fmt.Sprintf("http://127.0.0.1:%d", gwPort)
 
@@ -284,6 +310,44 @@ func TestAPIKey(t *testing.T) {
 				r := do(t, "GET", base+"/either/x", tc.header)
 				if r.status != tc.status || r.body != tc.body {
 					t.Fatalf("%d %q, want %d %q", r.status, r.body, tc.status, tc.body)
+				}
+			})
+		}
+	})
+
+	t.Run("forward_claim applies to the api_key identity", func(t *testing.T) {
+		tok, err := jwt.NewWithClaims(jwt.SigningMethodHS256, jwt.MapClaims{"sub": "jwt-user", "roles": []string{"a", "b"}, "exp": time.Now().Add(time.Hour).Unix()}).SignedString([]byte(jwtSecret))
+		if err != nil {
+			t.Fatal(err)
+		}
+		spoof := map[string]string{"X-User-Id": "admin", "X-User-Roles": "admin", "X-Scope": "all"}
+		with := func(h map[string]string) map[string]string {
+			out := map[string]string{}
+			for k, v := range spoof {
+				out[k] = v
+			}
+			for k, v := range h {
+				out[k] = v
+			}
+			return out
+		}
+		cases := []struct {
+			name, path string
+			header     map[string]string
+			body       string
+		}{
+			// jwt_auth's forward_claim, for a request api_key identified
+			{"jwt_auth's rules, api key", "/fwd-jwt/x", with(map[string]string{"X-API-Key": reader.key}), fmt.Sprintf(`id=["%s"] roles=["reader"] scope=["all"]`, alice)},
+			{"jwt_auth's rules, token", "/fwd-jwt/x", with(map[string]string{"Authorization": "Bearer " + tok}), `id=["jwt-user"] roles=["a,b"] scope=["all"]`},
+			// api_key's own forward_claim
+			{"api_key's rules, api key", "/fwd-key/x", with(map[string]string{"X-API-Key": reader.key}), fmt.Sprintf(`id=["%s"] roles=["admin"] scope=["orders:read"]`, alice)},
+			{"api_key's rules, anonymous: the client's headers are removed", "/fwd-key/x", spoof, `id=[] roles=["admin"] scope=[]`},
+		}
+		for _, tc := range cases {
+			t.Run(tc.name, func(t *testing.T) {
+				r := do(t, "GET", base+tc.path, tc.header)
+				if r.status != 200 || r.body != tc.body {
+					t.Fatalf("%d %s, want 200 %s", r.status, r.body, tc.body)
 				}
 			})
 		}

@@ -47,7 +47,8 @@ const (
 // `WWW-Authenticate: Bearer error="invalid_token", error_description="..."`
 // and `{"error":"invalid_token","reason":"..."}`. The key is removed from
 // the request before it goes on, so neither the upstream nor the logs of
-// later handlers see it.
+// later handlers see it. ForwardClaims set upstream headers from the
+// identity, as jwt_auth's do.
 type APIKey struct {
 	// FromHeaders are request headers that may carry the key, looked at
 	// first, in order. A "Bearer " prefix is stripped. When neither
@@ -78,6 +79,14 @@ type APIKey struct {
 	// Realm is the realm of the WWW-Authenticate challenge. Default: gateway.
 	Realm string `json:"realm,omitempty"`
 
+	// ForwardClaims copy claims of the request's identity (`sub`,
+	// `roles`, `scope`, or those of an identity an earlier source
+	// established) into upstream request headers, as jwt_auth's
+	// forward_claim does. A header of the same name sent by the client is
+	// always removed first.
+	ForwardClaims []identity.ForwardClaim `json:"forward_claims,omitempty"`
+
+	forward   *identity.ClaimHeaders
 	keys      *keysFile
 	sources   []credential.TokenSource
 	challenge string
@@ -110,6 +119,10 @@ func (a *APIKey) Provision(ctx caddy.Context) error {
 		headers = []string{DefaultHeader}
 	}
 	a.sources = credential.OrderSources(headers, nil, a.FromQuery)
+	var err error
+	if a.forward, err = identity.NewClaimHeaders(a.ForwardClaims); err != nil {
+		return err
+	}
 	path := caddy.NewReplacer().ReplaceKnown(a.KeysFile, "")
 	if path == "" {
 		return fmt.Errorf("keys_file is empty once placeholders are replaced")
@@ -147,12 +160,21 @@ func (a *APIKey) Validate() error {
 			return fmt.Errorf("invalid from_query %q: empty", q)
 		}
 	}
+	for _, fc := range a.ForwardClaims {
+		if err := fc.Check(); err != nil {
+			return err
+		}
+	}
 	return nil
 }
 
 // ServeHTTP authenticates the request.
 func (a *APIKey) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyhttp.Handler) error {
-	if _, ok := identity.FromRequest(r); ok {
+	// the forwarded headers: never the client's; an earlier source's
+	// identity gets them too
+	earlier, identified := identity.FromRequest(r)
+	a.forward.Apply(r.Header, earlier)
+	if identified {
 		return next.ServeHTTP(w, r)
 	}
 	// a key longer than any key (tooLarge) is not copied: Check calls
@@ -184,13 +206,15 @@ func (a *APIKey) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyhtt
 	if e.Scope != "" {
 		claims["scope"] = e.Scope
 	}
-	identity.Set(r, &identity.Identity{
+	id := &identity.Identity{
 		Subject:      e.Sub,
 		ExpiresAt:    e.ExpiresAt(),
 		Claims:       claims,
 		Method:       identity.MethodAPIKey,
 		CredentialID: e.ID,
-	})
+	}
+	identity.Set(r, id)
+	a.forward.Apply(r.Header, id)
 	if repl, ok := r.Context().Value(caddy.ReplacerCtxKey).(*caddy.Replacer); ok {
 		repl.Set("http.auth.user.id", e.Sub)
 		repl.Set("http.auth.api_key.id", e.ID)

@@ -21,8 +21,11 @@ import (
 // config reload (same key: the chain goes on) and a stop (a final
 // checkpoint), verifies the file it wrote, then deletes, edits and swaps
 // lines of it: each is caught, naming the line.
-func TestChainRealRun(t *testing.T) {
-	dir := t.TempDir()
+// writeChainKey writes a new Ed25519 private key for audit's chain to
+// dir/name (not ending in .key: caddytest rewrites such paths) and returns
+// its public key and path.
+func writeChainKey(t *testing.T, dir, name string) (ed25519.PublicKey, string) {
+	t.Helper()
 	pub, priv, err := ed25519.GenerateKey(rand.Reader)
 	if err != nil {
 		t.Fatal(err)
@@ -31,10 +34,16 @@ func TestChainRealRun(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	keyFile := filepath.Join(dir, "audit-key.pem") // (caddytest rewrites paths ending in .key)
-	if err := os.WriteFile(keyFile, privPEM, 0o600); err != nil {
+	path := filepath.Join(dir, name)
+	if err := os.WriteFile(path, privPEM, 0o600); err != nil {
 		t.Fatal(err)
 	}
+	return pub, path
+}
+
+func TestChainRealRun(t *testing.T) {
+	dir := t.TempDir()
+	pub, keyFile := writeChainKey(t, dir, "audit-key.pem")
 	trail := filepath.Join(dir, "audit.jsonl")
 	config := func(body string) string {
 		return fmt.Sprintf(`{

@@ -3,8 +3,6 @@ package caddyaudit_test
 import (
 	"bufio"
 	"bytes"
-	"crypto/ed25519"
-	"crypto/rand"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -65,18 +63,7 @@ func TestDecisionsEndToEnd(t *testing.T) {
 	defer perm.Close()
 
 	dir := t.TempDir()
-	pub, priv, err := ed25519.GenerateKey(rand.Reader)
-	if err != nil {
-		t.Fatal(err)
-	}
-	privPEM, _, err := auditchain.MarshalKeys(priv)
-	if err != nil {
-		t.Fatal(err)
-	}
-	keyFile := filepath.Join(dir, "decisions-key.pem")
-	if err := os.WriteFile(keyFile, privPEM, 0o600); err != nil {
-		t.Fatal(err)
-	}
+	pub, keyFile := writeChainKey(t, dir, "decisions-key.pem")
 	trail := filepath.Join(dir, "audit.jsonl")
 	logFile := filepath.Join(dir, "dryrun.log")
 	run := strconv.FormatInt(time.Now().UnixNano(), 36)

@@ -194,7 +194,7 @@ func TestOnFullReject(t *testing.T) {
 	f, url := newFlaky(t)
 	w := startWorker(t, workerConfig{QueueSize: 2, BatchSize: 1000, FlushInterval: time.Hour, OnFull: onFullReject,
 		ShutdownTimeout: 5 * time.Second}, newHTTPSink(url, nil, time.Second), nil)
-	h := &Handler{app: &App{workers: []*worker{w}, rejecting: []*worker{w}}}
+	h := &Handler{app: &App{workers: []*worker{w}, rejecting: []*worker{w}, rejects: true}}
 	serve := func() *httptest.ResponseRecorder {
 		rec := httptest.NewRecorder()
 		err := h.ServeHTTP(rec, newRequest("GET", "http://api.test/x"), caddyhttp.HandlerFunc(func(w http.ResponseWriter, r *http.Request) error {

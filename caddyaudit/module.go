@@ -15,6 +15,8 @@ import (
 	"net/http"
 	"path/filepath"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/caddyserver/caddy/v2"
@@ -83,12 +85,37 @@ type App struct {
 	// Sinks are where events are delivered; each has its own queue.
 	Sinks []SinkConfig `json:"sinks,omitempty"`
 
+	// plans are the sinks Provision checked, for Start to acquire;
+	// chainCfg is the chain's config with placeholders expanded.
+	plans    []sinkPlan
+	chainCfg *ChainConfig
+
+	// starting makes start run once (nil: nothing to start, as for an
+	// App made without Provision); the fields after it are set by start.
+	starting  *starting
 	workers   []*worker
 	keys      []string
 	chain     *chain
 	chainKey  string
 	rejecting []*worker // sinks with on_full reject
+	rejects   bool      // a sink has on_full reject (known from Provision)
 	logger    *zap.Logger
+}
+
+// starting runs an App's start once, from Start or from the first event
+// recorded before it.
+type starting struct {
+	once sync.Once
+	err  error
+	done atomic.Bool
+}
+
+// sinkPlan is one sink as Provision checked it: its pool key and the
+// settings Start opens it with.
+type sinkPlan struct {
+	key string
+	sc  SinkConfig
+	wc  workerConfig
 }
 
 // SinkConfig configures one sink.
@@ -148,7 +175,10 @@ func (App) CaddyModule() caddy.ModuleInfo {
 	return caddy.ModuleInfo{ID: "audit", New: func() caddy.Module { return new(App) }}
 }
 
-// Provision starts (or reuses, across reloads) one worker per sink.
+// Provision checks the sinks and the chain key and sets them up for
+// Start. It opens nothing: `caddy validate` (and a load that fails after
+// provisioning) provisions and cleans up without starting, and must leave
+// the audit trail as it was (no file, spool or chain event written).
 func (a *App) Provision(ctx caddy.Context) error {
 	a.logger = ctx.Logger()
 	if err := registerMetrics(ctx.GetMetricsRegistry()); err != nil {
@@ -163,6 +193,7 @@ func (a *App) Provision(ctx caddy.Context) error {
 			break
 		}
 	}
+	a.starting = new(starting)
 	repl := caddy.NewReplacer()
 	a.SpoolDir = repl.ReplaceAll(a.SpoolDir, "")
 	names := map[string]bool{}
@@ -181,13 +212,52 @@ func (a *App) Provision(ctx caddy.Context) error {
 			S SinkConfig
 			W workerConfig
 		}{sc, wc})
-		key := string(keyb)
-		v, _, err := workerPool.LoadOrNew(key, func() (caddy.Destructor, error) {
-			sink, err := newSink(sc)
+		a.plans = append(a.plans, sinkPlan{key: string(keyb), sc: sc, wc: wc})
+		a.rejects = a.rejects || wc.OnFull == onFullReject
+	}
+	if a.Chain != nil {
+		cc := *a.Chain
+		cc.KeyFile = repl.ReplaceAll(cc.KeyFile, "")
+		// the key must load now, so that validate reports a bad one
+		if _, _, err := cc.poolKey(); err != nil {
+			return err
+		}
+		a.chainCfg = &cc
+	}
+	return nil
+}
+
+// Start opens (or joins, across reloads) one worker per sink, and the
+// chain, which records its chain_start when it is new.
+func (a *App) Start() error { return a.start() }
+
+// start runs once per config, from Start or from the first event
+// recorded before it: Caddy starts apps in no fixed order, so the HTTP
+// app may serve requests before this app's Start.
+func (a *App) start() error {
+	st := a.starting
+	if st == nil {
+		return nil
+	}
+	st.once.Do(func() {
+		st.err = a.open()
+		st.done.Store(true)
+	})
+	return st.err
+}
+
+// started reports whether start has run (one atomic load: the request
+// path calls it).
+func (a *App) started() bool { return a.starting == nil || a.starting.done.Load() }
+
+func (a *App) open() error {
+	for _, p := range a.plans {
+		v, _, err := workerPool.LoadOrNew(p.key, func() (caddy.Destructor, error) {
+			sink, err := newSink(p.sc)
 			if err != nil {
 				return nil, err
 			}
-			w, err := newWorker(wc, sink, a.logger.Named("sink"))
+			w, err := newWorker(p.wc, sink, a.logger.Named("sink"))
 			if err != nil {
 				sink.Close()
 				return nil, err
@@ -195,18 +265,16 @@ func (a *App) Provision(ctx caddy.Context) error {
 			return pooledWorker{w}, nil
 		})
 		if err != nil {
-			return fmt.Errorf("sink %s: %w", name, err)
+			return fmt.Errorf("sink %s: %w", p.wc.Name, err)
 		}
-		a.keys = append(a.keys, key)
+		a.keys = append(a.keys, p.key)
 		a.workers = append(a.workers, v.(pooledWorker).worker)
-		if wc.OnFull == onFullReject {
+		if p.wc.OnFull == onFullReject {
 			a.rejecting = append(a.rejecting, v.(pooledWorker).worker)
 		}
 	}
-	if a.Chain != nil {
-		cc := *a.Chain
-		cc.KeyFile = repl.ReplaceAll(cc.KeyFile, "")
-		c, key, err := acquireChain(cc, a.workers, a.logger.Named("chain"))
+	if a.chainCfg != nil {
+		c, key, err := acquireChain(*a.chainCfg, a.workers, a.logger.Named("chain"))
 		if err != nil {
 			return err
 		}
@@ -392,9 +460,6 @@ const (
 	durabilityDisk   = "disk"
 )
 
-// Start is a no-op: workers start in Provision.
-func (a *App) Start() error { return nil }
-
 // Stop is a no-op: requests may still be finishing while the HTTP app
 // stops, so the sinks are released in Cleanup, after every app stopped.
 func (a *App) Stop() error { return nil }
@@ -426,6 +491,13 @@ func (a *App) Cleanup() error {
 // Record hands ev to every sink (copying it) and to the Recent ring.
 func (a *App) Record(ev *Event) {
 	remember(ev)
+	if !a.started() {
+		if err := a.start(); err != nil {
+			a.logger.Error("audit event not recorded: the audit app did not start",
+				zap.String("request_id", ev.RequestID), zap.Error(err))
+			return
+		}
+	}
 	if a.chain != nil {
 		a.chain.record(ev, a.workers)
 		return
@@ -437,6 +509,9 @@ func (a *App) Record(ev *Event) {
 
 // full returns the first sink with on_full reject that has no room.
 func (a *App) full() *worker {
+	if !a.started() && a.start() != nil {
+		return nil
+	}
 	for _, w := range a.rejecting {
 		if w.isFull() {
 			return w
@@ -464,8 +539,12 @@ type Handler struct {
 	// Authorization, Cookie and Proxy-Authorization (always).
 	RedactHeaders []string `json:"redact_headers,omitempty"`
 
-	app   *App
-	extra *extraSpec
+	app    *App
+	extra  *extraSpec
+	logger *zap.Logger
+	// errorChains holds each server's error routes (handle_errors),
+	// compiled once: *caddyhttp.Server -> caddyhttp.Handler.
+	errorChains *sync.Map
 }
 
 // CaddyModule returns the Caddy module information.
@@ -481,6 +560,8 @@ func (h *Handler) Provision(ctx caddy.Context) error {
 		return fmt.Errorf("loading audit app: %w", err)
 	}
 	h.app = v.(*App)
+	h.logger = ctx.Logger()
+	h.errorChains = new(sync.Map)
 	if h.extra, err = h.provisionExtra(); err != nil {
 		return err
 	}
@@ -495,7 +576,7 @@ func (h *Handler) Provision(ctx caddy.Context) error {
 
 // ServeHTTP runs the chain, then records the event.
 func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyhttp.Handler) error {
-	if len(h.app.rejecting) > 0 {
+	if h.app.rejects {
 		if full := h.app.full(); full != nil {
 			return full.reject(w, r)
 		}
@@ -512,11 +593,11 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyht
 	err := next.ServeHTTP(rec, r)
 	status := rec.status
 	if err != nil {
-		var he caddyhttp.HandlerError
-		if errors.As(err, &he) && he.StatusCode != 0 {
-			status = he.StatusCode
-		} else {
-			status = http.StatusInternalServerError
+		status = errorStatus(err)
+		var handled bool
+		if handled, err = h.runErrorRoutes(rec, r, err); handled && rec.status != 0 {
+			// what the error routes answered
+			status = rec.status
 		}
 	}
 	if status == 0 {
@@ -568,6 +649,74 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyht
 	h.app.Record(&ev)
 	return err
 }
+
+// errorStatus is the status Caddy answers an error with.
+func errorStatus(err error) int {
+	var he caddyhttp.HandlerError
+	if errors.As(err, &he) && he.StatusCode != 0 {
+		return he.StatusCode
+	}
+	return http.StatusInternalServerError
+}
+
+// runErrorRoutes answers err with the server's error routes (a site's
+// handle_errors) through rec, as Caddy's server would once the error had
+// left the handler chain, so that the event counts the bytes they write
+// (the body of a denial restyled by handle_errors) and has the status
+// they answer. It reports whether the server has error routes; when it
+// does the error is answered here and it returns a nil error, so the
+// server does not answer it a second time. A server without error routes
+// writes no body for an error: err is returned for the server to answer.
+//
+// What Caddy's server does before its error routes is done here too: the
+// error on the request (caddyhttp.HTTPErrorConfig.WithError, with the
+// {http.error.*} placeholders), and the method and URI the client sent
+// put back on the request (handlers such as rewrite change them in place;
+// the server does this after the handlers too); an error from the
+// error routes themselves is logged and answered with err's status. (A
+// JSON config's subroute with its own errors, between the server and this
+// handler, has answered its errors before they reach it.)
+func (h *Handler) runErrorRoutes(rec *recorder, r *http.Request, err error) (bool, error) {
+	srv, ok := r.Context().Value(caddyhttp.ServerCtxKey).(*caddyhttp.Server)
+	if !ok || srv == nil || srv.Errors == nil || len(srv.Errors.Routes) == 0 {
+		return false, err
+	}
+	// in place, as the server does: the placeholders ({uri}, {method})
+	// read this request
+	if orig, ok := r.Context().Value(caddyhttp.OriginalRequestCtxKey).(http.Request); ok && orig.URL != nil && r.URL != nil {
+		r.Method, r.RemoteAddr, r.RequestURI = orig.Method, orig.RemoteAddr, orig.RequestURI
+		*r.URL = *orig.URL
+	}
+	er := srv.Errors.WithError(r, err)
+	if err2 := h.errorChain(srv).ServeHTTP(rec, er); err2 != nil {
+		h.logger.Error("error handling handler error", zap.Error(err2), zap.String("first_error", err.Error()),
+			zap.String("method", er.Method), zap.String("uri", er.RequestURI))
+		if rec.status == 0 {
+			rec.WriteHeader(errorStatus(err))
+		}
+	}
+	return true, nil
+}
+
+// errorChain returns srv's error routes, compiled once per server.
+func (h *Handler) errorChain(srv *caddyhttp.Server) caddyhttp.Handler {
+	if h.errorChains == nil { // a Handler made without Provision
+		return srv.Errors.Routes.Compile(errorRoutesEnd)
+	}
+	if c, ok := h.errorChains.Load(srv); ok {
+		return c.(caddyhttp.Handler)
+	}
+	c, _ := h.errorChains.LoadOrStore(srv, srv.Errors.Routes.Compile(errorRoutesEnd))
+	return c.(caddyhttp.Handler)
+}
+
+// errorRoutesEnd ends the error routes as Caddy's own end of them does: a
+// request no error route answered gets the error's status.
+var errorRoutesEnd caddyhttp.Handler = caddyhttp.HandlerFunc(func(w http.ResponseWriter, r *http.Request) error {
+	err, _ := r.Context().Value(caddyhttp.ErrorCtxKey).(error)
+	w.WriteHeader(errorStatus(err))
+	return nil
+})
 
 // The decisions of events.
 const (

@@ -4,6 +4,8 @@ import (
 	"github.com/caddyserver/caddy/v2/caddyconfig/caddyfile"
 	"github.com/caddyserver/caddy/v2/caddyconfig/httpcaddyfile"
 	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
+
+	"github.com/apigate/gateway/identity"
 )
 
 func init() {
@@ -25,6 +27,7 @@ func parseCaddyfile(h httpcaddyfile.Helper) (caddyhttp.MiddlewareHandler, error)
 //		subject san_uri|san_dns|cn         # default san_uri (SPIFFE IDs)
 //		role    <role> <subject>...        # exact subjects, or prefixes ending with *
 //		realm   <realm>                    # default gateway
+//		forward_claim <claim> <header>     # repeatable: sub, roles -> upstream header
 //	}
 //
 // `role` may be repeated; a subject gets every role whose list matches it.
@@ -56,6 +59,12 @@ func (c *ClientCertAuth) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 				return d.Errf("role needs a role and at least one subject: role <role> <subject>...")
 			}
 			c.Roles = append(c.Roles, RoleRule{Role: args[0], Subjects: args[1:]})
+		case "forward_claim":
+			fc, err := identity.UnmarshalForwardClaim(d)
+			if err != nil {
+				return err
+			}
+			c.ForwardClaims = append(c.ForwardClaims, fc)
 		default:
 			return d.Errf("unrecognized subdirective '%s'", name)
 		}

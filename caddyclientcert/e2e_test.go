@@ -149,6 +149,11 @@ func TestClientCertAuth(t *testing.T) {
 		fmt.Fprintf(w, "upstream %s", r.URL.Path)
 	}))
 	t.Cleanup(upstream.Close)
+	// echo answers with the headers forward_claim sets
+	echo := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		fmt.Fprintf(w, "id=%q roles=%q", r.Header.Values("X-User-Id"), r.Header.Values("X-User-Roles"))
+	}))
+	t.Cleanup(echo.Close)
 	var permSaw bytes.Buffer
 	perm := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		b, _ := io.ReadAll(r.Body)
@@ -194,6 +199,25 @@ https://localhost:%[3]d {
 		}
 		client_cert_auth
 		respond "{http.auth.user.id}"
+	}
+	route /fwd-jwt {
+		client_cert_auth {
+			role billing spiffe://example.org/ns/prod/sa/billing-*
+		}
+		jwt_auth {
+			hmac_secret clientcert-e2e-secret-0123456789abcdef
+			forward_claim sub X-User-Id
+			forward_claim roles X-User-Roles
+		}
+		reverse_proxy %[13]s
+	}
+	route /fwd {
+		client_cert_auth {
+			role billing spiffe://example.org/ns/prod/sa/billing-*
+			forward_claim sub X-User-Id
+			forward_claim roles X-User-Roles
+		}
+		reverse_proxy %[13]s
 	}
 	route /dns {
 		client_cert_auth {
@@ -243,7 +267,7 @@ https://localhost:%[11]d {
 	respond "{http.auth.user.id}"
 }
 `, adminPort, auditPath, verifyPort, tlsBlock("verify_if_given"), requirePort, tlsBlock("require_and_verify"),
-		perm.URL, upstream.URL, webID, hex.EncodeToString(run), requestPort, tlsBlock("request"))
+		perm.URL, upstream.URL, webID, hex.EncodeToString(run), requestPort, tlsBlock("request"), echo.URL)
 	caddytester.Load(t, adminPort, config)
 
 	roots := x509.NewCertPool()
@@ -302,6 +326,21 @@ https://localhost:%[11]d {
 			t.Fatalf("%d %q, want 200 jwt-first", resp.StatusCode, b)
 		}
 		must(t, client(), verifyPort, "/first", 401, `{"error":"unauthorized","reason":"missing client certificate"}`+"\n")
+	})
+	t.Run("forward_claim applies to the certificate's identity", func(t *testing.T) {
+		for _, path := range []string{"/fwd-jwt", "/fwd"} {
+			req, _ := http.NewRequest("GET", fmt.Sprintf("https://localhost:%d%s", verifyPort, path), nil)
+			req.Header.Set("X-User-Id", "admin") // a client's own is never forwarded
+			resp, err := client(billing).Do(req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			b, _ := io.ReadAll(resp.Body)
+			resp.Body.Close()
+			if want := fmt.Sprintf(`id=["%s"] roles=["billing"]`, billingID); resp.StatusCode != 200 || string(b) != want {
+				t.Errorf("%s: %d %s, want 200 %s", path, resp.StatusCode, b, want)
+			}
+		}
 	})
 	t.Run("DNS SAN and CN subjects", func(t *testing.T) {
 		must(t, client(billing), verifyPort, "/dns", 200, "billing.internal")

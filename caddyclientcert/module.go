@@ -52,7 +52,14 @@ type ClientCertAuth struct {
 	// Realm is the realm of the WWW-Authenticate challenge. Default: gateway.
 	Realm string `json:"realm,omitempty"`
 
+	// ForwardClaims copy claims of the request's identity (`sub`,
+	// `roles`, or those of an identity an earlier source established)
+	// into upstream request headers, as jwt_auth's forward_claim does. A
+	// header of the same name sent by the client is always removed first.
+	ForwardClaims []identity.ForwardClaim `json:"forward_claims,omitempty"`
+
 	challenge string
+	forward   *identity.ClaimHeaders
 }
 
 // CaddyModule returns the Caddy module information.
@@ -72,7 +79,9 @@ func (c *ClientCertAuth) Provision(caddy.Context) error {
 		c.Realm = DefaultRealm
 	}
 	c.challenge = deny.BearerChallenge(c.Realm)
-	return nil
+	var err error
+	c.forward, err = identity.NewClaimHeaders(c.ForwardClaims)
+	return err
 }
 
 // Validate checks the configuration.
@@ -82,12 +91,21 @@ func (c *ClientCertAuth) Validate() error {
 	default:
 		return fmt.Errorf("invalid subject %q: want san_uri, san_dns or cn", c.Subject)
 	}
+	for _, fc := range c.ForwardClaims {
+		if err := fc.Check(); err != nil {
+			return err
+		}
+	}
 	return checkRules(c.Roles)
 }
 
 // ServeHTTP authenticates the request.
 func (c *ClientCertAuth) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyhttp.Handler) error {
-	if _, ok := identity.FromRequest(r); ok {
+	// the forwarded headers: never the client's; an earlier source's
+	// identity gets them too
+	earlier, identified := identity.FromRequest(r)
+	c.forward.Apply(r.Header, earlier)
+	if identified {
 		return next.ServeHTTP(w, r)
 	}
 	// only a chain the handshake verified: PeerCertificates alone may be
@@ -110,14 +128,16 @@ func (c *ClientCertAuth) ServeHTTP(w http.ResponseWriter, r *http.Request, next 
 		claimRoles[i] = role
 	}
 	fp := Fingerprint(leaf)
-	identity.Set(r, &identity.Identity{
+	id := &identity.Identity{
 		Subject:      sub,
 		Issuer:       leaf.Issuer.String(),
 		ExpiresAt:    leaf.NotAfter,
 		Claims:       map[string]any{"sub": sub, "roles": claimRoles},
 		Method:       identity.MethodClientCert,
 		CredentialID: fp,
-	})
+	}
+	identity.Set(r, id)
+	c.forward.Apply(r.Header, id)
 	if repl, ok := r.Context().Value(caddy.ReplacerCtxKey).(*caddy.Replacer); ok {
 		repl.Set("http.auth.user.id", sub)
 		repl.Set("http.auth.client_cert.fingerprint", fp)

@@ -6,6 +6,8 @@ import (
 	"os"
 	"path/filepath"
 	"time"
+
+	"github.com/apigate/gateway/internal/atomicfile"
 )
 
 // State is the content of the state file: the containers behind the last
@@ -28,37 +30,19 @@ type State struct {
 	Pools map[string][]string `json:"pools,omitempty"`
 }
 
-// WriteState writes st to path atomically: a temporary file in the same
-// directory, synced, then renamed over path.
+// WriteState writes st to path atomically (internal/atomicfile): a
+// temporary file in the same directory, synced, then renamed over path.
 func WriteState(path string, st State) error {
 	st.Version = 1
 	b, err := json.MarshalIndent(st, "", "  ")
 	if err != nil {
 		return err
 	}
-	dir := filepath.Dir(path)
-	if err := os.MkdirAll(dir, 0o700); err != nil {
+	if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
 		return fmt.Errorf("state_file directory: %w", err)
 	}
-	f, err := os.CreateTemp(dir, "."+filepath.Base(path)+".tmp-*")
-	if err != nil {
+	if err := atomicfile.Write(path, append(b, '\n'), 0o600); err != nil {
 		return fmt.Errorf("state_file: %w", err)
-	}
-	tmp := f.Name()
-	defer os.Remove(tmp) // no-op after a successful rename
-	if _, err := f.Write(append(b, '\n')); err != nil {
-		f.Close()
-		return fmt.Errorf("state_file write: %w", err)
-	}
-	if err := f.Sync(); err != nil {
-		f.Close()
-		return fmt.Errorf("state_file sync: %w", err)
-	}
-	if err := f.Close(); err != nil {
-		return fmt.Errorf("state_file close: %w", err)
-	}
-	if err := os.Rename(tmp, path); err != nil {
-		return fmt.Errorf("state_file rename: %w", err)
 	}
 	return nil
 }

@@ -174,7 +174,7 @@ func (nopHandler) ServeHTTP(http.ResponseWriter, *http.Request) error { return n
 func BenchmarkServeHTTPHit(b *testing.B) {
 	ctx, cancel := caddy.NewContext(caddy.Context{Context: context.Background()})
 	defer cancel()
-	j := &JWTAuth{HMACSecrets: []string{string(testSecret)}, ForwardClaims: []ForwardClaim{{"sub", "X-User-Id"}}}
+	j := &JWTAuth{HMACSecrets: []string{string(testSecret)}, ForwardClaims: []ForwardClaim{{Claim: "sub", Header: "X-User-Id"}}}
 	if err := j.Provision(ctx); err != nil {
 		b.Fatal(err)
 	}

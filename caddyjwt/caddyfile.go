@@ -7,6 +7,8 @@ import (
 	"github.com/caddyserver/caddy/v2/caddyconfig/caddyfile"
 	"github.com/caddyserver/caddy/v2/caddyconfig/httpcaddyfile"
 	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
+
+	"github.com/apigate/gateway/identity"
 )
 
 func init() {
@@ -118,12 +120,9 @@ func (j *JWTAuth) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 				j.CacheTTL = caddy.Duration(dur)
 			}
 		case "forward_claim":
-			var fc ForwardClaim
-			if !d.Args(&fc.Claim, &fc.Header) {
-				return d.ArgErr()
-			}
-			if d.NextArg() {
-				return d.ArgErr()
+			fc, err := identity.UnmarshalForwardClaim(d)
+			if err != nil {
+				return err
 			}
 			j.ForwardClaims = append(j.ForwardClaims, fc)
 		case "strip_token", "optional":

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"go.uber.org/zap"
+	"go.uber.org/zap/zapcore"
 )
 
 // Defaults of JWKSConfig.
@@ -42,6 +43,17 @@ type JWKSConfig struct {
 	Client *http.Client
 	// Logger receives fetch failures and skipped keys (nil: no logs).
 	Logger *zap.Logger
+
+	// retry is the first wait after a failed fetch, doubled per failure
+	// up to Refresh (0: minRetry); tests shorten it.
+	retry time.Duration
+}
+
+func (c JWKSConfig) retryBase() time.Duration {
+	if c.retry > 0 {
+		return c.retry
+	}
+	return minRetry
 }
 
 // JWKSet is a JWK Set fetched from a URL and kept fresh in the background.
@@ -161,17 +173,22 @@ func (s *JWKSet) loop() {
 	}()
 	err := s.Fetch(s.ctx)
 	close(s.loaded)
-	if err != nil && s.ctx.Err() == nil {
-		s.log.Error("initial JWKS fetch failed; retrying in the background", zap.Error(err))
-	}
-	retry := minRetry
+	failures := 0
+	retry := s.cfg.retryBase()
 	for {
 		wait := s.cfg.Refresh
+		// failing is also set by early refreshes between these fetches
 		if s.failing.Load() {
 			wait = min(retry, s.cfg.Refresh)
 			retry *= 2
 		} else {
-			retry = minRetry
+			retry = s.cfg.retryBase()
+		}
+		if err == nil {
+			failures = 0
+		} else if s.ctx.Err() == nil {
+			failures++
+			s.logFailure(failures, err, wait)
 		}
 		t := time.NewTimer(wait)
 		select {
@@ -180,9 +197,36 @@ func (s *JWKSet) loop() {
 			return
 		case <-t.C:
 		}
-		if err := s.Fetch(s.ctx); err != nil && s.ctx.Err() == nil {
-			s.log.Warn("JWKS refresh failed; keeping the last good keys", zap.Error(err), zap.Int("keys", len(s.Keys())))
-		}
+		err = s.Fetch(s.ctx)
+	}
+}
+
+// failuresBeforeError is how many fetches in a row may fail before a
+// fetcher that retries logs at error level: the first ones are warnings,
+// since an identity provider that starts with the gateway (as the demo
+// JWKS of scripts/run, served by the gateway itself) is not up for the
+// first fetch; one that keeps failing is an error.
+const failuresBeforeError = 3
+
+// failureLevel is the level of the n-th failure in a row.
+func failureLevel(n int) zapcore.Level {
+	if n < failuresBeforeError {
+		return zapcore.WarnLevel
+	}
+	return zapcore.ErrorLevel
+}
+
+// logFailure logs the n-th failed fetch in a row of the refresh loop.
+func (s *JWKSet) logFailure(n int, err error, retryIn time.Duration) {
+	msg := "JWKS refresh failed; keeping the last good keys, retrying in the background"
+	switch {
+	case len(s.Keys()) == 0 && n == 1:
+		msg = "initial JWKS fetch failed; retrying in the background"
+	case len(s.Keys()) == 0:
+		msg = "JWKS fetch keeps failing; its tokens are refused until it succeeds, retrying in the background"
+	}
+	if ce := s.log.Check(failureLevel(n), msg); ce != nil {
+		ce.Write(zap.Error(err), zap.Int("failures", n), zap.Duration("retry_in", retryIn), zap.Int("keys", len(s.Keys())))
 	}
 }
 

@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"hash"
 	"net/http"
-	"net/textproto"
 	"os"
 	"strings"
 	"time"
@@ -108,8 +107,11 @@ type JWTAuth struct {
 	// last.
 	FromQuery []string `json:"from_query,omitempty"`
 
-	// ForwardClaims copy claims into upstream request headers. A header of
-	// the same name sent by the client is always removed first.
+	// ForwardClaims copy claims of the request's identity into upstream
+	// request headers. A header of the same name sent by the client is
+	// always removed first. They apply to whichever identity the request
+	// has when it passes this handler: the token's, or one an identity
+	// source before this one (api_key, client_cert_auth) established.
 	ForwardClaims []ForwardClaim `json:"forward_claims,omitempty"`
 
 	// StripToken removes the credential (the token's header, cookie or
@@ -146,8 +148,7 @@ type JWTAuth struct {
 
 	verifier    *Verifier
 	sources     []credential.TokenSource
-	forward     []forward
-	spoofable   []string
+	forward     *identity.ClaimHeaders
 	challenge   string
 	metrics     *jwtMetrics
 	logger      *zap.Logger
@@ -250,18 +251,9 @@ func (j *JWTAuth) checkProviders() error {
 	return nil
 }
 
-// ForwardClaim copies a claim into an upstream request header.
-type ForwardClaim struct {
-	// Claim is a claim path, e.g. `sub` or `realm_access.roles`.
-	Claim string `json:"claim"`
-	// Header is the request header to set.
-	Header string `json:"header"`
-}
-
-type forward struct {
-	path   ClaimPath
-	header string
-}
+// ForwardClaim copies a claim into an upstream request header; it is
+// identity.ForwardClaim, which every identity source shares.
+type ForwardClaim = identity.ForwardClaim
 
 // CaddyModule returns the Caddy module information.
 func (JWTAuth) CaddyModule() caddy.ModuleInfo {
@@ -318,16 +310,8 @@ func (j *JWTAuth) Provision(ctx caddy.Context) error {
 		}
 	}
 	j.sources = credential.OrderSources(j.FromHeaders, j.FromCookies, j.FromQuery)
-	for _, fc := range j.ForwardClaims {
-		p, err := ParseClaimPath(fc.Claim)
-		if err != nil {
-			return fmt.Errorf("forward_claim: %v", err)
-		}
-		h := textproto.CanonicalMIMEHeaderKey(fc.Header)
-		j.forward = append(j.forward, forward{path: p, header: h})
-		j.spoofable = append(j.spoofable, h)
-	}
-	return nil
+	j.forward, err = identity.NewClaimHeaders(j.ForwardClaims)
+	return err
 }
 
 // staticKeys loads the HMAC secrets and PEM public keys, and warns about a
@@ -567,32 +551,16 @@ func (j *JWTAuth) Validate() error {
 		return fmt.Errorf("invalid cache_size %d: must be positive, or -1 to disable the cache", j.CacheSize)
 	}
 	for _, fc := range j.ForwardClaims {
-		if fc.Claim == "" || fc.Header == "" {
-			return fmt.Errorf("invalid forward_claim %q -> %q: both a claim and a header are required", fc.Claim, fc.Header)
-		}
-		if !validHeaderName(fc.Header) {
-			return fmt.Errorf("invalid forward_claim header %q", fc.Header)
+		if err := fc.Check(); err != nil {
+			return err
 		}
 	}
 	for _, h := range j.FromHeaders {
-		if !validHeaderName(h) {
+		if !identity.ValidHeaderName(h) {
 			return fmt.Errorf("invalid from_header %q", h)
 		}
 	}
 	return nil
-}
-
-func validHeaderName(h string) bool {
-	if h == "" {
-		return false
-	}
-	for i := 0; i < len(h); i++ {
-		c := h[i]
-		if c <= ' ' || c >= 0x7f || strings.IndexByte(`"(),/:;<=>?@[\]{}`, c) >= 0 {
-			return false
-		}
-	}
-	return true
 }
 
 // Cleanup releases this config's hold on the shared fetchers and verifier;
@@ -614,14 +582,14 @@ const claimsPrefix = "http.auth.jwt.claims."
 
 // ServeHTTP authenticates the request.
 func (j *JWTAuth) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyhttp.Handler) error {
-	// never let a client choose what the upstream believes came from a token
-	for _, h := range j.spoofable {
-		r.Header.Del(h)
-	}
-	// an identity source before this one (api_key, client_cert_auth)
-	// identified the request: the first identity stands, and a token the
-	// request may also carry is not looked at
-	if _, ok := identity.FromRequest(r); ok {
+	// The forwarded headers: never the client's; an identity source
+	// before this one (api_key, client_cert_auth) that identified the
+	// request gets them as a token would.
+	earlier, identified := identity.FromRequest(r)
+	j.forward.Apply(r.Header, earlier)
+	// the first identity stands, and a token the request may also carry
+	// is not looked at
+	if identified {
 		if j.StripToken {
 			credential.StripToken(r, j.sources)
 		}
@@ -673,11 +641,7 @@ func (j *JWTAuth) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyht
 			return identity.Stringify(v), true
 		})
 	}
-	for _, f := range j.forward {
-		if v, ok := f.path.Lookup(id.Claims); ok && v != nil {
-			r.Header.Set(f.header, headerSafe(identity.Stringify(v)))
-		}
-	}
+	j.forward.Apply(r.Header, id)
 	if j.StripToken {
 		credential.StripToken(r, j.sources)
 	}
@@ -696,21 +660,6 @@ func (j *JWTAuth) invalid(w http.ResponseWriter, r *http.Request, err error) err
 	identity.SetDenial(r, "jwt_auth", e.Reason)
 	w.Header().Set("WWW-Authenticate", deny.InvalidTokenChallenge(e.Reason))
 	return deny.Respond(w, r, http.StatusUnauthorized, "invalid_token", e.Reason)
-}
-
-// headerSafe drops control characters a claim could smuggle into a header.
-func headerSafe(s string) string {
-	for i := 0; i < len(s); i++ {
-		if c := s[i]; c < ' ' && c != '\t' || c == 0x7f {
-			return strings.Map(func(r rune) rune {
-				if r < ' ' && r != '\t' || r == 0x7f {
-					return ' '
-				}
-				return r
-			}, s)
-		}
-	}
-	return s
 }
 
 // Interface guards

@@ -181,7 +181,7 @@ func TestServeHTTP(t *testing.T) {
 }
 
 func TestServeHTTPOptional(t *testing.T) {
-	j := &JWTAuth{HMACSecrets: []string{string(testSecret)}, Optional: true, ForwardClaims: []ForwardClaim{{"sub", "X-User-Id"}}}
+	j := &JWTAuth{HMACSecrets: []string{string(testSecret)}, Optional: true, ForwardClaims: []ForwardClaim{{Claim: "sub", Header: "X-User-Id"}}}
 	provision(t, j)
 
 	r := request("GET", "/")
@@ -252,8 +252,8 @@ func TestProvisionErrors(t *testing.T) {
 		{"bad algorithm", JWTAuth{HMACSecrets: []string{"s"}, Algorithms: []string{"none"}}, `"none" is never accepted`},
 		{"negative leeway", JWTAuth{HMACSecrets: []string{"s"}, Leeway: -1}, "invalid leeway"},
 		{"tiny refresh", JWTAuth{JWKSURLs: []string{"http://127.0.0.1:1/"}, JWKSRefresh: caddy.Duration(time.Millisecond)}, "invalid jwks_refresh"},
-		{"bad header", JWTAuth{HMACSecrets: []string{"s"}, ForwardClaims: []ForwardClaim{{"sub", "X Bad"}}}, "invalid forward_claim header"},
-		{"bad claim path", JWTAuth{HMACSecrets: []string{"s"}, ForwardClaims: []ForwardClaim{{"a..b", "X-A"}}}, "forward_claim"},
+		{"bad header", JWTAuth{HMACSecrets: []string{"s"}, ForwardClaims: []ForwardClaim{{Claim: "sub", Header: "X Bad"}}}, "invalid forward_claim header"},
+		{"bad claim path", JWTAuth{HMACSecrets: []string{"s"}, ForwardClaims: []ForwardClaim{{Claim: "a..b", Header: "X-A"}}}, "forward_claim"},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {

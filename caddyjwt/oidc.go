@@ -182,7 +182,8 @@ func (s *OIDCKeySet) loop() {
 			s.log.Error("OIDC discovery loop panicked", zap.Any("panic", r), zap.ByteString("stack", debug.Stack()))
 		}
 	}()
-	retry := minRetry
+	retry := s.cfg.JWKS.retryBase()
+	failures := 0
 	for first := true; ; first = false {
 		s.mu.Lock()
 		var err error
@@ -196,8 +197,10 @@ func (s *OIDCKeySet) loop() {
 		if err == nil || s.ctx.Err() != nil {
 			return
 		}
-		s.log.Error("OIDC discovery failed; the provider's tokens are refused until it succeeds, retrying in the background",
-			zap.Error(err), zap.Duration("retry_in", retry))
+		failures++
+		if ce := s.log.Check(failureLevel(failures), "OIDC discovery failed; the provider's tokens are refused until it succeeds, retrying in the background"); ce != nil {
+			ce.Write(zap.Error(err), zap.Int("failures", failures), zap.Duration("retry_in", retry))
+		}
 		t := time.NewTimer(retry)
 		select {
 		case <-s.ctx.Done():

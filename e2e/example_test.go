@@ -130,6 +130,14 @@ func TestCaddyfileExampleRuns(t *testing.T) {
 			}
 		})
 	}
+	// scripts/run starts without an error line: the demo JWKS, served by
+	// the gateway itself, is not up for the first fetch, which is a
+	// warning (docs/caddyjwt.md); nothing else may log an error.
+	for _, line := range strings.Split(s.logText(), "\n") {
+		if strings.Contains(line, `"level":"error"`) {
+			t.Errorf("error line while starting and serving Caddyfile.example:\n%s", line)
+		}
+	}
 	// the audit file sink got the events
 	deadline = time.Now().Add(10 * time.Second)
 	for {

@@ -13,6 +13,7 @@
 package apikeys
 
 import (
+	"bytes"
 	"crypto/rand"
 	"crypto/sha256"
 	"crypto/subtle"
@@ -171,23 +172,21 @@ func (s *Set) Check(key string, now time.Time) (*Entry, error) {
 }
 
 // Parse reads a keys file: a JSON array of entries. Errors name the entry
-// (index and id) and the field that is wrong.
+// (index from 1, and id) and the field that is wrong.
 func Parse(data []byte) (*Set, error) {
-	var entries []*Entry
-	dec := json.NewDecoder(strings.NewReader(string(data)))
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(&entries); err != nil {
-		return nil, fmt.Errorf("not a JSON array of keys: %v", err)
+	raws, err := splitArray(data)
+	if err != nil {
+		return nil, err
 	}
-	if dec.More() {
-		return nil, errors.New("not a JSON array of keys: data after the array")
+	entries := make([]*Entry, len(raws))
+	for i, raw := range raws {
+		if entries[i], err = decodeEntry(i+1, raw); err != nil {
+			return nil, err
+		}
 	}
 	set := &Set{byID: make(map[string]*Entry, len(entries))}
 	for i, e := range entries {
-		if e == nil {
-			return nil, fmt.Errorf("entry %d: null", i+1)
-		}
-		where := fmt.Sprintf("entry %d (id %s)", i+1, strconv.Quote(e.ID))
+		where := entryName(i+1, e.ID)
 		if !ValidID(e.ID) {
 			return nil, fmt.Errorf("%s: invalid id: use 1 to %d letters, digits, '-' or '.'", where, MaxIDLen)
 		}
@@ -219,4 +218,154 @@ func Parse(data []byte) (*Set, error) {
 		set.byID[e.ID] = e
 	}
 	return set, nil
+}
+
+// fields are the keys file's field names, with what each holds.
+var fields = []struct{ name, want string }{
+	{"id", "a string"}, {"hash", "a string"}, {"sub", "a string"},
+	{"roles", "an array of strings"}, {"scope", "a string"}, {"expires", "a string"},
+}
+
+// entryName names an entry in errors: `entry 2 (id "ci-deploy")`.
+func entryName(n int, id string) string {
+	if id == "" {
+		return fmt.Sprintf("entry %d (no id)", n)
+	}
+	return fmt.Sprintf("entry %d (id %s)", n, strconv.Quote(id))
+}
+
+// splitArray returns the elements of the keys file's JSON array, saying
+// what is wrong with a file that is not one.
+func splitArray(data []byte) ([]json.RawMessage, error) {
+	trimmed := bytes.TrimSpace(data)
+	switch {
+	case len(trimmed) == 0:
+		return nil, errors.New("empty: a keys file is a JSON array of keys ([] for none)")
+	case trimmed[0] == '{':
+		return nil, errors.New(`not a JSON array of keys but a single object: put it in [ ] (a keys file is [{"id":...}, {"id":...}])`)
+	case trimmed[0] != '[':
+		return nil, errors.New("not a JSON array of keys: it does not start with [")
+	}
+	dec := json.NewDecoder(bytes.NewReader(data))
+	var raws []json.RawMessage
+	if err := dec.Decode(&raws); err != nil {
+		var se *json.SyntaxError
+		if errors.As(err, &se) {
+			line, col := position(data, se.Offset)
+			return nil, fmt.Errorf("not a JSON array of keys: line %d, column %d: %v", line, col, err)
+		}
+		return nil, fmt.Errorf("not a JSON array of keys: %v", err)
+	}
+	if dec.More() {
+		return nil, errors.New("not a JSON array of keys: data after the array")
+	}
+	return raws, nil
+}
+
+// position returns the line and column (from 1) of byte offset off.
+func position(data []byte, off int64) (line, col int) {
+	if off > int64(len(data)) {
+		off = int64(len(data))
+	}
+	before := data[:off]
+	line = bytes.Count(before, []byte("\n")) + 1
+	col = int(off) - bytes.LastIndexByte(before, '\n')
+	return line, col
+}
+
+// decodeEntry decodes the n-th entry strictly (no unknown field), with an
+// error that names the entry and the field.
+func decodeEntry(n int, raw json.RawMessage) (*Entry, error) {
+	if bytes.Equal(bytes.TrimSpace(raw), []byte("null")) {
+		return nil, fmt.Errorf("entry %d: null", n)
+	}
+	// the id, for errors, even when the rest does not decode
+	var probe map[string]json.RawMessage
+	if err := json.Unmarshal(raw, &probe); err != nil {
+		return nil, fmt.Errorf("entry %d: not an object {\"id\":...,\"hash\":...,\"sub\":...}", n)
+	}
+	var id string
+	for k, v := range probe {
+		if strings.EqualFold(k, "id") {
+			_ = json.Unmarshal(v, &id)
+		}
+	}
+	where := entryName(n, id)
+	e := new(Entry)
+	dec := json.NewDecoder(bytes.NewReader(raw))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(e); err != nil {
+		var te *json.UnmarshalTypeError
+		if errors.As(err, &te) {
+			field, _, _ := strings.Cut(te.Field, ".")
+			want := "another type"
+			for _, f := range fields {
+				if f.name == field {
+					want = f.want
+				}
+			}
+			return nil, fmt.Errorf("%s: field %s: want %s, got a JSON %s", where, field, want, te.Value)
+		}
+		if name, ok := strings.CutPrefix(err.Error(), "json: unknown field "); ok {
+			name, _ = strconv.Unquote(name)
+			return nil, fmt.Errorf("%s: unknown field %q%s", where, name, suggest(name))
+		}
+		return nil, fmt.Errorf("%s: %v", where, err)
+	}
+	return e, nil
+}
+
+// suggest names the known field a misspelled one probably meant, and
+// lists the fields otherwise.
+func suggest(name string) string {
+	lower := strings.ToLower(name)
+	for _, f := range fields {
+		if strings.HasPrefix(f.name, lower) || strings.HasPrefix(lower, f.name) {
+			return fmt.Sprintf(" (did you mean %q?)", f.name)
+		}
+	}
+	names := make([]string, len(fields))
+	for i, f := range fields {
+		names[i] = f.name
+	}
+	return " (the fields are " + strings.Join(names, ", ") + ")"
+}
+
+// Append returns the keys file data with e added at the end of its array:
+// data is the file as it is (nil or empty when there is none yet), and
+// stays as it was written, entry for entry. e must not reuse an id of the
+// file, and the result must load (Parse), or Append returns an error
+// naming what is wrong; a file that does not load as it is is an error
+// too, not something to add to.
+func Append(data []byte, e Entry) ([]byte, error) {
+	line, err := json.Marshal(e)
+	if err != nil {
+		return nil, err
+	}
+	var out []byte
+	if len(bytes.TrimSpace(data)) == 0 {
+		out = []byte("[\n  " + string(line) + "\n]\n")
+	} else {
+		set, err := Parse(data)
+		if err != nil {
+			return nil, err
+		}
+		if set.byID[e.ID] != nil {
+			return nil, fmt.Errorf("id %q is already in the keys file: choose another id", e.ID)
+		}
+		// the array's closing bracket is the last non-space byte
+		body := bytes.TrimRight(data, " \t\r\n")
+		head := bytes.TrimRight(body[:len(body)-1], " \t\r\n")
+		out = append(out, head...)
+		if head[len(head)-1] != '[' {
+			out = append(out, ',')
+		}
+		out = append(out, "\n  "...)
+		out = append(out, line...)
+		out = append(out, "\n]\n"...)
+	}
+	if _, err := Parse(out); err != nil {
+		return nil, fmt.Errorf("the new entry does not load: %v", err)
+	}
+	return out, nil
 }

@@ -68,9 +68,16 @@ func TestParseErrors(t *testing.T) {
 	tests := []struct {
 		name, file, want string
 	}{
-		{"not json", `{`, "not a JSON array"},
-		{"object", `{"id":"a"}`, "not a JSON array"},
-		{"unknown field", `[{"id":"a","hash":"` + h + `","sub":"s","secret":"x"}]`, `unknown field "secret"`},
+		{"not json", `[{`, "not a JSON array"},
+		{"syntax error, with its place", "[\n  {\"id\":\"a\",}\n]", "line 2, column 14"},
+		{"empty", " \n", "empty: a keys file is a JSON array"},
+		{"not an array", `"a"`, "does not start with ["},
+		{"a pasted single object", `{"id":"a","hash":"` + h + `","sub":"s"}`, "single object: put it in [ ]"},
+		{"unknown field", `[{"id":"a","hash":"` + h + `","sub":"s","secret":"x"}]`, `entry 1 (id "a"): unknown field "secret" (the fields are id, hash, sub, roles, scope, expires)`},
+		{"misspelled field", `[{"id":"a","hash":"` + h + `","sub":"s"},{"id":"b","hash":"` + h + `","sub":"s","role":["x"]}]`, `entry 2 (id "b"): unknown field "role" (did you mean "roles"?)`},
+		{"roles as a string", `[{"id":"a","hash":"` + h + `","sub":"s","roles":"admin"}]`, `entry 1 (id "a"): field roles: want an array of strings, got a JSON string`},
+		{"id as a number", `[{"id":7,"hash":"` + h + `","sub":"s"}]`, `entry 1 (no id): field id: want a string, got a JSON number`},
+		{"entry not an object", `[{"id":"a","hash":"` + h + `","sub":"s"}, "b"]`, `entry 2: not an object`},
 		{"trailing", `[] []`, "data after the array"},
 		{"null entry", `[null]`, "entry 1: null"},
 		{"bad id", `[{"id":"a_b","hash":"` + h + `","sub":"s"}]`, `entry 1 (id "a_b"): invalid id`},
@@ -115,4 +122,46 @@ func FuzzCheck(f *testing.F) {
 func FuzzParse(f *testing.F) {
 	f.Add([]byte(`[{"id":"a","hash":"sha256:00","sub":"s"}]`))
 	f.Fuzz(func(t *testing.T, b []byte) { _, _ = Parse(b) })
+}
+
+// TestAppend: Append adds an entry at the end of a keys file's array,
+// keeping what was there as it was written; a new file is made; a
+// duplicate id or a file that does not load is refused.
+func TestAppend(t *testing.T) {
+	_, h1, _ := New("one")
+	_, h2, _ := New("two")
+	two := Entry{ID: "two", Hash: h2, Sub: "svc", Roles: []string{"reader"}}
+	tests := []struct {
+		name, before, after, err string
+	}{
+		{"no file yet", "", "[\n  " + `{"id":"two","hash":"` + h2 + `","sub":"svc","roles":["reader"]}` + "\n]\n", ""},
+		{"empty array", "[]\n", "[\n  " + `{"id":"two","hash":"` + h2 + `","sub":"svc","roles":["reader"]}` + "\n]\n", ""},
+		{"kept as written", "[\n    {\"id\": \"one\", \"hash\": \"" + h1 + "\", \"sub\": \"a\"}  ]  \n",
+			"[\n    {\"id\": \"one\", \"hash\": \"" + h1 + "\", \"sub\": \"a\"},\n  " + `{"id":"two","hash":"` + h2 + `","sub":"svc","roles":["reader"]}` + "\n]\n", ""},
+		{"duplicate id", `[{"id":"two","hash":"` + h1 + `","sub":"a"}]`, "", `id "two" is already in the keys file`},
+		{"broken file", `[{"id":"one","hash":"` + h1 + `","sub":"a","role":["x"]}]`, "", `entry 1 (id "one"): unknown field "role"`},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			got, err := Append([]byte(tc.before), two)
+			if tc.err != "" {
+				if err == nil || !strings.Contains(err.Error(), tc.err) {
+					t.Fatalf("got %v, want an error containing %q", err, tc.err)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			if string(got) != tc.after {
+				t.Fatalf("got:\n%s\nwant:\n%s", got, tc.after)
+			}
+			if _, err := Parse(got); err != nil {
+				t.Fatal(err)
+			}
+		})
+	}
+	if _, err := Append(nil, Entry{ID: "bad_id", Hash: h1, Sub: "s"}); err == nil || !strings.Contains(err.Error(), "invalid id") {
+		t.Fatalf("an entry that does not load: %v", err)
+	}
 }

@@ -6,44 +6,52 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"os"
 	"strings"
 	"time"
 
 	"github.com/apigate/gateway/caddyapikey/apikeys"
+	"github.com/apigate/gateway/internal/atomicfile"
 )
 
 const apikeyUsage = `usage:
-  gatewayctl apikey new --sub SUBJECT [--roles a,b] [--scope "x y"] [--expires T] [--id ID]
+  gatewayctl apikey new --sub SUBJECT [--roles a,b] [--scope "x y"] [--expires T] [--id ID] [--file keys.json]
 	make an API key for the gateway's api_key handler. Prints the key
-	(shown this once: the gateway keeps only its hash) and the JSON line
-	to add to the keys file's array. --expires takes an RFC 3339 time
-	(2027-01-31T00:00:00Z) or a duration from now (720h). --id names the
-	key (letters, digits, '-', '.'); default: random.
+	(shown this once: the gateway keeps only its hash) and its keys file
+	entry. With --file, the entry is added to that keys file (the file
+	api_key's keys_file names): the file is created (mode 0600) if
+	missing, else replaced atomically with its mode and owner kept, and the
+	gateway reads it within check_interval; an id already in the file, or
+	a file that does not load, is an error and leaves the file as it was.
+	Without --file, add the printed line to the file's array yourself.
+	--expires takes an RFC 3339 time (2027-01-31T00:00:00Z) or a duration
+	from now (720h). --id names the key (letters, digits, '-', '.');
+	default: random.
 `
 
 func cmdAPIKey(args []string, out io.Writer) error {
 	if len(args) == 0 {
 		return errors.New("apikey needs new\n" + apikeyUsage)
 	}
-	switch args[0] {
-	case "new":
+	switch {
+	case args[0] == "new":
 		return cmdAPIKeyNew(args[1:], out, time.Now())
-	case "help", "-h", "-help", "--help":
+	case isHelp(args[0]):
 		_, err := io.WriteString(out, apikeyUsage)
 		return err
 	}
-	return fmt.Errorf("unknown apikey command %q: want new", args[0])
+	return fmt.Errorf("unknown apikey command %q: want new (gatewayctl apikey -h for help)", args[0])
 }
 
 func cmdAPIKeyNew(args []string, out io.Writer, now time.Time) error {
 	fs := flag.NewFlagSet("apikey new", flag.ContinueOnError)
-	fs.Usage = func() { fmt.Fprint(fs.Output(), apikeyUsage) }
 	sub := fs.String("sub", "", "subject the key authenticates (required)")
 	roles := fs.String("roles", "", "comma-separated roles")
 	scope := fs.String("scope", "", "scopes, separated by spaces or commas")
 	expires := fs.String("expires", "", "RFC 3339 time or duration from now")
 	id := fs.String("id", "", "key id (default: random)")
-	if err := fs.Parse(args); err != nil {
+	file := fs.String("file", "", "keys file to add the entry to (created if missing)")
+	if done, err := parseFlags(fs, args, apikeyUsage, out); done {
 		return err
 	}
 	if fs.NArg() > 0 {
@@ -76,8 +84,31 @@ func cmdAPIKeyNew(args []string, out io.Writer, now time.Time) error {
 	if _, err := apikeys.Parse([]byte("[" + string(line) + "]")); err != nil {
 		return err
 	}
+	if *file != "" {
+		// the file is added to before the key is shown: a key is never
+		// printed for an entry that did not make it into the file
+		if err := addToKeysFile(*file, entry); err != nil {
+			return err
+		}
+		_, err = fmt.Fprintf(out, "key (shown once; give it to the client): %s\nadded to %s:\n%s\n", key, *file, line)
+		return err
+	}
 	_, err = fmt.Fprintf(out, "key (shown once; give it to the client): %s\nkeys file entry:\n%s\n", key, line)
 	return err
+}
+
+// addToKeysFile appends entry to the keys file at path, creating it when
+// it does not exist.
+func addToKeysFile(path string, entry apikeys.Entry) error {
+	data, err := os.ReadFile(path)
+	if err != nil && !errors.Is(err, os.ErrNotExist) {
+		return err
+	}
+	next, err := apikeys.Append(data, entry)
+	if err != nil {
+		return fmt.Errorf("keys file %s: %w", path, err)
+	}
+	return atomicfile.Write(path, next, 0o600)
 }
 
 // splitList splits on commas and spaces, dropping empty parts.

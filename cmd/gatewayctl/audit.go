@@ -50,20 +50,20 @@ func cmdAudit(args []string, out io.Writer) error {
 		return cmdAuditKeygen(args[1:], out)
 	case "verify":
 		return cmdAuditVerify(args[1:], out)
-	case "help", "-h", "-help", "--help":
+	}
+	if isHelp(args[0]) {
 		_, err := io.WriteString(out, auditUsage)
 		return err
 	}
-	return fmt.Errorf("unknown audit command %q: want keygen or verify", args[0])
+	return fmt.Errorf("unknown audit command %q: want keygen or verify (gatewayctl audit -h for help)", args[0])
 }
 
 // cmdAuditKeygen creates DIR/audit.key and DIR/audit.pub, keeping an
 // existing audit.key.
 func cmdAuditKeygen(args []string, out io.Writer) error {
 	fs := flag.NewFlagSet("audit keygen", flag.ContinueOnError)
-	fs.Usage = func() { fmt.Fprint(fs.Output(), auditUsage) }
 	dir := fs.String("out", "", "directory for audit.key and audit.pub")
-	if err := fs.Parse(args); err != nil {
+	if done, err := parseFlags(fs, args, auditUsage, out); done {
 		return err
 	}
 	if *dir == "" || fs.NArg() > 0 {
@@ -113,7 +113,6 @@ func cmdAuditKeygen(args []string, out io.Writer) error {
 
 func cmdAuditVerify(args []string, out io.Writer) error {
 	fs := flag.NewFlagSet("audit verify", flag.ContinueOnError)
-	fs.Usage = func() { fmt.Fprint(fs.Output(), auditUsage) }
 	keyFile := fs.String("key", "", "public key PEM (audit.pub), or the private key PEM")
 	var opt auditchain.VerifyOptions
 	fs.BoolVar(&opt.AnyOrder, "any-order", false, "accept a chain's events in any order")
@@ -122,7 +121,7 @@ func cmdAuditVerify(args []string, out io.Writer) error {
 	// Flags may come before and after the files; after "--", all are files.
 	var files []string
 	for {
-		if err := fs.Parse(args); err != nil {
+		if done, err := parseFlags(fs, args, auditUsage, out); done {
 			return err
 		}
 		rest := fs.Args()

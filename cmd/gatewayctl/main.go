@@ -1,13 +1,7 @@
-// Command gatewayctl holds the gateway's small operator and developer tools:
-//
-//	gatewayctl secret [-file F]          print (or create once in F) a random HMAC secret
-//	gatewayctl token  [flags]            sign a token for testing the gateway
-//	gatewayctl keygen -dir D             create an RSA key pair and a JWKS for it in D
-//	gatewayctl audit keygen -out D       create the Ed25519 key pair that signs audit checkpoints in D
-//	gatewayctl audit verify -key K F...  verify audit trails (JSON lines) against public key K
-//	gatewayctl apikey new --sub S ...    make an API key; print it once and its keys file entry
-//
-// Errors, and an audit trail that does not verify, exit with status 2.
+// Command gatewayctl holds the gateway's small operator and developer tools.
+// Its usage (gatewayctl -h) lists the commands; each command's -h has the
+// details. Errors, and an audit trail that does not verify, exit with status
+// 2; -h, --help and help print usage to stdout and exit 0.
 //
 // `make run` uses it to create the development secret on first run and to print
 // a demo token; nothing secret is kept in the repository.
@@ -34,6 +28,23 @@ import (
 	"github.com/golang-jwt/jwt/v5"
 )
 
+const usage = `usage: gatewayctl <command> [flags]
+
+commands:
+  secret [-file F]                  print (or create once in F) a random HMAC secret
+  token [flags]                     sign a JWT for testing the gateway (HS256 or RS256)
+  keygen -dir D                     create an RSA key pair and a JWKS for it in D
+  audit keygen -out D               create the Ed25519 key pair that signs audit checkpoints
+  audit verify -key K FILE...       verify audit trails against the public key K
+  apikey new --sub S [...]          make an API key: print it once, and its keys file entry
+                                    (--file keys.json adds the entry to the file)
+  help [<command>]                  this text, or a command's usage
+
+gatewayctl <command> -h prints a command's flags. Flags take one dash or two
+(-key or --key). Exit status: 0 on success, 2 on an error or an audit trail
+that does not verify.
+`
+
 func main() {
 	if err := run(os.Args[1:], os.Stdout); err != nil {
 		fmt.Fprintln(os.Stderr, "gatewayctl:", err)
@@ -43,7 +54,7 @@ func main() {
 
 func run(args []string, out io.Writer) error {
 	if len(args) == 0 {
-		return errors.New("usage: gatewayctl secret|token|keygen|audit|apikey [flags] (-h for help)")
+		return errors.New("no command\n" + usage)
 	}
 	switch args[0] {
 	case "secret":
@@ -56,17 +67,68 @@ func run(args []string, out io.Writer) error {
 		return cmdAudit(args[1:], out)
 	case "apikey":
 		return cmdAPIKey(args[1:], out)
+	case "help", "-h", "-help", "--help":
+		if len(args) > 1 && args[0] == "help" {
+			// help <command> [<subcommand>]: that command's usage
+			return run(append(args[1:], "-h"), out)
+		}
+		_, err := io.WriteString(out, usage)
+		return err
 	default:
-		return fmt.Errorf("unknown command %q: want secret, token, keygen, audit or apikey", args[0])
+		return fmt.Errorf("unknown command %q: want secret, token, keygen, audit or apikey (gatewayctl -h for help)", args[0])
 	}
 }
+
+// isHelp reports whether arg asks for help.
+func isHelp(arg string) bool {
+	switch arg {
+	case "help", "-h", "-help", "--help":
+		return true
+	}
+	return false
+}
+
+// parseFlags parses args with fs. -h (or --help) prints usage and fs's
+// flags to out and returns done; a bad flag is an error that says where
+// help is. Nothing goes to stderr from here: main prints the error.
+func parseFlags(fs *flag.FlagSet, args []string, usage string, out io.Writer) (done bool, err error) {
+	fs.SetOutput(io.Discard)
+	fs.Usage = func() {}
+	err = fs.Parse(args)
+	if errors.Is(err, flag.ErrHelp) {
+		return true, printUsage(fs, usage, out)
+	}
+	if err != nil {
+		return true, fmt.Errorf("%s: %v (gatewayctl %s -h for help)", fs.Name(), err, fs.Name())
+	}
+	return false, nil
+}
+
+// printUsage writes usage and fs's flags with their defaults to out.
+func printUsage(fs *flag.FlagSet, usage string, out io.Writer) error {
+	if _, err := io.WriteString(out, usage); err != nil {
+		return err
+	}
+	if _, err := io.WriteString(out, "\nflags:\n"); err != nil {
+		return err
+	}
+	fs.SetOutput(out)
+	fs.PrintDefaults()
+	return nil
+}
+
+const secretUsage = `usage: gatewayctl secret [-file F]
+	print a random HMAC secret (32 bytes, hex) for jwt_auth's hmac_secret.
+	With -file, the secret is kept in F (created once, mode 0600) and
+	printed again on later calls.
+`
 
 // cmdSecret prints a secret; with -file it creates the file (mode 0600) only
 // when it does not exist yet, and prints its content.
 func cmdSecret(args []string, out io.Writer) error {
 	fs := flag.NewFlagSet("secret", flag.ContinueOnError)
 	file := fs.String("file", "", "keep the secret in this file, creating it once")
-	if err := fs.Parse(args); err != nil {
+	if done, err := parseFlags(fs, args, secretUsage, out); done {
 		return err
 	}
 	if *file != "" {
@@ -111,12 +173,25 @@ type listFlag []string
 func (l *listFlag) String() string     { return strings.Join(*l, ",") }
 func (l *listFlag) Set(s string) error { *l = append(*l, s); return nil }
 
+const tokenUsage = `usage: gatewayctl token (-secret-file F | -secret-env VAR | -key rsa.key [-jwks jwks.json | -kid KID]) [flags]
+	sign a JWT for testing the gateway and print it. HS256 with an HMAC
+	secret (jwt_auth's hmac_secret), or RS256 with an RSA private key
+	(keygen's rsa.key; jwt_auth verifies it with jwks_url or public_key).
+	The token's kid must name a key of the JWKS the gateway fetches, or
+	the gateway answers "unknown key": -kid defaults to the kid keygen
+	wrote into its jwks.json; for a JWKS of your own, -jwks takes the kid
+	of its key that matches -key. -iss must be the issuer the gateway
+	expects (a provider's oidc URL or issuer).
+	example: gatewayctl token -key keys/rsa.key -iss http://127.0.0.1:9000 -roles admin -ttl 1h
+`
+
 func cmdToken(args []string, out io.Writer) error {
 	fs := flag.NewFlagSet("token", flag.ContinueOnError)
 	secretFile := fs.String("secret-file", "", "HS256: file holding the HMAC secret")
 	secretEnv := fs.String("secret-env", "", "HS256: environment variable holding the HMAC secret")
 	keyFile := fs.String("key", "", "RS256: PEM private key file (from keygen)")
-	kid := fs.String("kid", "", "key id for the header (default: from keygen's key)")
+	kid := fs.String("kid", "", "RS256: key id for the header (default: the kid keygen gives the key)")
+	jwksFile := fs.String("jwks", "", "RS256: JWK Set file; the kid is that of its key matching -key")
 	sub := fs.String("sub", "demo-user", "subject")
 	iss := fs.String("iss", "", "issuer")
 	aud := fs.String("aud", "", "audience")
@@ -126,7 +201,7 @@ func cmdToken(args []string, out io.Writer) error {
 	ttl := fs.Duration("ttl", time.Hour, "lifetime")
 	var extra listFlag
 	fs.Var(&extra, "claim", "extra claim name=value (repeatable; value parsed as JSON when it can be)")
-	if err := fs.Parse(args); err != nil {
+	if done, err := parseFlags(fs, args, tokenUsage, out); done {
 		return err
 	}
 	now := time.Now()
@@ -167,6 +242,14 @@ func cmdToken(args []string, out io.Writer) error {
 			return fmt.Errorf("key %s: %w", *keyFile, perr)
 		}
 		t := jwt.NewWithClaims(jwt.SigningMethodRS256, claims)
+		if *jwksFile != "" {
+			if *kid != "" {
+				return errors.New("-kid and -jwks: give one")
+			}
+			if *kid, err = kidIn(*jwksFile, &key.PublicKey); err != nil {
+				return err
+			}
+		}
 		if *kid == "" {
 			*kid = keyID(&key.PublicKey)
 		}
@@ -186,13 +269,16 @@ func cmdToken(args []string, out io.Writer) error {
 		if secret == "" {
 			return errors.New("the HMAC secret is empty")
 		}
+		if *jwksFile != "" {
+			return errors.New("-jwks is for RS256 tokens (-key)")
+		}
 		t := jwt.NewWithClaims(jwt.SigningMethodHS256, claims)
 		if *kid != "" {
 			t.Header["kid"] = *kid
 		}
 		signed, err = t.SignedString([]byte(secret))
 	default:
-		return errors.New("token needs -secret-file, -secret-env or -key")
+		return errors.New("token needs -secret-file, -secret-env or -key (gatewayctl token -h for help)")
 	}
 	if err != nil {
 		return err
@@ -208,10 +294,48 @@ func keyID(pub *rsa.PublicKey) string {
 	return base64.RawURLEncoding.EncodeToString(sum[:12])
 }
 
+// kidIn returns the kid of the RSA key in the JWK Set file that is pub.
+func kidIn(file string, pub *rsa.PublicKey) (string, error) {
+	b, err := os.ReadFile(file)
+	if err != nil {
+		return "", err
+	}
+	var set struct {
+		Keys []struct {
+			Kty string `json:"kty"`
+			Kid string `json:"kid"`
+			N   string `json:"n"`
+			E   string `json:"e"`
+		} `json:"keys"`
+	}
+	if err := json.Unmarshal(b, &set); err != nil {
+		return "", fmt.Errorf("-jwks %s: not a JWK Set: %v", file, err)
+	}
+	n := base64.RawURLEncoding.EncodeToString(pub.N.Bytes())
+	e := base64.RawURLEncoding.EncodeToString(big.NewInt(int64(pub.E)).Bytes())
+	for _, k := range set.Keys {
+		if k.Kty == "RSA" && strings.TrimRight(k.N, "=") == n && strings.TrimRight(k.E, "=") == e {
+			if k.Kid == "" {
+				return "", fmt.Errorf("-jwks %s: the key matching -key has no kid", file)
+			}
+			return k.Kid, nil
+		}
+	}
+	return "", fmt.Errorf("-jwks %s: no key in it matches -key (the gateway would answer unknown key)", file)
+}
+
+const keygenUsage = `usage: gatewayctl keygen -dir D
+	create an RSA key pair for RS256 test tokens in D: rsa.key (private,
+	mode 0600; for gatewayctl token -key), rsa.pub.pem (for jwt_auth's
+	public_key) and jwks.json (a JWK Set with the public key, for
+	jwt_auth's jwks_url once served over HTTP). An existing rsa.key is
+	kept. Prints the path of rsa.key.
+`
+
 func cmdKeygen(args []string, out io.Writer) error {
 	fs := flag.NewFlagSet("keygen", flag.ContinueOnError)
 	dir := fs.String("dir", "", "directory for rsa.key, rsa.pub.pem and jwks.json (kept if present)")
-	if err := fs.Parse(args); err != nil {
+	if done, err := parseFlags(fs, args, keygenUsage, out); done {
 		return err
 	}
 	if *dir == "" {

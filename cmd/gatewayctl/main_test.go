@@ -136,3 +136,51 @@ func TestTokens(t *testing.T) {
 		})
 	}
 }
+
+// TestTokenKidFromJWKS: with -jwks, an RS256 token names the kid a JWKS
+// of the user's own gives the key (not keygen's default), so the gateway
+// finds the key; a JWKS without the key is an error, not a token the
+// gateway would refuse with "unknown key".
+func TestTokenKidFromJWKS(t *testing.T) {
+	dir := t.TempDir()
+	if _, err := runOut(t, "keygen", "-dir", dir); err != nil {
+		t.Fatal(err)
+	}
+	var jwks map[string][]map[string]any
+	b, _ := os.ReadFile(filepath.Join(dir, "jwks.json"))
+	if err := json.Unmarshal(b, &jwks); err != nil {
+		t.Fatal(err)
+	}
+	own := jwks["keys"][0]
+	own["kid"] = "my-signing-key"
+	other := map[string]any{"kty": "RSA", "kid": "not-this-one", "n": "AQAB", "e": "AQAB"}
+	write := func(name string, keys ...map[string]any) string {
+		b, _ := json.Marshal(map[string]any{"keys": keys})
+		p := filepath.Join(dir, name)
+		if err := os.WriteFile(p, b, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	mine := write("mine.json", other, own)
+	tok, err := runOut(t, "token", "-key", filepath.Join(dir, "rsa.key"), "-jwks", mine, "-iss", "http://127.0.0.1:9000")
+	if err != nil {
+		t.Fatal(err)
+	}
+	parsed, _, err := jwt.NewParser().ParseUnverified(tok, jwt.MapClaims{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if parsed.Header["kid"] != "my-signing-key" {
+		t.Fatalf("kid %v, want my-signing-key", parsed.Header["kid"])
+	}
+	if iss, _ := parsed.Claims.(jwt.MapClaims)["iss"].(string); iss != "http://127.0.0.1:9000" {
+		t.Fatalf("iss %q", iss)
+	}
+	if _, err := runOut(t, "token", "-key", filepath.Join(dir, "rsa.key"), "-jwks", write("other.json", other)); err == nil || !strings.Contains(err.Error(), "no key in it matches -key") {
+		t.Fatalf("a JWKS without the key: %v", err)
+	}
+	if _, err := runOut(t, "token", "-key", filepath.Join(dir, "rsa.key"), "-jwks", mine, "-kid", "x"); err == nil {
+		t.Fatal("-kid with -jwks: no error")
+	}
+}

@@ -1,0 +1,94 @@
+// Package caddyfileerr makes a Caddyfile error name the line of the bad
+// token once.
+//
+// Caddy's httpcaddyfile wraps the error of a directive inside a block
+// (handle, route, handle_path, handle_errors, ...) with the position of
+// the block's own dispenser, which by then has read to the block's closing
+// brace: `parsing caddyfile tokens for 'handle': parsing caddyfile tokens
+// for 'jwt_auth': unrecognized subdirective 'bogus', at Caddyfile:38, at
+// Caddyfile:50`. Line 38 is the bad token; line 50 is the `}` of the
+// handle block, a line with nothing wrong on it, and one more for every
+// level of nesting. (At the top level Caddy adds no second position; the
+// nested case is its oversight, github.com/caddyserver/caddy's
+// httpcaddyfile.Helper.Errf in parseSegmentAsSubroute, v2.11.9.)
+//
+// Caddy offers no hook into the adapter's errors, so this package reads
+// and replaces one internal: the registered "caddyfile" adapter in
+// caddyconfig's adapter table, wrapped so that its errors keep only their
+// first position (Adapter). It is the one place in the gateway that does
+// so; TestAdapterWrapped fails when the pinned Caddy changes the table, and
+// the wrapper changes nothing but the text of an adapt error. Importing
+// the package (the gateway package does) installs it.
+package caddyfileerr
+
+import (
+	"regexp"
+	"strings"
+	_ "unsafe" // go:linkname
+
+	"github.com/caddyserver/caddy/v2/caddyconfig"
+	_ "github.com/caddyserver/caddy/v2/caddyconfig/httpcaddyfile" // registers "caddyfile" first
+)
+
+// adapters is caddyconfig's table of registered config adapters
+// (RegisterAdapter writes it, GetAdapter reads it).
+//
+//go:linkname adapters github.com/caddyserver/caddy/v2/caddyconfig.configAdapters
+var adapters map[string]caddyconfig.Adapter
+
+// init wraps the registered "caddyfile" adapter (httpcaddyfile's init,
+// imported above, has run).
+func init() {
+	if a, ok := adapters["caddyfile"]; ok && a != nil {
+		if _, done := a.(Adapter); !done {
+			adapters["caddyfile"] = Adapter{Adapter: a}
+		}
+	}
+}
+
+// Adapter is a config adapter whose errors name one position: the first,
+// the bad token's.
+type Adapter struct {
+	caddyconfig.Adapter
+}
+
+// Adapt adapts body with the wrapped adapter.
+func (a Adapter) Adapt(body []byte, options map[string]any) ([]byte, []caddyconfig.Warning, error) {
+	out, warnings, err := a.Adapter.Adapt(body, options)
+	if err != nil {
+		err = OnePosition(err)
+	}
+	return out, warnings, err
+}
+
+// position is one ", at <file>:<line>" that Caddy's Dispenser.WrapErr
+// appends, with its optional " import chain [...]".
+var position = regexp.MustCompile(`, at [^,\s]+:\d+( import chain \[[^\]]*\])?`)
+
+// OnePosition returns err with every position after the first removed
+// (err itself when it has one or none). The error's text is all that
+// changes.
+func OnePosition(err error) error {
+	msg := err.Error()
+	locs := position.FindAllStringIndex(msg, -1)
+	if len(locs) < 2 {
+		return err
+	}
+	var b strings.Builder
+	b.WriteString(msg[:locs[1][0]])
+	prev := locs[1][1]
+	for _, l := range locs[2:] {
+		b.WriteString(msg[prev:l[0]])
+		prev = l[1]
+	}
+	b.WriteString(msg[prev:])
+	return &onePosition{msg: b.String(), err: err}
+}
+
+type onePosition struct {
+	msg string
+	err error
+}
+
+func (e *onePosition) Error() string { return e.msg }
+func (e *onePosition) Unwrap() error { return e.err }
