@@ -5,6 +5,8 @@ import (
 	"io"
 	"net/http"
 	"sync"
+
+	"github.com/apigate/gateway/internal/h1wire"
 )
 
 type bodyKind uint8
@@ -27,23 +29,12 @@ type body struct {
 	err  error // sticky: returned by every Read once the body ended
 
 	// chunked
-	state      chunkState
+	chunked    h1wire.Chunked
 	res        *http.Response // where trailers go
 	maxTrailer int
 }
 
-type chunkState uint8
-
-const (
-	chunkSize chunkState = iota // next: a chunk-size line
-	chunkData                   // inside a chunk's data
-	chunkEnd                    // next: the CRLF after a chunk's data
-)
-
 var errBodyClosed = errors.New("h1 transport: read on closed response body")
-
-// errChunk is wrapped by every error about malformed chunked framing.
-var errChunk = errors.New("malformed chunked response body")
 
 func (b *body) Read(p []byte) (int, error) {
 	if b.cn == nil {
@@ -82,129 +73,15 @@ func (b *body) Read(p []byte) (int, error) {
 }
 
 func (b *body) readChunked(p []byte) (int, error) {
-	rd := &b.cn.rd
-	n := 0
-	for n < len(p) {
-		switch b.state {
-		case chunkSize:
-			if n > 0 && !b.lineBuffered() {
-				return n, nil // do not block with data in hand
-			}
-			line, err := rd.line(4096)
-			if err != nil {
-				if err == io.EOF {
-					err = io.ErrUnexpectedEOF
-				}
-				return n, b.fail(err)
-			}
-			size, err := parseChunkSize(line)
-			rd.discard(len(line))
-			if err != nil {
-				return n, b.fail(err)
-			}
-			if size == 0 {
-				if err := b.readTrailers(); err != nil {
-					return n, b.fail(err)
-				}
-				b.end(io.EOF, true)
-				return n, io.EOF
-			}
-			b.n, b.state = size, chunkData
-		case chunkData:
-			if n > 0 && len(rd.buffered()) == 0 {
-				return n, nil
-			}
-			q := p[n:]
-			if int64(len(q)) > b.n {
-				q = q[:b.n]
-			}
-			k, err := rd.Read(q)
-			n += k
-			b.n -= int64(k)
-			if b.n == 0 {
-				b.state = chunkEnd
-			}
-			if err != nil {
-				if err == io.EOF {
-					err = io.ErrUnexpectedEOF
-				}
-				return n, b.fail(err)
-			}
-		case chunkEnd:
-			if n > 0 && len(rd.buffered()) < 2 {
-				return n, nil
-			}
-			for len(rd.buffered()) < 2 {
-				if err := rd.fill(); err != nil {
-					if err == io.EOF {
-						err = io.ErrUnexpectedEOF
-					}
-					return n, b.fail(err)
-				}
-			}
-			if bb := rd.buffered(); bb[0] != '\r' || bb[1] != '\n' {
-				return n, b.fail(errors.Join(errChunk, errors.New("chunk data not followed by CRLF")))
-			}
-			rd.discard(2)
-			b.state = chunkSize
-		}
+	n, err := b.chunked.Read(&b.cn.rd, p, b.readTrailers)
+	switch err {
+	case nil:
+	case io.EOF:
+		b.end(io.EOF, true)
+	default:
+		b.fail(err)
 	}
-	return n, nil
-}
-
-// lineBuffered reports whether a whole line is in the read buffer.
-func (b *body) lineBuffered() bool {
-	for _, c := range b.cn.rd.buffered() {
-		if c == '\n' {
-			return true
-		}
-	}
-	return false
-}
-
-// parseChunkSize parses a chunk-size line: hex digits, optional chunk
-// extensions (ignored, but checked for control bytes), CRLF.
-func parseChunkSize(line []byte) (int64, error) {
-	if len(line) < 2 || line[len(line)-2] != '\r' {
-		return 0, errors.Join(errChunk, errors.New("chunk-size line not ended by CRLF"))
-	}
-	line = line[:len(line)-2]
-	var size int64
-	i := 0
-	for ; i < len(line); i++ {
-		c := line[i]
-		var d byte
-		switch {
-		case '0' <= c && c <= '9':
-			d = c - '0'
-		case 'a' <= c && c <= 'f':
-			d = c - 'a' + 10
-		case 'A' <= c && c <= 'F':
-			d = c - 'A' + 10
-		default:
-			goto ext
-		}
-		if i >= 15 {
-			return 0, errors.Join(errChunk, errors.New("chunk size too large"))
-		}
-		size = size<<4 | int64(d)
-	}
-ext:
-	if i == 0 {
-		return 0, errors.Join(errChunk, errors.New("chunk-size line without a size"))
-	}
-	rest := line[i:]
-	// chunk-ext = *( BWS ";" BWS ext-name [ BWS "=" BWS ext-val ] ); the
-	// whitespace before the first ";" is refused, as net/http does.
-	if len(rest) > 0 && rest[0] != ';' {
-		return 0, errors.Join(errChunk, errors.New("invalid bytes after the chunk size"))
-	}
-	for _, c := range rest {
-		if c < ' ' && c != '\t' || c == 0x7f {
-			return 0, errors.Join(errChunk, errors.New("control byte in a chunk extension"))
-		}
-	}
-	return size, nil
+	return n, err
 }
 
 // readTrailers reads the trailer section after the last chunk into the
@@ -213,7 +90,7 @@ func (b *body) readTrailers() error {
 	rd := &b.cn.rd
 	var block []byte // the trailer fields, parsed as a head after a stand-in status line
 	for {
-		line, err := rd.line(b.maxTrailer)
+		line, err := rd.Line(b.maxTrailer)
 		if err != nil {
 			if err == io.EOF {
 				err = io.ErrUnexpectedEOF
@@ -221,25 +98,25 @@ func (b *body) readTrailers() error {
 			return err
 		}
 		if len(block)+len(line) > b.maxTrailer {
-			return errors.Join(errChunk, errors.New("trailer section too large"))
+			return errors.Join(h1wire.ErrChunk, errors.New("trailer section too large"))
 		}
 		last := len(line) == 2 && line[0] == '\r'
 		if last && block == nil {
-			rd.discard(2)
+			rd.Discard(2)
 			return nil // no trailers: the common case
 		}
 		if block == nil {
 			block = append(block, fakeStatus...)
 		}
 		block = append(block, line...)
-		rd.discard(len(line))
+		rd.Discard(len(line))
 		if last {
 			break
 		}
 	}
 	var h head
 	if err := parseHead(block, &h); err != nil {
-		return errors.Join(errChunk, err)
+		return errors.Join(h1wire.ErrChunk, err)
 	}
 	for k, vv := range h.header {
 		switch k {
@@ -302,5 +179,5 @@ func (b *body) Buffered() int {
 	if b.cn == nil {
 		return 0
 	}
-	return len(b.cn.rd.buffered())
+	return len(b.cn.rd.Buffered())
 }

@@ -98,7 +98,7 @@ func TestChunkedBody(t *testing.T) {
 				}
 				b, cn, p := testBody([]byte(tc.in), bodyChunked, 0, size)
 				if bufSize == 0 {
-					cn.rd.rd = oneByteReader{strings.NewReader(tc.in)}
+					cn.rd.Rd = oneByteReader{strings.NewReader(tc.in)}
 				}
 				got, err := io.ReadAll(b)
 				if tc.err != "" {

@@ -13,6 +13,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/apigate/gateway/internal/h1wire"
 )
 
 // Options configure a Client. Zero values take the defaults in the comments.
@@ -421,7 +423,7 @@ type conn struct {
 	pool      *hostPool
 	nc        net.Conn
 	fd        int // the socket, for the liveness check; -1 if none
-	rd        rbuf
+	rd        h1wire.Rbuf
 	bw        *bufio.Writer
 	reused    bool // taken from the idle pool for this request
 	idleSince time.Time
@@ -437,13 +439,13 @@ type conn struct {
 
 func newConn(p *hostPool, nc net.Conn) *conn {
 	cn := &conn{pool: p, nc: nc, bw: bufio.NewWriterSize(nc, p.c.opts.WriteBufferSize)}
-	cn.rd = newRbuf(nc, p.c.opts.ReadBufferSize)
+	cn.rd = h1wire.NewRbuf(nc, p.c.opts.ReadBufferSize)
 	cn.fd = socketFD(nc)
 	cn.abortFn = func() {
 		cn.aborted.Store(true)
 		cn.nc.SetDeadline(aLongTimeAgo)
 	}
-	cn.rd.beforeRead = cn.beforeRead
+	cn.rd.BeforeRead = cn.beforeRead
 	return cn
 }
 
@@ -457,7 +459,7 @@ func (cn *conn) closeConn() {
 	})
 }
 
-func (cn *conn) nothingReceived() bool { return cn.rd.got == 0 }
+func (cn *conn) nothingReceived() bool { return cn.rd.Got == 0 }
 
 // A request's context ending (the client went away) must unblock the
 // connection, as net/http's transport does. Watching the context
@@ -498,7 +500,7 @@ func (cn *conn) unwatch() bool {
 // done ends an exchange: the connection goes back to the pool when reuse is
 // true and nothing is left unread, else it is closed.
 func (cn *conn) done(reuse bool) {
-	if !cn.unwatch() || !reuse || cn.rd.r != cn.rd.w {
+	if !cn.unwatch() || !reuse || len(cn.rd.Buffered()) > 0 {
 		cn.closeConn()
 		return
 	}
@@ -510,7 +512,7 @@ func (cn *conn) done(reuse bool) {
 // that closed it (keepalive timeout) or sent bytes nobody asked for fails
 // the check: those bytes would otherwise be read as the next response.
 func (cn *conn) alive() bool {
-	if cn.rd.r != cn.rd.w {
+	if len(cn.rd.Buffered()) > 0 {
 		return false
 	}
 	return cn.peekIdle()
@@ -519,7 +521,7 @@ func (cn *conn) alive() bool {
 // roundTrip writes req and reads the response head.
 func (cn *conn) roundTrip(req *http.Request, wr *writtenRequest) (*http.Response, error) {
 	ctx := req.Context()
-	cn.rd.got = 0
+	cn.rd.Got = 0
 	cn.ctx = ctx
 	if wr.hasBody {
 		cn.watch() // writing the body can block on the client or on the upstream
@@ -604,7 +606,7 @@ func (cn *conn) readResponse(req *http.Request, h *head) (*http.Response, error)
 			return nil, err
 		}
 		err = parseHead(b, h)
-		cn.rd.discard(len(b))
+		cn.rd.Discard(len(b))
 		if err != nil {
 			return nil, err
 		}
@@ -667,14 +669,14 @@ func (timeoutError) Temporary() bool { return true }
 func (cn *conn) readHead(max int, onTimeout func() error) ([]byte, error) {
 	from := 0
 	for {
-		buf := cn.rd.buffered()
+		buf := cn.rd.Buffered()
 		if end := findHeadEnd(buf, from); end >= 0 {
 			return buf[:end], nil
 		}
 		from = len(buf)
-		err := cn.rd.fill()
+		err := cn.rd.Fill()
 		if err == io.ErrShortBuffer {
-			if !cn.rd.grow(max) {
+			if !cn.rd.Grow(max) {
 				return nil, fmt.Errorf("upstream response head larger than %d bytes", max)
 			}
 			err = nil
@@ -687,7 +689,7 @@ func (cn *conn) readHead(max int, onTimeout func() error) ([]byte, error) {
 		}
 		if err != nil {
 			if err == io.EOF {
-				if len(cn.rd.buffered()) == 0 {
+				if len(cn.rd.Buffered()) == 0 {
 					return nil, errors.New("upstream closed the connection before answering")
 				}
 				return nil, io.ErrUnexpectedEOF

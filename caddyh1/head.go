@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"net/http"
 	"strconv"
+
+	"github.com/apigate/gateway/internal/h1wire"
 )
 
 // A response head (status line and header fields) is parsed strictly, as
@@ -136,15 +138,15 @@ func parseHead(b []byte, h *head) error {
 				colon = i
 				break
 			}
-			if !isTokenByte(line[i]) {
+			if !h1wire.IsTokenByte(line[i]) {
 				return headErr("invalid byte %#x in field name %q", line[i], truncate(line))
 			}
 		}
 		if colon <= 0 {
 			return headErr("field line without a name and colon: %q", truncate(line))
 		}
-		key := canonicalKey(line[:colon])
-		value := trimOWS(line[colon+1:])
+		key := h1wire.CanonicalKey(line[:colon])
+		value := h1wire.TrimOWS(line[colon+1:])
 
 		switch key {
 		case "Content-Length":
@@ -162,10 +164,10 @@ func parseHead(b []byte, h *head) error {
 			}
 			teSeen, teValue = true, value
 		case "Connection":
-			if hasToken(value, "close") {
+			if h1wire.HasToken(value, "close") {
 				h.close = true
 			}
-			if h.minor == 0 && !hasToken(value, "keep-alive") {
+			if h.minor == 0 && !h1wire.HasToken(value, "keep-alive") {
 				h.close = true
 			}
 		case "Trailer":
@@ -193,7 +195,7 @@ func parseHead(b []byte, h *head) error {
 		if h.minor == 0 {
 			return headErr("Transfer-Encoding in an HTTP/1.0 response")
 		}
-		if !equalFoldASCII(teValue, "chunked") {
+		if !h1wire.EqualFoldASCII(teValue, "chunked") {
 			return headErr("unsupported Transfer-Encoding %q", truncate(teValue))
 		}
 		h.chunked = true
@@ -207,16 +209,16 @@ func parseHead(b []byte, h *head) error {
 func (h *head) announceTrailers(value string) error {
 	for value != "" {
 		var name string
-		name, value = nextListItem(value)
+		name, value = h1wire.NextListItem(value)
 		if name == "" {
 			continue
 		}
 		for i := 0; i < len(name); i++ {
-			if !isTokenByte(name[i]) {
+			if !h1wire.IsTokenByte(name[i]) {
 				return headErr("invalid trailer name %q", truncate(name))
 			}
 		}
-		key := canonicalKey(name)
+		key := h1wire.CanonicalKey(name)
 		switch key {
 		case "Transfer-Encoding", "Trailer", "Content-Length":
 			return headErr("trailer name %q is not allowed", key)
@@ -252,16 +254,10 @@ func parseContentLength(v string) (int64, error) {
 	var n int64 = -1
 	for v != "" {
 		var item string
-		item, v = nextListItem(v)
-		if item == "" || len(item) > 18 {
+		item, v = h1wire.NextListItem(v)
+		m, ok := h1wire.ParseDigits(item)
+		if !ok {
 			return 0, headErr("bad Content-Length %q", truncate(item))
-		}
-		var m int64
-		for i := 0; i < len(item); i++ {
-			if !isDigit(item[i]) {
-				return 0, headErr("bad Content-Length %q", truncate(item))
-			}
-			m = m*10 + int64(item[i]-'0')
 		}
 		if n >= 0 && m != n {
 			return 0, headErr("differing Content-Length values")
@@ -274,132 +270,7 @@ func parseContentLength(v string) (int64, error) {
 	return n, nil
 }
 
-// nextListItem splits a comma-separated list: the first item, trimmed, and
-// the rest.
-func nextListItem(v string) (item, rest string) {
-	for i := 0; i < len(v); i++ {
-		if v[i] == ',' {
-			return trimOWS(v[:i]), v[i+1:]
-		}
-	}
-	return trimOWS(v), ""
-}
-
-func hasToken(v, token string) bool {
-	for v != "" {
-		var item string
-		item, v = nextListItem(v)
-		if equalFoldASCII(item, token) {
-			return true
-		}
-	}
-	return false
-}
-
-func trimOWS(s string) string {
-	for len(s) > 0 && (s[0] == ' ' || s[0] == '\t') {
-		s = s[1:]
-	}
-	for len(s) > 0 && (s[len(s)-1] == ' ' || s[len(s)-1] == '\t') {
-		s = s[:len(s)-1]
-	}
-	return s
-}
-
-func equalFoldASCII(a, b string) bool {
-	if len(a) != len(b) {
-		return false
-	}
-	for i := 0; i < len(a); i++ {
-		if lower(a[i]) != lower(b[i]) {
-			return false
-		}
-	}
-	return true
-}
-
-func lower(c byte) byte {
-	if 'A' <= c && c <= 'Z' {
-		return c + 'a' - 'A'
-	}
-	return c
-}
-
 func isDigit(c byte) bool { return '0' <= c && c <= '9' }
-
-// isTokenByte reports whether c may appear in a token (RFC 9110 5.6.2).
-func isTokenByte(c byte) bool {
-	return c < 0x80 && tokenTable[c]
-}
-
-var tokenTable = func() (t [128]bool) {
-	for c := '0'; c <= '9'; c++ {
-		t[c] = true
-	}
-	for c := 'a'; c <= 'z'; c++ {
-		t[c] = true
-		t[c-'a'+'A'] = true
-	}
-	for _, c := range "!#$%&'*+-.^_`|~" {
-		t[c] = true
-	}
-	return t
-}()
-
-// canonicalKey returns the canonical form of a field name made of token
-// bytes, as http.CanonicalHeaderKey would, without allocating when the name
-// is already canonical or is a common one.
-func canonicalKey(name string) string {
-	upper := true
-	for i := 0; i < len(name); i++ {
-		c := name[i]
-		if upper && 'a' <= c && c <= 'z' || !upper && 'A' <= c && c <= 'Z' {
-			return canonicalSlow(name)
-		}
-		upper = c == '-'
-	}
-	return name
-}
-
-func canonicalSlow(name string) string {
-	var buf [64]byte
-	if len(name) > len(buf) {
-		return http.CanonicalHeaderKey(name)
-	}
-	b := buf[:len(name)]
-	upper := true
-	for i := 0; i < len(name); i++ {
-		c := name[i]
-		if upper && 'a' <= c && c <= 'z' {
-			c -= 'a' - 'A'
-		} else if !upper && 'A' <= c && c <= 'Z' {
-			c += 'a' - 'A'
-		}
-		b[i] = c
-		upper = c == '-'
-	}
-	if k, ok := commonKeys[string(b)]; ok { // no allocation: a map lookup by converted bytes
-		return k
-	}
-	return string(b)
-}
-
-var commonKeys = func() map[string]string {
-	m := map[string]string{}
-	for _, k := range []string{
-		"Accept-Ranges", "Access-Control-Allow-Origin", "Age", "Cache-Control",
-		"Connection", "Content-Disposition", "Content-Encoding", "Content-Language",
-		"Content-Length", "Content-Location", "Content-Range", "Content-Security-Policy",
-		"Content-Type", "Date", "Etag", "Expires", "Keep-Alive", "Last-Modified",
-		"Link", "Location", "Pragma", "Retry-After", "Server", "Set-Cookie",
-		"Strict-Transport-Security", "Trailer", "Transfer-Encoding", "Vary",
-		"Www-Authenticate", "X-Content-Type-Options", "X-Frame-Options",
-		"X-Powered-By", "X-Request-Id",
-	} {
-		m[k] = k
-	}
-	return m
-}()
 
 // statusText returns http.Response.Status ("200 OK") without allocating
 // when the reason phrase is the standard one: codeAndReason is the status

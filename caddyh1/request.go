@@ -8,6 +8,8 @@ import (
 	"net/http"
 	"strconv"
 
+	"github.com/apigate/gateway/internal/h1wire"
+
 	"golang.org/x/net/http/httpguts"
 )
 
@@ -33,7 +35,7 @@ func (wr *writtenRequest) check(req *http.Request) error {
 	if wr.method == "" {
 		wr.method = http.MethodGet
 	}
-	if !validToken(wr.method) {
+	if !h1wire.ValidToken(wr.method) {
 		return fmt.Errorf("invalid request method %q", wr.method)
 	}
 	if req.URL == nil {
@@ -66,7 +68,7 @@ func (wr *writtenRequest) check(req *http.Request) error {
 	default:
 		wr.chunked = true
 	}
-	hasClose := hasToken(headerValue(req.Header, "Connection"), "close")
+	hasClose := h1wire.HasToken(headerValue(req.Header, "Connection"), "close")
 	wr.close = req.Close || hasClose
 	wr.sendClose = req.Close && !hasClose
 	if !wr.hasBody {
@@ -101,18 +103,6 @@ func headerValue(h http.Header, k string) string {
 		return v[0]
 	}
 	return ""
-}
-
-func validToken(s string) bool {
-	if s == "" {
-		return false
-	}
-	for i := 0; i < len(s); i++ {
-		if !isTokenByte(s[i]) {
-			return false
-		}
-	}
-	return true
 }
 
 // write writes the request head and body to bw and flushes it.
@@ -183,7 +173,7 @@ func (wr *writtenRequest) write(bw *bufio.Writer, req *http.Request) error {
 func writeField(bw *bufio.Writer, k, v string) {
 	bw.WriteString(k)
 	bw.WriteString(": ")
-	bw.WriteString(trimOWS(v))
+	bw.WriteString(h1wire.TrimOWS(v))
 	bw.WriteString("\r\n")
 }
 

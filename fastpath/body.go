@@ -4,6 +4,8 @@ import (
 	"errors"
 	"io"
 	"net/http"
+
+	"github.com/apigate/gateway/internal/h1wire"
 )
 
 // reqBody is a request's body, read from the client connection: a fixed
@@ -11,27 +13,17 @@ import (
 type reqBody struct {
 	c       *conn
 	chunked bool
-	n       int64 // bytes left: of the body (fixed) or of the chunk (chunked)
-	state   chunkState
+	n       int64 // bytes left of a fixed-length body
+	dec     h1wire.Chunked
 	sawEOF  bool
 	closed  bool
 	err     error // sticky: the body failed (the connection cannot be reused)
 	read    int64 // bytes of body delivered
 }
 
-type chunkState uint8
-
-const (
-	chunkSize chunkState = iota // next: a chunk-size line
-	chunkData                   // inside a chunk's data
-	chunkEnd                    // next: the CRLF after a chunk's data
-)
-
 // maxPostHandlerReadBytes is how much of a body the handler left unread is
 // read (and dropped) to keep the connection, as net/http does.
 const maxPostHandlerReadBytes = 256 << 10
-
-var errChunk = errors.New("malformed chunked request body")
 
 func (b *reqBody) reset(c *conn, h *reqHead) {
 	*b = reqBody{c: c, chunked: h.chunked, n: max(h.contentLength, 0)}
@@ -66,12 +58,15 @@ func (b *reqBody) readBody(p []byte) (int, error) {
 	var n int
 	var err error
 	if b.chunked {
-		n, err = b.readChunked(p)
+		n, err = b.dec.Read(&c.rb, p, b.readTrailers)
+		if err == io.EOF {
+			b.sawEOF = true
+		}
 	} else {
 		if int64(len(p)) > b.n {
 			p = p[:b.n]
 		}
-		n, err = c.rb.read(p)
+		n, err = c.rb.Read(p)
 		b.n -= int64(n)
 		if b.n == 0 {
 			b.sawEOF = true
@@ -87,131 +82,6 @@ func (b *reqBody) readBody(p []byte) (int, error) {
 	return n, err
 }
 
-func (b *reqBody) readChunked(p []byte) (int, error) {
-	rb := &b.c.rb
-	n := 0
-	for n < len(p) {
-		switch b.state {
-		case chunkSize:
-			if n > 0 && !lineBuffered(rb.buffered()) {
-				return n, nil // do not block with data in hand
-			}
-			line, err := rb.line(4096)
-			if err != nil {
-				if err == io.EOF {
-					err = io.ErrUnexpectedEOF
-				} else if err == errLineTooLong {
-					err = errors.Join(errChunk, err)
-				}
-				return n, err
-			}
-			size, err := parseChunkSize(line)
-			rb.discard(len(line))
-			if err != nil {
-				return n, err
-			}
-			if size == 0 {
-				if err := b.readTrailers(); err != nil {
-					return n, err
-				}
-				b.sawEOF = true
-				return n, io.EOF
-			}
-			b.n, b.state = size, chunkData
-		case chunkData:
-			if n > 0 && len(rb.buffered()) == 0 {
-				return n, nil
-			}
-			q := p[n:]
-			if int64(len(q)) > b.n {
-				q = q[:b.n]
-			}
-			k, err := rb.read(q)
-			n += k
-			b.n -= int64(k)
-			if b.n == 0 {
-				b.state = chunkEnd
-			}
-			if err != nil {
-				if err == io.EOF {
-					err = io.ErrUnexpectedEOF
-				}
-				return n, err
-			}
-		case chunkEnd:
-			if n > 0 && len(rb.buffered()) < 2 {
-				return n, nil
-			}
-			for len(rb.buffered()) < 2 {
-				if err := rb.fill(); err != nil {
-					if err == io.EOF {
-						err = io.ErrUnexpectedEOF
-					}
-					return n, err
-				}
-			}
-			if bb := rb.buffered(); bb[0] != '\r' || bb[1] != '\n' {
-				return n, errors.Join(errChunk, errors.New("chunk data not followed by CRLF"))
-			}
-			rb.discard(2)
-			b.state = chunkSize
-		}
-	}
-	return n, nil
-}
-
-func lineBuffered(b []byte) bool {
-	for _, c := range b {
-		if c == '\n' {
-			return true
-		}
-	}
-	return false
-}
-
-// parseChunkSize parses a chunk-size line: hex digits, optional chunk
-// extensions (ignored, but checked for control bytes), CRLF.
-func parseChunkSize(line []byte) (int64, error) {
-	if len(line) < 2 || line[len(line)-2] != '\r' {
-		return 0, errors.Join(errChunk, errors.New("chunk-size line not ended by CRLF"))
-	}
-	line = line[:len(line)-2]
-	var size int64
-	i := 0
-	for ; i < len(line); i++ {
-		c := line[i]
-		var d byte
-		switch {
-		case '0' <= c && c <= '9':
-			d = c - '0'
-		case 'a' <= c && c <= 'f':
-			d = c - 'a' + 10
-		case 'A' <= c && c <= 'F':
-			d = c - 'A' + 10
-		default:
-			goto ext
-		}
-		if i >= 15 {
-			return 0, errors.Join(errChunk, errors.New("chunk size too large"))
-		}
-		size = size<<4 | int64(d)
-	}
-ext:
-	if i == 0 {
-		return 0, errors.Join(errChunk, errors.New("chunk-size line without a size"))
-	}
-	rest := line[i:]
-	if len(rest) > 0 && rest[0] != ';' {
-		return 0, errors.Join(errChunk, errors.New("invalid bytes after the chunk size"))
-	}
-	for _, c := range rest {
-		if c < ' ' && c != '\t' || c == 0x7f {
-			return 0, errors.Join(errChunk, errors.New("control byte in a chunk extension"))
-		}
-	}
-	return size, nil
-}
-
 // readTrailers reads the trailer section after the last chunk. The request
 // announced no trailers (those requests are handed to Caddy), so the fields
 // are checked like header fields and dropped, as net/http drops them.
@@ -220,25 +90,25 @@ func (b *reqBody) readTrailers() error {
 	total := 0
 	limit := b.c.l.maxHeaderBytes
 	for {
-		line, err := rb.line(limit)
+		line, err := rb.Line(limit)
 		if err != nil {
 			if err == io.EOF {
 				err = io.ErrUnexpectedEOF
 			}
-			return errors.Join(errChunk, err)
+			return errors.Join(h1wire.ErrChunk, err)
 		}
 		total += len(line)
 		if total > limit {
-			return errors.Join(errChunk, errors.New("trailer section too large"))
+			return errors.Join(h1wire.ErrChunk, errors.New("trailer section too large"))
 		}
 		if len(line) == 2 && line[0] == '\r' {
-			rb.discard(2)
+			rb.Discard(2)
 			return nil
 		}
 		if err := checkFieldLine(line); err != nil {
-			return errors.Join(errChunk, err)
+			return errors.Join(h1wire.ErrChunk, err)
 		}
-		rb.discard(len(line))
+		rb.Discard(len(line))
 	}
 }
 
@@ -254,7 +124,7 @@ func checkFieldLine(line []byte) error {
 			colon = i
 			break
 		}
-		if !isTokenByte(c) {
+		if !h1wire.IsTokenByte(c) {
 			return errors.New("invalid trailer name")
 		}
 	}

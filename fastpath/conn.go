@@ -17,6 +17,8 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/apigate/gateway/internal/h1wire"
+
 	"go.uber.org/zap"
 )
 
@@ -53,7 +55,7 @@ type conn struct {
 type state struct {
 	c *conn
 
-	rb   rbuf
+	rb   h1wire.Rbuf
 	bw   *bufio.Writer
 	werr error // sticky write error
 
@@ -71,8 +73,7 @@ var statePool = sync.Pool{New: func() any { return newState() }}
 
 func newState() *state {
 	st := &state{}
-	base := make([]byte, readBufferSize)
-	st.rb = rbuf{st: st, buf: base, base: base}
+	st.rb = h1wire.NewRbuf(nil, readBufferSize) // reads from the connection (acquire)
 	st.bw = bufio.NewWriterSize(connWriter{st}, writeBufferSize)
 	st.ex.init(st)
 	return st
@@ -90,6 +91,7 @@ func (c *conn) acquire() {
 	}
 	st := statePool.Get().(*state)
 	st.c = c
+	st.rb.Rd = c.nc
 	st.werr = nil
 	st.readDL, st.writeDL = time.Time{}, time.Time{}
 	c.state = st
@@ -99,13 +101,14 @@ func (c *conn) acquire() {
 // with nothing buffered and nothing left to write.
 func (c *conn) release() {
 	st := c.state
-	if st == nil || len(st.rb.buffered()) > 0 || st.bw.Buffered() > 0 {
+	if st == nil || len(st.rb.Buffered()) > 0 || st.bw.Buffered() > 0 {
 		return
 	}
 	// (deadlines stay set on the connection; the next state knows none,
 	// so it sets them again)
 	st.ex.clear()
 	st.c = nil
+	st.rb.Rd = nil
 	c.state = nil
 	statePool.Put(st)
 }
@@ -211,7 +214,8 @@ func (c *conn) serve() {
 			c.state = nil
 			st.ex.clear()
 			st.c = nil
-			st.rb.r, st.rb.w = 0, 0
+			st.rb.Reset()
+			st.rb.Rd = nil
 			st.bw.Reset(connWriter{st})
 			statePool.Put(st)
 		}
@@ -250,7 +254,7 @@ func (c *conn) serve() {
 	c.acquire()
 	first := true
 	for {
-		if !first && len(c.rb.buffered()) == 0 {
+		if !first && len(c.rb.Buffered()) == 0 {
 			// Wait for the next request's first bytes within idle_timeout.
 			c.status.Store(stateIdle)
 			var dl time.Time
@@ -271,7 +275,7 @@ func (c *conn) serve() {
 				c.acquire()
 				c.readDL = dl
 			}
-			if err := c.rb.fill(); err != nil {
+			if err := c.rb.Fill(); err != nil {
 				return
 			}
 		}
@@ -300,7 +304,7 @@ func (c *conn) serve() {
 			handedOff = c.handoff(c.head.handoff)
 			return
 		}
-		c.rb.discard(len(b))
+		c.rb.Discard(len(b))
 		c.lastMethod = c.head.method
 
 		now := time.Now()
@@ -350,13 +354,13 @@ func (c *conn) waitReadable() bool {
 // old clients send after a POST body (net/http tolerates it).
 func (c *conn) skipLeadingCRLF() {
 	for range 4 {
-		if len(c.rb.buffered()) == 0 {
-			if c.rb.fill() != nil {
+		if len(c.rb.Buffered()) == 0 {
+			if c.rb.Fill() != nil {
 				return
 			}
 		}
-		if b := c.rb.buffered(); b[0] == '\r' || b[0] == '\n' {
-			c.rb.discard(1)
+		if b := c.rb.Buffered(); b[0] == '\r' || b[0] == '\n' {
+			c.rb.Discard(1)
 			continue
 		}
 		return
@@ -368,7 +372,7 @@ func (c *conn) readHead() ([]byte, error) {
 	limit := c.l.headLimit
 	from := 0
 	for {
-		buf := c.rb.buffered()
+		buf := c.rb.Buffered()
 		end, bad := findHeadEnd(buf, from)
 		if bad != nil {
 			return nil, bad
@@ -383,9 +387,9 @@ func (c *conn) readHead() ([]byte, error) {
 			return nil, errTooLarge
 		}
 		from = len(buf)
-		err := c.rb.fill()
+		err := c.rb.Fill()
 		if err == io.ErrShortBuffer {
-			if !c.rb.grow(limit) {
+			if !c.rb.Grow(limit) {
 				return nil, errTooLarge
 			}
 			continue
@@ -446,7 +450,7 @@ func (c *conn) handoffRequest(head []byte) bool {
 		if c.werr != nil {
 			return false
 		}
-		buf = c.rb.buffered()
+		buf = c.rb.Buffered()
 	}
 	c.nc.SetDeadline(time.Time{})
 	var prefix []byte

@@ -4,6 +4,8 @@ import (
 	"net/url"
 	"strings"
 
+	"github.com/apigate/gateway/internal/h1wire"
+
 	"golang.org/x/net/http/httpguts"
 )
 
@@ -144,7 +146,7 @@ func parseRequest(b []byte, h *reqHead) *badRequest {
 		return refuse("malformed HTTP request")
 	}
 	h.target, h.proto = rest[:sp2], rest[sp2+1:]
-	if !validToken(h.method) {
+	if !h1wire.ValidToken(h.method) {
 		return refuse("invalid method")
 	}
 	switch h.proto {
@@ -179,7 +181,7 @@ func parseRequest(b []byte, h *reqHead) *badRequest {
 			}
 			if c == ' ' {
 				space = true // (net/http names this one)
-			} else if !isTokenByte(c) {
+			} else if !h1wire.IsTokenByte(c) {
 				return refuse("invalid header name")
 			}
 		}
@@ -189,8 +191,8 @@ func parseRequest(b []byte, h *reqHead) *badRequest {
 		if space {
 			return refusePublic("invalid header name")
 		}
-		name := canonicalKey(line[:colon])
-		value := trimOWS(line[colon+1:])
+		name := h1wire.CanonicalKey(line[:colon])
+		value := h1wire.TrimOWS(line[colon+1:])
 		switch name {
 		case "Host":
 			if hostSeen {
@@ -201,7 +203,7 @@ func parseRequest(b []byte, h *reqHead) *badRequest {
 			if clSeen {
 				return refuse("repeated Content-Length")
 			}
-			n, ok := parseContentLength(value)
+			n, ok := h1wire.ParseDigits(value)
 			if !ok {
 				return refuse("invalid Content-Length")
 			}
@@ -212,10 +214,10 @@ func parseRequest(b []byte, h *reqHead) *badRequest {
 			}
 			teSeen, teValue = true, value
 		case "Connection":
-			if hasToken(value, "close") {
+			if h1wire.HasToken(value, "close") {
 				h.close = true
 			}
-			if hasToken(value, "keep-alive") {
+			if h1wire.HasToken(value, "keep-alive") {
 				h.keepAlive10 = true
 			}
 		case "Expect":
@@ -339,120 +341,3 @@ func hasField(fields []field, name string) bool {
 	}
 	return false
 }
-
-func parseContentLength(v string) (int64, bool) {
-	if v == "" || len(v) > 18 {
-		return 0, false
-	}
-	var n int64
-	for i := 0; i < len(v); i++ {
-		c := v[i]
-		if c < '0' || c > '9' {
-			return 0, false
-		}
-		n = n*10 + int64(c-'0')
-	}
-	return n, true
-}
-
-// hasToken reports whether the comma-separated list v holds token,
-// ignoring case.
-func hasToken(v, token string) bool {
-	for v != "" {
-		var item string
-		item, v, _ = strings.Cut(v, ",")
-		if strings.EqualFold(trimOWS(item), token) {
-			return true
-		}
-	}
-	return false
-}
-
-func trimOWS(s string) string {
-	for len(s) > 0 && (s[0] == ' ' || s[0] == '\t') {
-		s = s[1:]
-	}
-	for len(s) > 0 && (s[len(s)-1] == ' ' || s[len(s)-1] == '\t') {
-		s = s[:len(s)-1]
-	}
-	return s
-}
-
-func validToken(s string) bool {
-	if s == "" {
-		return false
-	}
-	for i := 0; i < len(s); i++ {
-		if !isTokenByte(s[i]) {
-			return false
-		}
-	}
-	return true
-}
-
-func isTokenByte(c byte) bool { return tokenTable[c] }
-
-var tokenTable = func() (t [256]bool) {
-	for c := '0'; c <= '9'; c++ {
-		t[c] = true
-	}
-	for c := 'a'; c <= 'z'; c++ {
-		t[c] = true
-		t[c-'a'+'A'] = true
-	}
-	for _, c := range "!#$%&'*+-.^_`|~" {
-		t[c] = true
-	}
-	return t
-}()
-
-// canonicalKey is textproto.CanonicalMIMEHeaderKey for a token, without
-// allocating when the name is already canonical or a common one.
-func canonicalKey(name string) string {
-	upper := true
-	for i := 0; i < len(name); i++ {
-		c := name[i]
-		if upper && 'a' <= c && c <= 'z' || !upper && 'A' <= c && c <= 'Z' {
-			return canonicalSlow(name)
-		}
-		upper = c == '-'
-	}
-	return name
-}
-
-func canonicalSlow(name string) string {
-	var buf [64]byte
-	if len(name) > len(buf) {
-		return textprotoCanonical(name)
-	}
-	b := buf[:len(name)]
-	upper := true
-	for i := 0; i < len(name); i++ {
-		c := name[i]
-		if upper && 'a' <= c && c <= 'z' {
-			c -= 'a' - 'A'
-		} else if !upper && 'A' <= c && c <= 'Z' {
-			c += 'a' - 'A'
-		}
-		b[i] = c
-		upper = c == '-'
-	}
-	if k, ok := commonKeys[string(b)]; ok { // no allocation: a lookup by converted bytes
-		return k
-	}
-	return string(b)
-}
-
-var commonKeys = func() map[string]string {
-	m := map[string]string{}
-	for _, k := range []string{
-		"Accept", "Accept-Encoding", "Accept-Language", "Authorization", "Cache-Control",
-		"Connection", "Content-Length", "Content-Type", "Cookie", "Expect", "Host",
-		"If-Modified-Since", "If-None-Match", "Origin", "Pragma", "Range", "Referer",
-		"Te", "Transfer-Encoding", "Upgrade", "User-Agent", "X-Forwarded-For",
-		"X-Forwarded-Host", "X-Forwarded-Proto", "X-Request-Id", "X-Real-Ip",
-	} {
-		m[k] = k
-	}
-	return m
-}()

@@ -10,6 +10,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/apigate/gateway/internal/h1wire"
+
 	"golang.org/x/net/http/httpguts"
 )
 
@@ -446,7 +448,7 @@ func (w *respWriter) commit(p []byte) {
 		delHeader("Content-Length")
 	}
 
-	if w.closeAfter && (!keepAlives || !hasToken(headerGet(header, "Connection"), "close")) && !isProtocolSwitch(code, header) {
+	if w.closeAfter && (!keepAlives || !h1wire.HasToken(headerGet(header, "Connection"), "close")) && !isProtocolSwitch(code, header) {
 		delHeader("Connection")
 		if w.h.minor == 1 {
 			set.connection = "close"
@@ -590,7 +592,7 @@ func isProtocolSwitch(code int, h http.Header) bool {
 
 func hasTokenValues(vv []string, token string) bool {
 	for _, v := range vv {
-		if hasToken(v, token) {
+		if h1wire.HasToken(v, token) {
 			return true
 		}
 	}

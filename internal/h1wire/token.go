@@ -1,0 +1,173 @@
+// Package h1wire holds the HTTP/1.1 wire code that both sides of the
+// gateway share: the upstream transport (caddyh1) parsing responses and the
+// fast path (fastpath) parsing requests. Both are strict in the same way
+// (RFC 9112): tokens, field values, chunked framing and the read buffer
+// that holds a whole head in place are one implementation.
+package h1wire
+
+import (
+	"net/textproto"
+	"strings"
+)
+
+// IsTokenByte reports whether c may appear in a token (RFC 9110 5.6.2).
+func IsTokenByte(c byte) bool { return tokenTable[c] }
+
+var tokenTable = func() (t [256]bool) {
+	for c := '0'; c <= '9'; c++ {
+		t[c] = true
+	}
+	for c := 'a'; c <= 'z'; c++ {
+		t[c] = true
+		t[c-'a'+'A'] = true
+	}
+	for _, c := range "!#$%&'*+-.^_`|~" {
+		t[c] = true
+	}
+	return t
+}()
+
+// ValidToken reports whether s is a non-empty token.
+func ValidToken(s string) bool {
+	if s == "" {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		if !IsTokenByte(s[i]) {
+			return false
+		}
+	}
+	return true
+}
+
+// TrimOWS trims optional whitespace (SP, HTAB) from both ends.
+func TrimOWS(s string) string {
+	for len(s) > 0 && (s[0] == ' ' || s[0] == '\t') {
+		s = s[1:]
+	}
+	for len(s) > 0 && (s[len(s)-1] == ' ' || s[len(s)-1] == '\t') {
+		s = s[:len(s)-1]
+	}
+	return s
+}
+
+// NextListItem splits a comma-separated list: the first item, trimmed, and
+// the rest.
+func NextListItem(v string) (item, rest string) {
+	i := strings.IndexByte(v, ',')
+	if i < 0 {
+		return TrimOWS(v), ""
+	}
+	return TrimOWS(v[:i]), v[i+1:]
+}
+
+// HasToken reports whether the comma-separated list v holds token,
+// ignoring ASCII case.
+func HasToken(v, token string) bool {
+	for v != "" {
+		var item string
+		item, v = NextListItem(v)
+		if EqualFoldASCII(item, token) {
+			return true
+		}
+	}
+	return false
+}
+
+// EqualFoldASCII compares ignoring ASCII case only.
+func EqualFoldASCII(a, b string) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for i := 0; i < len(a); i++ {
+		if lower(a[i]) != lower(b[i]) {
+			return false
+		}
+	}
+	return true
+}
+
+func lower(c byte) byte {
+	if 'A' <= c && c <= 'Z' {
+		return c + 'a' - 'A'
+	}
+	return c
+}
+
+// ParseDigits parses a non-negative decimal of at most 18 digits, nothing
+// else (no sign, no whitespace): a Content-Length value.
+func ParseDigits(v string) (int64, bool) {
+	if v == "" || len(v) > 18 {
+		return 0, false
+	}
+	var n int64
+	for i := 0; i < len(v); i++ {
+		c := v[i]
+		if c < '0' || c > '9' {
+			return 0, false
+		}
+		n = n*10 + int64(c-'0')
+	}
+	return n, true
+}
+
+// CanonicalKey returns the canonical form of a field name made of token
+// bytes, as textproto.CanonicalMIMEHeaderKey would, without allocating
+// when the name is already canonical or is a common one.
+func CanonicalKey(name string) string {
+	upper := true
+	for i := 0; i < len(name); i++ {
+		c := name[i]
+		if upper && 'a' <= c && c <= 'z' || !upper && 'A' <= c && c <= 'Z' {
+			return canonicalSlow(name)
+		}
+		upper = c == '-'
+	}
+	return name
+}
+
+func canonicalSlow(name string) string {
+	var buf [64]byte
+	if len(name) > len(buf) {
+		return textproto.CanonicalMIMEHeaderKey(name)
+	}
+	b := buf[:len(name)]
+	upper := true
+	for i := 0; i < len(name); i++ {
+		c := name[i]
+		if upper && 'a' <= c && c <= 'z' {
+			c -= 'a' - 'A'
+		} else if !upper && 'A' <= c && c <= 'Z' {
+			c += 'a' - 'A'
+		}
+		b[i] = c
+		upper = c == '-'
+	}
+	if k, ok := commonKeys[string(b)]; ok { // no allocation: a lookup by converted bytes
+		return k
+	}
+	return string(b)
+}
+
+var commonKeys = func() map[string]string {
+	m := map[string]string{}
+	for _, k := range []string{
+		// responses
+		"Accept-Ranges", "Access-Control-Allow-Origin", "Age", "Cache-Control",
+		"Connection", "Content-Disposition", "Content-Encoding", "Content-Language",
+		"Content-Length", "Content-Location", "Content-Range", "Content-Security-Policy",
+		"Content-Type", "Date", "Etag", "Expires", "Keep-Alive", "Last-Modified",
+		"Link", "Location", "Pragma", "Retry-After", "Server", "Set-Cookie",
+		"Strict-Transport-Security", "Trailer", "Transfer-Encoding", "Vary",
+		"Www-Authenticate", "X-Content-Type-Options", "X-Frame-Options",
+		"X-Powered-By", "X-Request-Id",
+		// requests
+		"Accept", "Accept-Encoding", "Accept-Language", "Authorization", "Cookie",
+		"Expect", "Host", "If-Modified-Since", "If-None-Match", "Origin", "Range",
+		"Referer", "Te", "Upgrade", "User-Agent", "X-Forwarded-For",
+		"X-Forwarded-Host", "X-Forwarded-Proto", "X-Real-Ip",
+	} {
+		m[k] = k
+	}
+	return m
+}()
