@@ -9,11 +9,6 @@ import (
 	"strings"
 	"testing"
 	"time"
-
-	"github.com/caddyserver/caddy/v2"
-	"github.com/caddyserver/caddy/v2/caddyconfig"
-	_ "github.com/caddyserver/caddy/v2/caddyconfig/httpcaddyfile"
-	_ "github.com/caddyserver/caddy/v2/modules/standard"
 )
 
 // TestFollowsConfigAdmin: the gateway_dashboard handler reads the routes
@@ -56,20 +51,8 @@ http://127.0.0.1:19804 {
 		}
 		return o
 	}
-	load := func(t *testing.T, admin string) {
-		t.Helper()
-		cfg, _, err := caddyconfig.GetAdapter("caddyfile").Adapt([]byte(config(admin)), nil)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := caddy.Load(cfg, true); err != nil {
-			t.Fatalf("load: %v", err)
-		}
-		t.Cleanup(func() { _ = caddy.Stop() })
-	}
-
 	t.Run("admin on a unix socket", func(t *testing.T) {
-		load(t, "unix/"+sock)
+		startGateway(t, config("unix/"+sock))
 		deadline := time.Now().Add(10 * time.Second)
 		for {
 			o := overview(t)
@@ -88,7 +71,7 @@ http://127.0.0.1:19804 {
 	})
 
 	t.Run("admin off", func(t *testing.T) {
-		load(t, "off")
+		startGateway(t, config("off"))
 		o := overview(t)
 		const want = "the dashboard reads routes through the admin API, but this config turns the admin API off"
 		if !strings.HasPrefix(o.RoutesError, want) || len(o.Routes) != 0 {
