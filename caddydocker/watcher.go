@@ -320,8 +320,9 @@ func (w *Watcher) loop() {
 			}
 		case <-stopPoll.C:
 			// Not a debounced run: it leaves the debounce of the next
-			// event alone.
-			if w.stopPolled && !pending {
+			// event alone. While the engine is away, the event stream's
+			// reconnects re-list (no failed list every second).
+			if w.stopPolled && w.reachable && !pending {
 				w.sync()
 			}
 		case <-fleetChanged:
