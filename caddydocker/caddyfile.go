@@ -34,7 +34,7 @@ func parseGlobalOption(d *caddyfile.Dispenser, existing any) (any, error) {
 //		stream_close_delay 1h
 //		state_file      /var/lib/gateway/docker-routes.json
 //		server          gateway
-//		admin           localhost:2019
+//		admin           localhost:2019   # default: the config's own admin address
 //		jwt_auth        { ... }   # as the jwt_auth directive
 //		rbac            { ... }   # base of auth.roles checks, e.g. roles_claim
 //		permission      { ... }   # as the permission directive

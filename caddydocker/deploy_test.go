@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -107,26 +108,57 @@ func TestPodmanHealth(t *testing.T) {
 }
 
 // TestRollingRestart: three replicas of one service, each stopped and
-// replaced in turn, under 300 connections of GETs and POSTs: no request
-// fails. The replicas follow docs/caddydocker.md's advice (DRAIN: keep
-// serving a moment after SIGTERM, then finish the requests in flight), and
-// are stopped as it advises for Podman 4: `podman kill -s TERM`, whose
-// event takes the replica out of its pool before it closes anything, then
-// `podman stop`.
+// replaced in turn with a plain `podman stop -t 5` (Podman 4 reports
+// nothing until the process exits), under 300 connections of GETs and
+// POSTs. The app sees the replica leave the running list as the stop
+// begins and drains it (TestPodmanStopDrains); what a replica cuts when it
+// exits is retried for GETs (caddyh1.RetryOnAnother).
+//
+//   - Replicas that keep serving through the grace period, until Podman
+//     kills them at its end (DRAIN=30s): no request fails.
+//   - Replicas that keep serving a moment after SIGTERM, then finish the
+//     requests in flight (DRAIN=2s; docs/caddydocker.md's advice): no
+//     request fails.
+//   - Replicas that exit at once on SIGTERM: no GET fails; a POST they
+//     were serving may (it is not sent twice), and is counted.
+//
+// GATEWAY_ROLL_SIGNAL_FIRST=1 adds the older advice's way, `podman kill -s
+// TERM` (a kill event at once), then `podman stop`.
 func TestRollingRestart(t *testing.T) {
-	// GATEWAY_ROLL_STOP_ONLY=1 stops replicas with `podman stop` alone,
-	// to measure what Podman's late stop event costs (see the docs).
-	stopOnly := os.Getenv("GATEWAY_ROLL_STOP_ONLY") != ""
+	modes := []rollMode{
+		{name: "podman stop, replicas serve until killed", drain: "30s"},
+		{name: "podman stop, replicas drain", drain: "2s"},
+		{name: "podman stop, replicas exit at once", postsMayFail: true},
+	}
+	if os.Getenv("GATEWAY_ROLL_SIGNAL_FIRST") != "" {
+		modes = append(modes, rollMode{name: "kill -s TERM, then podman stop, replicas drain", drain: "1s", signalFirst: true})
+	}
+	for _, m := range modes {
+		t.Run(m.name, func(t *testing.T) { rollingRestart(t, m) })
+	}
+}
+
+type rollMode struct {
+	name         string
+	drain        string // the replicas' DRAIN ("": they exit at once on SIGTERM)
+	signalFirst  bool   // podman kill -s TERM before podman stop
+	postsMayFail bool
+}
+
+func rollingRestart(t *testing.T, m rollMode) {
 	p := getPodman(t)
 	t.Cleanup(p.RemoveAll)
-	startGateway(t, gatewayConfig(p, filepath.Join(t.TempDir(), "routes.json")))
+	startGateway(t, withoutResync(t, gatewayConfig(p, filepath.Join(t.TempDir(), "routes.json"))))
 	t.Cleanup(func() { stopGateway(t) })
 
-	drain := []string{"--env", "DRAIN=1s"}
+	var opts []string
+	if m.drain != "" {
+		opts = []string{"--env", "DRAIN=" + m.drain}
+	}
 	run := func(name string) {
 		t.Helper()
 		pn := port(t)
-		if err := p.RunOpts(name, pn, labels("roll", pn, "/roll"), drain...); err != nil {
+		if err := p.RunOpts(name, pn, labels("roll", pn, "/roll"), opts...); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -135,7 +167,7 @@ func TestRollingRestart(t *testing.T) {
 	}
 
 	var served sync.Map // replica name -> *atomic.Int64
-	var ok, failed atomic.Int64
+	var okGET, okPOST, failedGET, failedPOST atomic.Int64
 	var failMu sync.Mutex
 	var failures []string
 	count := func(name string) int64 {
@@ -150,11 +182,10 @@ func TestRollingRestart(t *testing.T) {
 	t.Cleanup(tr.CloseIdleConnections)
 	var n atomic.Int64
 	hit := func() {
-		// Half are POSTs, which Caddy retries only when the dial failed:
-		// a replica that dies with requests in flight fails them.
 		var resp *http.Response
 		var err error
-		if n.Add(1)%2 == 0 {
+		post := n.Add(1)%2 == 0
+		if post {
 			resp, err = client.Post("http://"+gatewayAddr+"/roll/x", "text/plain", strings.NewReader("order"))
 		} else {
 			resp, err = client.Get("http://" + gatewayAddr + "/roll/x")
@@ -168,17 +199,27 @@ func TestRollingRestart(t *testing.T) {
 			name, _, _ := strings.Cut(string(body), " ")
 			v, _ := served.LoadOrStore(name, new(atomic.Int64))
 			v.(*atomic.Int64).Add(1)
-			ok.Add(1)
+			if post {
+				okPOST.Add(1)
+			} else {
+				okGET.Add(1)
+			}
 			return
 		}
-		failed.Add(1)
+		method := "GET"
+		if post {
+			failedPOST.Add(1)
+			method = "POST"
+		} else {
+			failedGET.Add(1)
+		}
 		failMu.Lock()
 		defer failMu.Unlock()
 		if len(failures) < 10 {
 			if err != nil {
-				failures = append(failures, err.Error())
+				failures = append(failures, method+": "+err.Error())
 			} else {
-				failures = append(failures, fmt.Sprintf("%d %q", resp.StatusCode, body))
+				failures = append(failures, fmt.Sprintf("%s: %d %q", method, resp.StatusCode, body))
 			}
 		}
 	}
@@ -189,8 +230,10 @@ func TestRollingRestart(t *testing.T) {
 		}
 		return fmt.Sprintf("served %d %d %d", count("old-1"), count("old-2"), count("old-3"))
 	})
-	ok.Store(0)
-	failed.Store(0)
+	okGET.Store(0)
+	okPOST.Store(0)
+	failedGET.Store(0)
+	failedPOST.Store(0)
 	failures = nil
 
 	ctx, cancel := context.WithCancel(context.Background())
@@ -218,20 +261,13 @@ func TestRollingRestart(t *testing.T) {
 			return "not yet"
 		})
 		t0 := time.Now()
-		if stopOnly {
-			if err := p.Stop(old); err != nil {
-				t.Fatal(err)
-			}
-		} else {
-			// Podman 4's stop reports nothing before the process exits;
-			// a kill event does, so send the signal that way first
-			// (docs/caddydocker.md), as `docker stop` does itself.
+		if m.signalFirst {
 			if err := p.Signal(old, "TERM"); err != nil {
 				t.Fatal(err)
 			}
-			if err := p.Stop(old); err != nil {
-				t.Fatal(err)
-			}
+		}
+		if err := p.Stop(old); err != nil {
+			t.Fatal(err)
 		}
 		t.Logf("stopping %s took %s", old, time.Since(t0).Round(time.Millisecond))
 		podmantest.Eventually(t, old+" forgotten", 30*time.Second, func() string {
@@ -245,12 +281,100 @@ func TestRollingRestart(t *testing.T) {
 	}
 	time.Sleep(time.Second)
 	stopLoad()
-	t.Logf("%d requests answered 200, %d failed; by replica: old %d %d %d, new %d %d %d",
-		ok.Load(), failed.Load(), count("old-1"), count("old-2"), count("old-3"), count("new-1"), count("new-2"), count("new-3"))
-	if failed.Load() != 0 {
-		t.Fatalf("%d requests failed during the rolling restart, e.g. %v", failed.Load(), failures)
+	total := okGET.Load() + okPOST.Load() + failedGET.Load() + failedPOST.Load()
+	t.Logf("%d requests: GET %d ok, %d failed; POST %d ok, %d failed; by replica: old %d %d %d, new %d %d %d",
+		total, okGET.Load(), failedGET.Load(), okPOST.Load(), failedPOST.Load(),
+		count("old-1"), count("old-2"), count("old-3"), count("new-1"), count("new-2"), count("new-3"))
+	if failedGET.Load() != 0 || failedPOST.Load() != 0 && !m.postsMayFail {
+		t.Fatalf("%d GETs and %d POSTs failed during the rolling restart, e.g. %v", failedGET.Load(), failedPOST.Load(), failures)
 	}
-	if ok.Load() < 1000 {
-		t.Fatalf("only %d requests: the load did not run", ok.Load())
+	if failedPOST.Load() != 0 {
+		t.Logf("POSTs cut by replicas exiting at once (not sent twice): %d, e.g. %v", failedPOST.Load(), failures)
 	}
+	if okGET.Load()+okPOST.Load() < 1000 {
+		t.Fatalf("only %d requests: the load did not run", okGET.Load()+okPOST.Load())
+	}
+}
+
+// TestPodmanStopDrains: a plain `podman stop` (no kill event until the
+// process exits) takes the replica out of its pool as the stop begins,
+// while it still serves during its grace period: the watcher re-lists
+// every StopPoll while Podman has routed containers, and a container
+// being stopped leaves the running list at once.
+func TestPodmanStopDrains(t *testing.T) {
+	p := getPodman(t)
+	t.Cleanup(p.RemoveAll)
+	startGateway(t, withoutResync(t, gatewayConfig(p, filepath.Join(t.TempDir(), "routes.json"))))
+	t.Cleanup(func() { stopGateway(t) })
+
+	const drain = 4 * time.Second // serves this long after SIGTERM (podman stop -t 5)
+	ps, po := port(t), port(t)
+	if err := p.RunOpts("stopped", ps, labels("drn", ps, "/drn"), "--env", "DRAIN="+drain.String()); err != nil {
+		t.Fatal(err)
+	}
+	if err := p.Run("other", po, labels("drn", po, "/drn")); err != nil {
+		t.Fatal(err)
+	}
+	stoppedDial := fmt.Sprintf("127.0.0.1:%d", ps)
+	podmantest.Eventually(t, "both replicas in the pool", 30*time.Second, func() string {
+		if got := PoolOf("gateway", "drn"); len(got) != 2 {
+			return fmt.Sprintf("pool %v", got)
+		}
+		return ""
+	})
+	if !engineStopsUnannounced(t) {
+		t.Fatal("the engine is Podman, but the app does not know it")
+	}
+
+	t0 := time.Now()
+	stopped := make(chan error, 1)
+	go func() { stopped <- p.Stop("stopped") }()
+	var left time.Duration
+	podmantest.Eventually(t, "the stopped replica leaves the pool", drain, func() string {
+		if slices.Contains(PoolOf("gateway", "drn"), stoppedDial) {
+			return fmt.Sprintf("still in the pool %v after %s", PoolOf("gateway", "drn"), time.Since(t0).Round(time.Millisecond))
+		}
+		left = time.Since(t0)
+		return ""
+	})
+	// It left while it still served (its grace period), not when it exited.
+	if code, body, err := podmantest.Get(fmt.Sprintf("http://%s/drn/x", stoppedDial)); err != nil || code != 200 {
+		t.Fatalf("the replica stopped serving before it left the pool (%s after the stop began): %d %q %v", left, code, body, err)
+	}
+	t.Logf("podman stop began; the replica left its pool %s later, while still serving", left.Round(time.Millisecond))
+	if limit := StopPoll + time.Second; left > limit {
+		t.Errorf("left the pool %s after the stop began; want within StopPoll (%s) and a list", left, StopPoll)
+	}
+	for i := 0; i < 8; i++ {
+		if code, body, err := get("/drn/x"); err != nil || code != 200 || body != "other /drn/x" {
+			t.Fatalf("request %d after the drain: %d %q %v, want the other replica", i, code, body, err)
+		}
+	}
+	if err := <-stopped; err != nil {
+		t.Fatal(err)
+	}
+}
+
+// engineStopsUnannounced reads the running app's engine flag.
+func engineStopsUnannounced(t *testing.T) bool {
+	t.Helper()
+	currentMu.RLock()
+	defer currentMu.RUnlock()
+	w, ok := current["gateway"]
+	if !ok {
+		t.Fatal("no running watcher for server gateway")
+	}
+	return w.engine.StopsUnannounced()
+}
+
+// withoutResync sets a config's resync_interval to 5m, so that within a
+// test only events and the stop poll make the app re-list (a resync every
+// 2s, gatewayConfig's, would hide whether a stop is seen early).
+func withoutResync(t *testing.T, cfg string) string {
+	t.Helper()
+	out := strings.Replace(cfg, "resync_interval 2s", "resync_interval 5m", 1)
+	if out == cfg {
+		t.Fatal("the test config's resync_interval is not where expected")
+	}
+	return out
 }

@@ -8,7 +8,9 @@ import (
 	"sort"
 	"strings"
 	"sync"
+	"sync/atomic"
 
+	"github.com/docker/docker/api/types"
 	"github.com/docker/docker/api/types/container"
 	"github.com/docker/docker/api/types/events"
 	"github.com/docker/docker/api/types/filters"
@@ -26,6 +28,13 @@ type Engine interface {
 	Events(ctx context.Context, fn func(Event)) error
 	// Close releases the client.
 	Close() error
+	// StopsUnannounced reports whether the engine begins stopping a
+	// container without saying so in an event: Podman's `podman stop`
+	// signals the process and sends its stop event only after the process
+	// exited. Such a container leaves the running list at once, so the
+	// watcher re-lists every StopPoll while this host has routed
+	// containers. False until the engine first answered.
+	StopsUnannounced() bool
 }
 
 // DefaultHost returns the engine address used when none is configured:
@@ -46,6 +55,7 @@ type dockerEngine struct {
 	// unreachable. ready() settles it before any other call.
 	vmu      sync.Mutex
 	vsettled bool
+	podman   atomic.Bool // the engine is Podman (its /version says so)
 
 	// net caches the facts of running opted-in containers that the list
 	// does not report (Podman's compat list has no HostConfig, networks or
@@ -85,9 +95,27 @@ func (e *dockerEngine) ready(ctx context.Context) error {
 		return err
 	}
 	e.cli.NegotiateAPIVersionPing(ping)
+	v, err := e.cli.ServerVersion(ctx)
+	if err != nil {
+		return err
+	}
+	e.podman.Store(isPodman(v))
 	e.vsettled = true
 	return nil
 }
+
+// isPodman reports whether an engine's version answer is Podman's: its
+// Docker-compatible API names the component "Podman Engine".
+func isPodman(v types.Version) bool {
+	for _, c := range v.Components {
+		if strings.Contains(strings.ToLower(c.Name), "podman") {
+			return true
+		}
+	}
+	return strings.Contains(strings.ToLower(v.Platform.Name), "podman")
+}
+
+func (e *dockerEngine) StopsUnannounced() bool { return e.podman.Load() }
 
 func (e *dockerEngine) List(ctx context.Context) ([]Container, error) {
 	if err := e.ready(ctx); err != nil {

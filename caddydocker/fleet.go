@@ -129,6 +129,22 @@ type FleetStatus struct {
 	LastError string `json:"last_error,omitempty"`
 	// Nodes are the other nodes, sorted by name.
 	Nodes []FleetNodeStatus `json:"nodes"`
+	// Namesakes are the other gateways that wrote this node's key within
+	// the last TTL: gateways configured with the same node name (by
+	// default the host name), each overwriting the other's containers in
+	// the bucket. Each gateway needs its own `node`.
+	Namesakes []FleetNamesake `json:"namesakes,omitempty"`
+}
+
+// FleetNamesake is another gateway that writes this node's key.
+type FleetNamesake struct {
+	// Instance is the other gateway's random instance id (a new one at
+	// each start).
+	Instance string `json:"instance"`
+	// Advertise is the address its entry advertises.
+	Advertise string `json:"advertise,omitempty"`
+	// LastSeen is the local time its last write arrived.
+	LastSeen time.Time `json:"last_seen"`
 }
 
 // FleetNodeStatus is one other node of the fleet.
@@ -214,7 +230,8 @@ type Fleet struct {
 	echoRev  uint64    // revision of the last own heartbeat the watch delivered
 	stale    bool      // the watch missed an own heartbeat (logged once)
 	errs     [3]string
-	namesake map[string]bool // other instances seen under this node's key
+	// namesakes are the other instances seen writing this node's key.
+	namesakes map[string]*FleetNamesake
 }
 
 // error slots of Fleet.errs
@@ -252,7 +269,7 @@ func NewFleet(cfg FleetConfig, conn *natsconn.Conn, log *zap.Logger) (*Fleet, er
 		changed:   make(chan struct{}, 1),
 		ready:     make(chan struct{}),
 		nodes:     map[string]*fleetNode{},
-		namesake:  map[string]bool{},
+		namesakes: map[string]*FleetNamesake{},
 	}, nil
 }
 
@@ -489,6 +506,13 @@ func (f *Fleet) Status() FleetStatus {
 		st.Nodes = append(st.Nodes, ns)
 	}
 	sort.Slice(st.Nodes, func(i, j int) bool { return st.Nodes[i].Node < st.Nodes[j].Node })
+	now := time.Now()
+	for _, ns := range f.namesakes {
+		if now.Sub(ns.LastSeen) <= f.cfg.TTL {
+			st.Namesakes = append(st.Namesakes, *ns)
+		}
+	}
+	sort.Slice(st.Namesakes, func(i, j int) bool { return st.Namesakes[i].Instance < st.Namesakes[j].Instance })
 	return st
 }
 
@@ -984,12 +1008,28 @@ func (f *Fleet) own(e jetstream.KeyValueEntry) {
 	if f.firstRev == 0 || e.Revision() <= f.firstRev {
 		return
 	}
-	if !f.namesake[ent.Instance] {
-		f.namesake[ent.Instance] = true
-		f.log.Error("fleet: another gateway publishes under this node name; give each host its own node",
-			zap.String("other_advertise", ent.Advertise), zap.String("other_instance", ent.Instance))
+	now := time.Now()
+	ns := f.namesakes[ent.Instance]
+	if ns == nil || now.Sub(ns.LastSeen) > f.cfg.TTL {
+		// New, or back after it stopped writing for a TTL: say it again.
+		f.log.Error(NamesakeMessage, zap.String("other_advertise", ent.Advertise), zap.String("other_instance", ent.Instance))
+	}
+	if ns == nil {
+		ns = &FleetNamesake{Instance: ent.Instance}
+		f.namesakes[ent.Instance] = ns
+	}
+	ns.Advertise, ns.LastSeen = ent.Advertise, now
+	for id, other := range f.namesakes {
+		if now.Sub(other.LastSeen) > fleetForget {
+			delete(f.namesakes, id)
+		}
 	}
 }
+
+// NamesakeMessage is the error a gateway logs (with this gateway's node in
+// the field "node") when another gateway writes its node's key.
+const NamesakeMessage = "fleet: another gateway publishes under this node name, and each overwrites the other's containers in the bucket; " +
+	"give each gateway its own `node` in its docker fleet options (the default is the host name)"
 
 // expire drops the nodes silent for TTL, when the watch proves that their
 // heartbeats would have arrived, and reports whether the watch looks

@@ -802,10 +802,15 @@ func TestFleetGuardRecovers(t *testing.T) {
 }
 
 // TestFleetNamesake: a second gateway under the same node name is
-// reported; a restart of the same node (its old entry still there) is not.
+// reported, by both, in an error naming the node and the `node` option and
+// in Status (for the dashboard) while it keeps writing; a restart of the
+// same node (its old entry still there) is not.
 func TestFleetNamesake(t *testing.T) {
 	c := natstest.StartCluster(t, 1)
-	const msg = "fleet: another gateway publishes under this node name; give each host its own node"
+	const msg = NamesakeMessage
+	if !strings.Contains(msg, "`node`") {
+		t.Fatalf("the message does not name the node option: %s", msg)
+	}
 	log1, logs1 := observed(t)
 	first := startFleet(t, c, "a", "10.0.0.1", time.Second, log1)
 	first.Publish([]Container{ctr("web", 30001)})
@@ -838,13 +843,47 @@ func TestFleetNamesake(t *testing.T) {
 	if n := logs2.FilterMessage(msg).Len(); n != 0 {
 		t.Errorf("the restarted node reports its previous run as a namesake (%d)", n)
 	}
+	if ns := second.Status().Namesakes; len(ns) != 0 {
+		t.Errorf("the restarted node shows its previous run as a namesake: %+v", ns)
+	}
 
 	log3, logs3 := observed(t)
 	third := startFleet(t, c, "a", "10.0.0.3", time.Second, log3)
 	third.Publish([]Container{ctr("other", 30002)})
-	waitFor(t, "the namesake reported", 10*time.Second, func() error {
-		if logs2.FilterMessage(msg).Len() == 0 && logs3.FilterMessage(msg).Len() == 0 {
-			return errors.New("not yet")
+	// Each sees the other's heartbeats: both report.
+	for _, g := range []struct {
+		name, otherAdvertise string
+		f                    *Fleet
+		logs                 *observer.ObservedLogs
+	}{{"second", "10.0.0.3", second, logs2}, {"third", "10.0.0.1", third, logs3}} {
+		waitFor(t, "the namesake reported by the "+g.name, 10*time.Second, func() error {
+			es := g.logs.FilterMessage(msg).All()
+			if len(es) == 0 {
+				return errors.New("no error logged")
+			}
+			f := es[0].ContextMap()
+			if es[0].Level != zap.ErrorLevel || f["node"] != "a" || f["other_advertise"] != g.otherAdvertise {
+				return fmt.Errorf("logged %s %v, want error with node a, other_advertise %s", es[0].Level, f, g.otherAdvertise)
+			}
+			ns := g.f.Status().Namesakes
+			if len(ns) != 1 || ns[0].Advertise != g.otherAdvertise || ns[0].Instance == "" {
+				return fmt.Errorf("status namesakes %+v", ns)
+			}
+			return nil
+		})
+	}
+	// Logged when it appears, not at each of its heartbeats (every ttl/3).
+	time.Sleep(time.Second)
+	for name, logs := range map[string]*observer.ObservedLogs{"second": logs2, "third": logs3} {
+		if n := logs.FilterMessage(msg).Len(); n > 2 {
+			t.Errorf("%s logged the namesake %d times in about 4 of its heartbeats", name, n)
+		}
+	}
+	// The namesake goes away (renamed, say): it leaves the status after ttl.
+	third.halt()
+	waitFor(t, "the namesake gone from the status", 5*time.Second, func() error {
+		if ns := second.Status().Namesakes; len(ns) != 0 {
+			return fmt.Errorf("still %+v", ns)
 		}
 		return nil
 	})

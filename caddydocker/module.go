@@ -8,6 +8,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"path/filepath"
 	"sort"
@@ -61,7 +62,11 @@ type App struct {
 	Server string `json:"server,omitempty"`
 
 	// Admin is the address of Caddy's admin endpoint through which routes
-	// are applied. Default: this config's admin listen address.
+	// are applied, as in the `admin` global option (host:port, or
+	// unix//path for a socket). Default: this config's own admin address
+	// (its `admin` global option; Caddy's default when it has none). Set it
+	// only when the admin API must be reached at another address than the
+	// one it listens on.
 	Admin string `json:"admin,omitempty"`
 
 	// JWTAuth is the jwt_auth handler (its JSON config) placed in routes
@@ -334,17 +339,17 @@ func onlyServer(names []string) (string, error) {
 }
 
 // adminEndpoint returns the admin API's network and address: the Admin
-// field, else adminaddr.Default (CADDY_ADMIN, else localhost:2019).
+// field, else this config's own admin address. A config that turns the
+// admin API off cannot run discovery.
 func (a *App) adminEndpoint(ctx caddy.Context) (string, string, error) {
-	listen := a.Admin
-	if listen == "" {
-		listen = adminaddr.Default()
+	ep, err := adminaddr.For(ctx, a.Admin, a.logger)
+	if errors.Is(err, adminaddr.ErrDisabled) {
+		return "", "", fmt.Errorf("docker: discovery needs the admin API, through which it applies the routes it finds, but %w: remove `admin off` (or give the admin API an address, e.g. `admin localhost:2019`), or remove the docker app", err)
 	}
-	network, address, err := adminaddr.Endpoint(listen)
 	if err != nil {
-		return "", "", fmt.Errorf("docker: %w", err)
+		return "", "", fmt.Errorf("docker: invalid admin: %w", err)
 	}
-	return network, address, nil
+	return ep.Network, ep.Address, nil
 }
 
 // withHandler returns raw with "handler": name set (raw may hold the

@@ -87,7 +87,6 @@ func gatewayConfig(p *podmantest.Podman, stateFile string) string {
 		name gateway
 	}
 	docker {
-		admin %[1]s
 		host %s
 		state_file %s
 		server gateway

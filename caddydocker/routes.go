@@ -119,6 +119,14 @@ const DefaultStreamCloseDelay = time.Hour
 // short dial timeout so a vanished upstream fails fast.
 var DefaultTransport = json.RawMessage(`{"protocol":"h1","dial_timeout":"2s","keepalive":"90s"}`)
 
+// isH1 reports whether a transport's JSON is the h1 transport's.
+func isH1(transport json.RawMessage) bool {
+	var t struct {
+		Protocol string `json:"protocol"`
+	}
+	return json.Unmarshal(transport, &t) == nil && t.Protocol == "h1"
+}
+
 // DefaultRBAC builds {"handler":"rbac","require":[{"any":[...]}]}, the
 // rbac handler requiring any of roles. The app builds the handler with the
 // rbac module's own Caddyfile parser instead, starting from the docker
@@ -457,18 +465,27 @@ func buildRoute(s *service, r Router, opts BuildOptions) (json.RawMessage, error
 	if transport == nil {
 		transport = DefaultTransport
 	}
+	// A failed request is retried on another replica (the source leaves
+	// out the ones it failed on).
+	lb := map[string]any{
+		"selection_policy": map[string]string{"policy": "round_robin"},
+		"retries":          Retries,
+	}
+	if isH1(transport) {
+		// The h1 transport decides what may be retried elsewhere
+		// (caddyh1.RetryOnAnother: a dial error for any method; a GET,
+		// HEAD or OPTIONS whose replica closed or reset the connection
+		// before answering, once) and marks it for Caddy. A retry_match
+		// that matches no request keeps Caddy from adding its own
+		// default on top (any other error of a GET).
+		lb["retry_match"] = []map[string]any{{"method": []string{}}}
+	}
 	rp := map[string]any{
 		"handler":   "reverse_proxy",
 		"transport": transport,
 		// the service's replicas, read per request (upstreams.go)
 		"dynamic_upstreams": map[string]string{"source": "docker", "server": opts.Server, "service": s.name},
-		// A failed request is retried on another replica (the source
-		// leaves out the ones it failed on): a dial error for any
-		// method, any error for GET.
-		"load_balancing": map[string]any{
-			"selection_policy": map[string]string{"policy": "round_robin"},
-			"retries":          Retries,
-		},
+		"load_balancing":    lb,
 	}
 	if opts.StreamCloseDelay > 0 {
 		rp["stream_close_delay"] = opts.StreamCloseDelay.String()

@@ -132,11 +132,24 @@ type Watcher struct {
 	// polled is true while a listed container has a health check: Podman
 	// sends no health events, so the loop re-lists every HealthPoll.
 	polled bool
+	// stopPolled is true while the engine stops containers without an
+	// event (Podman) and this host has routed containers: the loop
+	// re-lists every StopPoll, so a container being stopped leaves its
+	// pool as soon as it leaves the running list.
+	stopPolled bool
 }
 
 // HealthPoll is how often the watcher re-lists while a container has a
 // health check, since Podman reports health changes in no event.
 const HealthPoll = 2 * time.Second
+
+// StopPoll is how often the watcher re-lists while the engine stops
+// containers without an event (Engine.StopsUnannounced: Podman) and this
+// host has routed containers. A container that `podman stop` is stopping
+// leaves the running list as the stop begins, so it is drained at most
+// StopPoll (plus a list) later, while it still serves during its grace
+// period. A variable for tests.
+var StopPoll = time.Second
 
 // StoppingMax is how long a container stays out of its pool after a stop
 // signal while the engine still lists it running; then it is routed
@@ -265,6 +278,8 @@ func (w *Watcher) loop() {
 	defer ticker.Stop()
 	health := time.NewTicker(HealthPoll)
 	defer health.Stop()
+	stopPoll := time.NewTicker(StopPoll)
+	defer stopPoll.Stop()
 	var fleetChanged <-chan struct{}
 	if w.cfg.Fleet != nil {
 		fleetChanged = w.cfg.Fleet.Changed()
@@ -302,6 +317,13 @@ func (w *Watcher) loop() {
 		case <-health.C:
 			if w.polled && !pending {
 				run()
+			}
+		case <-stopPoll.C:
+			// Not a debounced run: it leaves the debounce of the next
+			// event alone. While the engine is away, the event stream's
+			// reconnects re-list (no failed list every second).
+			if w.stopPolled && w.reachable && !pending {
+				w.sync()
 			}
 		case <-fleetChanged:
 			// Another host's containers changed: rebuild from this
@@ -492,10 +514,13 @@ func (w *Watcher) build() {
 	}
 	states := map[string]int{}
 	w.polled = false
+	routedHere := false
 	for _, d := range ds {
 		states[d.State]++
 		w.polled = w.polled || d.Container.Health != ""
+		routedHere = routedHere || d.State == StateRouted && d.Container.Node == ""
 	}
+	w.stopPolled = routedHere && w.engine.StopsUnannounced()
 	for _, st := range []string{StateRouted, StateInvalid, StateStarting, StateUnhealthy, StateStopping, StateLocalOnly} {
 		w.m.containers.WithLabelValues(st).Set(float64(states[st]))
 	}

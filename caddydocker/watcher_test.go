@@ -63,6 +63,8 @@ func (f *fakeEngine) Events(ctx context.Context, fn func(Event)) error {
 
 func (f *fakeEngine) Close() error { return nil }
 
+func (f *fakeEngine) StopsUnannounced() bool { return false }
+
 type fakeApplier struct {
 	mu    sync.Mutex
 	calls int

@@ -12,6 +12,7 @@ import (
 	"net/textproto"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"github.com/apigate/gateway/internal/h1wire"
@@ -205,6 +206,31 @@ type DialError struct{ Err error }
 
 func (e *DialError) Error() string { return "dialing upstream: " + e.Err.Error() }
 func (e *DialError) Unwrap() error { return e.Err }
+
+// ResetError is a request that failed because the upstream closed or reset
+// the connection before sending any byte of a response (a replica that
+// exits, or closes its keep-alive connections, as the request arrives).
+// The upstream may or may not have acted on the request.
+type ResetError struct {
+	// Err is what the connection said: io.EOF (closed), a reset, a broken
+	// pipe while the request was written.
+	Err error
+	// BodyRead is true when the request's body was (partly) read to be
+	// sent: the request cannot be sent again as it was.
+	BodyRead bool
+}
+
+func (e *ResetError) Error() string {
+	return "upstream closed or reset the connection before answering: " + e.Err.Error()
+}
+func (e *ResetError) Unwrap() error { return e.Err }
+
+// connReset reports whether err, from writing a request or reading its
+// response head, is the connection closed or reset by the upstream.
+func connReset(err error) bool {
+	return errors.Is(err, io.EOF) || errors.Is(err, syscall.ECONNRESET) || errors.Is(err, syscall.EPIPE) ||
+		errors.Is(err, syscall.ECONNABORTED)
+}
 
 // RoundTrip sends req to the upstream at network/addr ("tcp",
 // "127.0.0.1:8080") and reads the response head. The response body reads
@@ -531,6 +557,10 @@ func (cn *conn) roundTrip(req *http.Request, wr *writtenRequest) (*http.Response
 		if ctxErr := ctx.Err(); ctxErr != nil {
 			return nil, ctxErr
 		}
+		var be *bodyError
+		if !errors.As(err, &be) && connReset(err) && cn.nothingReceived() {
+			return nil, &ResetError{Err: err, BodyRead: wr.bodyRead}
+		}
 		return nil, err
 	}
 	var h head
@@ -539,6 +569,9 @@ func (cn *conn) roundTrip(req *http.Request, wr *writtenRequest) (*http.Response
 		cn.done(false)
 		if ctxErr := ctx.Err(); ctxErr != nil {
 			return nil, ctxErr
+		}
+		if connReset(err) && cn.nothingReceived() {
+			return nil, &ResetError{Err: err, BodyRead: wr.bodyRead}
 		}
 		return nil, err
 	}
@@ -688,10 +721,7 @@ func (cn *conn) readHead(max int, onTimeout func() error) ([]byte, error) {
 			continue
 		}
 		if err != nil {
-			if err == io.EOF {
-				if len(cn.rd.Buffered()) == 0 {
-					return nil, errors.New("upstream closed the connection before answering")
-				}
+			if err == io.EOF && len(cn.rd.Buffered()) > 0 {
 				return nil, io.ErrUnexpectedEOF
 			}
 			return nil, err

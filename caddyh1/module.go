@@ -23,6 +23,7 @@ import (
 	"time"
 
 	"github.com/caddyserver/caddy/v2"
+	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
 	"github.com/caddyserver/caddy/v2/modules/caddyhttp/reverseproxy"
 )
 
@@ -236,16 +237,25 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 func (t *Transport) RoundTripTo(req *http.Request, network, addr string) (*http.Response, error) {
 	res, err := t.client.RoundTrip(req, network, addr)
 	if err != nil {
-		var de *DialError
-		if errors.As(err, &de) {
-			// Caddy may retry a request on another upstream after a dial
-			// error, whatever its method: nothing was sent.
-			return nil, reverseproxy.NewDialError(de.Err)
+		resets, _ := caddyhttp.GetVar(req.Context(), resetsVar).(int)
+		if !RetryOnAnother(req.Method, err, resets) {
+			return nil, err
 		}
-		return nil, err
+		if errors.As(err, new(*ResetError)) {
+			caddyhttp.SetVar(req.Context(), resetsVar, resets+1)
+		}
+		// Caddy's reverse_proxy sends a request that failed with a
+		// DialError to another upstream, whatever its method (within
+		// lb_retries / lb_try_duration): it is how a transport outside
+		// its package marks a failure as safe to retry elsewhere.
+		return nil, reverseproxy.NewDialError(err)
 	}
 	return res, nil
 }
+
+// resetsVar is the request variable counting the moves to another upstream
+// after a reset (RetryOnAnother's resetsBefore).
+const resetsVar = "gateway.h1_reset_retries"
 
 // Stats returns the counters of the transport's connection pool (shared
 // with every h1 transport of the same settings).

@@ -195,7 +195,14 @@ func writeRequestURI(bw *bufio.Writer, req *http.Request) {
 }
 
 // errBodyLength is a request body shorter or longer than its Content-Length.
-var errBodyLength = errors.New("request body length differs from its Content-Length")
+var errBodyLength = &bodyError{errors.New("request body length differs from its Content-Length")}
+
+// bodyError is a failure on the request body's side (the client's), not
+// the upstream connection's.
+type bodyError struct{ err error }
+
+func (e *bodyError) Error() string { return e.err.Error() }
+func (e *bodyError) Unwrap() error { return e.err }
 
 // writeFixed copies exactly n bytes of body into bw's free space, flushing
 // when it is full.
@@ -220,7 +227,7 @@ func writeFixed(bw *bufio.Writer, body io.Reader, n int64) error {
 			break
 		}
 		if err != nil {
-			return fmt.Errorf("reading the request body: %w", err)
+			return &bodyError{fmt.Errorf("reading the request body: %w", err)}
 		}
 	}
 	return nil
@@ -250,7 +257,7 @@ func writeChunked(bw *bufio.Writer, req *http.Request) error {
 			break
 		}
 		if err != nil {
-			return fmt.Errorf("reading the request body: %w", err)
+			return &bodyError{fmt.Errorf("reading the request body: %w", err)}
 		}
 	}
 	bw.WriteString("0\r\n")

@@ -25,7 +25,7 @@ func parseCaddyfile(h httpcaddyfile.Helper) (caddyhttp.MiddlewareHandler, error)
 //	gateway_dashboard [<matcher>] {
 //		path    <prefix>    # URL prefix as the request reaches the handler; default /
 //		refresh <duration>  # how often the page polls; default 1s
-//		admin   <address>   # Caddy's admin API; default CADDY_ADMIN, else localhost:2019
+//		admin   <address>   # Caddy's admin API; default: the config's own admin address
 //	}
 //
 // The prefix is a subdirective, not an argument: a first argument that

@@ -18,18 +18,12 @@ import (
 	"github.com/apigate/gateway/internal/adminaddr"
 )
 
-// adminEndpoint is how to reach Caddy's admin API: the dial network and
-// address, and the Host header it accepts.
-type adminEndpoint struct {
-	network, address, host string
-}
-
 // caddySources reads the running Caddy: its config through the admin API
 // (Caddy drops the raw JSON of loaded modules, so the admin API is the
 // only complete view of the routes), and the typed snapshots the modules
 // export: counters, the docker app's containers, the audit ring. endpoint
 // returns the admin address for a request.
-func caddySources(endpoint func(ctx context.Context) (adminEndpoint, error)) Sources {
+func caddySources(endpoint func(ctx context.Context) (adminaddr.Endpoint, error)) Sources {
 	cache := &configCache{}
 	return Sources{
 		HTTPConfig: func(ctx context.Context) ([]byte, error) {
@@ -52,14 +46,14 @@ func caddySources(endpoint func(ctx context.Context) (adminEndpoint, error)) Sou
 type configCache struct {
 	mu   sync.Mutex
 	at   time.Time
-	key  adminEndpoint
+	key  adminaddr.Endpoint
 	cfg  context.Context // the running config's context: a new one at every load
 	body []byte
 }
 
 const configCacheMaxAge = 30 * time.Second
 
-func (c *configCache) get(ctx context.Context, ep adminEndpoint) ([]byte, error) {
+func (c *configCache) get(ctx context.Context, ep adminaddr.Endpoint) ([]byte, error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	cfg := caddy.ActiveContext().Context
@@ -74,21 +68,21 @@ func (c *configCache) get(ctx context.Context, ep adminEndpoint) ([]byte, error)
 	return body, nil
 }
 
-func fetchHTTPConfig(ctx context.Context, ep adminEndpoint) ([]byte, error) {
+func fetchHTTPConfig(ctx context.Context, ep adminaddr.Endpoint) ([]byte, error) {
 	ctx, cancel := context.WithTimeout(ctx, 3*time.Second)
 	defer cancel()
 	tr := &http.Transport{
 		DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
 			var d net.Dialer
-			return d.DialContext(ctx, ep.network, ep.address)
+			return d.DialContext(ctx, ep.Network, ep.Address)
 		},
 		DisableKeepAlives: true,
 	}
 	defer tr.CloseIdleConnections()
-	host := ep.host
+	host := ep.Host
 	if host == "" {
-		host = ep.address
-		if ep.network == "unix" {
+		host = ep.Address
+		if ep.Network == "unix" {
 			host = "localhost"
 		}
 	}
@@ -99,15 +93,15 @@ func fetchHTTPConfig(ctx context.Context, ep adminEndpoint) ([]byte, error) {
 	req.Host = host
 	resp, err := (&http.Client{Transport: tr}).Do(req)
 	if err != nil {
-		return nil, fmt.Errorf("reading the config from the admin API at %s: %w", ep.address, err)
+		return nil, fmt.Errorf("reading the config from the admin API at %s: %w", ep.Address, err)
 	}
 	defer resp.Body.Close()
 	body, err := io.ReadAll(io.LimitReader(resp.Body, 64<<20))
 	if err != nil {
-		return nil, fmt.Errorf("reading the config from the admin API at %s: %w", ep.address, err)
+		return nil, fmt.Errorf("reading the config from the admin API at %s: %w", ep.Address, err)
 	}
 	if resp.StatusCode != http.StatusOK {
-		return nil, fmt.Errorf("reading the config from the admin API at %s: status %d: %s", ep.address, resp.StatusCode, bytes.TrimSpace(body))
+		return nil, fmt.Errorf("reading the config from the admin API at %s: status %d: %s", ep.Address, resp.StatusCode, bytes.TrimSpace(body))
 	}
 	return body, nil
 }
@@ -115,32 +109,16 @@ func fetchHTTPConfig(ctx context.Context, ep adminEndpoint) ([]byte, error) {
 // requestAdminEndpoint is the admin endpoint a request arrived on (for the
 // admin module): its local address and its Host header, which the admin
 // API already accepted.
-func requestAdminEndpoint(r *http.Request) (adminEndpoint, bool) {
+func requestAdminEndpoint(r *http.Request) (adminaddr.Endpoint, bool) {
 	addr, ok := r.Context().Value(http.LocalAddrContextKey).(net.Addr)
 	if !ok || addr == nil {
-		return adminEndpoint{}, false
+		return adminaddr.Endpoint{}, false
 	}
 	switch addr.Network() {
 	case "unix":
-		return adminEndpoint{network: "unix", address: addr.String(), host: "localhost"}, true
+		return adminaddr.Endpoint{Network: "unix", Address: addr.String(), Host: "localhost"}, true
 	case "tcp":
-		return adminEndpoint{network: "tcp", address: addr.String(), host: r.Host}, true
+		return adminaddr.Endpoint{Network: "tcp", Address: addr.String(), Host: r.Host}, true
 	}
-	return adminEndpoint{}, false
-}
-
-// adminEndpointAt is the endpoint of an admin listen address ("" is
-// adminaddr.Default).
-func adminEndpointAt(listen string) (adminEndpoint, error) {
-	if listen == "" {
-		listen = adminaddr.Default()
-	}
-	network, address, err := adminaddr.Endpoint(listen)
-	if err != nil {
-		return adminEndpoint{}, err
-	}
-	if network == "unix" {
-		return adminEndpoint{network: network, address: address, host: "localhost"}, nil
-	}
-	return adminEndpoint{network: network, address: address, host: address}, nil
+	return adminaddr.Endpoint{}, false
 }

@@ -71,7 +71,6 @@ func gatewayConfig(dockerHost, dir string) string {
 		sink file %s
 	}
 	docker {
-		admin %[1]s
 		host %[3]s
 		state_file %s
 		server gateway
@@ -110,7 +109,6 @@ func gatewayConfig(dockerHost, dir string) string {
 		}
 		gateway_dashboard {
 			path /ops
-			admin %[1]s
 		}
 	}
 	handle /own {
@@ -121,9 +119,7 @@ func gatewayConfig(dockerHost, dir string) string {
 # The page, on its own site bound to loopback.
 :19802 {
 	bind 127.0.0.1
-	gateway_dashboard {
-		admin %[1]s
-	}
+	gateway_dashboard
 }
 `, adminAddr, filepath.Join(dir, "audit.jsonl"), dockerHost, filepath.Join(dir, "routes.json"), jwtSecret, jwtSecret, jwtSecret)
 }

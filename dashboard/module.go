@@ -8,6 +8,7 @@ package dashboard
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net/http"
 	"strings"
@@ -15,6 +16,8 @@ import (
 
 	"github.com/caddyserver/caddy/v2"
 	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
+
+	"github.com/apigate/gateway/internal/adminaddr"
 )
 
 func init() {
@@ -52,13 +55,26 @@ func (AdminAPI) CaddyModule() caddy.ModuleInfo {
 // Provision prepares the sources; nothing is read until a request comes.
 func (a *AdminAPI) Provision(ctx caddy.Context) error {
 	a.srv = &Server{Refresh: time.Second}
-	a.srv.Sources = caddySources(func(ctx context.Context) (adminEndpoint, error) {
-		if ep, ok := ctx.Value(adminEndpointKey{}).(adminEndpoint); ok {
+	own, ownErr := configAdmin(ctx, "")
+	a.srv.Sources = caddySources(func(ctx context.Context) (adminaddr.Endpoint, error) {
+		if ep, ok := ctx.Value(adminEndpointKey{}).(adminaddr.Endpoint); ok {
 			return ep, nil // the one the request came in on
 		}
-		return adminEndpointAt("")
+		return own, ownErr
 	})
 	return nil
+}
+
+// configAdmin is the admin endpoint the dashboard reads routes from:
+// override, else the admin address of the config that ctx provisions. An
+// error (the config turns the admin API off) is reported when routes are
+// read, not at load: the rest of the dashboard works without them.
+func configAdmin(ctx caddy.Context, override string) (adminaddr.Endpoint, error) {
+	ep, err := adminaddr.For(ctx, override, ctx.Logger())
+	if errors.Is(err, adminaddr.ErrDisabled) {
+		return ep, fmt.Errorf("the dashboard reads routes through the admin API, but %w", err)
+	}
+	return ep, err
 }
 
 type adminEndpointKey struct{}
@@ -99,9 +115,9 @@ type Handler struct {
 	Refresh caddy.Duration `json:"refresh,omitempty"`
 
 	// Admin is the address of Caddy's admin API, which the dashboard reads
-	// the routes from. Default: the CADDY_ADMIN environment variable, else
-	// localhost:2019 (Caddy's default); a config whose admin global option
-	// moves the admin API sets the same address here.
+	// the routes from, as in the `admin` global option. Default: this
+	// config's own admin address (its `admin` global option; Caddy's
+	// default when it has none).
 	Admin string `json:"admin,omitempty"`
 
 	srv *Server
@@ -127,11 +143,11 @@ func (h *Handler) Provision(ctx caddy.Context) error {
 		return err
 	}
 	h.srv = &Server{Refresh: time.Duration(h.Refresh)}
-	ep, err := adminEndpointAt(h.Admin)
-	if err != nil {
-		return fmt.Errorf("invalid admin %q: %v", h.Admin, err)
+	ep, err := configAdmin(ctx, h.Admin)
+	if err != nil && !errors.Is(err, adminaddr.ErrDisabled) {
+		return fmt.Errorf("gateway_dashboard: invalid admin: %v", err)
 	}
-	h.srv.Sources = caddySources(func(context.Context) (adminEndpoint, error) { return ep, nil })
+	h.srv.Sources = caddySources(func(context.Context) (adminaddr.Endpoint, error) { return ep, err })
 	return nil
 }
 

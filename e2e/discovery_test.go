@@ -33,7 +33,6 @@ func TestDiscovery(t *testing.T) {
 	s.permDeny.Store("carol", true)
 	stateFile := filepath.Join(s.dir, "docker-routes.json")
 	s.global = fmt.Sprintf(`	docker {
-		admin `+adminAddr+`
 		host %s
 		state_file %s
 		server gateway

@@ -136,6 +136,13 @@
       }
     }
     setText("stat-engine", eng);
+    // Another gateway with this node name: the two overwrite each other's
+    // containers in the fleet bucket.
+    const namesakes = (c.enabled && c.fleet && c.fleet.namesakes) || [];
+    setText("fleet-conflict", namesakes.length ? "Fleet node name conflict: " +
+      namesakes.map((n) => "another gateway" + (n.advertise ? " (advertise " + n.advertise + ")" : "")).join(", ") +
+      " also publishes as node " + c.fleet.node + ", and each overwrites the other's containers. Give each gateway its own node in its fleet options (node defaults to the host name)." : "");
+    $("fleet-conflict").hidden = namesakes.length === 0;
     const note = [];
     if (c.last_error) note.push("last error: " + c.last_error);
     (c.warnings || []).forEach((w) => note.push("warning: " + w));

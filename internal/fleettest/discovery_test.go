@@ -47,7 +47,6 @@ func discoConfig(h *discoHost, nats string) string {
 		name gateway
 	}
 	docker {
-		admin 127.0.0.1:%[1]d
 		host %[3]s
 		server gateway
 		debounce 50ms
