@@ -275,6 +275,11 @@ func TestGateway(t *testing.T) {
 				t.Errorf("routes table lacks %q:\n%s", want, routes)
 			}
 		}
+		// the gateway server has the apigate wrapper; its duties keep it on
+		// Caddy's path, and the page says why
+		if fp := b.text(t, `#fastpath tr[data-fastpath="off"]`); !strings.Contains(fp, "gateway") || !strings.Contains(fp, "off: http.handlers.") {
+			t.Errorf("fast path row %q lacks the server and the reason", fp)
+		}
 	})
 
 	step("a container started with a label typo shows up with its reason", func(t *testing.T) {

@@ -66,6 +66,9 @@ func gatewayConfig(dockerHost, dir string) string {
 	https_port 19899
 	servers :19801 {
 		name gateway
+		listener_wrappers {
+			apigate
+		}
 	}
 	audit {
 		sink file %s
@@ -253,4 +256,48 @@ func findContainer(o Overview, name string) (Container, bool) {
 		}
 	}
 	return Container{}, false
+}
+
+// TestOverviewFastPath: the overview lists each server with the apigate
+// listener wrapper, on, or off with the reason the load logged.
+func TestOverviewFastPath(t *testing.T) {
+	startGateway(t, fmt.Sprintf(`{
+	admin %s
+	auto_https off
+	http_port 19800
+	https_port 19899
+	servers :19803 {
+		name fast
+		listener_wrappers {
+			apigate
+		}
+	}
+	servers 127.0.0.1:19804 {
+		name page
+		listener_wrappers {
+			apigate
+		}
+	}
+}
+:19803 {
+	respond "fast"
+}
+:19804 {
+	bind 127.0.0.1
+	gateway_dashboard
+}
+`, adminAddr))
+	if code, body, err := get("http://127.0.0.1:19803/"); err != nil || code != 200 || body != "fast" {
+		t.Fatalf("GET /: %d %q %v", code, body, err)
+	}
+	got := map[string]FastPathServer{}
+	for _, s := range overview(t).FastPath {
+		got[s.Server] = s
+	}
+	if s := got["fast"]; !s.On || s.Served < 1 {
+		t.Errorf("server fast: want on with a request served, got %+v", s)
+	}
+	if s := got["page"]; s.On || s.Reason != "http.handlers.gateway_dashboard" {
+		t.Errorf("server page: want off for http.handlers.gateway_dashboard, got %+v", s)
+	}
 }

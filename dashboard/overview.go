@@ -10,6 +10,7 @@ import (
 	"github.com/apigate/gateway/caddydocker"
 	"github.com/apigate/gateway/caddyjwt"
 	"github.com/apigate/gateway/caddypermcache"
+	"github.com/apigate/gateway/fastpath"
 )
 
 // Sources are where the dashboard reads from. Every field is optional: a
@@ -23,7 +24,14 @@ type Sources struct {
 	Discovery func() (caddydocker.Snapshot, bool)
 	// Events returns up to n recent audit events, newest first.
 	Events func(n int) []Event
+	// FastPath returns, per server with the apigate listener wrapper,
+	// whether the fast path serves it (docs/fastpath.md).
+	FastPath func() []FastPathServer
 }
+
+// FastPathServer is one server's fast path status: on, or off with the
+// reason the config load logged, and its counts.
+type FastPathServer = fastpath.ServerStatus
 
 // Event is one recent audit event, as the audit module records it (see
 // docs/caddyaudit.md): who, what, and the decision. It never holds a token
@@ -44,6 +52,9 @@ type Overview struct {
 	Events        []Event `json:"events"`
 	EventsEnabled bool    `json:"events_enabled"`
 	CountersError string  `json:"counters_error,omitempty"`
+	// FastPath lists the servers with the apigate wrapper; empty when
+	// none has it.
+	FastPath []FastPathServer `json:"fast_path"`
 }
 
 // Containers is the docker app's view: every opted-in container, routed or
@@ -134,7 +145,10 @@ func shortID(id string) string {
 
 // Build assembles the overview from the sources.
 func (s Sources) Build(ctx context.Context, refresh time.Duration, events int) Overview {
-	o := Overview{Time: time.Now().UTC(), RefreshMS: refresh.Milliseconds(), Routes: []Route{}, Events: []Event{}}
+	o := Overview{Time: time.Now().UTC(), RefreshMS: refresh.Milliseconds(), Routes: []Route{}, Events: []Event{}, FastPath: []FastPathServer{}}
+	if s.FastPath != nil {
+		o.FastPath = append(o.FastPath, s.FastPath()...)
+	}
 	o.Routes, o.RoutesError = s.routes(ctx)
 	if s.Discovery != nil {
 		o.Containers = ContainersFrom(s.Discovery())

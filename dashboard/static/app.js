@@ -95,6 +95,18 @@
     setText("routes-note", o.routes_error ? "could not read the config: " + o.routes_error : o.routes.length + " routes in the running config");
   }
 
+  function renderFastPath(o) {
+    const fp = o.fast_path || [];
+    const rows = fp.map((s) => el("tr", { "data-fastpath": s.on ? "on" : "off" },
+      el("td", { class: "mono", text: s.server }),
+      el("td", { text: s.on ? "on" : "off: " + s.reason }),
+      el("td", { text: String(s.served) }),
+      el("td", { text: String(s.refused) }),
+      el("td", { text: String(s.handed_off) })));
+    fill($("fastpath").tBodies[0], rows, "no server has the apigate listener wrapper", 5);
+    setText("fastpath-note", fp.length ? "counts of the running config (docs/fastpath.md)" : "");
+  }
+
   // dur formats nanoseconds as the largest whole unit: 1m, 90s, 2h.
   function dur(ns) {
     const s = ns / 1e9;
@@ -259,6 +271,7 @@
     renderCards(o);
     renderDuties(o);
     renderContainers(o);
+    renderFastPath(o);
     renderRoutes(o);
     renderEvents(o);
     applyFilter();
