@@ -16,8 +16,9 @@ import (
 // these unexported functions of the pinned Caddy (v2.11.9). Calling them,
 // rather than keeping a copy of that state, keeps one count that both
 // paths update and that Caddy's selection policies, health checks and
-// admin API read. TestCaddyInternals fails when an update of Caddy changes
-// any of them (the build fails first when a name goes away).
+// admin API read. TestCaddyInternals (and, for the metrics route below,
+// TestMetrics) fails when an update of Caddy changes what one does; the
+// build fails first when a name goes away.
 
 //go:linkname hostCountRequest github.com/caddyserver/caddy/v2/modules/caddyhttp/reverseproxy.(*Host).countRequest
 func hostCountRequest(h *reverseproxy.Host, delta int) error

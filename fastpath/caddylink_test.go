@@ -1,0 +1,76 @@
+package fastpath
+
+import (
+	"testing"
+
+	"github.com/caddyserver/caddy/v2/modules/caddyhttp/reverseproxy"
+)
+
+// TestCaddyInternals checks, against the pinned Caddy, what each
+// unexported function the fast path calls (caddylink.go) does: a Caddy
+// update that changes one fails here (one that removes one fails the
+// build).
+func TestCaddyInternals(t *testing.T) {
+	t.Run("Host.countRequest", func(t *testing.T) {
+		var h reverseproxy.Host
+		if err := hostCountRequest(&h, 2); err != nil || h.NumRequests() != 2 {
+			t.Fatalf("count 2: NumRequests %d, err %v", h.NumRequests(), err)
+		}
+		if err := hostCountRequest(&h, -3); err == nil {
+			t.Fatal("a count below 0 is not an error")
+		}
+	})
+	t.Run("Handler.provisionUpstream and countFailure", func(t *testing.T) {
+		loadTwin(t, "", `	reverse_proxy 127.0.0.1:1 {
+		transport h1
+		fail_duration 1m
+		max_fails 1
+		unhealthy_request_count 7
+	}`)
+		h := proxyHandler(t, "fast")
+		u := &reverseproxy.Upstream{Dial: "127.0.0.1:2"}
+		handlerProvisionUpstream(*h, u, true)
+		if u.Host == nil || u.MaxRequests != 7 {
+			t.Fatalf("dynamic upstream not provisioned: host %v, max_requests %d", u.Host, u.MaxRequests)
+		}
+		if !u.Healthy() {
+			t.Fatal("a fresh upstream is unhealthy")
+		}
+		handlerCountFailure(h, u)
+		if u.Host.Fails() != 1 || u.Healthy() {
+			t.Fatalf("after a failure: fails %d, healthy %v (want 1, false: max_fails 1)", u.Host.Fails(), u.Healthy())
+		}
+	})
+	t.Run("in-flight requests", func(t *testing.T) {
+		incInFlightRequest("127.0.0.1:9")
+		decInFlightRequest("127.0.0.1:9")
+	})
+	// newMetricsInstrumentedRoute and its ServeHTTP: TestMetrics (every
+	// caddy_http_* series the same on both paths).
+}
+
+// proxyHandler finds the provisioned reverse_proxy handler of the first
+// route of server's plan.
+func proxyHandler(t *testing.T, server string) *reverseproxy.Handler {
+	t.Helper()
+	statusMu.Lock()
+	e, ok := statuses[server]
+	statusMu.Unlock()
+	if !ok || e.owner.plan == nil {
+		t.Fatalf("no plan for server %q", server)
+	}
+	for _, s := range e.owner.plan.routes[0].steps {
+		switch s := s.(type) {
+		case *proxyStep:
+			return s.h
+		case *subroute:
+			for _, s2 := range s.routes[0].steps {
+				if p, ok := s2.(*proxyStep); ok {
+					return p.h
+				}
+			}
+		}
+	}
+	t.Fatal("no reverse_proxy in the first route")
+	return nil
+}
