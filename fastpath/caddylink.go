@@ -45,3 +45,11 @@ func newMetricsInstrumentedRoute(ctx caddy.Context, handler string, next caddyht
 
 //go:linkname metricsRouteServeHTTP github.com/caddyserver/caddy/v2/modules/caddyhttp.(*metricsInstrumentedRoute).ServeHTTP
 func metricsRouteServeHTTP(route unsafe.Pointer, w http.ResponseWriter, r *http.Request) error
+
+// Caddy's HTTP placeholders are a replacer provider made by
+// addHTTPVarsToReplacer for one request; the plan makes it once per
+// request state, for the state's shadow request (refilled per request),
+// instead of once per request as caddyhttp.PrepareRequest would.
+
+//go:linkname addHTTPVarsToReplacer github.com/caddyserver/caddy/v2/modules/caddyhttp.addHTTPVarsToReplacer
+func addHTTPVarsToReplacer(repl *caddy.Replacer, req *http.Request, w http.ResponseWriter)

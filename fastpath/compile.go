@@ -1,7 +1,6 @@
 package fastpath
 
 import (
-	"encoding/json"
 	"fmt"
 	"slices"
 	"strings"
@@ -82,11 +81,9 @@ func (c *compiler) routes(list caddyhttp.RouteList) ([]*route, string) {
 		rt := &route{group: r.Group, sets: r.MatcherSets, terminal: r.Terminal}
 		for _, set := range r.MatcherSets {
 			for _, m := range set {
-				full, reason := matcherSupport(m)
-				if reason != "" {
+				if reason := matcherSupport(m); reason != "" {
 					return nil, reason
 				}
-				rt.needFull = rt.needFull || full
 			}
 		}
 		for _, h := range r.Handlers {
@@ -101,66 +98,30 @@ func (c *compiler) routes(list caddyhttp.RouteList) ([]*route, string) {
 	return out, ""
 }
 
-// matcherSupport reports whether the plan runs matcher m, and whether it
-// needs the Caddy-prepared request (placeholders in its patterns).
-func matcherSupport(m any) (full bool, reason string) {
+// matcherSupport says why the plan does not run matcher m, or "".
+func matcherSupport(m any) string {
 	switch m := m.(type) {
-	case *caddyhttp.MatchHost:
-		return anyPlaceholder(*m...), ""
-	case caddyhttp.MatchHost:
-		return anyPlaceholder(m...), ""
-	case *caddyhttp.MatchPath:
-		return anyPlaceholder(*m...), ""
-	case caddyhttp.MatchPath:
-		return anyPlaceholder(m...), ""
-	case *caddyhttp.MatchMethod, caddyhttp.MatchMethod:
-		return false, ""
-	case *caddyhttp.MatchHeader:
-		return headerPlaceholder(*m), ""
-	case caddyhttp.MatchHeader:
-		return headerPlaceholder(m), ""
-	case *caddyhttp.MatchProtocol, caddyhttp.MatchProtocol:
-		return false, ""
-	case *caddyhttp.MatchExpression:
-		return true, "" // CEL reads the request and its placeholders
+	case *caddyhttp.MatchHost, caddyhttp.MatchHost, *caddyhttp.MatchPath, caddyhttp.MatchPath,
+		*caddyhttp.MatchMethod, caddyhttp.MatchMethod, *caddyhttp.MatchHeader, caddyhttp.MatchHeader,
+		*caddyhttp.MatchProtocol, caddyhttp.MatchProtocol, *caddyhttp.MatchExpression:
+		return ""
 	case *caddyhttp.MatchNot:
 		return notSupport(m.MatcherSets)
 	case caddyhttp.MatchNot:
 		return notSupport(m.MatcherSets)
 	}
-	return false, "matcher " + moduleName(m)
+	return "matcher " + moduleName(m)
 }
 
-func notSupport(sets caddyhttp.MatcherSets) (bool, string) {
-	full := false
+func notSupport(sets caddyhttp.MatcherSets) string {
 	for _, set := range sets {
 		for _, m := range set {
-			f, reason := matcherSupport(m)
-			if reason != "" {
-				return false, reason
+			if reason := matcherSupport(m); reason != "" {
+				return reason
 			}
-			full = full || f
 		}
 	}
-	return full, ""
-}
-
-func anyPlaceholder(ss ...string) bool {
-	for _, s := range ss {
-		if strings.Contains(s, "{") {
-			return true
-		}
-	}
-	return false
-}
-
-func headerPlaceholder(h map[string][]string) bool {
-	for k, vv := range h {
-		if anyPlaceholder(k) || anyPlaceholder(vv...) {
-			return true
-		}
-	}
-	return false
+	return ""
 }
 
 // handler compiles one handler module.
@@ -210,7 +171,9 @@ func (c *compiler) proxy(h *reverseproxy.Handler) (step, string) {
 	}
 	for _, set := range h.LoadBalancing.RetryMatch {
 		for _, m := range set {
-			if full, reason := matcherSupport(m); reason != "" || full {
+			if _, ok := m.(*caddyhttp.MatchExpression); ok || matcherSupport(m) != "" {
+				// (an expression may read the response: reverse_proxy
+				// retries on it, which the plan does not)
 				return nil, "reverse_proxy retry_match " + moduleName(m)
 			}
 		}
@@ -245,40 +208,8 @@ func (c *compiler) proxy(h *reverseproxy.Handler) (step, string) {
 	if h.Headers != nil {
 		p.reqOps = h.Headers.Request
 		p.respOps = h.Headers.Response
-		b, _ := json.Marshal(h.Headers)
-		p.needFull = jsonHasPlaceholder(b)
 	}
 	return p, ""
-}
-
-// jsonHasPlaceholder reports whether a string in the JSON document b holds
-// a "{".
-func jsonHasPlaceholder(b []byte) bool {
-	var v any
-	if json.Unmarshal(b, &v) != nil {
-		return true
-	}
-	var walk func(any) bool
-	walk = func(v any) bool {
-		switch v := v.(type) {
-		case string:
-			return strings.Contains(v, "{")
-		case []any:
-			for _, e := range v {
-				if walk(e) {
-					return true
-				}
-			}
-		case map[string]any:
-			for k, e := range v {
-				if strings.Contains(k, "{") || walk(e) {
-					return true
-				}
-			}
-		}
-		return false
-	}
-	return walk(v)
 }
 
 func moduleID(m any) string {

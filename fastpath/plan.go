@@ -41,7 +41,6 @@ type route struct {
 	sets     caddyhttp.MatcherSets // the provisioned matchers
 	steps    []step
 	terminal bool
-	needFull bool // a matcher reads placeholders or request variables
 
 	// metrics is Caddy's instrumentation of this (top-level) route when
 	// the config has `metrics`: a *caddyhttp.metricsInstrumentedRoute whose
@@ -97,9 +96,7 @@ func (k *cont) run(w http.ResponseWriter) error {
 		}
 		return nil
 	}
-	if ex.fullReq != nil {
-		caddyhttp.SetVar(ex.req.Context(), "unhandled", true)
-	}
+	caddyhttp.SetVar(ex.req.Context(), "unhandled", true)
 	return nil
 }
 
@@ -117,9 +114,6 @@ func (ex *exchange) runRoutes(w http.ResponseWriter, routes []*route, from int, 
 		rt := routes[i]
 		if rt.group != "" && ex.groupDone(rt.group) {
 			continue
-		}
-		if rt.needFull {
-			ex.full()
 		}
 		ok, err := rt.sets.AnyMatchWithError(ex.req)
 		if err != nil {
@@ -183,29 +177,32 @@ func (s *subroute) serve(ex *exchange, w http.ResponseWriter, next *cont) error 
 	return ex.runRoutes(w, s.routes, 0, next)
 }
 
-// delegated runs a Caddy handler module as it is, on the request Caddy
-// would give it (ex.full). It is for handlers whose own work is cheap next
-// to what the fast path saves around them: headers, respond, rewrite,
-// vars, map, encode.
+// delegated runs a Caddy handler module as it is, on the request as
+// Caddy's server prepares it. It is for handlers whose own work is cheap
+// next to what the fast path saves around them: headers, respond,
+// rewrite, vars, map, encode.
 type delegated struct {
 	h caddyhttp.MiddlewareHandler
 }
 
 func (d *delegated) serve(ex *exchange, w http.ResponseWriter, next *cont) error {
-	return d.h.ServeHTTP(w, ex.full(), next)
+	return d.h.ServeHTTP(w, ex.req, next)
 }
 
 // exchange is the plan's state for the request a connection serves: the
 // request as Caddy's handlers see it, made without net/http's per-request
-// work. The shadow request, its URL and header map are the connection's,
-// refilled for each request; a request prepared as Caddy prepares it
-// (replacer, variables, original request) is made only when a handler or
-// placeholder needs one (full).
+// work. The shadow request, its URL, header map, vars and replacer are the
+// state's, refilled for each request; its context (exCtx) answers what
+// Caddy's server puts in a request's context, for the request in hand, so
+// the shadow is a request prepared as Caddy prepares it (replacer with the
+// HTTP placeholders, vars, original request, server) at no cost per
+// request. A handler that passes a derived request on (WithContext, an
+// error) makes that the request the rest of the chain sees.
 type exchange struct {
 	st   *state
 	plan *plan
 
-	ctx    exCtx        // the requests' context (values only)
+	ctx    exCtx        // the shadow's context
 	tmpl   http.Request // carries ctx; copied into shadow
 	shadow http.Request
 	url    url.URL
@@ -213,10 +210,15 @@ type exchange struct {
 	vals   []string
 	vars   map[string]any
 	repl   *caddy.Replacer
+	groupM map[string]struct{}
+	extra  *caddyhttp.ExtraLogFields
+	orig   struct {
+		method, remoteAddr, requestURI string
+		url                            url.URL
+	}
 
-	req     *http.Request // the request the chain sees now
-	fullReq *http.Request // the Caddy-prepared request, once made
-	err     error         // the error being handled (error routes)
+	req *http.Request // the request the chain sees now
+	err error         // the error being handled (error routes)
 
 	inErrors bool
 	resume   *cont // what a metrics-instrumented route runs (metricsNext)
@@ -231,21 +233,29 @@ type exchange struct {
 func (ex *exchange) init(st *state) {
 	ex.st = st
 	ex.hdr = make(http.Header, 16)
-	ex.vars = make(map[string]any, 4)
+	ex.vars = make(map[string]any, 8)
+	ex.groupM = make(map[string]struct{}, 4)
 	ex.repl = caddy.NewReplacer()
 	ex.ctx.ex = ex
 	ex.tmpl = *(&http.Request{}).WithContext(&ex.ctx)
+	ex.shadow = ex.tmpl
+	// Caddy's HTTP placeholders ({http.request.*}, {http.vars.*},
+	// {http.response.header.*}, ...) read the shadow, which stays at this
+	// address: refilled, never replaced.
+	addHTTPVarsToReplacer(ex.repl, &ex.shadow, &st.w)
+	ex.repl.Map(ex.px.placeholder)
 	ex.px.init(ex, &ex.ctx)
 }
 
 // clear drops what the last request left that could hold memory or
 // refer to a connection.
 func (ex *exchange) clear() {
-	ex.req, ex.fullReq, ex.err, ex.resume, ex.plan = nil, nil, nil, nil, nil
-	ex.shadow = http.Request{}
+	ex.req, ex.err, ex.resume, ex.plan, ex.extra = nil, nil, nil, nil, nil
+	ex.shadow = ex.tmpl
 	clear(ex.hdr)
 	clear(ex.vals[:cap(ex.vals)])
 	clear(ex.vars)
+	ex.repl.DeleteByPrefix("")
 	for _, k := range ex.conts[:ex.ncont] {
 		*k = cont{}
 	}
@@ -253,11 +263,10 @@ func (ex *exchange) clear() {
 	ex.px.end()
 }
 
-// exCtx is the context of an exchange's requests: a root context with the
-// values net/http and Caddy's server put there (the local address, the
-// server), and, for the shadow request, the replacer and variables its
-// matchers may look at. A Caddy-prepared request (full) layers its own
-// replacer and variables over it.
+// exCtx is the context of the shadow request: a root context that answers,
+// for the request in hand, the values net/http and Caddy's server put in a
+// request's context (the local address, the server, the replacer, the
+// vars, the original request, the route groups, the extra log fields).
 type exCtx struct{ ex *exchange }
 
 func (x *exCtx) Deadline() (time.Time, bool) { return time.Time{}, false }
@@ -275,6 +284,16 @@ func (x *exCtx) Value(key any) any {
 		if ex.plan != nil {
 			return ex.plan.srv
 		}
+	case caddyhttp.OriginalRequestCtxKey:
+		o := &ex.orig
+		return http.Request{Method: o.method, RemoteAddr: o.remoteAddr, RequestURI: o.requestURI, URL: &o.url}
+	case routeGroupCtxKey:
+		return ex.groupM
+	case caddyhttp.ExtraLogFieldsCtxKey:
+		if ex.extra == nil {
+			ex.extra = new(caddyhttp.ExtraLogFields)
+		}
+		return ex.extra
 	case http.LocalAddrContextKey:
 		if ex.st.c != nil {
 			return ex.st.c.localAddr
@@ -298,9 +317,11 @@ func (ex *exchange) begin(now time.Time) {
 	h := &ex.st.head
 	ex.plan = c.l.plan
 	ex.start = now
-	ex.fullReq, ex.err, ex.inErrors = nil, nil, false
+	ex.err, ex.inErrors, ex.extra = nil, false, nil
 	ex.groups = ex.groups[:0]
+	clear(ex.groupM)
 	ex.ncont = 0
+	ex.repl.DeleteByPrefix("") // what handlers set for the last request
 
 	ex.url = url.URL{Path: h.path, RawPath: h.rawPath, RawQuery: h.rawQuery}
 	if h.rawQuery == "" && strings.IndexByte(h.target, '?') >= 0 {
@@ -341,6 +362,7 @@ func (ex *exchange) begin(now time.Time) {
 	clear(ex.vars)
 	ex.vars[caddyhttp.TrustedProxyVarKey] = false
 	ex.vars[caddyhttp.ClientIPVarKey] = c.clientIPAny
+	ex.vars["start_time"] = now
 
 	r := &ex.shadow
 	*r = ex.tmpl
@@ -354,6 +376,8 @@ func (ex *exchange) begin(now time.Time) {
 	r.RequestURI = h.target
 	r.TLS = c.tlsState
 	r.Close = h.close
+	o := &ex.orig
+	o.method, o.remoteAddr, o.requestURI, o.url = r.Method, r.RemoteAddr, r.RequestURI, ex.url
 	switch {
 	case h.chunked:
 		r.ContentLength = -1
@@ -368,41 +392,12 @@ func (ex *exchange) begin(now time.Time) {
 	ex.req = r
 }
 
-// full returns the request prepared as Caddy's server prepares it (its own
-// replacer, variables, original request, route groups), made on first use;
-// from then on it is the request the chain sees.
-func (ex *exchange) full() *http.Request {
-	if ex.fullReq != nil {
-		return ex.req
-	}
-	cur := ex.req
-	r := new(http.Request)
-	*r = *cur
-	u := *cur.URL
-	r.URL = &u
-	r.Header = cur.Header.Clone()
-	r = r.WithContext(&ex.ctx)
-	r = caddyhttp.PrepareRequest(r, caddy.NewReplacer(), &ex.st.c.w, ex.plan.srv)
-	// the route groups this request already satisfied
-	if groups, ok := r.Context().Value(routeGroupCtxKey).(map[string]struct{}); ok {
-		for _, g := range ex.groups {
-			groups[g] = struct{}{}
-		}
-	}
-	ex.fullReq = r
-	ex.req = r
-	return r
-}
-
 // routeGroupCtxKey is caddyhttp's (an unexported name of an exported type).
 const routeGroupCtxKey caddy.CtxKey = "route_group"
 
 func (ex *exchange) setReq(r *http.Request) {
-	if r != nil && r != ex.req {
+	if r != nil {
 		ex.req = r
-		if ex.fullReq == nil {
-			ex.fullReq = r
-		}
 	}
 }
 
@@ -475,7 +470,7 @@ func (ex *exchange) handleError(w *respWriter, err error) {
 	status, msg, fields := errValues(err)
 	logger := p.errLogger
 	if p.errRoutes != nil {
-		r := ex.full()
+		r := ex.req
 		if orig, ok := r.Context().Value(caddyhttp.OriginalRequestCtxKey).(http.Request); ok {
 			r.Method = orig.Method
 			r.RemoteAddr = orig.RemoteAddr

@@ -48,7 +48,6 @@ type proxyStep struct {
 	passive   *reverseproxy.PassiveHealthChecks
 	reqOps    *headers.HeaderOps
 	respOps   *headers.RespHeaderOps
-	needFull  bool // the header operations use placeholders
 	logger    *zap.Logger
 
 	static map[*reverseproxy.Upstream]dialInfo
@@ -113,6 +112,7 @@ type proxyState struct {
 	trace  httptrace.ClientTrace
 	curW   http.ResponseWriter
 	xfh    []string
+	ph     phState
 }
 
 var (
@@ -139,6 +139,7 @@ func (ps *proxyState) init(ex *exchange, connCtx context.Context) {
 func (ps *proxyState) end() {
 	ps.curW = nil
 	ps.out.Body = nil
+	ps.ph = phState{}
 }
 
 // got1xx forwards an informational response to the client, as
@@ -161,9 +162,9 @@ func (ps *proxyState) got1xx(code int, header textproto.MIMEHeader) error {
 
 // prepare makes the request for the upstream from r, as reverse_proxy's
 // cloneRequest and prepareRequest do.
-func (ps *proxyState) prepare(r *http.Request, full bool) *http.Request {
+func (ps *proxyState) prepare(r *http.Request, derived bool) *http.Request {
 	var out *http.Request
-	if full {
+	if derived { // a request a handler made: its own context, with the trace
 		out = r.WithContext(httptrace.WithClientTrace(r.Context(), &ps.trace))
 	} else {
 		out = &ps.out
@@ -249,17 +250,9 @@ func (ps *proxyState) addForwarded(out *http.Request) {
 }
 
 func (p *proxyStep) serve(ex *exchange, w http.ResponseWriter, next *cont) error {
-	if p.needFull {
-		ex.full()
-	}
 	r := ex.req
-	full := ex.fullReq != nil
 	ps := &ex.px
-	out := ps.prepare(r, full)
-	var repl *caddy.Replacer
-	if full {
-		repl = r.Context().Value(caddy.ReplacerCtxKey).(*caddy.Replacer)
-	}
+	out := ps.prepare(r, r != &ex.shadow)
 	reqHost, reqHeader := out.Host, out.Header
 	incremental := caddyhttp.IsIncremental(reqHeader)
 	ps.curW = w
@@ -269,28 +262,110 @@ func (p *proxyStep) serve(ex *exchange, w http.ResponseWriter, next *cont) error
 	retries := 0
 	for {
 		var done bool
-		done, proxyErr = p.attempt(ex, out, w, proxyErr, start, retries, repl, reqHeader, reqHost, incremental)
+		done, proxyErr = p.attempt(ex, out, w, proxyErr, start, retries, reqHeader, reqHost, incremental)
 		if done {
 			break
 		}
 		retries++
 	}
-	if repl != nil {
-		d := time.Since(start)
-		repl.Set("http.reverse_proxy.duration", d)
-		repl.Set("http.reverse_proxy.duration_ms", d.Seconds()*1e3)
-		repl.Set("http.reverse_proxy.retries", retries)
-	}
+	ph := &ps.ph
+	ph.duration, ph.retries, ph.done = time.Since(start), retries, true
 	if proxyErr != nil {
 		return statusError(proxyErr)
 	}
 	return nil
 }
 
+// phState is what reverse_proxy's placeholders name for the request in
+// hand ({http.reverse_proxy.upstream.address}, status_code, header.*, ...).
+// reverse_proxy sets them on the replacer as it goes; the plan records
+// them here and the state's replacer finds them through placeholder, so a
+// request pays for a placeholder only when a config string uses it.
+type phState struct {
+	selected                 bool // an upstream was chosen
+	di                       dialInfo
+	requests, maxReqs, fails int
+	gotHead                  bool // a response head arrived
+	latency                  time.Duration
+	status                   int
+	statusText               string
+	header                   http.Header
+	copied                   bool // the body was copied
+	upDuration               time.Duration
+	done                     bool // the handler ended
+	duration                 time.Duration
+	retries                  int
+}
+
+const rpPrefix = "http.reverse_proxy."
+
+// placeholder is the replacer provider of reverse_proxy's placeholders.
+func (ps *proxyState) placeholder(key string) (any, bool) {
+	if len(key) <= len(rpPrefix) || key[:len(rpPrefix)] != rpPrefix {
+		return nil, false
+	}
+	ph := &ps.ph
+	k := key[len(rpPrefix):]
+	if ph.selected {
+		switch k {
+		case "upstream.address":
+			return dialString(ph.di), true
+		case "upstream.hostport":
+			return ph.di.address, true
+		case "upstream.host":
+			return ph.di.host, true
+		case "upstream.port":
+			return ph.di.port, true
+		case "upstream.requests":
+			return ph.requests, true
+		case "upstream.max_requests":
+			return ph.maxReqs, true
+		case "upstream.fails":
+			return ph.fails, true
+		}
+	}
+	if ph.gotHead {
+		switch k {
+		case "upstream.latency":
+			return ph.latency, true
+		case "upstream.latency_ms":
+			return ph.latency.Seconds() * 1e3, true
+		case "status_code":
+			return ph.status, true
+		case "status_text":
+			return ph.statusText, true
+		}
+		if f, ok := strings.CutPrefix(k, "header."); ok {
+			if vv, ok := ph.header[f]; ok {
+				return strings.Join(vv, ","), true
+			}
+		}
+	}
+	if ph.copied {
+		switch k {
+		case "upstream.duration":
+			return ph.upDuration, true
+		case "upstream.duration_ms":
+			return ph.upDuration.Seconds() * 1e3, true
+		}
+	}
+	if ph.done {
+		switch k {
+		case "duration":
+			return ph.duration, true
+		case "duration_ms":
+			return ph.duration.Seconds() * 1e3, true
+		case "retries":
+			return ph.retries, true
+		}
+	}
+	return nil, false
+}
+
 // attempt is one iteration of reverse_proxy's proxy loop: it reports
 // whether the loop is done, and the error to carry on.
 func (p *proxyStep) attempt(ex *exchange, out *http.Request, w http.ResponseWriter, proxyErr error, start time.Time, retries int,
-	repl *caddy.Replacer, reqHeader http.Header, reqHost string, incremental bool,
+	reqHeader http.Header, reqHost string, incremental bool,
 ) (bool, error) {
 	upstreams := p.h.Upstreams
 	if p.dynamic != nil {
@@ -328,19 +403,9 @@ func (p *proxyStep) attempt(ex *exchange, out *http.Request, w http.ResponseWrit
 	if err != nil {
 		return true, fmt.Errorf("making dial info: %v", err)
 	}
-	if p.caching != nil {
-		// the dynamic source reads the last upstream tried (ResetCache)
-		r := out.Context().Value(caddy.ReplacerCtxKey).(*caddy.Replacer)
-		r.Set("http.reverse_proxy.upstream.hostport", di.address)
-	}
-	if repl != nil {
-		repl.Set("http.reverse_proxy.upstream.address", dialString(di))
-		repl.Set("http.reverse_proxy.upstream.host", di.host)
-		repl.Set("http.reverse_proxy.upstream.port", di.port)
-		repl.Set("http.reverse_proxy.upstream.requests", upstream.Host.NumRequests())
-		repl.Set("http.reverse_proxy.upstream.max_requests", upstream.MaxRequests)
-		repl.Set("http.reverse_proxy.upstream.fails", upstream.Host.Fails())
-	}
+	ph := &ex.px.ph
+	ph.selected, ph.gotHead, ph.copied = true, false, false
+	ph.di, ph.requests, ph.maxReqs, ph.fails = di, upstream.Host.NumRequests(), upstream.MaxRequests, upstream.Host.Fails()
 
 	if p.reqOps != nil {
 		h := ex.px.opsHdr
@@ -361,7 +426,7 @@ func (p *proxyStep) attempt(ex *exchange, out *http.Request, w http.ResponseWrit
 		out.Body = nil
 	}
 
-	proxyErr = p.roundTrip(ex, w, out, repl, upstream, di)
+	proxyErr = p.roundTrip(ex, w, out, upstream, di)
 	if proxyErr == nil {
 		return true, nil
 	}
@@ -390,7 +455,7 @@ func dialString(di dialInfo) string {
 }
 
 // roundTrip is reverse_proxy's reverseProxy and finalizeResponse.
-func (p *proxyStep) roundTrip(ex *exchange, rw http.ResponseWriter, req *http.Request, repl *caddy.Replacer,
+func (p *proxyStep) roundTrip(ex *exchange, rw http.ResponseWriter, req *http.Request,
 	upstream *reverseproxy.Upstream, di dialInfo,
 ) error {
 	_ = hostCountRequest(upstream.Host, 1)
@@ -417,10 +482,6 @@ func (p *proxyStep) roundTrip(ex *exchange, rw http.ResponseWriter, req *http.Re
 	if ce := p.logger.Check(zapcore.DebugLevel, "upstream roundtrip"); ce != nil {
 		ce.Write(zap.String("upstream", upstream.Dial), zap.Duration("duration", duration), zap.Int("status", res.StatusCode))
 	}
-	if repl != nil {
-		repl.Set("http.reverse_proxy.upstream.latency", duration)
-		repl.Set("http.reverse_proxy.upstream.latency_ms", duration.Seconds()*1e3)
-	}
 	if p.passive != nil {
 		for _, bad := range p.passive.UnhealthyStatus {
 			if caddyhttp.StatusCodeMatches(res.StatusCode, bad) {
@@ -431,19 +492,13 @@ func (p *proxyStep) roundTrip(ex *exchange, rw http.ResponseWriter, req *http.Re
 			handlerCountFailure(p.h, upstream)
 		}
 	}
-	if repl != nil {
-		repl.DeleteByPrefix("http.reverse_proxy.header.")
-		for field, value := range res.Header {
-			repl.Set("http.reverse_proxy.header."+field, strings.Join(value, ","))
-		}
-		repl.Set("http.reverse_proxy.status_code", res.StatusCode)
-		repl.Set("http.reverse_proxy.status_text", res.Status)
-	}
-	return p.finalize(ex, rw, req, res, repl, start)
+	ph := &ex.px.ph
+	ph.gotHead, ph.latency, ph.status, ph.statusText, ph.header = true, duration, res.StatusCode, res.Status, res.Header
+	return p.finalize(ex, rw, req, res, start)
 }
 
 // finalize is reverse_proxy's finalizeResponse.
-func (p *proxyStep) finalize(ex *exchange, rw http.ResponseWriter, req *http.Request, res *http.Response, repl *caddy.Replacer, start time.Time) error {
+func (p *proxyStep) finalize(ex *exchange, rw http.ResponseWriter, req *http.Request, res *http.Response, start time.Time) error {
 	incremental := caddyhttp.IsIncremental(res.Header)
 	stripHopByHop(res.Header)
 
@@ -464,11 +519,7 @@ func (p *proxyStep) finalize(ex *exchange, rw http.ResponseWriter, req *http.Req
 		rwHeader["Via"] = []string{via}
 	}
 	if p.respOps != nil && (p.respOps.Require == nil || p.respOps.Require.Match(res.StatusCode, res.Header)) {
-		rp := repl
-		if rp == nil {
-			rp = ex.repl
-		}
-		p.respOps.ApplyTo(res.Header, rp)
+		p.respOps.ApplyTo(res.Header, req.Context().Value(caddy.ReplacerCtxKey).(*caddy.Replacer))
 	}
 	for k, vv := range res.Header {
 		if len(vv) == 0 {
@@ -508,10 +559,8 @@ func (p *proxyStep) finalize(ex *exchange, rw http.ResponseWriter, req *http.Req
 	if len(res.Trailer) > 0 {
 		http.NewResponseController(rw).Flush()
 	}
-	if repl != nil {
-		repl.Set("http.reverse_proxy.upstream.duration", time.Since(start))
-		repl.Set("http.reverse_proxy.upstream.duration_ms", time.Since(start).Seconds()*1e3)
-	}
+	ph := &ex.px.ph
+	ph.copied, ph.upDuration = true, time.Since(start)
 	if len(res.Trailer) == announced {
 		copyHeader(rw.Header(), res.Trailer)
 		return nil

@@ -80,6 +80,21 @@ const routesSite = `	encode zstd gzip
 	handle /error/* {
 		error "teapot {path}" 418
 	}
+	handle /ph/* {
+		respond "{http.request.uri.path} {http.request.uri.query.a} {http.request.header.X-Name} {http.request.cookie.c} {http.vars.client_ip} {http.request.remote.host} {http.request.hostport} {http.request.local.port} {http.request.proto} {http.request.scheme} {http.request.method} {http.request.orig_uri} {http.request.uri.path.0} {http.request.uri.path.file} {time.now.year} {http.matchers.nope} {http.request.body}" 200
+	}
+	handle /phproxy/* {
+		rewrite * /echo/x?q={http.request.uri.query.q}
+		reverse_proxy {$UP} {
+			transport h1
+			header_up X-Orig {http.request.orig_uri}
+			header_up X-Client {http.vars.client_ip}
+			header_down X-Up-Addr {http.reverse_proxy.upstream.hostport}
+			header_down X-Up-Status {http.reverse_proxy.status_code}
+			header_down X-Up-Type {http.reverse_proxy.header.Content-Type}
+			header_down X-Up-Fails {http.reverse_proxy.upstream.fails}
+		}
+	}
 	handle /json {
 		respond @json "json" 200
 		respond "not json" 200
@@ -116,6 +131,9 @@ func TestRoutes(t *testing.T) {
 	zstd := http.Header{"Accept-Encoding": {"zstd"}}
 	cases := []difftest.Case{
 		{Name: "respond", Seq: []difftest.Request{{Method: "GET", Path: "/health"}, {Method: "HEAD", Path: "/health"}}},
+		{Name: "request placeholders", Seq: []difftest.Request{{Method: "POST", Path: "/ph/a/b.txt?a=1&a=2", Header: http.Header{"X-Name": {"n"}, "Cookie": {"c=v; d=w"}},
+			Body: func() io.Reader { return strings.NewReader("the body") }, Length: 8}}},
+		{Name: "reverse_proxy placeholders", Seq: []difftest.Request{{Method: "GET", Path: "/phproxy/x?q=1"}, {Method: "GET", Path: "/phproxy/y?q=2"}}},
 		{Name: "respond with placeholders", Seq: []difftest.Request{{Method: "GET", Path: "/static/a/b?x=1&y=%20", Header: http.Header{"X-Name": {"n"}}}}},
 		{Name: "handle_path", Seq: []difftest.Request{{Method: "GET", Path: "/strip/one/two?q=1"}, {Method: "GET", Path: "/strip"}}},
 		{Name: "host matcher", Seq: []difftest.Request{{Method: "GET", Path: "/anything", Header: http.Header{"Host": {"b.example.com"}}}}},

@@ -1,0 +1,78 @@
+package fastpath
+
+import (
+	"bufio"
+	"bytes"
+	"net/http"
+	"strings"
+	"testing"
+)
+
+// FuzzParseRequest checks the request parser against net/http's: whatever
+// the fast path accepts (not refused, not handed off), net/http accepts
+// too and reads the same way: method, target, path, query, Host, framing,
+// whether to close, and every field. The fast path may refuse more (it is
+// stricter), never read a request differently.
+func FuzzParseRequest(f *testing.F) {
+	for _, tc := range framingCases {
+		f.Add([]byte(tc.raw))
+	}
+	f.Add([]byte("GET / HTTP/1.1\r\nHost: a\r\n\r\n"))
+	f.Add([]byte("POST /x?y=1 HTTP/1.1\r\nHost: a:80\r\nContent-Length: 3\r\nConnection: close\r\n\r\nabc"))
+	f.Fuzz(func(t *testing.T, data []byte) {
+		end, bad := findHeadEnd(data, 0)
+		if bad != nil || end < 0 {
+			return
+		}
+		b := data[:end]
+		var h reqHead
+		if bad := parseRequest(b, &h); bad != nil || h.handoff != "" {
+			return
+		}
+		req, err := http.ReadRequest(bufio.NewReader(bytes.NewReader(data)))
+		if err != nil {
+			t.Fatalf("the fast path accepts what net/http refuses (%v):\n%q", err, b)
+		}
+		if req.Method != h.method || req.RequestURI != h.target || req.URL.Path != h.path ||
+			req.URL.RawPath != h.rawPath || req.URL.RawQuery != h.rawQuery {
+			t.Fatalf("request line read differently: net/http %s %q path %q raw %q query %q, fast path %s %q path %q raw %q query %q\n%q",
+				req.Method, req.RequestURI, req.URL.Path, req.URL.RawPath, req.URL.RawQuery,
+				h.method, h.target, h.path, h.rawPath, h.rawQuery, b)
+		}
+		if req.Host != h.host {
+			t.Fatalf("Host: net/http %q, fast path %q\n%q", req.Host, h.host, b)
+		}
+		chunked := len(req.TransferEncoding) == 1 && req.TransferEncoding[0] == "chunked"
+		cl := req.ContentLength
+		if chunked != h.chunked || (!chunked && max(h.contentLength, 0) != cl) {
+			t.Fatalf("framing: net/http chunked %v length %d, fast path chunked %v length %d\n%q",
+				chunked, cl, h.chunked, h.contentLength, b)
+		}
+		if req.Close != h.close {
+			t.Fatalf("close: net/http %v, fast path %v\n%q", req.Close, h.close, b)
+		}
+		got := http.Header{}
+		for _, f := range h.fields {
+			switch f.name {
+			case "Host", "Transfer-Encoding":
+				continue
+			}
+			got[f.name] = append(got[f.name], f.value)
+		}
+		if h.pragmaNoCache && got["Cache-Control"] == nil {
+			got["Cache-Control"] = []string{"no-cache"}
+		}
+		want := req.Header
+		if chunked {
+			delete(got, "Content-Length")
+		}
+		if len(got) != len(want) {
+			t.Fatalf("fields: net/http %v, fast path %v\n%q", want, got, b)
+		}
+		for k, vv := range want {
+			if strings.Join(vv, "\x00") != strings.Join(got[k], "\x00") {
+				t.Fatalf("field %s: net/http %q, fast path %q\n%q", k, vv, got[k], b)
+			}
+		}
+	})
+}
