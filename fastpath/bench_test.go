@@ -2,17 +2,25 @@ package fastpath
 
 import (
 	"bufio"
-	"runtime"
-	"time"
-
 	"bytes"
 	"fmt"
 	"io"
 	"net"
+	"net/http"
+	"net/http/httptest"
+	"runtime"
 	"testing"
+	"time"
 
 	"github.com/caddyserver/caddy/v2"
 	"github.com/caddyserver/caddy/v2/caddyconfig"
+	"github.com/golang-jwt/jwt/v5"
+	_ "github.com/mholt/caddy-ratelimit"
+
+	_ "github.com/apigate/gateway/caddyaudit"
+	_ "github.com/apigate/gateway/caddyjwt"
+	_ "github.com/apigate/gateway/caddypermcache"
+	_ "github.com/apigate/gateway/caddyrbac"
 )
 
 // rawBackend answers every request on a connection with the same fixed
@@ -60,13 +68,16 @@ func rawBackend(tb testing.TB) string {
 
 // benchProxy sends b.N GET requests, one at a time on one keep-alive
 // connection, through the server on port, and reads each response.
-func benchProxy(b *testing.B, port int) {
+func benchProxy(b *testing.B, port int) { benchProxyWith(b, port, "") }
+
+// benchProxyWith is benchProxy with extra header lines in each request.
+func benchProxyWith(b *testing.B, port int, extra string) {
 	c, err := net.Dial("tcp", fmt.Sprintf("127.0.0.1:%d", port))
 	if err != nil {
 		b.Fatal(err)
 	}
 	defer c.Close()
-	req := []byte("GET /bench HTTP/1.1\r\nHost: example.com\r\nUser-Agent: bench\r\nAccept: */*\r\n\r\n")
+	req := []byte("GET /bench HTTP/1.1\r\nHost: example.com\r\nUser-Agent: bench\r\nAccept: */*\r\n" + extra + "\r\n")
 	br := bufio.NewReaderSize(c, 16<<10)
 	readOne := func() {
 		// status line and fields up to the blank line, then the body
@@ -118,6 +129,7 @@ func BenchmarkProxy(b *testing.B) {
 		b.Fatal(err)
 	}
 	b.Cleanup(func() { caddy.Stop() })
+	benchRequireFast(b)
 	b.Run("caddy", func(b *testing.B) { benchProxy(b, plainPort) })
 	b.Run("fastpath", func(b *testing.B) { benchProxy(b, fastPort) })
 }
@@ -184,4 +196,76 @@ func memInUse() int64 {
 	var m runtime.MemStats
 	runtime.ReadMemStats(&m)
 	return int64(m.HeapInuse + m.StackInuse)
+}
+
+// BenchmarkDuties is BenchmarkProxy with every duty on the route (audit to
+// a file, jwt_auth HS256 with one token, rbac, rate_limit per user, a
+// cached permission check): the duties' cost on each path.
+//
+//	go test ./fastpath -run '^$' -bench Duties -benchmem
+func BenchmarkDuties(b *testing.B) {
+	backend := rawBackend(b)
+	perm := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Cache-Control", "max-age=3600")
+		w.WriteHeader(200)
+	}))
+	b.Cleanup(perm.Close)
+	dir := b.TempDir()
+	const secret = "bench-secret-bench-secret-bench-secret"
+	cfg := twin(twinOpts{globals: fmt.Sprintf(`	audit {
+		sink file %s/audit.jsonl
+	}`, dir)}, fmt.Sprintf(`	route {
+		audit
+		jwt_auth {
+			hmac_secret %[1]s
+		}
+		rbac {
+			roles_claim roles
+			require any reader
+		}
+		rate_limit {
+			zone per_user {
+				key {http.auth.user.id}
+				events 100000000
+				window 1m
+			}
+		}
+		permission {
+			url %[2]s/check
+		}
+		reverse_proxy %[3]s {
+			transport h1
+		}
+	}`, secret, perm.URL, backend))
+	js, _, err := caddyconfig.GetAdapter("caddyfile").Adapt([]byte(cfg), nil)
+	if err != nil {
+		b.Fatal(err)
+	}
+	if err := caddy.Load(js, true); err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { caddy.Stop() })
+	benchRequireFast(b)
+	tok, err := jwt.NewWithClaims(jwt.SigningMethodHS256, jwt.MapClaims{
+		"sub": "bench", "roles": []string{"reader"}, "exp": time.Now().Add(time.Hour).Unix(),
+	}).SignedString([]byte(secret))
+	if err != nil {
+		b.Fatal(err)
+	}
+	auth := "Authorization: Bearer " + tok + "\r\n"
+	for _, tc := range []struct {
+		name string
+		port int
+	}{{"caddy", plainPort}, {"fastpath", fastPort}} {
+		b.Run(tc.name, func(b *testing.B) { benchProxyWith(b, tc.port, auth) })
+	}
+}
+
+func benchRequireFast(b *testing.B) {
+	for _, s := range Status() {
+		if s.Server == "fast" && s.On {
+			return
+		}
+	}
+	b.Fatalf("the fast path is off for server fast: %+v", Status())
 }

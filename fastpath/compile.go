@@ -142,7 +142,28 @@ func (c *compiler) handler(h caddyhttp.MiddlewareHandler) (step, string) {
 		*caddyhttp.VarsMiddleware, *maphandler.Handler, *encode.Encode:
 		return &delegated{h: h}, ""
 	}
+	if duties[moduleID(h)] {
+		return &delegated{h: h}, ""
+	}
 	return nil, moduleName(h)
+}
+
+// duties are the gateway's handlers (and caddy-ratelimit's) that run on the
+// plan as they are: the same provisioned instance and its shared state
+// (verifier and token cache, keys file, policies, decision cache, audit
+// sinks and chain, rate-limit zones), on the request as Caddy's server
+// prepares it, so their decisions, placeholders, identity and audit events
+// are those of Caddy's path. Named by module ID so that this package
+// imports none of them.
+var duties = map[string]bool{
+	"http.handlers.audit":             true,
+	"http.handlers.jwt_auth":          true,
+	"http.handlers.api_key":           true,
+	"http.handlers.client_cert_auth":  true,
+	"http.handlers.rbac":              true,
+	"http.handlers.permission":        true,
+	"http.handlers.rate_limit":        true,
+	"http.handlers.gateway_dashboard": true,
 }
 
 // proxy compiles a reverse_proxy handler.
