@@ -22,7 +22,7 @@ import (
 	"github.com/apigate/gateway/caddyaudit"
 	"github.com/apigate/gateway/caddyaudit/auditchain"
 	_ "github.com/apigate/gateway/caddypermcache"
-	"github.com/apigate/gateway/internal/caddytester"
+	"github.com/apigate/gateway/internal/pathtest"
 )
 
 // TestDecisionsEndToEnd runs jwt_auth, rbac and permission (against a real
@@ -34,7 +34,18 @@ import (
 // it; without dry_run the same request is denied. Every event says which
 // duty and rule decided, whether the permission answer came from the
 // cache, and how the client authenticated; the trail verifies.
+//
+// It runs on both request paths (Caddy's and the fast path) and compares
+// each request's status and audit event between them.
 func TestDecisionsEndToEnd(t *testing.T) {
+	rec := &pathtest.Recorder{}
+	for _, p := range pathtest.Both {
+		t.Run(p.Name, func(t *testing.T) { testDecisionsEndToEnd(t, p, rec) })
+	}
+	rec.Compare(t)
+}
+
+func testDecisionsEndToEnd(t *testing.T, p pathtest.Path, rec *pathtest.Recorder) {
 	var upMu sync.Mutex
 	upstreamHits := map[string]int{}
 	upstream := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -126,7 +137,7 @@ func TestDecisionsEndToEnd(t *testing.T) {
 		duties("both-dry", "require any admin\n\t\t\tdry_run", permission("both-dry", "dry_run true")),
 		run, e2eSecret, upstream.Listener.Addr().String())
 
-	tester := caddytester.Load(t, e2eAdminPort, config)
+	tester := p.Load(t, e2eAdminPort, config, "srv0")
 
 	sign := func(sub string, roles ...string) string {
 		s, err := jwt.NewWithClaims(jwt.SigningMethodHS256, jwt.MapClaims{
@@ -308,6 +319,7 @@ func TestDecisionsEndToEnd(t *testing.T) {
 			if !reflect.DeepEqual(got, tc.want) || ev.Status != tc.status {
 				t.Fatalf("event %d %+v\nwant %d %+v", ev.Status, got, tc.status, tc.want)
 			}
+			rec.Add(p, tc.name, pathtest.Event(ev, run, "RUN"))
 			if tc.series != "" {
 				if after := metric(t, tc.series); after != before+1 {
 					t.Errorf("%s went from %v to %v, want +1", tc.series, before, after)

@@ -39,7 +39,7 @@ func compileServer(ctx caddy.Context, srv *caddyhttp.Server, app *caddyhttp.App,
 	case !slices.Contains(srv.Protocols, "h1"):
 		return nil, "protocols without h1"
 	}
-	c := compiler{logger: logger}
+	c := compiler{ctx: ctx, logger: logger}
 	p := &plan{
 		srv:       srv,
 		name:      srv.Name(),
@@ -71,6 +71,7 @@ func compileServer(ctx caddy.Context, srv *caddyhttp.Server, app *caddyhttp.App,
 }
 
 type compiler struct {
+	ctx    caddy.Context
 	logger *zap.Logger
 }
 
@@ -168,9 +169,12 @@ var duties = map[string]bool{
 
 // proxy compiles a reverse_proxy handler.
 func (c *compiler) proxy(h *reverseproxy.Handler) (step, string) {
-	t, ok := h.Transport.(*caddyh1.Transport)
-	if !ok {
-		return nil, "reverse_proxy transport " + moduleName(h.Transport) + " (the fast path proxies with transport h1)"
+	t, _ := h.Transport.(*caddyh1.Transport)
+	if ppt, ok := h.Transport.(reverseproxy.ProxyProtocolTransport); ok && ppt.ProxyProtocolEnabled() {
+		return nil, "reverse_proxy transport with proxy_protocol"
+	}
+	if clt, ok := h.Transport.(reverseproxy.ContentLengthRequiredTransport); ok && clt.RequiresContentLength() {
+		return nil, "reverse_proxy transport " + moduleName(h.Transport)
 	}
 	switch {
 	case len(h.HandleResponse) > 0:
@@ -229,6 +233,14 @@ func (c *compiler) proxy(h *reverseproxy.Handler) (step, string) {
 	if h.Headers != nil {
 		p.reqOps = h.Headers.Request
 		p.respOps = h.Headers.Response
+	}
+	if tph, ok := h.Transport.(reverseproxy.RequestHeaderOpsTransport); ok {
+		if ops := tph.RequestHeaderOps(); ops != nil {
+			if err := ops.Provision(c.ctx); err != nil {
+				return nil, "reverse_proxy transport header operations: " + err.Error()
+			}
+			p.transOps = ops
+		}
 	}
 	return p, ""
 }

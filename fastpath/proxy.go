@@ -41,7 +41,8 @@ import (
 // debug logging is off).
 type proxyStep struct {
 	h         *reverseproxy.Handler
-	transport *caddyh1.Transport
+	transport *caddyh1.Transport // nil: another transport, called as Caddy calls it
+	transOps  *headers.HeaderOps // the transport's own header operations (HTTPS: Host)
 	dynamic   reverseproxy.UpstreamSource
 	caching   reverseproxy.CachingUpstreamSource
 	lb        *reverseproxy.LoadBalancing
@@ -113,6 +114,7 @@ type proxyState struct {
 	curW   http.ResponseWriter
 	xfh    []string
 	ph     phState
+	body   nopCloserIfNotRead
 }
 
 var (
@@ -256,6 +258,12 @@ func (p *proxyStep) serve(ex *exchange, w http.ResponseWriter, next *cont) error
 	reqHost, reqHeader := out.Host, out.Header
 	incremental := caddyhttp.IsIncremental(reqHeader)
 	ps.curW = w
+	if out.Body != nil {
+		// as reverse_proxy: a transport that closes the body after a dial
+		// error must not close it for the next attempt
+		ps.body = nopCloserIfNotRead{ReadCloser: out.Body}
+		out.Body = &ps.body
+	}
 
 	start := time.Now()
 	var proxyErr error
@@ -407,7 +415,7 @@ func (p *proxyStep) attempt(ex *exchange, out *http.Request, w http.ResponseWrit
 	ph.selected, ph.gotHead, ph.copied = true, false, false
 	ph.di, ph.requests, ph.maxReqs, ph.fails = di, upstream.Host.NumRequests(), upstream.MaxRequests, upstream.Host.Fails()
 
-	if p.reqOps != nil {
+	if p.transOps != nil || p.reqOps != nil {
 		h := ex.px.opsHdr
 		if h == nil {
 			h = make(http.Header, len(reqHeader))
@@ -417,7 +425,12 @@ func (p *proxyStep) attempt(ex *exchange, out *http.Request, w http.ResponseWrit
 		copyHeader(h, reqHeader)
 		out.Header = h
 		out.Host = reqHost
-		p.reqOps.ApplyToRequest(out)
+		if p.transOps != nil {
+			p.transOps.ApplyToRequest(out)
+		}
+		if p.reqOps != nil {
+			p.reqOps.ApplyToRequest(out)
+		}
 	}
 	// (reverse_proxy refuses an incremental request here only with request
 	// buffers or a transport that needs a length; h1 needs none)
@@ -471,7 +484,16 @@ func (p *proxyStep) roundTrip(ex *exchange, rw http.ResponseWriter, req *http.Re
 	}
 
 	start := time.Now()
-	res, err := p.transport.RoundTripTo(req, di.network, di.address)
+	var res *http.Response
+	var err error
+	if p.transport != nil {
+		res, err = p.transport.RoundTripTo(req, di.network, di.address)
+	} else {
+		ctx := context.WithValue(req.Context(), dialInfoCtxKey, reverseproxy.DialInfo{
+			Upstream: upstream, Network: di.network, Address: di.address, Host: di.host, Port: di.port,
+		})
+		res, err = p.h.Transport.RoundTrip(req.WithContext(ctx))
+	}
 	duration := time.Since(start)
 	if err != nil {
 		if ce := p.logger.Check(zapcore.DebugLevel, "upstream roundtrip"); ce != nil {
@@ -739,4 +761,35 @@ func requestHasContent(r *http.Request) bool {
 		return false
 	}
 	return true
+}
+
+// dialInfoCtxKey is reverse_proxy's (an unexported name of an exported
+// type): where its transports find the upstream to dial.
+const dialInfoCtxKey caddy.CtxKey = "reverse_proxy.dial_info"
+
+// nopCloserIfNotRead is reverse_proxy's bodyNopCloserIfNotRead: a body
+// not read yet is not closed, so that another attempt can send it.
+type nopCloserIfNotRead struct {
+	io.ReadCloser
+	read int // bytes read; -1 when the first read found EOF
+}
+
+func (b *nopCloserIfNotRead) Read(p []byte) (int, error) {
+	if b.read == -1 {
+		return 0, io.EOF
+	}
+	n, err := b.ReadCloser.Read(p)
+	if b.read == 0 && n == 0 && err == io.EOF {
+		b.read = -1
+	} else {
+		b.read += n
+	}
+	return n, err
+}
+
+func (b *nopCloserIfNotRead) Close() error {
+	if b.read == 0 {
+		return nil
+	}
+	return b.ReadCloser.Close()
 }

@@ -31,3 +31,22 @@ func Load(t *testing.T, adminPort int, config string) *caddytest.Tester {
 	}
 	return caddytest.NewTester(t).WithDefaultOverrides(overrides)
 }
+
+// LoadJSON is Load for a JSON config.
+func LoadJSON(t *testing.T, adminPort int, config string) *caddytest.Tester {
+	t.Helper()
+	overrides := caddytest.Config{
+		AdminPort:          adminPort,
+		LoadRequestTimeout: 30 * time.Second,
+		TestRequestTimeout: 30 * time.Second,
+	}
+	loaded := false
+	t.Run("load config", func(t *testing.T) {
+		caddytest.NewTester(t).WithDefaultOverrides(overrides).InitServer(config, "json")
+		loaded = !t.Failed() && !t.Skipped()
+	})
+	if !loaded {
+		t.Fatal("caddy did not start or did not load the config")
+	}
+	return caddytest.NewTester(t).WithDefaultOverrides(overrides)
+}

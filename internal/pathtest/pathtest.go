@@ -1,0 +1,182 @@
+// Package pathtest runs an end-to-end test on both request paths of the
+// gateway, Caddy's own and the fast path (the apigate listener wrapper,
+// docs/fastpath.md), and compares what each produced: responses, audit
+// events, whatever the test records. A difference fails the test; so does
+// a server the fast path does not serve when the test runs on it.
+package pathtest
+
+import (
+	"encoding/json"
+	"fmt"
+	"reflect"
+	"sort"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/caddyserver/caddy/v2/caddyconfig"
+	_ "github.com/caddyserver/caddy/v2/caddyconfig/httpcaddyfile" // the caddyfile adapter
+	"github.com/caddyserver/caddy/v2/caddytest"
+
+	"github.com/apigate/gateway/caddyaudit"
+	"github.com/apigate/gateway/fastpath"
+	"github.com/apigate/gateway/internal/caddytester"
+)
+
+// Path is one of the request paths.
+type Path struct {
+	Name string
+	Fast bool
+}
+
+// Both are the two paths, Caddy's first.
+var Both = []Path{{Name: "caddy"}, {Name: "fastpath", Fast: true}}
+
+// JSON adapts a Caddyfile; on the fast path it adds the apigate listener
+// wrapper to every HTTP server (a Caddyfile's `servers` options do not
+// merge, so this is done on the JSON).
+func (p Path) JSON(t testing.TB, caddyfile string) []byte {
+	t.Helper()
+	js, _, err := caddyconfig.GetAdapter("caddyfile").Adapt([]byte(caddyfile), nil)
+	if err != nil {
+		t.Fatalf("adapting the Caddyfile: %v", err)
+	}
+	if !p.Fast {
+		return js
+	}
+	var cfg map[string]any
+	if err := json.Unmarshal(js, &cfg); err != nil {
+		t.Fatal(err)
+	}
+	apps, _ := cfg["apps"].(map[string]any)
+	httpApp, _ := apps["http"].(map[string]any)
+	servers, _ := httpApp["servers"].(map[string]any)
+	for _, s := range servers {
+		srv := s.(map[string]any)
+		ws, _ := srv["listener_wrappers"].([]any)
+		srv["listener_wrappers"] = append(ws, map[string]any{"wrapper": "apigate"})
+	}
+	out, err := json.Marshal(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return out
+}
+
+// Load loads a Caddyfile into the test binary's Caddy (admin API on
+// adminPort) on this path; on the fast path, each named server must be
+// served by it (servers are named as Caddy names them: srv0, srv1, ... or
+// by the `servers { name }` option).
+func (p Path) Load(t *testing.T, adminPort int, caddyfile string, servers ...string) *caddytest.Tester {
+	t.Helper()
+	tester := caddytester.LoadJSON(t, adminPort, string(p.JSON(t, caddyfile)))
+	if p.Fast {
+		RequireFast(t, servers...)
+	}
+	return tester
+}
+
+// RequireFast fails t unless the fast path serves each server (of the
+// test binary's Caddy).
+func RequireFast(t testing.TB, servers ...string) {
+	t.Helper()
+	st := map[string]fastpath.ServerStatus{}
+	for _, s := range fastpath.Status() {
+		st[s.Server] = s
+	}
+	for _, name := range servers {
+		s, ok := st[name]
+		if !ok {
+			t.Fatalf("server %q has no fast path status (servers: %v)", name, st)
+		}
+		if !s.On {
+			t.Fatalf("the fast path is off for server %q: %s", name, s.Reason)
+		}
+	}
+}
+
+// Recorder collects what each path produced, by key, for Compare.
+type Recorder struct {
+	mu  sync.Mutex
+	got map[string]map[string]string // path -> key -> value
+}
+
+// Add records value (compared as JSON) under key for path p.
+func (r *Recorder) Add(p Path, key string, value any) {
+	b, err := json.Marshal(value)
+	if err != nil {
+		b = []byte(fmt.Sprintf("%#v", value))
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.got == nil {
+		r.got = map[string]map[string]string{}
+	}
+	if r.got[p.Name] == nil {
+		r.got[p.Name] = map[string]string{}
+	}
+	r.got[p.Name][key] = string(b)
+}
+
+// Compare fails t for each key whose values differ between the paths, or
+// that only one path recorded. It fails too when nothing was recorded on
+// both paths (a comparison of nothing proves nothing).
+func (r *Recorder) Compare(t testing.TB) {
+	t.Helper()
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	a, b := r.got[Both[0].Name], r.got[Both[1].Name]
+	if len(a) == 0 || len(b) == 0 {
+		t.Fatalf("nothing to compare: %d records on Caddy's path, %d on the fast path", len(a), len(b))
+	}
+	keys := map[string]bool{}
+	for k := range a {
+		keys[k] = true
+	}
+	for k := range b {
+		keys[k] = true
+	}
+	sorted := make([]string, 0, len(keys))
+	for k := range keys {
+		sorted = append(sorted, k)
+	}
+	sort.Strings(sorted)
+	var diffs []string
+	for _, k := range sorted {
+		va, oka := a[k]
+		vb, okb := b[k]
+		if !oka || !okb || !reflect.DeepEqual(va, vb) {
+			diffs = append(diffs, fmt.Sprintf("%s:\n  Caddy's path: %s\n  fast path:    %s", k, orMissing(va, oka), orMissing(vb, okb)))
+		}
+	}
+	if len(diffs) > 0 {
+		t.Fatalf("the paths differ in %d of %d records:\n%s", len(diffs), len(sorted), strings.Join(diffs, "\n"))
+	}
+}
+
+func orMissing(v string, ok bool) string {
+	if !ok {
+		return "(not recorded)"
+	}
+	return v
+}
+
+// Event returns ev with what differs from request to request (time,
+// request id, duration, the chain's id, position and hash) cleared, and
+// each old string of replace turned into its new one in the request's
+// strings (a test's per-path ids): what the two paths must agree on.
+func Event(ev caddyaudit.Event, replace ...string) caddyaudit.Event {
+	ev.Time, ev.RequestID, ev.DurationMS = time.Time{}, "", 0
+	ev.Chain, ev.Seq, ev.Hash = "", 0, ""
+	if len(replace) > 0 {
+		r := strings.NewReplacer(replace...)
+		ev.Route, ev.Host, ev.Path, ev.Subject, ev.Reason, ev.DecidedBy, ev.CredentialID =
+			r.Replace(ev.Route), r.Replace(ev.Host), r.Replace(ev.Path), r.Replace(ev.Subject),
+			r.Replace(ev.Reason), r.Replace(ev.DecidedBy), r.Replace(ev.CredentialID)
+		for i := range ev.Extra {
+			ev.Extra[i].Value = r.Replace(ev.Extra[i].Value)
+		}
+	}
+	return ev
+}
