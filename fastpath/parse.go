@@ -297,6 +297,10 @@ func parseTarget(h *reqHead) *badRequest {
 			plain = false
 		}
 	}
+	for i := 0; plain && i < len(path); i++ {
+		// bytes net/url escapes in a path: its URL then keeps a RawPath
+		plain = !escapedInPath[path[i]]
+	}
 	if plain {
 		h.path = path
 	} else {
@@ -316,6 +320,10 @@ func parseTarget(h *reqHead) *badRequest {
 }
 
 const acmeChallengePrefix = "/.well-known/acme-challenge/"
+
+// escapedInPath are the target bytes net/url's path escaping does not
+// leave as they are: a path with one gets its RawPath from url.ParseRequestURI.
+var escapedInPath = [256]bool{'!': true, '*': true, '\'': true, '(': true, ')': true}
 
 // targetByte is the set of bytes an origin-form target may hold without
 // escaping: unreserved, sub-delims, ":", "@", "/", "?" (RFC 3986).
