@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"bytes"
+
 	"context"
 	"fmt"
 	"io"
@@ -14,20 +15,28 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/apigate/gateway/internal/pathtest"
 )
 
 // TestDutyChain walks one route with every duty through the happy path and
 // each denial, and checks that every request produced exactly one audit
 // event, with the right decision, in both the webhook and NATS sinks.
+//
+// It runs in every variant and compares, request by request, what the
+// client got and the audit event between the fast path and Caddy's path
+// (with the same transport).
 func TestDutyChain(t *testing.T) {
-	for _, tr := range transports {
-		t.Run(transportName(tr), func(t *testing.T) { testDutyChain(t, tr) })
+	rec := &pathtest.Recorder{}
+	for _, v := range variants {
+		t.Run(v.name, func(t *testing.T) { testDutyChain(t, v, rec) })
 	}
+	rec.CompareNamed(t, "transport h1", "fast path")
 }
 
-func testDutyChain(t *testing.T, transport string) {
+func testDutyChain(t *testing.T, v variant, rec *pathtest.Recorder) {
 	s := newStack(t)
-	s.transport = transport
+	s.use(v)
 	s.permDeny.Store("carol", true)
 	s.start()
 
@@ -55,6 +64,7 @@ func testDutyChain(t *testing.T, transport string) {
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			resp, body := do(t, "GET", tc.path, tc.token, tc.header)
+			rec.AddNamed(v.name, tc.path, clientSaw(resp, body))
 			if resp.StatusCode != tc.want.status {
 				t.Fatalf("status %d, want %d; body %s", resp.StatusCode, tc.want.status, body)
 			}
@@ -80,10 +90,14 @@ func testDutyChain(t *testing.T, transport string) {
 		}
 		h := http.Header{"X-User-Id": {"admin"}, "X-User-Roles": {"admin"}}
 		resp, body := do(t, "GET", "/api/chain/forward", s.token("alice", reader, time.Hour, nil), h)
+		rec.AddNamed(v.name, "/api/chain/forward", clientSaw(resp, body))
 		if resp.StatusCode != 200 {
 			t.Fatalf("status %d: %s", resp.StatusCode, body)
 		}
 		got := <-s.upHeads
+		up := got.Clone()
+		up.Del("X-Forwarded-For") // (the same on both)
+		rec.AddNamed(v.name, "/api/chain/forward upstream", up)
 		if v := got.Values("X-User-Id"); len(v) != 1 || v[0] != "alice" {
 			t.Errorf("upstream X-User-Id = %q, want only alice", v)
 		}
@@ -103,7 +117,8 @@ func testDutyChain(t *testing.T, transport string) {
 				t.Fatalf("request %d: status %d: %s", i, resp.StatusCode, body)
 			}
 		}
-		resp, _ := do(t, "GET", "/api/ratelimit/6", tok, nil)
+		resp, body := do(t, "GET", "/api/ratelimit/6", tok, nil)
+		rec.AddNamed(v.name, "/api/ratelimit/6", clientSaw(resp, body))
 		if resp.StatusCode != http.StatusTooManyRequests {
 			t.Fatalf("6th request in the window: status %d, want 429", resp.StatusCode)
 		}
@@ -159,6 +174,10 @@ func testDutyChain(t *testing.T, transport string) {
 				if perPath[p] != 1 {
 					t.Errorf("%s: %d events, want exactly 1", p, perPath[p])
 				}
+			}
+			for _, e := range evs {
+				e.Time, e.RequestID, e.DurationMS = "", "", 0
+				rec.AddNamed(v.name, sinkName+" event "+e.Path, e)
 			}
 			if log.copies != 0 {
 				t.Errorf("%d duplicate deliveries without any fault", log.copies)
@@ -364,7 +383,14 @@ func TestFaults(t *testing.T) {
 // restart, every request that received a response has its event
 // delivered, to the webhook and to JetStream (durability disk).
 func TestSIGKILLDiskDurability(t *testing.T) {
+	for _, v := range variants[1:] {
+		t.Run(v.name, func(t *testing.T) { testSIGKILLDiskDurability(t, v) })
+	}
+}
+
+func testSIGKILLDiskDurability(t *testing.T, v variant) {
 	s := newStack(t)
+	s.use(v)
 	s.durability = "disk"
 	s.start()
 	tok := s.token("crash", []string{"reader"}, time.Hour, nil)
@@ -445,14 +471,14 @@ func TestSIGKILLDiskDurability(t *testing.T) {
 // TestReloadUnderLoad reloads the config ten times through the admin API
 // while 300 connections send requests; no client request may fail.
 func TestReloadUnderLoad(t *testing.T) {
-	for _, tr := range transports {
-		t.Run(transportName(tr), func(t *testing.T) { testReloadUnderLoad(t, tr) })
+	for _, v := range variants {
+		t.Run(v.name, func(t *testing.T) { testReloadUnderLoad(t, v) })
 	}
 }
 
-func testReloadUnderLoad(t *testing.T, transport string) {
+func testReloadUnderLoad(t *testing.T, v variant) {
 	s := newStack(t)
-	s.transport = transport
+	s.use(v)
 	s.start()
 	tok := s.token("loader", []string{"reader"}, time.Hour, nil)
 	ld := startLoad(tok, "/bulk/reload", 300)

@@ -233,6 +233,9 @@ type stack struct {
 	rateWindow string
 	// durability is the audit app's durability ("" for the default).
 	durability string
+	// fast puts the gateway server on the fast path (the apigate listener
+	// wrapper, docs/fastpath.md); start checks that it is on.
+	fast bool
 	logs       *bytes.Buffer
 	logsMu     sync.Mutex
 }
@@ -406,7 +409,7 @@ func (s *stack) caddyfile() string {
 		}
 	}
 	servers :%[5]d {
-		name gateway
+		name gateway%[14]s
 	}
 %[11]s
 }
@@ -458,7 +461,16 @@ http://127.0.0.1:%[5]d {
 	}
 }
 `, adminAddr, s.dir, s.receiver.URL(), s.natsURL, gwPort, s.jwks.URL(), s.perm.URL(),
-		strings.TrimPrefix(s.upstream.URL, "http://"), s.rateEvents, s.rateWindow, s.global, s.transportBlock(), s.durabilityLine())
+		strings.TrimPrefix(s.upstream.URL, "http://"), s.rateEvents, s.rateWindow, s.global, s.transportBlock(), s.durabilityLine(), s.wrapperLines())
+}
+
+// wrapperLines are the gateway server's listener wrappers: apigate on the
+// fast path.
+func (s *stack) wrapperLines() string {
+	if !s.fast {
+		return ""
+	}
+	return "\n\t\tlistener_wrappers {\n\t\t\tapigate\n\t\t}"
 }
 
 // durabilityLine is the audit app's durability option, if set.
@@ -477,16 +489,27 @@ func (s *stack) transportBlock() string {
 	return " {\n\t\ttransport " + s.transport + "\n\t}"
 }
 
-// transports are the reverse_proxy transports the end-to-end tests run
-// with: Caddy's standard one and the gateway's h1.
-var transports = []string{"", "h1"}
-
-func transportName(tr string) string {
-	if tr == "" {
-		return "transport http"
-	}
-	return "transport " + tr
+// variant is a way the end-to-end tests run the gateway: a reverse_proxy
+// transport ("" is Caddy's standard one, "h1" the gateway's), on Caddy's
+// request path or the fast path.
+type variant struct {
+	name      string
+	transport string
+	fast      bool
 }
+
+// variants are the ways the end-to-end tests run: Caddy's path with each
+// transport, and the fast path (with h1, as Caddyfile.example has it).
+// Tests compare what the fast path produced with Caddy's path with the
+// same transport.
+var variants = []variant{
+	{name: "transport http", transport: ""},
+	{name: "transport h1", transport: "h1"},
+	{name: "fast path", transport: "h1", fast: true},
+}
+
+// use sets the stack up for v.
+func (s *stack) use(v variant) { s.transport, s.fast = v.transport, v.fast }
 
 // start runs bin/caddy on the stack's Caddyfile and waits for it to serve.
 func (s *stack) start() {
@@ -515,6 +538,9 @@ func (s *stack) start() {
 		if err == nil {
 			resp.Body.Close()
 			if resp.StatusCode == http.StatusNotFound {
+				if s.fast {
+					s.requireFast()
+				}
 				return
 			}
 		}
@@ -525,6 +551,31 @@ func (s *stack) start() {
 			t.Fatalf("gateway exited:\n%s", s.logText())
 		}
 		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// requireFast fails the test unless the gateway logged that the fast path
+// serves its server.
+func (s *stack) requireFast() {
+	t := s.t
+	t.Helper()
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		logs := s.logText()
+		for _, line := range strings.Split(logs, "\n") {
+			if strings.Contains(line, `"server":"gateway"`) {
+				if strings.Contains(line, `"msg":"fast path on"`) {
+					return
+				}
+				if strings.Contains(line, `"msg":"fast path off"`) {
+					t.Fatalf("the fast path is off for the gateway server: %s", line)
+				}
+			}
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no fast path line for the gateway server in the log:\n%s", logs)
+		}
+		time.Sleep(20 * time.Millisecond)
 	}
 }
 
@@ -699,4 +750,12 @@ func (l *loadRun) stop() loadResult {
 	l.wg.Wait()
 	return loadResult{ok: l.ok.Load(), wrong: l.wrong.Load(), connErrs: l.connErrs.Load(),
 		reusedErrs: l.reusedErrs.Load(), firstErr: l.firstErr.Load()}
+}
+
+// clientSaw is what a client saw of a response, for comparing the paths:
+// status, the fields but Date, the body.
+func clientSaw(resp *http.Response, body string) map[string]any {
+	h := resp.Header.Clone()
+	h.Del("Date")
+	return map[string]any{"status": resp.StatusCode, "header": h, "body": body}
 }

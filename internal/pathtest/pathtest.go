@@ -103,7 +103,12 @@ type Recorder struct {
 }
 
 // Add records value (compared as JSON) under key for path p.
-func (r *Recorder) Add(p Path, key string, value any) {
+func (r *Recorder) Add(p Path, key string, value any) { r.AddNamed(p.Name, key, value) }
+
+// AddNamed records value under key for a run named name (a test with more
+// runs than the two paths names them itself and compares two with
+// CompareNamed).
+func (r *Recorder) AddNamed(name, key string, value any) {
 	b, err := json.Marshal(value)
 	if err != nil {
 		b = []byte(fmt.Sprintf("%#v", value))
@@ -113,10 +118,10 @@ func (r *Recorder) Add(p Path, key string, value any) {
 	if r.got == nil {
 		r.got = map[string]map[string]string{}
 	}
-	if r.got[p.Name] == nil {
-		r.got[p.Name] = map[string]string{}
+	if r.got[name] == nil {
+		r.got[name] = map[string]string{}
 	}
-	r.got[p.Name][key] = string(b)
+	r.got[name][key] = string(b)
 }
 
 // Compare fails t for each key whose values differ between the paths, or
@@ -124,11 +129,18 @@ func (r *Recorder) Add(p Path, key string, value any) {
 // both paths (a comparison of nothing proves nothing).
 func (r *Recorder) Compare(t testing.TB) {
 	t.Helper()
+	r.CompareNamed(t, Both[0].Name, Both[1].Name)
+}
+
+// CompareNamed is Compare for the runs named caddyRun (on Caddy's path) and
+// fastRun (on the fast path).
+func (r *Recorder) CompareNamed(t testing.TB, caddyRun, fastRun string) {
+	t.Helper()
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	a, b := r.got[Both[0].Name], r.got[Both[1].Name]
+	a, b := r.got[caddyRun], r.got[fastRun]
 	if len(a) == 0 || len(b) == 0 {
-		t.Fatalf("nothing to compare: %d records on Caddy's path, %d on the fast path", len(a), len(b))
+		t.Fatalf("nothing to compare: %d records on Caddy's path (%s), %d on the fast path (%s)", len(a), caddyRun, len(b), fastRun)
 	}
 	keys := map[string]bool{}
 	for k := range a {
