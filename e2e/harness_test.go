@@ -235,9 +235,9 @@ type stack struct {
 	durability string
 	// fast puts the gateway server on the fast path (the apigate listener
 	// wrapper, docs/fastpath.md); start checks that it is on.
-	fast bool
-	logs       *bytes.Buffer
-	logsMu     sync.Mutex
+	fast   bool
+	logs   *bytes.Buffer
+	logsMu sync.Mutex
 }
 
 func newStack(t *testing.T) *stack {
