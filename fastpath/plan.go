@@ -217,8 +217,9 @@ type exchange struct {
 		url                            url.URL
 	}
 
-	req *http.Request // the request the chain sees now
-	err error         // the error being handled (error routes)
+	req  *http.Request // the request the chain sees now
+	err  error         // the error being handled (error routes)
+	gone goneState     // the client went away: the context's cancellation
 
 	inErrors bool
 	resume   *cont // what a metrics-instrumented route runs (metricsNext)
@@ -244,7 +245,7 @@ func (ex *exchange) init(st *state) {
 	// address: refilled, never replaced.
 	addHTTPVarsToReplacer(ex.repl, &ex.shadow, &st.w)
 	ex.repl.Map(ex.px.placeholder)
-	ex.px.init(ex, &ex.ctx)
+	ex.px.init(ex)
 }
 
 // clear drops what the last request left that could hold memory or
@@ -266,12 +267,13 @@ func (ex *exchange) clear() {
 // exCtx is the context of the shadow request: a root context that answers,
 // for the request in hand, the values net/http and Caddy's server put in a
 // request's context (the local address, the server, the replacer, the
-// vars, the original request, the route groups, the extra log fields).
+// vars, the original request, the route groups, the extra log fields),
+// and that is canceled when the client goes away (gone.go).
 type exCtx struct{ ex *exchange }
 
 func (x *exCtx) Deadline() (time.Time, bool) { return time.Time{}, false }
-func (x *exCtx) Done() <-chan struct{}       { return nil }
-func (x *exCtx) Err() error                  { return nil }
+
+// (Done, Err and AfterFunc: gone.go)
 
 func (x *exCtx) Value(key any) any {
 	ex := x.ex
@@ -322,6 +324,7 @@ func (ex *exchange) begin(now time.Time) {
 	clear(ex.groupM)
 	ex.ncont = 0
 	ex.repl.DeleteByPrefix("") // what handlers set for the last request
+	ex.gone.reset()
 
 	ex.url = url.URL{Path: h.path, RawPath: h.rawPath, RawQuery: h.rawQuery}
 	if h.rawQuery == "" && strings.IndexByte(h.target, '?') >= 0 {

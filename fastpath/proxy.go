@@ -115,6 +115,7 @@ type proxyState struct {
 	xfh    []string
 	ph     phState
 	body   nopCloserIfNotRead
+	ctx    outCtx
 }
 
 var (
@@ -128,12 +129,12 @@ var (
 	viaResponse0 = "1.0 Caddy"
 )
 
-func (ps *proxyState) init(ex *exchange, connCtx context.Context) {
+func (ps *proxyState) init(ex *exchange) {
 	ps.ex = ex
 	ps.hdr = make(http.Header, 16)
 	ps.trace.Got1xxResponse = ps.got1xx
-	ctx := httptrace.WithClientTrace(connCtx, &ps.trace)
-	ps.tmpl = *(&http.Request{}).WithContext(ctx)
+	ps.ctx = outCtx{exCtx: &ex.ctx, trace: httptrace.WithClientTrace(context.Background(), &ps.trace)}
+	ps.tmpl = *(&http.Request{}).WithContext(&ps.ctx)
 
 }
 
