@@ -47,6 +47,8 @@ type conn struct {
 
 	lastMethod string
 	status     atomic.Int32 // stateIdle, stateActive, stateClosed
+	readable   func(uintptr) bool
+	peek       [1]byte
 }
 
 // state is what a connection needs while it has a request: its buffers
@@ -342,12 +344,16 @@ func (c *conn) serve() {
 // read (or EOF, or an error, or the read deadline): it reports false when
 // the wait itself failed.
 func (c *conn) waitReadable() bool {
-	var peek [1]byte
-	err := c.raw.Read(func(fd uintptr) bool {
-		_, _, err := syscall.Recvfrom(int(fd), peek[:], syscall.MSG_PEEK|syscall.MSG_DONTWAIT)
-		return err != syscall.EAGAIN && err != syscall.EWOULDBLOCK
-	})
-	return err == nil
+	if c.readable == nil {
+		c.readable = c.peekReadable // made once: a closure per wait would allocate
+	}
+	return c.raw.Read(c.readable) == nil
+}
+
+// peekReadable is waitReadable's test: bytes (or EOF, or an error) wait.
+func (c *conn) peekReadable(fd uintptr) bool {
+	_, _, err := syscall.Recvfrom(int(fd), c.peek[:], syscall.MSG_PEEK|syscall.MSG_DONTWAIT)
+	return err != syscall.EAGAIN && err != syscall.EWOULDBLOCK
 }
 
 // skipLeadingCRLF drops up to four CR or LF bytes before a request, which
