@@ -14,6 +14,7 @@ import (
 
 	"golang.org/x/net/websocket"
 
+	"github.com/apigate/gateway/internal/pathtest"
 	"github.com/apigate/gateway/internal/podmantest"
 )
 
@@ -25,8 +26,20 @@ import (
 // (routes stay, then follow changes again); the gateway is killed with
 // SIGKILL under load and comes back with its discovered routes from
 // state_file while Podman is still down.
+//
+// It runs on Caddy's path and on the fast path, and compares what the
+// client got and the audit events of the duty chain between them.
 func TestDiscovery(t *testing.T) {
+	rec := &pathtest.Recorder{}
+	for _, v := range variants[1:] {
+		t.Run(v.name, func(t *testing.T) { testDiscovery(t, v, rec) })
+	}
+	rec.CompareNamed(t, "transport h1", "fast path")
+}
+
+func testDiscovery(t *testing.T, v variant, rec *pathtest.Recorder) {
 	s := newStack(t)
+	s.use(v)
 	pm, err := podmantest.New("..", "e2e")
 	pm = podmantest.Require(t, pm, err)
 	t.Cleanup(pm.Close)
@@ -107,6 +120,7 @@ func TestDiscovery(t *testing.T) {
 		}
 		for _, tc := range cases {
 			resp, body := do(t, "GET", tc.path, tc.token, nil)
+			rec.AddNamed(v.name, tc.path, clientSaw(resp, body))
 			if resp.StatusCode != tc.want.status {
 				t.Errorf("%s: status %d, want %d; body %s", tc.name, resp.StatusCode, tc.want.status, body)
 			}
@@ -129,6 +143,8 @@ func TestDiscovery(t *testing.T) {
 				continue
 			}
 			per[e.Path]++
+			e.Time, e.RequestID, e.DurationMS = "", "", 0
+			rec.AddNamed(v.name, "event "+e.Path, e)
 			if e.Status != w.status || e.Decision != w.decision {
 				t.Errorf("%s: event %d %q, want %d %q", e.Path, e.Status, e.Decision, w.status, w.decision)
 			}
