@@ -1,0 +1,83 @@
+package fastpath
+
+import (
+	"bufio"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+)
+
+// TestServerLimits: the server's timeouts and head limit apply on the fast
+// path as on Caddy's: an idle keep-alive connection is closed after
+// idle_timeout, a head that does not arrive within read_header_timeout
+// closes the connection, a head over max_header_size (plus net/http's
+// 4096 bytes of slack) gets 431.
+func TestServerLimits(t *testing.T) {
+	loadTwinOpts(t, twinOpts{serverOpts: `		timeouts {
+			read_header 400ms
+			idle 600ms
+		}
+		max_header_size 2KB`}, `	respond "ok"`)
+
+	for _, port := range []int{plainPort, fastPort} {
+		name := map[int]string{plainPort: "Caddy's path", fastPort: "fast path"}[port]
+		t.Run(name+": idle_timeout", func(t *testing.T) {
+			c := dial(t, port)
+			fmt.Fprintf(c, "GET / HTTP/1.1\r\nHost: a\r\n\r\n")
+			br := bufio.NewReader(c)
+			res, err := http.ReadResponse(br, nil)
+			if err != nil || res.StatusCode != 200 {
+				t.Fatalf("first request: %v %v", res, err)
+			}
+			io.ReadAll(res.Body)
+			start := time.Now()
+			c.SetReadDeadline(time.Now().Add(5 * time.Second))
+			if _, err := br.ReadByte(); err != io.EOF {
+				t.Fatalf("idle connection: %v, want EOF", err)
+			}
+			if d := time.Since(start); d < 500*time.Millisecond || d > 2*time.Second {
+				t.Fatalf("idle connection closed after %v, want about 600ms", d)
+			}
+		})
+		t.Run(name+": read_header_timeout", func(t *testing.T) {
+			c := dial(t, port)
+			fmt.Fprintf(c, "GET / HTTP/1.1\r\nHost: a\r\n") // and no end of head
+			start := time.Now()
+			c.SetReadDeadline(time.Now().Add(5 * time.Second))
+			b, err := io.ReadAll(c)
+			if err != nil || len(b) != 0 {
+				t.Fatalf("slow head: %q %v, want a close without an answer", b, err)
+			}
+			if d := time.Since(start); d < 300*time.Millisecond || d > 2*time.Second {
+				t.Fatalf("slow head cut after %v, want about 400ms", d)
+			}
+		})
+		t.Run(name+": max_header_size", func(t *testing.T) {
+			for _, tc := range []struct {
+				size int
+				want int
+			}{{2048 + 4096 - 200, 200}, {2048 + 4096 + 200, 431}} {
+				c := dial(t, port)
+				fmt.Fprintf(c, "GET / HTTP/1.1\r\nHost: a\r\nX-Big: %s\r\n\r\n", strings.Repeat("b", tc.size))
+				res, err := http.ReadResponse(bufio.NewReader(c), nil)
+				if err != nil || res.StatusCode != tc.want {
+					t.Fatalf("a %d-byte field: %v %v, want %d", tc.size, res, err, tc.want)
+				}
+			}
+		})
+	}
+}
+
+func dial(t *testing.T, port int) net.Conn {
+	t.Helper()
+	c, err := net.Dial("tcp", fmt.Sprintf("127.0.0.1:%d", port))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	return c
+}
