@@ -209,10 +209,12 @@ type exchange struct {
 	hdr    http.Header
 	vals   []string
 	vars   map[string]any
-	repl   *caddy.Replacer
-	groupM map[string]struct{}
-	extra  *caddyhttp.ExtraLogFields
-	orig   struct {
+	repl   *caddy.Replacer // the request's, made on first use
+	// rpPlaceholders is reverse_proxy's placeholder provider (made once)
+	rpPlaceholders caddy.ReplacerFunc
+	groupM         map[string]struct{}
+	extra          *caddyhttp.ExtraLogFields
+	orig           struct {
 		method, remoteAddr, requestURI string
 		url                            url.URL
 	}
@@ -227,6 +229,7 @@ type exchange struct {
 	conts    []*cont
 	ncont    int
 	start    time.Time
+	startBox any // start, boxed once (the vars table holds it)
 
 	px proxyState
 }
@@ -236,15 +239,10 @@ func (ex *exchange) init(st *state) {
 	ex.hdr = make(http.Header, 16)
 	ex.vars = make(map[string]any, 8)
 	ex.groupM = make(map[string]struct{}, 4)
-	ex.repl = caddy.NewReplacer()
 	ex.ctx.ex = ex
 	ex.tmpl = *(&http.Request{}).WithContext(&ex.ctx)
 	ex.shadow = ex.tmpl
-	// Caddy's HTTP placeholders ({http.request.*}, {http.vars.*},
-	// {http.response.header.*}, ...) read the shadow, which stays at this
-	// address: refilled, never replaced.
-	addHTTPVarsToReplacer(ex.repl, &ex.shadow, &st.w)
-	ex.repl.Map(ex.px.placeholder)
+	ex.rpPlaceholders = ex.px.placeholder
 	ex.px.init(ex)
 }
 
@@ -256,12 +254,29 @@ func (ex *exchange) clear() {
 	clear(ex.hdr)
 	clear(ex.vals[:cap(ex.vals)])
 	clear(ex.vars)
-	ex.repl.DeleteByPrefix("")
+	ex.repl = nil
 	for _, k := range ex.conts[:ex.ncont] {
 		*k = cont{}
 	}
 	ex.ncont = 0
 	ex.px.end()
+}
+
+// replacer returns the request's replacer, made on first use: handlers add
+// providers to it (jwt_auth its claims), which belong to one request, so
+// each request has its own, as on Caddy's path. It has Caddy's HTTP
+// placeholders ({http.request.*}, {http.vars.*}, {http.response.header.*},
+// ...), which read the shadow request (refilled, never moved), and
+// reverse_proxy's.
+func (ex *exchange) replacer() *caddy.Replacer {
+	if ex.repl == nil {
+		r := caddy.NewReplacer()
+		addHTTPVarsToReplacer(r, &ex.shadow, &ex.st.w)
+		ex.vars["start_time"] = ex.startBox // (as set when the request began)
+		r.Map(ex.rpPlaceholders)
+		ex.repl = r
+	}
+	return ex.repl
 }
 
 // exCtx is the context of the shadow request: a root context that answers,
@@ -279,7 +294,7 @@ func (x *exCtx) Value(key any) any {
 	ex := x.ex
 	switch key {
 	case caddy.ReplacerCtxKey:
-		return ex.repl
+		return ex.replacer()
 	case caddyhttp.VarsCtxKey:
 		return ex.vars
 	case caddyhttp.ServerCtxKey:
@@ -323,7 +338,7 @@ func (ex *exchange) begin(now time.Time) {
 	ex.groups = ex.groups[:0]
 	clear(ex.groupM)
 	ex.ncont = 0
-	ex.repl.DeleteByPrefix("") // what handlers set for the last request
+	ex.repl = nil // a new one when asked for (replacer)
 	ex.gone.reset()
 
 	ex.url = url.URL{Path: h.path, RawPath: h.rawPath, RawQuery: h.rawQuery}
@@ -365,7 +380,8 @@ func (ex *exchange) begin(now time.Time) {
 	clear(ex.vars)
 	ex.vars[caddyhttp.TrustedProxyVarKey] = false
 	ex.vars[caddyhttp.ClientIPVarKey] = c.clientIPAny
-	ex.vars["start_time"] = now
+	ex.startBox = now
+	ex.vars["start_time"] = ex.startBox
 
 	r := &ex.shadow
 	*r = ex.tmpl
