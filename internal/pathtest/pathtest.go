@@ -8,6 +8,7 @@ package pathtest
 import (
 	"encoding/json"
 	"fmt"
+	"net/http"
 	"reflect"
 	"sort"
 	"strings"
@@ -67,12 +68,29 @@ func (p Path) JSON(t testing.TB, caddyfile string) []byte {
 // Load loads a Caddyfile into the test binary's Caddy (admin API on
 // adminPort) on this path; on the fast path, each named server must be
 // served by it (servers are named as Caddy names them: srv0, srv1, ... or
-// by the `servers { name }` option).
+// by the `servers { name }` option), and must have served requests by
+// the end of t (a test whose client is handed to Caddy, HTTP/2 say, would
+// otherwise compare Caddy's path with itself).
 func (p Path) Load(t *testing.T, adminPort int, caddyfile string, servers ...string) *caddytest.Tester {
 	t.Helper()
 	tester := caddytester.LoadJSON(t, adminPort, string(p.JSON(t, caddyfile)))
 	if p.Fast {
 		RequireFast(t, servers...)
+		before := map[string]float64{}
+		for _, s := range fastpath.Status() {
+			before[s.Server] = s.Requests
+		}
+		t.Cleanup(func() {
+			after := map[string]float64{}
+			for _, s := range fastpath.Status() {
+				after[s.Server] = s.Requests
+			}
+			for _, name := range servers {
+				if after[name] <= before[name] {
+					t.Errorf("the fast path served no request of server %q", name)
+				}
+			}
+		})
 	}
 	return tester
 }
@@ -94,6 +112,19 @@ func RequireFast(t testing.TB, servers ...string) {
 			t.Fatalf("the fast path is off for server %q: %s", name, s.Reason)
 		}
 	}
+}
+
+// Key is t's name without the path's own subtest level: the same on both
+// paths, for a record's key ("TestX/fastpath/case" is "TestX/case").
+func (p Path) Key(t testing.TB) string {
+	parts := strings.Split(t.Name(), "/")
+	for i, s := range parts {
+		if s == p.Name {
+			parts = append(parts[:i], parts[i+1:]...)
+			break
+		}
+	}
+	return strings.Join(parts, "/")
 }
 
 // Recorder collects what each path produced, by key, for Compare.
@@ -179,4 +210,34 @@ func Event(ev caddyaudit.Event, replace ...string) caddyaudit.Event {
 		}
 	}
 	return ev
+}
+
+// Response is what a test records of a response: its status, its header
+// fields but Date, and its body.
+type Response struct {
+	Status int                 `json:"status"`
+	Header map[string][]string `json:"header,omitempty"`
+	Body   string              `json:"body"`
+}
+
+// Resp returns what the paths must agree on of a response: its status,
+// its header fields but Date, and its body, with each old string of
+// replace turned into its new one (a test's per-path ids) in field values
+// and body. A field whose value depends on the moment (Retry-After) is
+// for the caller to delete or round first.
+func Resp(status int, header http.Header, body string, replace ...string) Response {
+	r := strings.NewReplacer(replace...)
+	out := Response{Status: status, Body: r.Replace(body)}
+	for k, vs := range header {
+		if k == "Date" {
+			continue
+		}
+		if out.Header == nil {
+			out.Header = map[string][]string{}
+		}
+		for _, v := range vs {
+			out.Header[k] = append(out.Header[k], r.Replace(v))
+		}
+	}
+	return out
 }
