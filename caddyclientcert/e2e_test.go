@@ -291,13 +291,10 @@ https://localhost:%[11]d {
 	fingerprint := hex.EncodeToString(sum[:])
 	webSum := sha256.Sum256(webLeaf.Raw)
 	ids := []string{hex.EncodeToString(run), "RUN", fingerprint, "FINGERPRINT", hex.EncodeToString(webSum[:]), "WEB-FINGERPRINT"}
-	seen := map[string]int{}
 	// record records a response (or that there was none) under the
 	// subtest's name, the path and the how-many-th request of it this is
 	record := func(t *testing.T, path string, value any) {
-		key := p.Key(t) + " " + path
-		seen[key]++
-		rec.Add(p, fmt.Sprintf("%s #%d", key, seen[key]), value)
+		rec.AddNext(p, p.Key(t)+" "+path, value)
 	}
 
 	roots := x509.NewCertPool()

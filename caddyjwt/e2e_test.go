@@ -10,7 +10,6 @@ import (
 	"math/big"
 	"net/http"
 	"net/http/httptest"
-	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -132,23 +131,6 @@ func TestEndToEnd(t *testing.T) {
 	rec.Compare(t)
 }
 
-// verificationSeries returns the gateway_jwt_verifications_total series of
-// a metrics page.
-func verificationSeries(page string) map[string]float64 {
-	out := map[string]float64{}
-	for _, line := range strings.Split(page, "\n") {
-		if !strings.HasPrefix(line, "gateway_jwt_verifications_total{") {
-			continue
-		}
-		i := strings.LastIndexByte(line, ' ')
-		v, err := strconv.ParseFloat(line[i+1:], 64)
-		if err == nil {
-			out[line[:i]] = v
-		}
-	}
-	return out
-}
-
 func testEndToEnd(t *testing.T, path pathtest.Path, rec *pathtest.Recorder) {
 	k1, err := rsa.GenerateKey(rand.Reader, 2048)
 	if err != nil {
@@ -268,7 +250,8 @@ func testEndToEnd(t *testing.T, path pathtest.Path, rec *pathtest.Recorder) {
 
 	t1 := rsaSign(t, k1, "k1", claims())
 	_, page := get("/metrics", "")
-	seriesBefore := verificationSeries(page)
+	const verifications = "gateway_jwt_verifications_total{"
+	seriesBefore := pathtest.Series(page, verifications)
 
 	t.Run("valid token reaches upstream with forwarded claims", func(t *testing.T) {
 		resp, body := get("/api/orders?x=1", t1, "X-User-Id", "spoofed-admin", "X-Roles", "root")
@@ -370,12 +353,8 @@ func testEndToEnd(t *testing.T, path pathtest.Path, rec *pathtest.Recorder) {
 				t.Errorf("metrics lack %s", want)
 			}
 		}
-		grew := map[string]float64{}
-		for k, v := range verificationSeries(body) {
-			if !strings.Contains(k, `reason="unknown key"`) && v != seriesBefore[k] {
-				grew[k] = v - seriesBefore[k]
-			}
-		}
+		grew := pathtest.Grew(seriesBefore, pathtest.Series(body, verifications))
+		delete(grew, `gateway_jwt_verifications_total{reason="unknown key",result="invalid"}`)
 		rec.Add(path, "metrics: verifications counted", grew)
 	})
 

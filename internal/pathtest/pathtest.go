@@ -8,9 +8,11 @@ package pathtest
 import (
 	"encoding/json"
 	"fmt"
+	"io"
 	"net/http"
 	"reflect"
 	"sort"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -129,8 +131,25 @@ func (p Path) Key(t testing.TB) string {
 
 // Recorder collects what each path produced, by key, for Compare.
 type Recorder struct {
-	mu  sync.Mutex
-	got map[string]map[string]string // path -> key -> value
+	mu   sync.Mutex
+	got  map[string]map[string]string // path -> key -> value
+	next map[string]map[string]int    // path -> key -> values AddNext recorded
+}
+
+// AddNext records value under key followed by " #n", the n-th value p
+// recorded so under key: for a test that sends a request several times.
+func (r *Recorder) AddNext(p Path, key string, value any) {
+	r.mu.Lock()
+	if r.next == nil {
+		r.next = map[string]map[string]int{}
+	}
+	if r.next[p.Name] == nil {
+		r.next[p.Name] = map[string]int{}
+	}
+	r.next[p.Name][key]++
+	n := r.next[p.Name][key]
+	r.mu.Unlock()
+	r.Add(p, fmt.Sprintf("%s #%d", key, n), value)
 }
 
 // Add records value (compared as JSON) under key for path p.
@@ -223,8 +242,8 @@ type Response struct {
 // Resp returns what the paths must agree on of a response: its status,
 // its header fields but Date, and its body, with each old string of
 // replace turned into its new one (a test's per-path ids) in field values
-// and body. A field whose value depends on the moment (Retry-After) is
-// for the caller to delete or round first.
+// and body. A Retry-After in seconds, which depends on the moment, is
+// recorded as "<seconds>" (a test checks its range itself).
 func Resp(status int, header http.Header, body string, replace ...string) Response {
 	r := strings.NewReplacer(replace...)
 	out := Response{Status: status, Body: r.Replace(body)}
@@ -236,8 +255,56 @@ func Resp(status int, header http.Header, body string, replace ...string) Respon
 			out.Header = map[string][]string{}
 		}
 		for _, v := range vs {
+			if _, err := strconv.Atoi(v); err == nil && k == "Retry-After" {
+				v = "<seconds>"
+			}
 			out.Header[k] = append(out.Header[k], r.Replace(v))
 		}
 	}
 	return out
+}
+
+// Series returns the samples of a Prometheus text page whose lines start
+// with prefix (`gateway_rbac_decisions_total{`), by series.
+func Series(page, prefix string) map[string]float64 {
+	out := map[string]float64{}
+	for _, line := range strings.Split(page, "\n") {
+		if !strings.HasPrefix(line, prefix) {
+			continue
+		}
+		i := strings.LastIndexByte(line, ' ')
+		if v, err := strconv.ParseFloat(line[i+1:], 64); err == nil {
+			out[line[:i]] = v
+		}
+	}
+	return out
+}
+
+// Grew returns how much each series of after grew since before, for the
+// series that changed: what a path counted, to compare between the paths
+// (the counters are the process's, so their values are not).
+func Grew(before, after map[string]float64) map[string]float64 {
+	out := map[string]float64{}
+	for k, v := range after {
+		if v != before[k] {
+			out[k] = v - before[k]
+		}
+	}
+	return out
+}
+
+// Metrics returns the samples of the test binary's Caddy metrics (the
+// admin API's /metrics on adminPort) whose lines start with prefix.
+func Metrics(t testing.TB, adminPort int, prefix string) map[string]float64 {
+	t.Helper()
+	resp, err := http.Get(fmt.Sprintf("http://localhost:%d/metrics", adminPort))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return Series(string(b), prefix)
 }
