@@ -1,7 +1,6 @@
 package caddyapikey_test
 
 import (
-	"bufio"
 	"bytes"
 	"crypto/rand"
 	"encoding/hex"
@@ -21,7 +20,7 @@ import (
 	_ "github.com/mholt/caddy-ratelimit"
 
 	"github.com/apigate/gateway/caddyapikey/apikeys"
-	"github.com/apigate/gateway/caddyaudit"
+	_ "github.com/apigate/gateway/caddyaudit"
 	_ "github.com/apigate/gateway/caddyjwt"
 	_ "github.com/apigate/gateway/caddypermcache"
 	_ "github.com/apigate/gateway/caddyrbac"
@@ -457,12 +456,7 @@ func testAPIKey(t *testing.T, p pathtest.Path, rec *pathtest.Recorder) {
 		if want := `"credential_id":"reader-` + run + `"`; !bytes.Contains(data, []byte(want)) {
 			t.Fatalf("no event with %s:\n%s", want, data)
 		}
-		sc := bufio.NewScanner(bytes.NewReader(data))
-		for i := 0; sc.Scan(); i++ {
-			var ev caddyaudit.Event
-			if err := json.Unmarshal(sc.Bytes(), &ev); err != nil {
-				t.Fatalf("bad line %q: %v", sc.Bytes(), err)
-			}
+		for i, ev := range pathtest.ReadEvents(t, auditPath) {
 			rec.Add(p, fmt.Sprintf("%s/event %d", p.Key(t), i), pathtest.Event(ev, run, "RUN"))
 		}
 	})

@@ -1,7 +1,6 @@
 package caddyclientcert_test
 
 import (
-	"bufio"
 	"bytes"
 	"crypto/ecdsa"
 	"crypto/elliptic"
@@ -11,7 +10,6 @@ import (
 	"crypto/x509"
 	"crypto/x509/pkix"
 	"encoding/hex"
-	"encoding/json"
 	"encoding/pem"
 	"fmt"
 	"io"
@@ -28,7 +26,7 @@ import (
 	"github.com/golang-jwt/jwt/v5"
 	_ "github.com/mholt/caddy-ratelimit"
 
-	"github.com/apigate/gateway/caddyaudit"
+	_ "github.com/apigate/gateway/caddyaudit"
 	_ "github.com/apigate/gateway/caddyclientcert"
 	_ "github.com/apigate/gateway/caddyjwt"
 	_ "github.com/apigate/gateway/caddypermcache"
@@ -425,12 +423,7 @@ https://localhost:%[11]d {
 				if want := `"credential_id":"` + fingerprint + `"`; !bytes.Contains(data, []byte(want)) {
 					t.Fatalf("no event with %s:\n%s", want, data)
 				}
-				sc := bufio.NewScanner(bytes.NewReader(data))
-				for i := 0; sc.Scan(); i++ {
-					var ev caddyaudit.Event
-					if err := json.Unmarshal(sc.Bytes(), &ev); err != nil {
-						t.Fatalf("bad line %q: %v", sc.Bytes(), err)
-					}
+				for i, ev := range pathtest.ReadEvents(t, auditPath) {
 					rec.Add(p, fmt.Sprintf("%s event %d", p.Key(t), i), pathtest.Event(ev, ids...))
 				}
 				break

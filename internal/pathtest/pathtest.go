@@ -6,10 +6,13 @@
 package pathtest
 
 import (
+	"bufio"
+	"bytes"
 	"encoding/json"
 	"fmt"
 	"io"
 	"net/http"
+	"os"
 	"reflect"
 	"sort"
 	"strconv"
@@ -307,4 +310,46 @@ func Metrics(t testing.TB, adminPort int, prefix string) map[string]float64 {
 		t.Fatal(err)
 	}
 	return Series(string(b), prefix)
+}
+
+// ReadEvents returns the events of an audit file sink's file (JSON lines;
+// none while there is no file), but a last line still being written.
+func ReadEvents(t testing.TB, file string) []caddyaudit.Event {
+	t.Helper()
+	data, err := os.ReadFile(file)
+	if os.IsNotExist(err) {
+		return nil
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	data = data[:bytes.LastIndexByte(data, '\n')+1]
+	var out []caddyaudit.Event
+	sc := bufio.NewScanner(bytes.NewReader(data))
+	sc.Buffer(nil, 1<<20)
+	for sc.Scan() {
+		var ev caddyaudit.Event
+		if err := json.Unmarshal(sc.Bytes(), &ev); err != nil {
+			t.Fatalf("%s: bad line %q: %v", file, sc.Bytes(), err)
+		}
+		out = append(out, ev)
+	}
+	return out
+}
+
+// WaitEvents waits (10s at most) until the audit file holds n events, and
+// returns them all.
+func WaitEvents(t testing.TB, file string, n int) []caddyaudit.Event {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		evs := ReadEvents(t, file)
+		if len(evs) >= n {
+			return evs
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s: %d events after 10s, want %d", file, len(evs), n)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
 }
