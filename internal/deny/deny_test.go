@@ -198,10 +198,7 @@ http://127.0.0.1:%d {
 			}
 		}
 		rec.Add(p, "counted by the requests", pathtest.Grew(start, before))
-		tester.InitServer(string(p.JSON(t, strings.Replace(config, "grace_period 1ms", "grace_period 2ms", 1))), "json")
-		if p.Fast {
-			pathtest.RequireFast(t, "srv0", "srv1")
-		}
+		p.Reload(t, tester, strings.Replace(config, "grace_period 1ms", "grace_period 2ms", 1), "srv0", "srv1")
 		after := scrape(t, names)
 		for _, n := range names {
 			if after[n] < before[n] {

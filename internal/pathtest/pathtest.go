@@ -100,6 +100,17 @@ func (p Path) Load(t *testing.T, adminPort int, caddyfile string, servers ...str
 	return tester
 }
 
+// Reload loads another Caddyfile into the running test binary's Caddy
+// through tester, as Load does (on the fast path, each named server must
+// be served by it), for a test of what a reload keeps.
+func (p Path) Reload(t *testing.T, tester *caddytest.Tester, caddyfile string, servers ...string) {
+	t.Helper()
+	tester.InitServer(string(p.JSON(t, caddyfile)), "json")
+	if p.Fast {
+		RequireFast(t, servers...)
+	}
+}
+
 // RequireFast fails t unless the fast path serves each server (of the
 // test binary's Caddy).
 func RequireFast(t testing.TB, servers ...string) {
