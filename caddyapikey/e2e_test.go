@@ -103,11 +103,7 @@ func runID(t *testing.T) string {
 // every response (status, header fields, body), what the upstream and the
 // permission service received, and the audit events between them.
 func TestAPIKey(t *testing.T) {
-	rec := &pathtest.Recorder{}
-	for _, p := range pathtest.Both {
-		t.Run(p.Name, func(t *testing.T) { testAPIKey(t, p, rec) })
-	}
-	rec.Compare(t)
+	pathtest.Run(t, testAPIKey)
 }
 
 func testAPIKey(t *testing.T, p pathtest.Path, rec *pathtest.Recorder) {

@@ -48,11 +48,7 @@ func writeChainKey(t *testing.T, dir, name string) (ed25519.PublicKey, string) {
 // reports (but the number of checkpoints, which depends on the time) and
 // what each tampering was caught as.
 func TestChainRealRun(t *testing.T) {
-	rec := &pathtest.Recorder{}
-	for _, p := range pathtest.Both {
-		t.Run(p.Name, func(t *testing.T) { testChainRealRun(t, p, rec) })
-	}
-	rec.Compare(t)
+	pathtest.Run(t, testChainRealRun)
 }
 
 func testChainRealRun(t *testing.T, p pathtest.Path, rec *pathtest.Recorder) {

@@ -64,11 +64,7 @@ func (rc *e2eReceiver) byPathSubject(path, subject string) (caddyaudit.Event, bo
 // It runs on both request paths (Caddy's and the fast path) and compares
 // every response, the events the webhook received and the file's events.
 func TestEndToEnd(t *testing.T) {
-	rec := &pathtest.Recorder{}
-	for _, p := range pathtest.Both {
-		t.Run(p.Name, func(t *testing.T) { testEndToEnd(t, p, rec) })
-	}
-	rec.Compare(t)
+	pathtest.Run(t, testEndToEnd)
 }
 
 func testEndToEnd(t *testing.T, p pathtest.Path, rec *pathtest.Recorder) {

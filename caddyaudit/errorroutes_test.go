@@ -26,11 +26,7 @@ import (
 // every response (status, header fields, body) and audit event between
 // them.
 func TestErrorRoutesBytesOut(t *testing.T) {
-	rec := &pathtest.Recorder{}
-	for _, p := range pathtest.Both {
-		t.Run(p.Name, func(t *testing.T) { testErrorRoutesBytesOut(t, p, rec) })
-	}
-	rec.Compare(t)
+	pathtest.Run(t, testErrorRoutesBytesOut)
 }
 
 func testErrorRoutesBytesOut(t *testing.T, p pathtest.Path, rec *pathtest.Recorder) {

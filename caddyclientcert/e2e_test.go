@@ -133,11 +133,7 @@ func write(t *testing.T, dir, name string, data []byte) string {
 // whether each handshake failed, what the permission service received and
 // the audit events between them.
 func TestClientCertAuth(t *testing.T) {
-	rec := &pathtest.Recorder{}
-	for _, p := range pathtest.Both {
-		t.Run(p.Name, func(t *testing.T) { testClientCertAuth(t, p, rec) })
-	}
-	rec.Compare(t)
+	pathtest.Run(t, testClientCertAuth)
 }
 
 func testClientCertAuth(t *testing.T, p pathtest.Path, rec *pathtest.Recorder) {

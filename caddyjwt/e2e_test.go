@@ -27,7 +27,18 @@ const (
 	adminPort   = 2901
 	listen      = 19102
 	metricsPort = 19103 // the metrics handler's own server, as in Caddyfile.example
+	claimsPort  = 19105 // TestClaimsPlaceholdersPerRequest
 )
+
+// globalOptions are the Caddyfile global options of the package's
+// end-to-end tests.
+var globalOptions = fmt.Sprintf(`{
+	admin localhost:%d
+	http_port 19100
+	https_port 19101
+	skip_install_trust
+	grace_period 1ms
+}`, adminPort)
 
 // idp is a real JWKS endpoint whose keys a test rotates.
 type idp struct {
@@ -124,11 +135,7 @@ func rsaSign(t *testing.T, k *rsa.PrivateKey, kid string, claims jwt.MapClaims) 
 // received, and how much each gateway_jwt_verifications_total series grew
 // (but the unknown-key one, which counts the polls of a wait).
 func TestEndToEnd(t *testing.T) {
-	rec := &pathtest.Recorder{}
-	for _, p := range pathtest.Both {
-		t.Run(p.Name, func(t *testing.T) { testEndToEnd(t, p, rec) })
-	}
-	rec.Compare(t)
+	pathtest.Run(t, testEndToEnd)
 }
 
 func testEndToEnd(t *testing.T, path pathtest.Path, rec *pathtest.Recorder) {
@@ -149,13 +156,7 @@ func testEndToEnd(t *testing.T, path pathtest.Path, rec *pathtest.Recorder) {
 	upAddr := strings.TrimPrefix(up.srv.URL, "http://")
 
 	tester := path.Load(t, adminPort, fmt.Sprintf(`
-{
-	admin localhost:%[1]d
-	http_port 19100
-	https_port 19101
-	skip_install_trust
-	grace_period 1ms
-}
+%[1]s
 :%[2]d {
 	route /api/* {
 		jwt_auth {
@@ -198,7 +199,7 @@ func testEndToEnd(t *testing.T, path pathtest.Path, rec *pathtest.Recorder) {
 :%[5]d {
 	metrics
 }
-`, adminPort, listen, p.srv.URL, upAddr, metricsPort), "srv0")
+`, globalOptions, listen, p.srv.URL, upAddr, metricsPort), "srv0")
 	base := fmt.Sprintf("http://127.0.0.1:%d", listen)
 
 	claims := func(extra ...any) jwt.MapClaims {
@@ -389,11 +390,7 @@ func eventually(t *testing.T, req func() (*http.Response, string), status int) (
 //
 // It runs on both request paths and compares every response.
 func TestEndToEndProviders(t *testing.T) {
-	rec := &pathtest.Recorder{}
-	for _, p := range pathtest.Both {
-		t.Run(p.Name, func(t *testing.T) { testEndToEndProviders(t, p, rec) })
-	}
-	rec.Compare(t)
+	pathtest.Run(t, testEndToEndProviders)
 }
 
 func testEndToEndProviders(t *testing.T, p pathtest.Path, rec *pathtest.Recorder) {
@@ -421,13 +418,7 @@ func testEndToEndProviders(t *testing.T, p pathtest.Path, rec *pathtest.Recorder
 	corpIss, partnerIss := sso.URL+"/realms/main", "https://partners.example"
 
 	tester := p.Load(t, adminPort, fmt.Sprintf(`
-{
-	admin localhost:%[1]d
-	http_port 19100
-	https_port 19101
-	skip_install_trust
-	grace_period 1ms
-}
+%[1]s
 :%[2]d {
 	jwt_auth {
 		provider corp {
@@ -442,7 +433,7 @@ func testEndToEndProviders(t *testing.T, p pathtest.Path, rec *pathtest.Recorder
 	}
 	respond "{http.auth.user.id} via {http.auth.jwt.claims.iss}"
 }
-`, adminPort, listen, corpIss, partnerIss, partners.srv.URL), "srv0")
+`, globalOptions, listen, corpIss, partnerIss, partners.srv.URL), "srv0")
 	base := fmt.Sprintf("http://127.0.0.1:%d/", listen)
 	get := func(t *testing.T, token string) (int, string) {
 		t.Helper()
@@ -480,4 +471,88 @@ func testEndToEndProviders(t *testing.T, p pathtest.Path, rec *pathtest.Recorder
 			}
 		})
 	}
+}
+
+// TestClaimsPlaceholdersPerRequest: {http.auth.jwt.claims.*} answers the
+// token of the request in hand, never one an earlier request carried on
+// the same connection or on another one (a claim the token lacks is
+// empty, not an earlier token's). It runs on both request paths and
+// compares every response.
+func TestClaimsPlaceholdersPerRequest(t *testing.T) {
+	pathtest.Run(t, testClaimsPlaceholdersPerRequest)
+}
+
+func testClaimsPlaceholdersPerRequest(t *testing.T, p pathtest.Path, rec *pathtest.Recorder) {
+	const secret = "claims-e2e-secret-0123456789abcdef0123456789"
+	p.Load(t, adminPort, fmt.Sprintf(`%s
+:%d {
+	jwt_auth {
+		hmac_secret %s
+	}
+	respond "{http.auth.user.id} iss={http.auth.jwt.claims.iss} tenant={http.auth.jwt.claims.tenant}"
+}
+`, globalOptions, claimsPort, secret), "srv0")
+	sign := func(claims jwt.MapClaims) string {
+		claims["exp"] = time.Now().Add(time.Hour).Unix()
+		s, err := jwt.NewWithClaims(jwt.SigningMethodHS256, claims).SignedString([]byte(secret))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return s
+	}
+	first := &http.Client{Transport: &http.Transport{}}
+	defer first.CloseIdleConnections()
+	for _, tc := range []struct {
+		name   string
+		client *http.Client
+		claims jwt.MapClaims
+		body   string
+		close  bool // close the client's connection after the request
+	}{
+		{"the first request", first, jwt.MapClaims{"sub": "alice", "iss": "https://a.example", "tenant": "t-a"}, "alice iss=https://a.example tenant=t-a", false},
+		{"the next on the same connection", first, jwt.MapClaims{"sub": "bob", "iss": "https://b.example"}, "bob iss=https://b.example tenant=", true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			req, _ := http.NewRequest("GET", fmt.Sprintf("http://127.0.0.1:%d/", claimsPort), nil)
+			req.Header.Set("Authorization", "Bearer "+sign(tc.claims))
+			resp, err := tc.client.Do(req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			b, _ := io.ReadAll(resp.Body)
+			resp.Body.Close()
+			if tc.close {
+				tc.client.CloseIdleConnections()
+				time.Sleep(50 * time.Millisecond) // the server notices the close
+			}
+			rec.Add(p, tc.name, pathtest.Resp(resp.StatusCode, resp.Header, string(b)))
+			if resp.StatusCode != 200 || string(b) != tc.body {
+				t.Fatalf("%d %q, want 200 %q", resp.StatusCode, b, tc.body)
+			}
+		})
+	}
+	// other clients, each on a connection of its own, after those
+	// requests: the request state of a closed connection serves others
+	t.Run("other connections", func(t *testing.T) {
+		var wrong []string
+		for i := 0; i < 20; i++ {
+			c := &http.Client{Transport: &http.Transport{DisableKeepAlives: true}}
+			sub := fmt.Sprintf("user-%d", i)
+			req, _ := http.NewRequest("GET", fmt.Sprintf("http://127.0.0.1:%d/", claimsPort), nil)
+			req.Header.Set("Authorization", "Bearer "+sign(jwt.MapClaims{"sub": sub, "iss": "https://" + sub + ".example"}))
+			resp, err := c.Do(req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			b, _ := io.ReadAll(resp.Body)
+			resp.Body.Close()
+			if want := sub + " iss=https://" + sub + ".example tenant="; string(b) != want {
+				wrong = append(wrong, fmt.Sprintf("%s got %q", sub, b))
+			}
+		}
+		rec.Add(p, "other connections: answers of another token", len(wrong) > 0)
+		if len(wrong) > 0 {
+			t.Fatalf("%d of 20 requests on new connections got another request's claims: %s", len(wrong), strings.Join(wrong, "; "))
+		}
+	})
 }

@@ -76,11 +76,7 @@ func TestE2EReloadKeepsCache(t *testing.T) {
 			t.Error("CI=true: the in-process Caddy did not start, so the end-to-end test could not run")
 		}
 	})
-	rec := &pathtest.Recorder{}
-	for _, p := range pathtest.Both {
-		t.Run(p.Name, func(t *testing.T) { testE2EReloadKeepsCache(t, p, rec) })
-	}
-	rec.Compare(t)
+	pathtest.Run(t, testE2EReloadKeepsCache)
 }
 
 func testE2EReloadKeepsCache(t *testing.T, p pathtest.Path, rec *pathtest.Recorder) {
@@ -161,11 +157,7 @@ func testE2EReloadKeepsCache(t *testing.T, p pathtest.Path, rec *pathtest.Record
 // table and compares every response, audit event, metric and stats
 // change between them.
 func TestE2EDryRun(t *testing.T) {
-	rec := &pathtest.Recorder{}
-	for _, p := range pathtest.Both {
-		t.Run(p.Name, func(t *testing.T) { testE2EDryRun(t, p, rec) })
-	}
-	rec.Compare(t)
+	pathtest.Run(t, testE2EDryRun)
 }
 
 func testE2EDryRun(t *testing.T, p pathtest.Path, rec *pathtest.Recorder) {

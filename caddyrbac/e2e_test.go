@@ -61,11 +61,7 @@ func randomSuffix(t *testing.T) string {
 // every response (status, header fields, body) and how much each
 // gateway_rbac_decisions_total series grew between them.
 func TestEndToEnd(t *testing.T) {
-	rec := &pathtest.Recorder{}
-	for _, p := range pathtest.Both {
-		t.Run(p.Name, func(t *testing.T) { testEndToEnd(t, p, rec) })
-	}
-	rec.Compare(t)
+	pathtest.Run(t, testEndToEnd)
 }
 
 func testEndToEnd(t *testing.T, p pathtest.Path, rec *pathtest.Recorder) {

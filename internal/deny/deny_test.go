@@ -43,11 +43,7 @@ const (
 // every response (status, header fields, body), the audit events and how
 // much the duties' counters grew between them.
 func TestDenialsThroughErrorRoutes(t *testing.T) {
-	rec := &pathtest.Recorder{}
-	for _, p := range pathtest.Both {
-		t.Run(p.Name, func(t *testing.T) { testDenialsThroughErrorRoutes(t, p, rec) })
-	}
-	rec.Compare(t)
+	pathtest.Run(t, testDenialsThroughErrorRoutes)
 }
 
 func testDenialsThroughErrorRoutes(t *testing.T, p pathtest.Path, rec *pathtest.Recorder) {

@@ -39,6 +39,18 @@ type Path struct {
 // Both are the two paths, Caddy's first.
 var Both = []Path{{Name: "caddy"}, {Name: "fastpath", Fast: true}}
 
+// Run runs test once on each path, as a subtest named after the path
+// (Caddy's first: one after the other, on the same ports), then compares
+// what the two recorded in rec.
+func Run(t *testing.T, test func(t *testing.T, p Path, rec *Recorder)) {
+	t.Helper()
+	rec := &Recorder{}
+	for _, p := range Both {
+		t.Run(p.Name, func(t *testing.T) { test(t, p, rec) })
+	}
+	rec.Compare(t)
+}
+
 // JSON adapts a Caddyfile; on the fast path it adds the apigate listener
 // wrapper to every HTTP server (a Caddyfile's `servers` options do not
 // merge, so this is done on the JSON).

@@ -38,11 +38,7 @@ const limit = 6
 // The same sequence runs on Caddy's path alone (both protocols served by
 // Caddy), and each response is compared between the two.
 func TestRateLimitSharedAcrossPaths(t *testing.T) {
-	rec := &pathtest.Recorder{}
-	for _, p := range pathtest.Both {
-		t.Run(p.Name, func(t *testing.T) { testRateLimitSharedAcrossPaths(t, p, rec) })
-	}
-	rec.Compare(t)
+	pathtest.Run(t, testRateLimitSharedAcrossPaths)
 }
 
 func testRateLimitSharedAcrossPaths(t *testing.T, p pathtest.Path, rec *pathtest.Recorder) {
