@@ -24,7 +24,7 @@ import (
 	_ "github.com/apigate/gateway/caddyjwt"
 	_ "github.com/apigate/gateway/caddypermcache"
 	_ "github.com/apigate/gateway/caddyrbac"
-	"github.com/apigate/gateway/internal/caddytester"
+	"github.com/apigate/gateway/internal/pathtest"
 )
 
 // Ports of this package: admin 2950, listeners 20300-20349 (caddyclientcert
@@ -98,9 +98,22 @@ func runID(t *testing.T) string {
 // TestAPIKey runs api_key in the real Caddy: the 401s, from_query, combined
 // use with jwt_auth, the whole duty chain with a real permission service,
 // upstream and audit file sink, and the keys file's reloads.
+//
+// It runs on both request paths (Caddy's and the fast path) and compares
+// every response (status, header fields, body), what the upstream and the
+// permission service received, and the audit events between them.
 func TestAPIKey(t *testing.T) {
+	pathtest.Run(t, testAPIKey)
+}
+
+func testAPIKey(t *testing.T, p pathtest.Path, rec *pathtest.Recorder) {
+	http.DefaultClient.CloseIdleConnections() // the other path's connections
 	dir := t.TempDir()
 	run := runID(t)
+	// record records a response under key, as the paths must agree on it
+	record := func(key string, r result) {
+		rec.Add(p, key, pathtest.Resp(r.status, r.header, r.body, run, "RUN", dir, "DIR"))
+	}
 	keysPath := filepath.Join(dir, "keys.json")
 	auditPath := filepath.Join(dir, "audit.jsonl")
 
@@ -229,17 +242,18 @@ func TestAPIKey(t *testing.T) {
 		}
 		permission {
 			url %[7]s/check
-			cache_ttl 1ms
+			cache_ttl 0 # no caching: each request asks (1ms made hit or miss a race)
 		}
 		reverse_proxy %[5]s
 	}
 }
 `, adminPort, gwPort, auditPath, keysPath, upstream.URL, jwtSecret, perm.URL, run, echo.URL)
-	caddytester.Load(t, adminPort, config)
+	p.Load(t, adminPort, config, "srv0")
 	base := fmt.Sprintf("http://127.0.0.1:%d", gwPort)
 
 	t.Run("valid key sets the identity and placeholders", func(t *testing.T) {
 		r := do(t, "GET", base+"/k/x", map[string]string{"X-API-Key": reader.key})
+		record(p.Key(t), r)
 		if r.status != 200 || r.body != alice+" reader-"+run {
 			t.Fatalf("%d %q", r.status, r.body)
 		}
@@ -257,6 +271,7 @@ func TestAPIKey(t *testing.T) {
 	for _, tc := range rejected {
 		t.Run(tc.name+" is 401 invalid_token", func(t *testing.T) {
 			r := do(t, "GET", base+"/k/x", map[string]string{"X-API-Key": tc.key})
+			record(p.Key(t), r)
 			want := `{"error":"invalid_token","reason":"` + tc.reason + `"}` + "\n"
 			if r.status != 401 || r.body != want {
 				t.Fatalf("%d %q, want 401 %q", r.status, r.body, want)
@@ -268,6 +283,7 @@ func TestAPIKey(t *testing.T) {
 	}
 	t.Run("missing key is 401 with a realm challenge", func(t *testing.T) {
 		r := do(t, "GET", base+"/k/x", nil)
+		record(p.Key(t), r)
 		if r.status != 401 || r.body != `{"error":"unauthorized","reason":"missing api key"}`+"\n" || r.header.Get("WWW-Authenticate") != `Bearer realm="gateway"` {
 			t.Fatalf("%d %q %q", r.status, r.body, r.header.Get("WWW-Authenticate"))
 		}
@@ -275,13 +291,18 @@ func TestAPIKey(t *testing.T) {
 
 	t.Run("from_query, removed before the upstream", func(t *testing.T) {
 		r := do(t, "GET", base+"/q/x?a=1&api_key="+reader.key, nil)
+		record(p.Key(t)+"/query", r)
 		if r.status != 200 {
 			t.Fatalf("%d %q", r.status, r.body)
 		}
-		if r := do(t, "GET", base+"/q/x", map[string]string{"X-API-Key": reader.key}); r.status != 401 {
+		r = do(t, "GET", base+"/q/x", map[string]string{"X-API-Key": reader.key})
+		record(p.Key(t)+"/header", r)
+		if r.status != 401 {
 			t.Fatalf("a header when only from_query is configured: %d", r.status)
 		}
-		if r := do(t, "GET", base+"/q/x?api_key=gk_x", nil); r.status != 401 {
+		r = do(t, "GET", base+"/q/x?api_key=gk_x", nil)
+		record(p.Key(t)+"/malformed", r)
+		if r.status != 401 {
 			t.Fatalf("malformed query key: %d", r.status)
 		}
 	})
@@ -308,6 +329,7 @@ func TestAPIKey(t *testing.T) {
 		for _, tc := range cases {
 			t.Run(tc.name, func(t *testing.T) {
 				r := do(t, "GET", base+"/either/x", tc.header)
+				record(p.Key(t), r)
 				if r.status != tc.status || r.body != tc.body {
 					t.Fatalf("%d %q, want %d %q", r.status, r.body, tc.status, tc.body)
 				}
@@ -346,6 +368,7 @@ func TestAPIKey(t *testing.T) {
 		for _, tc := range cases {
 			t.Run(tc.name, func(t *testing.T) {
 				r := do(t, "GET", base+tc.path, tc.header)
+				record(p.Key(t), r)
 				if r.status != 200 || r.body != tc.body {
 					t.Fatalf("%d %s, want 200 %s", r.status, r.body, tc.body)
 				}
@@ -361,30 +384,41 @@ func TestAPIKey(t *testing.T) {
 		// jwt_auth runs first here: api_key passes the request on without
 		// looking at the (malformed) key it also carries
 		r := do(t, "GET", base+"/first/x", map[string]string{"Authorization": "Bearer " + tok, "X-API-Key": "not-a-key"})
+		record(p.Key(t)+"/token", r)
 		if r.status != 200 || r.body != "jwt-first" {
 			t.Fatalf("%d %q, want 200 jwt-first", r.status, r.body)
 		}
-		if r := do(t, "GET", base+"/first/x", map[string]string{"X-API-Key": reader.key}); r.status != 200 || r.body != alice {
+		r = do(t, "GET", base+"/first/x", map[string]string{"X-API-Key": reader.key})
+		record(p.Key(t)+"/key", r)
+		if r.status != 200 || r.body != alice {
 			t.Fatalf("key alone: %d %q, want 200 %s", r.status, r.body, alice)
 		}
 	})
 
 	t.Run("the whole duty chain", func(t *testing.T) {
-		if r := do(t, "GET", base+"/chain/x", map[string]string{"X-API-Key": noRole.key}); r.status != 403 {
+		r := do(t, "GET", base+"/chain/x", map[string]string{"X-API-Key": noRole.key})
+		record(p.Key(t)+"/no role", r)
+		if r.status != 403 {
 			t.Fatalf("key without the role: %d %q", r.status, r.body)
 		}
 		for i := 0; i < 3; i++ {
-			if r := do(t, "GET", base+"/chain/x", map[string]string{"X-API-Key": reader.key}); r.status != 200 || r.body != "upstream /chain/x" {
+			r := do(t, "GET", base+"/chain/x", map[string]string{"X-API-Key": reader.key})
+			record(fmt.Sprintf("%s/request %d", p.Key(t), i), r)
+			if r.status != 200 || r.body != "upstream /chain/x" {
 				t.Fatalf("request %d: %d %q", i, r.status, r.body)
 			}
 		}
-		if r := do(t, "GET", base+"/chain/x", map[string]string{"X-API-Key": reader.key}); r.status != 429 {
+		r = do(t, "GET", base+"/chain/x", map[string]string{"X-API-Key": reader.key})
+		record(p.Key(t)+"/over the limit", r)
+		if r.status != 429 {
 			t.Fatalf("4th request of %s: %d, want 429 (rate_limit keyed on the subject)", alice, r.status)
 		}
 		mu.Lock()
 		perms := strings.Join(permSubjects, " ")
 		saw := strings.Join(upstreamSaw, "\n")
 		mu.Unlock()
+		rec.Add(p, p.Key(t)+"/permission service saw", strings.ReplaceAll(perms, run, "RUN"))
+		rec.Add(p, p.Key(t)+"/upstream saw", strings.ReplaceAll(saw, run, "RUN"))
 		if !strings.Contains(perms, alice+"|reader") {
 			t.Fatalf("permission service saw %q, want %s with role reader", perms, alice)
 		}
@@ -418,6 +452,9 @@ func TestAPIKey(t *testing.T) {
 		if want := `"credential_id":"reader-` + run + `"`; !bytes.Contains(data, []byte(want)) {
 			t.Fatalf("no event with %s:\n%s", want, data)
 		}
+		for i, ev := range pathtest.ReadEvents(t, auditPath) {
+			rec.Add(p, fmt.Sprintf("%s/event %d", p.Key(t), i), pathtest.Event(ev, run, "RUN"))
+		}
 	})
 
 	t.Run("keys file rotation while running", func(t *testing.T) {
@@ -429,7 +466,9 @@ func TestAPIKey(t *testing.T) {
 		// a broken file keeps the last good keys
 		writeKeys(t, keysPath, `[{"id":"x","hash":"nope","sub":"s"}]`)
 		time.Sleep(100 * time.Millisecond) // several check intervals
-		if r := do(t, "GET", base+"/k/x", map[string]string{"X-API-Key": rotated.key}); r.status != 200 {
+		r := do(t, "GET", base+"/k/x", map[string]string{"X-API-Key": rotated.key})
+		record(p.Key(t)+"/after a broken file", r)
+		if r.status != 200 {
 			t.Fatalf("after a broken file the last good key is refused: %d %q", r.status, r.body)
 		}
 		writeKeys(t, keysPath, good)
@@ -440,18 +479,21 @@ func TestAPIKey(t *testing.T) {
 	t.Run("a broken keys file fails the config load", func(t *testing.T) {
 		broken := filepath.Join(dir, "broken.json")
 		writeKeys(t, broken, `[{"id":"a","hash":"sha256:00","sub":"s"}]`)
-		cfg := strings.Replace(config, keysPath, broken, 1)
-		resp, err := http.Post(fmt.Sprintf("http://localhost:%d/load", adminPort), "text/caddyfile", strings.NewReader(cfg))
+		cfg := p.JSON(t, strings.Replace(config, keysPath, broken, 1))
+		resp, err := http.Post(fmt.Sprintf("http://localhost:%d/load", adminPort), "application/json", bytes.NewReader(cfg))
 		if err != nil {
 			t.Fatal(err)
 		}
 		b, _ := io.ReadAll(resp.Body)
 		resp.Body.Close()
+		rec.Add(p, p.Key(t)+"/load", pathtest.Resp(resp.StatusCode, nil, string(b), dir, "DIR"))
 		if resp.StatusCode == 200 || !strings.Contains(string(b), "keys_file "+broken+": entry 1 (id \\\"a\\\"): invalid hash") {
 			t.Fatalf("load: %d %s", resp.StatusCode, b)
 		}
 		// the running config is untouched
-		if r := do(t, "GET", base+"/k/x", map[string]string{"X-API-Key": reader.key}); r.status != 200 {
+		r := do(t, "GET", base+"/k/x", map[string]string{"X-API-Key": reader.key})
+		record(p.Key(t)+"/after", r)
+		if r.status != 200 {
 			t.Fatalf("after the failed load: %d", r.status)
 		}
 	})

@@ -14,13 +14,9 @@ import (
 	"time"
 
 	"github.com/apigate/gateway/caddyaudit/auditchain"
-	"github.com/apigate/gateway/internal/caddytester"
+	"github.com/apigate/gateway/internal/pathtest"
 )
 
-// TestChainRealRun runs the gateway with a chained file sink through a
-// config reload (same key: the chain goes on) and a stop (a final
-// checkpoint), verifies the file it wrote, then deletes, edits and swaps
-// lines of it: each is caught, naming the line.
 // writeChainKey writes a new Ed25519 private key for audit's chain to
 // dir/name (not ending in .key: caddytest rewrites such paths) and returns
 // its public key and path.
@@ -41,7 +37,21 @@ func writeChainKey(t *testing.T, dir, name string) (ed25519.PublicKey, string) {
 	return pub, path
 }
 
+// TestChainRealRun runs the gateway with a chained file sink through a
+// config reload (same key: the chain goes on) and a stop (a final
+// checkpoint), verifies the file it wrote, then deletes, edits and swaps
+// lines of it: each is caught, naming the line.
+//
+// It runs on both request paths (Caddy's and the fast path), each with a
+// key and trail of its own, and compares the responses, the request
+// events in the trail (their chain fields apart), what the verification
+// reports (but the number of checkpoints, which depends on the time) and
+// what each tampering was caught as.
 func TestChainRealRun(t *testing.T) {
+	pathtest.Run(t, testChainRealRun)
+}
+
+func testChainRealRun(t *testing.T, p pathtest.Path, rec *pathtest.Recorder) {
 	dir := t.TempDir()
 	pub, keyFile := writeChainKey(t, dir, "audit-key.pem")
 	trail := filepath.Join(dir, "audit.jsonl")
@@ -67,24 +77,25 @@ func TestChainRealRun(t *testing.T) {
 }
 `, keyFile, trail, body)
 	}
-	tester := caddytester.Load(t, 2904, config("one"))
+	tester := p.Load(t, 2904, config("one"), "srv0")
 	get := func(i int) {
 		resp, err := tester.Client.Get(fmt.Sprintf("http://127.0.0.1:19404/r/%d", i))
 		if err != nil {
 			t.Fatal(err)
 		}
-		io.Copy(io.Discard, resp.Body)
+		b, _ := io.ReadAll(resp.Body)
 		resp.Body.Close()
+		rec.Add(p, fmt.Sprintf("GET /r/%d", i), pathtest.Resp(resp.StatusCode, resp.Header, string(b)))
 	}
 	for i := 0; i < 30; i++ {
 		get(i)
 	}
 	time.Sleep(250 * time.Millisecond) // a checkpoint or two
-	tester.InitServer(config("two"), "caddyfile")
+	p.Reload(t, tester, config("two"), "srv0")
 	for i := 30; i < 60; i++ {
 		get(i)
 	}
-	tester.InitServer(`{
+	p.Reload(t, tester, `{
 	admin localhost:2904
 	http_port 19430
 	https_port 19431
@@ -92,7 +103,7 @@ func TestChainRealRun(t *testing.T) {
 :19404 {
 	respond "no audit"
 }
-`, "caddyfile") // the chain's last config goes: final checkpoint, sinks drained
+`, "srv0") // the chain's last config goes: final checkpoint, sinks drained
 
 	b, err := os.ReadFile(trail)
 	if err != nil {
@@ -110,6 +121,15 @@ func TestChainRealRun(t *testing.T) {
 		t.Fatalf("chain report %+v: want 60 requests + start + checkpoints, final, all signed", c)
 	}
 	t.Logf("chain %s: %d events, %d checkpoints", c.ID, c.Events, c.Checkpoints)
+	rec.Add(p, "report", map[string]any{"chains": len(rep.Chains), "events but checkpoints": c.Events - c.Checkpoints,
+		"final": c.Final, "unsigned": c.Unsigned, "duplicates": rep.Duplicates, "unchained": rep.Unchained})
+	n := 0
+	for _, ev := range pathtest.ReadEvents(t, trail) {
+		if ev.Kind == "" {
+			rec.Add(p, fmt.Sprintf("event %d", n), pathtest.Event(ev))
+			n++
+		}
+	}
 
 	lines := strings.SplitAfter(strings.TrimSuffix(string(b), "\n"), "\n")
 	for i := range lines {
@@ -148,6 +168,7 @@ func TestChainRealRun(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			_, err := auditchain.Verify(join(tc.lines), pub, auditchain.VerifyOptions{RequireFinal: true})
 			var ve *auditchain.VerifyError
+			rec.Add(p, p.Key(t), map[string]any{"caught": errors.As(err, &ve), "about": strings.Contains(fmt.Sprint(err), tc.want)})
 			if !errors.As(err, &ve) || !strings.Contains(err.Error(), tc.want) {
 				t.Fatalf("error %v, want a VerifyError about %q", err, tc.want)
 			}

@@ -38,11 +38,7 @@ import (
 // It runs on both request paths (Caddy's and the fast path) and compares
 // each request's status and audit event between them.
 func TestDecisionsEndToEnd(t *testing.T) {
-	rec := &pathtest.Recorder{}
-	for _, p := range pathtest.Both {
-		t.Run(p.Name, func(t *testing.T) { testDecisionsEndToEnd(t, p, rec) })
-	}
-	rec.Compare(t)
+	pathtest.Run(t, testDecisionsEndToEnd)
 }
 
 func testDecisionsEndToEnd(t *testing.T, p pathtest.Path, rec *pathtest.Recorder) {

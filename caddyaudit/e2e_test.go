@@ -1,13 +1,11 @@
 package caddyaudit_test
 
 import (
-	"bufio"
 	"encoding/json"
 	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
-	"os"
 	"path/filepath"
 	"sync"
 	"testing"
@@ -16,8 +14,7 @@ import (
 	"github.com/golang-jwt/jwt/v5"
 
 	"github.com/apigate/gateway/caddyaudit"
-
-	"github.com/apigate/gateway/internal/caddytester"
+	"github.com/apigate/gateway/internal/pathtest"
 )
 
 // Ports of this package (see the team brief): admin 2904, listeners
@@ -63,7 +60,14 @@ func (rc *e2eReceiver) byPathSubject(path, subject string) (caddyaudit.Event, bo
 // request, one denied by rbac and one denied by jwt_auth each produce an
 // event with the right fields, delivered to a real webhook receiver and
 // to a JSON-lines file.
+//
+// It runs on both request paths (Caddy's and the fast path) and compares
+// every response, the events the webhook received and the file's events.
 func TestEndToEnd(t *testing.T) {
+	pathtest.Run(t, testEndToEnd)
+}
+
+func testEndToEnd(t *testing.T, p pathtest.Path, rec *pathtest.Recorder) {
 	rc := &e2eReceiver{events: map[string]caddyaudit.Event{}}
 	hook := httptest.NewServer(rc)
 	defer hook.Close()
@@ -106,7 +110,7 @@ func TestEndToEnd(t *testing.T) {
 }
 `, e2eAdminPort, e2ePort, hook.URL, file, e2eSecret, upstream.Listener.Addr().String())
 
-	tester := caddytester.Load(t, e2eAdminPort, config)
+	tester := p.Load(t, e2eAdminPort, config, "srv0")
 
 	sign := func(sub string, roles ...string) string {
 		s, err := jwt.NewWithClaims(jwt.SigningMethodHS256, jwt.MapClaims{
@@ -120,7 +124,7 @@ func TestEndToEnd(t *testing.T) {
 	}
 	run := fmt.Sprint(time.Now().UnixNano())
 	alice, bob := "alice-"+run, "bob-"+run
-	get := func(path, token string) int {
+	get := func(t *testing.T, path, token string) int {
 		req, _ := http.NewRequest("GET", fmt.Sprintf("http://127.0.0.1:%d%s", e2ePort, path), nil)
 		req.RemoteAddr = "127.0.0.1"
 		if token != "" {
@@ -130,8 +134,9 @@ func TestEndToEnd(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		io.Copy(io.Discard, resp.Body)
+		b, _ := io.ReadAll(resp.Body)
 		resp.Body.Close()
+		rec.Add(p, p.Key(t), pathtest.Resp(resp.StatusCode, resp.Header, string(b), run, "RUN"))
 		return resp.StatusCode
 	}
 
@@ -147,7 +152,7 @@ func TestEndToEnd(t *testing.T) {
 		{"denied by jwt_auth", "/orders/9-" + run, "", "", 401, "deny", "missing token", []string{}, -1},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			if got := get(tc.path, tc.token); got != tc.status {
+			if got := get(t, tc.path, tc.token); got != tc.status {
 				t.Fatalf("status %d, want %d", got, tc.status)
 			}
 			var ev caddyaudit.Event
@@ -162,6 +167,7 @@ func TestEndToEnd(t *testing.T) {
 				}
 				time.Sleep(10 * time.Millisecond)
 			}
+			rec.Add(p, p.Key(t)+": webhook event", pathtest.Event(ev, run, "RUN"))
 			if ev.Status != tc.status || ev.Decision != tc.decision || ev.Reason != tc.reason ||
 				ev.Route != "orders" || ev.Method != "GET" || ev.RemoteIP != "127.0.0.1" || ev.RequestID == "" ||
 				ev.Host == "" || ev.Time.IsZero() {
@@ -188,26 +194,20 @@ func TestEndToEnd(t *testing.T) {
 	// The file sink got the same events as JSON lines.
 	deadline := time.Now().Add(20 * time.Second)
 	for {
-		f, err := os.Open(file)
-		n := 0
-		if err == nil {
-			sc := bufio.NewScanner(f)
-			for sc.Scan() {
-				var ev caddyaudit.Event
-				if err := json.Unmarshal(sc.Bytes(), &ev); err != nil {
-					t.Fatalf("bad line %q: %v", sc.Bytes(), err)
-				}
-				if len(ev.Path) > len(run) && ev.Path[len(ev.Path)-len(run):] == run {
-					n++
-				}
+		var events []caddyaudit.Event
+		for _, ev := range pathtest.ReadEvents(t, file) {
+			if len(ev.Path) > len(run) && ev.Path[len(ev.Path)-len(run):] == run {
+				events = append(events, ev)
 			}
-			f.Close()
 		}
-		if n >= 3 {
+		if len(events) >= 3 {
+			for i, ev := range events {
+				rec.Add(p, fmt.Sprintf("file event %d", i), pathtest.Event(ev, run, "RUN"))
+			}
 			break
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("file sink has %d of 3 events", n)
+			t.Fatalf("file sink has %d of 3 events", len(events))
 		}
 		time.Sleep(10 * time.Millisecond)
 	}

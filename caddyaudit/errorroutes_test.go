@@ -13,7 +13,7 @@ import (
 	"github.com/golang-jwt/jwt/v5"
 
 	"github.com/apigate/gateway/caddyaudit"
-	"github.com/apigate/gateway/internal/caddytester"
+	"github.com/apigate/gateway/internal/pathtest"
 )
 
 // TestErrorRoutesBytesOut: denials (jwt_auth, rbac) and an upstream error
@@ -21,7 +21,15 @@ import (
 // status the client got, and the error routes see what Caddy's server
 // gives them: {http.error.*} and the URI the client sent (before a
 // rewrite), once.
+//
+// It runs on both request paths (Caddy's and the fast path) and compares
+// every response (status, header fields, body) and audit event between
+// them.
 func TestErrorRoutesBytesOut(t *testing.T) {
+	pathtest.Run(t, testErrorRoutesBytesOut)
+}
+
+func testErrorRoutesBytesOut(t *testing.T, p pathtest.Path, rec *pathtest.Recorder) {
 	upstream := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		io.WriteString(w, "order 7")
 	}))
@@ -70,9 +78,10 @@ func TestErrorRoutesBytesOut(t *testing.T) {
 	}
 }
 `, e2eAdminPort, e2eSecret, upstream.Listener.Addr().String(), dead)
-	caddytester.Load(t, e2eAdminPort, config)
+	p.Load(t, e2eAdminPort, config, "srv0")
 
 	run := fmt.Sprint(time.Now().UnixNano())
+	ids := []string{run, "RUN", dead, "DEAD"}
 	sign := func(roles ...string) string {
 		s, err := jwt.NewWithClaims(jwt.SigningMethodHS256, jwt.MapClaims{"sub": "u-" + run, "roles": roles,
 			"exp": time.Now().Add(time.Hour).Unix()}).SignedString([]byte(e2eSecret))
@@ -104,6 +113,7 @@ func TestErrorRoutesBytesOut(t *testing.T) {
 			}
 			body, _ := io.ReadAll(resp.Body)
 			resp.Body.Close()
+			rec.Add(p, p.Key(t), pathtest.Resp(resp.StatusCode, resp.Header, string(body), ids...))
 			if resp.StatusCode != tc.status || !strings.Contains(string(body), tc.body) {
 				t.Fatalf("%d %s, want %d with %s", resp.StatusCode, body, tc.status, tc.body)
 			}
@@ -122,6 +132,7 @@ func TestErrorRoutesBytesOut(t *testing.T) {
 				}
 				time.Sleep(5 * time.Millisecond)
 			}
+			rec.Add(p, p.Key(t)+": event", pathtest.Event(*ev, ids...))
 			if ev.BytesOut != int64(len(body)) || ev.Status != tc.status || ev.Decision != tc.decision {
 				t.Fatalf("event bytes_out %d, status %d, decision %s; the client got %d bytes, status %d (want decision %s)",
 					ev.BytesOut, ev.Status, ev.Decision, len(body), resp.StatusCode, tc.decision)

@@ -31,7 +31,7 @@ import (
 	_ "github.com/apigate/gateway/caddyjwt"
 	_ "github.com/apigate/gateway/caddypermcache"
 	_ "github.com/apigate/gateway/caddyrbac"
-	"github.com/apigate/gateway/internal/caddytester"
+	"github.com/apigate/gateway/internal/pathtest"
 )
 
 // Ports of this package: admin 2951, listeners 20350-20399 (caddyapikey
@@ -126,7 +126,17 @@ func write(t *testing.T, dir, name string, data []byte) string {
 // when the Host does not match the SNI, and clients send none for an IP),
 // SPIFFE and DNS subjects, the role mapping reaching rbac, and
 // the whole duty chain with a permission service, upstream and audit file.
+//
+// It runs on both request paths (Caddy's and the fast path: Caddy's TLS
+// handshake and certificate verification, the plan serving the HTTP/1.1
+// requests) and compares every response (status, header fields, body),
+// whether each handshake failed, what the permission service received and
+// the audit events between them.
 func TestClientCertAuth(t *testing.T) {
+	pathtest.Run(t, testClientCertAuth)
+}
+
+func testClientCertAuth(t *testing.T, p pathtest.Path, rec *pathtest.Recorder) {
 	dir := t.TempDir()
 	ca := newCA(t, "gateway test CA")
 	other := newCA(t, "another CA")
@@ -141,7 +151,7 @@ func TestClientCertAuth(t *testing.T) {
 	billingID := "spiffe://example.org/ns/prod/sa/billing-" + hex.EncodeToString(run)
 	billing, billingLeaf, _, _ := ca.issue(t, &x509.Certificate{Subject: pkix.Name{CommonName: "billing"}, DNSNames: []string{"billing.internal"}, URIs: []*url.URL{spiffe(t, billingID)}}, x509.ExtKeyUsageClientAuth)
 	webID := "spiffe://example.org/ns/prod/sa/web-" + hex.EncodeToString(run)
-	web, _, _, _ := ca.issue(t, &x509.Certificate{Subject: pkix.Name{CommonName: "web"}, URIs: []*url.URL{spiffe(t, webID)}}, x509.ExtKeyUsageClientAuth)
+	web, webLeaf, _, _ := ca.issue(t, &x509.Certificate{Subject: pkix.Name{CommonName: "web"}, URIs: []*url.URL{spiffe(t, webID)}}, x509.ExtKeyUsageClientAuth)
 	cnOnly, _, _, _ := ca.issue(t, &x509.Certificate{Subject: pkix.Name{CommonName: "cn-only"}}, x509.ExtKeyUsageClientAuth)
 	stranger, _, _, _ := other.issue(t, &x509.Certificate{Subject: pkix.Name{CommonName: "billing"}, URIs: []*url.URL{spiffe(t, billingID)}}, x509.ExtKeyUsageClientAuth)
 
@@ -249,7 +259,7 @@ https://localhost:%[3]d {
 		}
 		permission {
 			url %[7]s/check
-			cache_ttl 1ms
+			cache_ttl 0 # no caching: each request asks (1ms made hit or miss a race)
 		}
 		reverse_proxy %[8]s
 	}
@@ -268,12 +278,24 @@ https://localhost:%[11]d {
 }
 `, adminPort, auditPath, verifyPort, tlsBlock("verify_if_given"), requirePort, tlsBlock("require_and_verify"),
 		perm.URL, upstream.URL, webID, hex.EncodeToString(run), requestPort, tlsBlock("request"), echo.URL)
-	caddytester.Load(t, adminPort, config)
+	p.Load(t, adminPort, config, "srv0", "srv1", "srv2")
+
+	// what differs between the paths' runs: the run id, the certificates
+	sum := sha256.Sum256(billingLeaf.Raw) // openssl x509 -fingerprint -sha256, lowercase, no colons
+	fingerprint := hex.EncodeToString(sum[:])
+	webSum := sha256.Sum256(webLeaf.Raw)
+	ids := []string{hex.EncodeToString(run), "RUN", fingerprint, "FINGERPRINT", hex.EncodeToString(webSum[:]), "WEB-FINGERPRINT"}
+	// record records a response (or that there was none) under the
+	// subtest's name, the path and the how-many-th request of it this is
+	record := func(t *testing.T, path string, value any) {
+		rec.AddNext(p, p.Key(t)+" "+path, value)
+	}
 
 	roots := x509.NewCertPool()
 	roots.AddCert(ca.cert)
 	client := func(certs ...tls.Certificate) *http.Client {
-		cfg := &tls.Config{RootCAs: roots}
+		// HTTP/1.1: an h2 connection is handed to Caddy's HTTP/2 server
+		cfg := &tls.Config{RootCAs: roots, NextProtos: []string{"http/1.1"}}
 		if len(certs) > 0 {
 			// sent even when the server's list of acceptable CAs does not
 			// name its issuer (Go's client would otherwise send none)
@@ -285,10 +307,15 @@ https://localhost:%[11]d {
 		t.Helper()
 		resp, err := c.Get(fmt.Sprintf("https://localhost:%d%s", port, path))
 		if err != nil {
+			record(t, path, "no response")
 			return 0, "", nil, err
 		}
 		defer resp.Body.Close()
 		b, _ := io.ReadAll(resp.Body)
+		record(t, path, pathtest.Resp(resp.StatusCode, resp.Header, string(b), ids...))
+		if resp.ProtoMajor != 1 {
+			t.Fatalf("%s: the response came over %s", path, resp.Proto)
+		}
 		return resp.StatusCode, string(b), resp.Header, nil
 	}
 	must := func(t *testing.T, c *http.Client, port int, path string, status int, body string) {
@@ -303,8 +330,7 @@ https://localhost:%[11]d {
 	}
 
 	t.Run("SPIFFE URI SAN subject and fingerprint", func(t *testing.T) {
-		sum := sha256.Sum256(billingLeaf.Raw) // openssl x509 -fingerprint -sha256, lowercase, no colons
-		must(t, client(billing), verifyPort, "/whoami", 200, billingID+" "+hex.EncodeToString(sum[:]))
+		must(t, client(billing), verifyPort, "/whoami", 200, billingID+" "+fingerprint)
 	})
 	t.Run("an identity from an earlier source stands", func(t *testing.T) {
 		tok, err := jwt.NewWithClaims(jwt.SigningMethodHS256, jwt.MapClaims{"sub": "jwt-first", "exp": time.Now().Add(time.Hour).Unix()}).
@@ -322,6 +348,7 @@ https://localhost:%[11]d {
 		}
 		b, _ := io.ReadAll(resp.Body)
 		resp.Body.Close()
+		record(t, "/first", pathtest.Resp(resp.StatusCode, resp.Header, string(b), ids...))
 		if resp.StatusCode != 200 || string(b) != "jwt-first" {
 			t.Fatalf("%d %q, want 200 jwt-first", resp.StatusCode, b)
 		}
@@ -337,6 +364,7 @@ https://localhost:%[11]d {
 			}
 			b, _ := io.ReadAll(resp.Body)
 			resp.Body.Close()
+			record(t, path, pathtest.Resp(resp.StatusCode, resp.Header, string(b), ids...))
 			if want := fmt.Sprintf(`id=["%s"] roles=["billing"]`, billingID); resp.StatusCode != 200 || string(b) != want {
 				t.Errorf("%s: %d %s, want 200 %s", path, resp.StatusCode, b, want)
 			}
@@ -379,17 +407,20 @@ https://localhost:%[11]d {
 		if !strings.Contains(permSaw.String(), `"subject":"`+billingID+`","roles":["billing","reader"]`) {
 			t.Fatalf("permission service saw %s", permSaw.String())
 		}
+		rec.Add(p, p.Key(t)+" permission service saw", strings.NewReplacer(ids...).Replace(permSaw.String()))
 		deadline := time.Now().Add(10 * time.Second)
 		for {
 			data, _ := os.ReadFile(auditPath)
 			if bytes.Count(data, []byte(`"subject":"`+billingID+`"`)) >= 3 && bytes.Contains(data, []byte(`"subject":"`+webID+`"`)) {
 				// the events name the certificate by its fingerprint
-				sum := sha256.Sum256(billingLeaf.Raw)
 				if want := `"auth":"client_cert","bytes_out"`; !bytes.Contains(data, []byte(want)) {
 					t.Fatalf("no event with %s:\n%s", want, data)
 				}
-				if want := `"credential_id":"` + hex.EncodeToString(sum[:]) + `"`; !bytes.Contains(data, []byte(want)) {
+				if want := `"credential_id":"` + fingerprint + `"`; !bytes.Contains(data, []byte(want)) {
 					t.Fatalf("no event with %s:\n%s", want, data)
+				}
+				for i, ev := range pathtest.ReadEvents(t, auditPath) {
+					rec.Add(p, fmt.Sprintf("%s event %d", p.Key(t), i), pathtest.Event(ev, ids...))
 				}
 				break
 			}

@@ -18,15 +18,27 @@ import (
 
 	"github.com/golang-jwt/jwt/v5"
 
-	"github.com/apigate/gateway/internal/caddytester"
+	"github.com/apigate/gateway/internal/pathtest"
 )
 
 // Ports of this package (see the team brief): admin 2901, listeners
 // 19100-19199.
 const (
-	adminPort = 2901
-	listen    = 19102
+	adminPort   = 2901
+	listen      = 19102
+	metricsPort = 19103 // the metrics handler's own server, as in Caddyfile.example
+	claimsPort  = 19105 // TestClaimsPlaceholdersPerRequest
 )
+
+// globalOptions are the Caddyfile global options of the package's
+// end-to-end tests.
+var globalOptions = fmt.Sprintf(`{
+	admin localhost:%d
+	http_port 19100
+	https_port 19101
+	skip_install_trust
+	grace_period 1ms
+}`, adminPort)
 
 // idp is a real JWKS endpoint whose keys a test rotates.
 type idp struct {
@@ -114,7 +126,19 @@ func rsaSign(t *testing.T, k *rsa.PrivateKey, kid string, claims jwt.MapClaims) 
 	return s
 }
 
+// TestEndToEnd runs jwt_auth in the real Caddy: a JWKS whose keys rotate
+// and whose IdP goes down, forwarded claims, placeholders, an HMAC route,
+// an optional route and the metrics.
+//
+// It runs on both request paths (Caddy's and the fast path) and compares
+// every response (status, header fields, body), the headers the upstream
+// received, and how much each gateway_jwt_verifications_total series grew
+// (but the unknown-key one, which counts the polls of a wait).
 func TestEndToEnd(t *testing.T) {
+	pathtest.Run(t, testEndToEnd)
+}
+
+func testEndToEnd(t *testing.T, path pathtest.Path, rec *pathtest.Recorder) {
 	k1, err := rsa.GenerateKey(rand.Reader, 2048)
 	if err != nil {
 		t.Fatal(err)
@@ -131,14 +155,8 @@ func TestEndToEnd(t *testing.T) {
 	up := newUpstream(t)
 	upAddr := strings.TrimPrefix(up.srv.URL, "http://")
 
-	tester := caddytester.Load(t, adminPort, fmt.Sprintf(`
-{
-	admin localhost:%[1]d
-	http_port 19100
-	https_port 19101
-	skip_install_trust
-	grace_period 1ms
-}
+	tester := path.Load(t, adminPort, fmt.Sprintf(`
+%[1]s
 :%[2]d {
 	route /api/* {
 		jwt_auth {
@@ -168,9 +186,6 @@ func TestEndToEnd(t *testing.T) {
 		}
 		reverse_proxy %[4]s
 	}
-	route /metrics {
-		metrics
-	}
 	route /public/* {
 		jwt_auth {
 			hmac_secret {env.CADDYJWT_E2E_SECRET}
@@ -180,7 +195,11 @@ func TestEndToEnd(t *testing.T) {
 		reverse_proxy %[4]s
 	}
 }
-`, adminPort, listen, p.srv.URL, upAddr))
+# its own server: the metrics handler keeps a server on Caddy's path
+:%[5]d {
+	metrics
+}
+`, globalOptions, listen, p.srv.URL, upAddr, metricsPort), "srv0")
 	base := fmt.Sprintf("http://127.0.0.1:%d", listen)
 
 	claims := func(extra ...any) jwt.MapClaims {
@@ -196,7 +215,11 @@ func TestEndToEnd(t *testing.T) {
 	}
 	get := func(path, token string, hdr ...string) (*http.Response, string) {
 		t.Helper()
-		req, _ := http.NewRequest("GET", base+path, nil)
+		url := base + path
+		if path == "/metrics" {
+			url = fmt.Sprintf("http://127.0.0.1:%d/metrics", metricsPort)
+		}
+		req, _ := http.NewRequest("GET", url, nil)
 		if token != "" {
 			req.Header.Set("Authorization", "Bearer "+token)
 		}
@@ -211,18 +234,30 @@ func TestEndToEnd(t *testing.T) {
 		b, _ := io.ReadAll(resp.Body)
 		return resp, string(b)
 	}
+	// recordUpstream records the headers of the upstream's last request
+	recordUpstream := func(key string) {
+		h, uri := up.seen()
+		rec.Add(path, key, map[string]any{"uri": uri, "header": h})
+	}
 	expect := func(name string, resp *http.Response, body string, status int, bodyPart string) {
 		t.Helper()
+		if name != "metrics" { // the counters of both paths
+			rec.Add(path, name, pathtest.Resp(resp.StatusCode, resp.Header, body))
+		}
 		if resp.StatusCode != status || !strings.Contains(body, bodyPart) {
 			t.Fatalf("%s: got %d %q, want %d containing %q", name, resp.StatusCode, body, status, bodyPart)
 		}
 	}
 
 	t1 := rsaSign(t, k1, "k1", claims())
+	_, page := get("/metrics", "")
+	const verifications = "gateway_jwt_verifications_total{"
+	seriesBefore := pathtest.Series(page, verifications)
 
 	t.Run("valid token reaches upstream with forwarded claims", func(t *testing.T) {
 		resp, body := get("/api/orders?x=1", t1, "X-User-Id", "spoofed-admin", "X-Roles", "root")
 		expect("valid", resp, body, 200, "upstream ok")
+		recordUpstream("valid: upstream")
 		h, _ := up.seen()
 		if h.Get("X-User-Id") != "user-1" || h.Get("X-Roles") != "admin,editor" {
 			t.Fatalf("upstream saw X-User-Id %q X-Roles %q", h.Get("X-User-Id"), h.Get("X-Roles"))
@@ -267,6 +302,7 @@ func TestEndToEnd(t *testing.T) {
 		// the first request after the cooldown (100ms) refreshes early
 		resp, body := eventually(t, func() (*http.Response, string) { return get("/api/orders", t2) }, 200)
 		expect("new kid triggers an early refresh", resp, body, 200, "upstream ok")
+		recordUpstream("new kid: upstream")
 		if h, _ := up.seen(); h.Get("X-User-Id") != "user-2" {
 			t.Fatalf("upstream saw %q", h.Get("X-User-Id"))
 		}
@@ -296,7 +332,8 @@ func TestEndToEnd(t *testing.T) {
 		s, _ := hs.SignedString([]byte(secret))
 		resp, body := get("/hmac/x", s)
 		expect("hmac", resp, body, 200, "upstream ok")
-		resp, _ = get("/hmac/x", "")
+		resp, body = get("/hmac/x", "")
+		rec.Add(path, "hmac without a token", pathtest.Resp(resp.StatusCode, resp.Header, body))
 		if got := resp.Header.Get("WWW-Authenticate"); got != `Bearer realm="hmac-demo"` {
 			t.Fatalf("WWW-Authenticate %q", got)
 		}
@@ -317,11 +354,15 @@ func TestEndToEnd(t *testing.T) {
 				t.Errorf("metrics lack %s", want)
 			}
 		}
+		grew := pathtest.Grew(seriesBefore, pathtest.Series(body, verifications))
+		delete(grew, `gateway_jwt_verifications_total{reason="unknown key",result="invalid"}`)
+		rec.Add(path, "metrics: verifications counted", grew)
 	})
 
 	t.Run("optional route", func(t *testing.T) {
 		resp, body := get("/public/x", "", "X-User-Id", "spoofed")
 		expect("anonymous", resp, body, 200, "upstream ok")
+		recordUpstream("anonymous: upstream")
 		if h, _ := up.seen(); h.Get("X-User-Id") != "" {
 			t.Fatalf("spoofed header reached upstream: %q", h.Get("X-User-Id"))
 		}
@@ -346,7 +387,13 @@ func eventually(t *testing.T, req func() (*http.Response, string), status int) (
 // TestEndToEndProviders loads a real Caddy config with two providers: an
 // OpenID Provider found through discovery, and an issuer with its own JWKS.
 // The two publish the same kid with different keys.
+//
+// It runs on both request paths and compares every response.
 func TestEndToEndProviders(t *testing.T) {
+	pathtest.Run(t, testEndToEndProviders)
+}
+
+func testEndToEndProviders(t *testing.T, p pathtest.Path, rec *pathtest.Recorder) {
 	corpKey, err := rsa.GenerateKey(rand.Reader, 2048)
 	if err != nil {
 		t.Fatal(err)
@@ -370,14 +417,8 @@ func TestEndToEndProviders(t *testing.T) {
 	t.Cleanup(sso.Close)
 	corpIss, partnerIss := sso.URL+"/realms/main", "https://partners.example"
 
-	tester := caddytester.Load(t, adminPort, fmt.Sprintf(`
-{
-	admin localhost:%[1]d
-	http_port 19100
-	https_port 19101
-	skip_install_trust
-	grace_period 1ms
-}
+	tester := p.Load(t, adminPort, fmt.Sprintf(`
+%[1]s
 :%[2]d {
 	jwt_auth {
 		provider corp {
@@ -392,9 +433,9 @@ func TestEndToEndProviders(t *testing.T) {
 	}
 	respond "{http.auth.user.id} via {http.auth.jwt.claims.iss}"
 }
-`, adminPort, listen, corpIss, partnerIss, partners.srv.URL))
+`, globalOptions, listen, corpIss, partnerIss, partners.srv.URL), "srv0")
 	base := fmt.Sprintf("http://127.0.0.1:%d/", listen)
-	get := func(token string) (int, string) {
+	get := func(t *testing.T, token string) (int, string) {
 		t.Helper()
 		req, _ := http.NewRequest("GET", base, nil)
 		req.Header.Set("Authorization", "Bearer "+token)
@@ -404,6 +445,7 @@ func TestEndToEndProviders(t *testing.T) {
 		}
 		defer resp.Body.Close()
 		b, _ := io.ReadAll(resp.Body)
+		rec.Add(p, p.Key(t), pathtest.Resp(resp.StatusCode, resp.Header, string(b), corpIss, "CORP-ISSUER"))
 		return resp.StatusCode, string(b)
 	}
 	claims := func(iss, sub string) jwt.MapClaims {
@@ -423,10 +465,94 @@ func TestEndToEndProviders(t *testing.T) {
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			status, body := get(tc.token)
+			status, body := get(t, tc.token)
 			if status != tc.status || !strings.Contains(body, tc.body) {
 				t.Fatalf("got %d %q, want %d containing %q", status, body, tc.status, tc.body)
 			}
 		})
 	}
+}
+
+// TestClaimsPlaceholdersPerRequest: {http.auth.jwt.claims.*} answers the
+// token of the request in hand, never one an earlier request carried on
+// the same connection or on another one (a claim the token lacks is
+// empty, not an earlier token's). It runs on both request paths and
+// compares every response.
+func TestClaimsPlaceholdersPerRequest(t *testing.T) {
+	pathtest.Run(t, testClaimsPlaceholdersPerRequest)
+}
+
+func testClaimsPlaceholdersPerRequest(t *testing.T, p pathtest.Path, rec *pathtest.Recorder) {
+	const secret = "claims-e2e-secret-0123456789abcdef0123456789"
+	p.Load(t, adminPort, fmt.Sprintf(`%s
+:%d {
+	jwt_auth {
+		hmac_secret %s
+	}
+	respond "{http.auth.user.id} iss={http.auth.jwt.claims.iss} tenant={http.auth.jwt.claims.tenant}"
+}
+`, globalOptions, claimsPort, secret), "srv0")
+	sign := func(claims jwt.MapClaims) string {
+		claims["exp"] = time.Now().Add(time.Hour).Unix()
+		s, err := jwt.NewWithClaims(jwt.SigningMethodHS256, claims).SignedString([]byte(secret))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return s
+	}
+	first := &http.Client{Transport: &http.Transport{}}
+	defer first.CloseIdleConnections()
+	for _, tc := range []struct {
+		name   string
+		client *http.Client
+		claims jwt.MapClaims
+		body   string
+		close  bool // close the client's connection after the request
+	}{
+		{"the first request", first, jwt.MapClaims{"sub": "alice", "iss": "https://a.example", "tenant": "t-a"}, "alice iss=https://a.example tenant=t-a", false},
+		{"the next on the same connection", first, jwt.MapClaims{"sub": "bob", "iss": "https://b.example"}, "bob iss=https://b.example tenant=", true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			req, _ := http.NewRequest("GET", fmt.Sprintf("http://127.0.0.1:%d/", claimsPort), nil)
+			req.Header.Set("Authorization", "Bearer "+sign(tc.claims))
+			resp, err := tc.client.Do(req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			b, _ := io.ReadAll(resp.Body)
+			resp.Body.Close()
+			if tc.close {
+				tc.client.CloseIdleConnections()
+				time.Sleep(50 * time.Millisecond) // the server notices the close
+			}
+			rec.Add(p, tc.name, pathtest.Resp(resp.StatusCode, resp.Header, string(b)))
+			if resp.StatusCode != 200 || string(b) != tc.body {
+				t.Fatalf("%d %q, want 200 %q", resp.StatusCode, b, tc.body)
+			}
+		})
+	}
+	// other clients, each on a connection of its own, after those
+	// requests: the request state of a closed connection serves others
+	t.Run("other connections", func(t *testing.T) {
+		var wrong []string
+		for i := 0; i < 20; i++ {
+			c := &http.Client{Transport: &http.Transport{DisableKeepAlives: true}}
+			sub := fmt.Sprintf("user-%d", i)
+			req, _ := http.NewRequest("GET", fmt.Sprintf("http://127.0.0.1:%d/", claimsPort), nil)
+			req.Header.Set("Authorization", "Bearer "+sign(jwt.MapClaims{"sub": sub, "iss": "https://" + sub + ".example"}))
+			resp, err := c.Do(req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			b, _ := io.ReadAll(resp.Body)
+			resp.Body.Close()
+			if want := sub + " iss=https://" + sub + ".example tenant="; string(b) != want {
+				wrong = append(wrong, fmt.Sprintf("%s got %q", sub, b))
+			}
+		}
+		rec.Add(p, "other connections: answers of another token", len(wrong) > 0)
+		if len(wrong) > 0 {
+			t.Fatalf("%d of 20 requests on new connections got another request's claims: %s", len(wrong), strings.Join(wrong, "; "))
+		}
+	})
 }

@@ -20,7 +20,7 @@ import (
 
 	_ "github.com/apigate/gateway/caddyjwt"
 
-	"github.com/apigate/gateway/internal/caddytester"
+	"github.com/apigate/gateway/internal/pathtest"
 )
 
 // Ports of this package (see the team brief): admin 2902, listeners
@@ -56,7 +56,15 @@ func randomSuffix(t *testing.T) string {
 // token, rbac checks its Keycloak-style roles, rate_limit counts per user
 // (falling back to the client address for anonymous requests), and
 // reverse_proxy forwards to a real upstream.
+//
+// It runs on both request paths (Caddy's and the fast path) and compares
+// every response (status, header fields, body) and how much each
+// gateway_rbac_decisions_total series grew between them.
 func TestEndToEnd(t *testing.T) {
+	pathtest.Run(t, testEndToEnd)
+}
+
+func testEndToEnd(t *testing.T, p pathtest.Path, rec *pathtest.Recorder) {
 	upstream := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Content-Type", "text/plain")
 		fmt.Fprintf(w, "upstream %s roles=%s", r.URL.Path, r.Header.Get("X-Roles"))
@@ -174,7 +182,13 @@ func TestEndToEnd(t *testing.T) {
 }
 `, e2eAdminPort, e2ePort, e2eSecret, ln.Addr().String(), run)
 
-	tester := caddytester.Load(t, e2eAdminPort, config)
+	tester := p.Load(t, e2eAdminPort, config, "srv0")
+	const decisions = "gateway_rbac_decisions_total{"
+	decisionsBefore := pathtest.Metrics(t, e2eAdminPort, decisions)
+	// record records a response under the subtest's name and the request
+	record := func(t *testing.T, method, path string, resp *http.Response, body string) {
+		rec.AddNext(p, p.Key(t)+" "+method+" "+path, pathtest.Resp(resp.StatusCode, resp.Header, body, run, "RUN"))
+	}
 
 	base := fmt.Sprintf("http://127.0.0.1:%d", e2ePort)
 	get := func(t *testing.T, path, token string) (int, http.Header, string) {
@@ -192,6 +206,7 @@ func TestEndToEnd(t *testing.T) {
 		}
 		defer resp.Body.Close()
 		body, _ := io.ReadAll(resp.Body)
+		record(t, "GET", path, resp, string(body))
 		return resp.StatusCode, resp.Header, string(body)
 	}
 	wantJSON := func(t *testing.T, body, wantErr, wantReason string) {
@@ -250,6 +265,7 @@ func TestEndToEnd(t *testing.T) {
 			}
 			defer resp.Body.Close()
 			body, _ := io.ReadAll(resp.Body)
+			record(t, method, "/items/1", resp, string(body))
 			return resp.StatusCode, string(body)
 		}
 		if code, body := do("GET", carolTok); code != 200 || body != "items GET" {
@@ -348,11 +364,12 @@ func TestEndToEnd(t *testing.T) {
 				t.Errorf("no gateway_rbac_decisions_total{result=%q} in /metrics", result)
 			}
 		}
+		rec.Add(p, p.Key(t), pathtest.Grew(decisionsBefore, pathtest.Series(string(body), decisions)))
 	})
 	t.Run("zones with the same name share state across routes", func(t *testing.T) {
-		for _, p := range []string{"/shared-a", "/shared-b"} {
-			if code, _, body := get(t, p, ""); code != 200 {
-				t.Fatalf("%s: got %d %q", p, code, body)
+		for _, route := range []string{"/shared-a", "/shared-b"} {
+			if code, _, body := get(t, route, ""); code != 200 {
+				t.Fatalf("%s: got %d %q", route, code, body)
 			}
 		}
 		// route b's limit is 2, but route a's requests counted too

@@ -21,23 +21,32 @@ import (
 	_ "github.com/apigate/gateway/caddyjwt"
 	_ "github.com/apigate/gateway/caddypermcache"
 	_ "github.com/apigate/gateway/caddyrbac"
-	"github.com/apigate/gateway/internal/caddytester"
 	"github.com/apigate/gateway/internal/deny"
+	"github.com/apigate/gateway/internal/pathtest"
 )
 
 // Ports of this package: admin 2890, listeners 20200-20299.
 const (
-	adminPort = 2890
-	plainPort = 20201 // no handle_errors: the contract's JSON
-	styled    = 20202 // handle_errors restyles every denial
-	secret    = "deny-test-secret-0123456789abcdef0123"
+	adminPort   = 2890
+	plainPort   = 20201 // no handle_errors: the contract's JSON
+	styled      = 20202 // handle_errors restyles every denial
+	metricsPort = 20204 // the metrics handler, which keeps a server on Caddy's path
+	secret      = "deny-test-secret-0123456789abcdef0123"
 )
 
 // TestDenialsThroughErrorRoutes: every duty's denial goes through Caddy's
 // error chain, so handle_errors decides the body (with the status, the
 // reason and the WWW-Authenticate header at hand); without handle_errors
 // the client gets the contract's JSON. Audit records the denial either way.
+//
+// It runs on both request paths (Caddy's and the fast path) and compares
+// every response (status, header fields, body), the audit events and how
+// much the duties' counters grew between them.
 func TestDenialsThroughErrorRoutes(t *testing.T) {
+	pathtest.Run(t, testDenialsThroughErrorRoutes)
+}
+
+func testDenialsThroughErrorRoutes(t *testing.T, p pathtest.Path, rec *pathtest.Recorder) {
 	perm := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		w.WriteHeader(http.StatusForbidden) // deny everything
 	}))
@@ -65,11 +74,6 @@ http://127.0.0.1:%d {
 		}
 		reverse_proxy %s
 	}
-	# this config's registry (the admin API's /metrics keeps serving the
-	# registry of the config it started with while its settings do not change)
-	route /metrics {
-		metrics
-	}
 %s
 }
 `, port, perm.URL, strings.TrimPrefix(up.URL, "http://"), errors)
@@ -87,8 +91,17 @@ http://127.0.0.1:%d {
 	handle_errors {
 		header Content-Type text/plain
 		respond "styled {http.error.status_code}: {http.error.message}"
-	}`)
-	tester := caddytester.Load(t, adminPort, config)
+	}`) + fmt.Sprintf(`
+# this config's registry (the admin API's /metrics keeps serving the
+# registry of the config it started with while its settings do not change),
+# on a server of its own: the metrics handler keeps a server on Caddy's path
+http://127.0.0.1:%d {
+	metrics
+}
+`, metricsPort)
+	tester := p.Load(t, adminPort, config, "srv0", "srv1")
+	names := []string{"gateway_jwt_verifications_total", "gateway_rbac_decisions_total", "gateway_audit_events_enqueued_total"}
+	start := scrape(t, names)
 
 	token := func(roles ...string) string {
 		s, err := jwt.NewWithClaims(jwt.SigningMethodHS256, jwt.MapClaims{
@@ -125,6 +138,7 @@ http://127.0.0.1:%d {
 				}
 				b, _ := io.ReadAll(resp.Body)
 				resp.Body.Close()
+				rec.Add(p, p.Key(t), pathtest.Resp(resp.StatusCode, resp.Header, string(b)))
 				if resp.StatusCode != tc.status {
 					t.Fatalf("status %d, want %d (%s)", resp.StatusCode, tc.status, b)
 				}
@@ -169,15 +183,18 @@ http://127.0.0.1:%d {
 	if len(events) != want {
 		t.Fatalf("%d audit events, want %d", len(events), want)
 	}
+	for i, ev := range pathtest.ReadEvents(t, auditFile) {
+		rec.Add(p, fmt.Sprintf("event %d", i), pathtest.Event(ev))
+	}
 	t.Run("counters survive a reload", func(t *testing.T) {
-		names := []string{"gateway_jwt_verifications_total", "gateway_rbac_decisions_total", "gateway_audit_events_enqueued_total"}
 		before := scrape(t, names)
 		for _, n := range names {
 			if before[n] == 0 {
 				t.Fatalf("%s is 0 before the reload", n)
 			}
 		}
-		tester.InitServer(strings.Replace(config, "grace_period 1ms", "grace_period 2ms", 1), "caddyfile")
+		rec.Add(p, "counted by the requests", pathtest.Grew(start, before))
+		p.Reload(t, tester, strings.Replace(config, "grace_period 1ms", "grace_period 2ms", 1), "srv0", "srv1")
 		after := scrape(t, names)
 		for _, n := range names {
 			if after[n] < before[n] {
@@ -203,7 +220,7 @@ http://127.0.0.1:%d {
 // config's metrics.
 func scrape(t *testing.T, names []string) map[string]float64 {
 	t.Helper()
-	resp, err := http.Get(fmt.Sprintf("http://127.0.0.1:%d/metrics", plainPort))
+	resp, err := http.Get(fmt.Sprintf("http://127.0.0.1:%d/metrics", metricsPort))
 	if err != nil {
 		t.Fatal(err)
 	}

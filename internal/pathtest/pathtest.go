@@ -6,10 +6,16 @@
 package pathtest
 
 import (
+	"bufio"
+	"bytes"
 	"encoding/json"
 	"fmt"
+	"io"
+	"net/http"
+	"os"
 	"reflect"
 	"sort"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -32,6 +38,18 @@ type Path struct {
 
 // Both are the two paths, Caddy's first.
 var Both = []Path{{Name: "caddy"}, {Name: "fastpath", Fast: true}}
+
+// Run runs test once on each path, as a subtest named after the path
+// (Caddy's first: one after the other, on the same ports), then compares
+// what the two recorded in rec.
+func Run(t *testing.T, test func(t *testing.T, p Path, rec *Recorder)) {
+	t.Helper()
+	rec := &Recorder{}
+	for _, p := range Both {
+		t.Run(p.Name, func(t *testing.T) { test(t, p, rec) })
+	}
+	rec.Compare(t)
+}
 
 // JSON adapts a Caddyfile; on the fast path it adds the apigate listener
 // wrapper to every HTTP server (a Caddyfile's `servers` options do not
@@ -67,14 +85,42 @@ func (p Path) JSON(t testing.TB, caddyfile string) []byte {
 // Load loads a Caddyfile into the test binary's Caddy (admin API on
 // adminPort) on this path; on the fast path, each named server must be
 // served by it (servers are named as Caddy names them: srv0, srv1, ... or
-// by the `servers { name }` option).
+// by the `servers { name }` option), and must have served requests by
+// the end of t (a test whose client is handed to Caddy, HTTP/2 say, would
+// otherwise compare Caddy's path with itself).
 func (p Path) Load(t *testing.T, adminPort int, caddyfile string, servers ...string) *caddytest.Tester {
 	t.Helper()
 	tester := caddytester.LoadJSON(t, adminPort, string(p.JSON(t, caddyfile)))
 	if p.Fast {
 		RequireFast(t, servers...)
+		before := map[string]float64{}
+		for _, s := range fastpath.Status() {
+			before[s.Server] = s.Requests
+		}
+		t.Cleanup(func() {
+			after := map[string]float64{}
+			for _, s := range fastpath.Status() {
+				after[s.Server] = s.Requests
+			}
+			for _, name := range servers {
+				if after[name] <= before[name] {
+					t.Errorf("the fast path served no request of server %q", name)
+				}
+			}
+		})
 	}
 	return tester
+}
+
+// Reload loads another Caddyfile into the running test binary's Caddy
+// through tester, as Load does (on the fast path, each named server must
+// be served by it), for a test of what a reload keeps.
+func (p Path) Reload(t *testing.T, tester *caddytest.Tester, caddyfile string, servers ...string) {
+	t.Helper()
+	tester.InitServer(string(p.JSON(t, caddyfile)), "json")
+	if p.Fast {
+		RequireFast(t, servers...)
+	}
 }
 
 // RequireFast fails t unless the fast path serves each server (of the
@@ -96,10 +142,40 @@ func RequireFast(t testing.TB, servers ...string) {
 	}
 }
 
+// Key is t's name without the path's own subtest level: the same on both
+// paths, for a record's key ("TestX/fastpath/case" is "TestX/case").
+func (p Path) Key(t testing.TB) string {
+	parts := strings.Split(t.Name(), "/")
+	for i, s := range parts {
+		if s == p.Name {
+			parts = append(parts[:i], parts[i+1:]...)
+			break
+		}
+	}
+	return strings.Join(parts, "/")
+}
+
 // Recorder collects what each path produced, by key, for Compare.
 type Recorder struct {
-	mu  sync.Mutex
-	got map[string]map[string]string // path -> key -> value
+	mu   sync.Mutex
+	got  map[string]map[string]string // path -> key -> value
+	next map[string]map[string]int    // path -> key -> values AddNext recorded
+}
+
+// AddNext records value under key followed by " #n", the n-th value p
+// recorded so under key: for a test that sends a request several times.
+func (r *Recorder) AddNext(p Path, key string, value any) {
+	r.mu.Lock()
+	if r.next == nil {
+		r.next = map[string]map[string]int{}
+	}
+	if r.next[p.Name] == nil {
+		r.next[p.Name] = map[string]int{}
+	}
+	r.next[p.Name][key]++
+	n := r.next[p.Name][key]
+	r.mu.Unlock()
+	r.Add(p, fmt.Sprintf("%s #%d", key, n), value)
 }
 
 // Add records value (compared as JSON) under key for path p.
@@ -191,4 +267,124 @@ func Event(ev caddyaudit.Event, replace ...string) caddyaudit.Event {
 		}
 	}
 	return ev
+}
+
+// Response is what a test records of a response: its status, its header
+// fields but Date, and its body.
+type Response struct {
+	Status int                 `json:"status"`
+	Header map[string][]string `json:"header,omitempty"`
+	Body   string              `json:"body"`
+}
+
+// Resp returns what the paths must agree on of a response: its status,
+// its header fields but Date, and its body, with each old string of
+// replace turned into its new one (a test's per-path ids) in field values
+// and body. A Retry-After in seconds, which depends on the moment, is
+// recorded as "<seconds>" (a test checks its range itself).
+func Resp(status int, header http.Header, body string, replace ...string) Response {
+	r := strings.NewReplacer(replace...)
+	out := Response{Status: status, Body: r.Replace(body)}
+	for k, vs := range header {
+		if k == "Date" {
+			continue
+		}
+		if out.Header == nil {
+			out.Header = map[string][]string{}
+		}
+		for _, v := range vs {
+			if _, err := strconv.Atoi(v); err == nil && k == "Retry-After" {
+				v = "<seconds>"
+			}
+			out.Header[k] = append(out.Header[k], r.Replace(v))
+		}
+	}
+	return out
+}
+
+// Series returns the samples of a Prometheus text page whose lines start
+// with prefix (`gateway_rbac_decisions_total{`), by series.
+func Series(page, prefix string) map[string]float64 {
+	out := map[string]float64{}
+	for _, line := range strings.Split(page, "\n") {
+		if !strings.HasPrefix(line, prefix) {
+			continue
+		}
+		i := strings.LastIndexByte(line, ' ')
+		if v, err := strconv.ParseFloat(line[i+1:], 64); err == nil {
+			out[line[:i]] = v
+		}
+	}
+	return out
+}
+
+// Grew returns how much each series of after grew since before, for the
+// series that changed: what a path counted, to compare between the paths
+// (the counters are the process's, so their values are not).
+func Grew(before, after map[string]float64) map[string]float64 {
+	out := map[string]float64{}
+	for k, v := range after {
+		if v != before[k] {
+			out[k] = v - before[k]
+		}
+	}
+	return out
+}
+
+// Metrics returns the samples of the test binary's Caddy metrics (the
+// admin API's /metrics on adminPort) whose lines start with prefix.
+func Metrics(t testing.TB, adminPort int, prefix string) map[string]float64 {
+	t.Helper()
+	resp, err := http.Get(fmt.Sprintf("http://localhost:%d/metrics", adminPort))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return Series(string(b), prefix)
+}
+
+// ReadEvents returns the events of an audit file sink's file (JSON lines;
+// none while there is no file), but a last line still being written.
+func ReadEvents(t testing.TB, file string) []caddyaudit.Event {
+	t.Helper()
+	data, err := os.ReadFile(file)
+	if os.IsNotExist(err) {
+		return nil
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	data = data[:bytes.LastIndexByte(data, '\n')+1]
+	var out []caddyaudit.Event
+	sc := bufio.NewScanner(bytes.NewReader(data))
+	sc.Buffer(nil, 1<<20)
+	for sc.Scan() {
+		var ev caddyaudit.Event
+		if err := json.Unmarshal(sc.Bytes(), &ev); err != nil {
+			t.Fatalf("%s: bad line %q: %v", file, sc.Bytes(), err)
+		}
+		out = append(out, ev)
+	}
+	return out
+}
+
+// WaitEvents waits (10s at most) until the audit file holds n events, and
+// returns them all.
+func WaitEvents(t testing.TB, file string, n int) []caddyaudit.Event {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		evs := ReadEvents(t, file)
+		if len(evs) >= n {
+			return evs
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s: %d events after 10s, want %d", file, len(evs), n)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
 }
