@@ -65,24 +65,14 @@ func parseHead(b []byte, h *head) error {
 	*h = head{contentLength: -1}
 	// Check every byte once: only CRLF pairs may hold a CR or an LF, and the
 	// only other control byte allowed anywhere is HTAB.
-	lines := 0
-	for i := 0; i < len(b); i++ {
-		c := b[i]
-		if c >= 0x20 && c != 0x7f || c == '\t' {
-			continue
-		}
-		switch c {
-		case '\r':
-			if i+1 >= len(b) || b[i+1] != '\n' {
-				return headErr("bare CR")
-			}
-			i++
-			lines++
-		case '\n':
-			return headErr("bare LF")
-		default:
-			return headErr("control byte %#x", c)
-		}
+	lines, fault, c := h1wire.CountLines(b)
+	switch fault {
+	case h1wire.BareCR:
+		return headErr("bare CR")
+	case h1wire.BareLF:
+		return headErr("bare LF")
+	case h1wire.ControlByte:
+		return headErr("control byte %#x", c)
 	}
 	s := string(b[:len(b)-2]) // the lines, each ending in CRLF; the empty last line dropped
 

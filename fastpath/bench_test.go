@@ -121,14 +121,7 @@ func BenchmarkProxy(b *testing.B) {
 	cfg := twin(twinOpts{}, fmt.Sprintf(`	reverse_proxy %s {
 		transport h1
 	}`, backend))
-	js, _, err := caddyconfig.GetAdapter("caddyfile").Adapt([]byte(cfg), nil)
-	if err != nil {
-		b.Fatal(err)
-	}
-	if err := caddy.Load(js, true); err != nil {
-		b.Fatal(err)
-	}
-	b.Cleanup(func() { caddy.Stop() })
+	loadBench(b, cfg)
 	benchRequireFast(b)
 	b.Run("caddy", func(b *testing.B) { benchProxy(b, plainPort) })
 	b.Run("fastpath", func(b *testing.B) { benchProxy(b, fastPort) })
@@ -146,14 +139,7 @@ func BenchmarkIdleConns(b *testing.B) {
 	cfg := twin(twinOpts{}, fmt.Sprintf(`	reverse_proxy %s {
 		transport h1
 	}`, backend))
-	js, _, err := caddyconfig.GetAdapter("caddyfile").Adapt([]byte(cfg), nil)
-	if err != nil {
-		b.Fatal(err)
-	}
-	if err := caddy.Load(js, true); err != nil {
-		b.Fatal(err)
-	}
-	b.Cleanup(func() { caddy.Stop() })
+	loadBench(b, cfg)
 	const n = 2000
 	for _, tc := range []struct {
 		name string
@@ -237,14 +223,7 @@ func BenchmarkDuties(b *testing.B) {
 			transport h1
 		}
 	}`, secret, perm.URL, backend))
-	js, _, err := caddyconfig.GetAdapter("caddyfile").Adapt([]byte(cfg), nil)
-	if err != nil {
-		b.Fatal(err)
-	}
-	if err := caddy.Load(js, true); err != nil {
-		b.Fatal(err)
-	}
-	b.Cleanup(func() { caddy.Stop() })
+	loadBench(b, cfg)
 	benchRequireFast(b)
 	tok, err := jwt.NewWithClaims(jwt.SigningMethodHS256, jwt.MapClaims{
 		"sub": "bench", "roles": []string{"reader"}, "exp": time.Now().Add(time.Hour).Unix(),
@@ -268,4 +247,17 @@ func benchRequireFast(b *testing.B) {
 		}
 	}
 	b.Fatalf("the fast path is off for server fast: %+v", Status())
+}
+
+// loadBench loads a Caddyfile into the benchmark binary's Caddy.
+func loadBench(b *testing.B, cfg string) {
+	b.Helper()
+	js, _, err := caddyconfig.GetAdapter("caddyfile").Adapt([]byte(cfg), nil)
+	if err != nil {
+		b.Fatal(err)
+	}
+	if err := caddy.Load(js, true); err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { caddy.Stop() })
 }

@@ -111,24 +111,13 @@ func parseRequest(b []byte, h *reqHead) *badRequest {
 	*h = reqHead{contentLength: -1}
 	// Every byte once: a CR only in a CRLF pair, no LF elsewhere, and no
 	// control byte but HTAB.
-	lines := 0
-	for i := 0; i < len(b); i++ {
-		c := b[i]
-		if c >= 0x20 && c != 0x7f || c == '\t' {
-			continue
-		}
-		switch c {
-		case '\r':
-			if i+1 >= len(b) || b[i+1] != '\n' {
-				return errBareCR
-			}
-			i++
-			lines++
-		case '\n':
-			return errBareLF
-		default:
-			return refuse("control byte in the request head")
-		}
+	switch _, fault, _ := h1wire.CountLines(b); fault {
+	case h1wire.BareCR:
+		return errBareCR
+	case h1wire.BareLF:
+		return errBareLF
+	case h1wire.ControlByte:
+		return refuse("control byte in the request head")
 	}
 	s := string(b[:len(b)-2]) // each line ends in CRLF; the empty last line dropped
 

@@ -16,24 +16,16 @@ import (
 // a test that needs Caddy never passes as skipped.
 func Load(t *testing.T, adminPort int, config string) *caddytest.Tester {
 	t.Helper()
-	overrides := caddytest.Config{
-		AdminPort:          adminPort,
-		LoadRequestTimeout: 30 * time.Second,
-		TestRequestTimeout: 30 * time.Second,
-	}
-	loaded := false
-	t.Run("load config", func(t *testing.T) {
-		caddytest.NewTester(t).WithDefaultOverrides(overrides).InitServer(config, "caddyfile")
-		loaded = !t.Failed() && !t.Skipped()
-	})
-	if !loaded {
-		t.Fatal("caddy did not start or did not load the config")
-	}
-	return caddytest.NewTester(t).WithDefaultOverrides(overrides)
+	return load(t, adminPort, config, "caddyfile")
 }
 
 // LoadJSON is Load for a JSON config.
 func LoadJSON(t *testing.T, adminPort int, config string) *caddytest.Tester {
+	t.Helper()
+	return load(t, adminPort, config, "json")
+}
+
+func load(t *testing.T, adminPort int, config, adapter string) *caddytest.Tester {
 	t.Helper()
 	overrides := caddytest.Config{
 		AdminPort:          adminPort,
@@ -42,7 +34,7 @@ func LoadJSON(t *testing.T, adminPort int, config string) *caddytest.Tester {
 	}
 	loaded := false
 	t.Run("load config", func(t *testing.T) {
-		caddytest.NewTester(t).WithDefaultOverrides(overrides).InitServer(config, "json")
+		caddytest.NewTester(t).WithDefaultOverrides(overrides).InitServer(config, adapter)
 		loaded = !t.Failed() && !t.Skipped()
 	})
 	if !loaded {

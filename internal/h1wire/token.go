@@ -171,3 +171,38 @@ var commonKeys = func() map[string]string {
 	}
 	return m
 }()
+
+// HeadFault is what CountLines found wrong with a head's bytes.
+type HeadFault uint8
+
+const (
+	HeadOK      HeadFault = iota
+	BareCR                // a CR not followed by LF
+	BareLF                // an LF not preceded by CR
+	ControlByte           // a control byte other than HTAB
+)
+
+// CountLines checks every byte of a head once (a CR only in a CRLF pair, no
+// other LF, no control byte but HTAB) and counts its CRLF-ended lines.
+func CountLines(b []byte) (int, HeadFault, byte) {
+	lines := 0
+	for i := 0; i < len(b); i++ {
+		c := b[i]
+		if c >= 0x20 && c != 0x7f || c == '\t' {
+			continue
+		}
+		switch c {
+		case '\r':
+			if i+1 >= len(b) || b[i+1] != '\n' {
+				return lines, BareCR, c
+			}
+			i++
+			lines++
+		case '\n':
+			return lines, BareLF, c
+		default:
+			return lines, ControlByte, c
+		}
+	}
+	return lines, HeadOK, 0
+}
