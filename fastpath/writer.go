@@ -247,9 +247,17 @@ func (w *respWriter) FlushError() error {
 
 // SetWriteDeadline, SetReadDeadline and EnableFullDuplex are what
 // http.ResponseController finds on net/http's writer.
-func (w *respWriter) SetWriteDeadline(t time.Time) error { return w.c.nc.SetWriteDeadline(t) }
-func (w *respWriter) SetReadDeadline(t time.Time) error  { return w.c.nc.SetReadDeadline(t) }
-func (w *respWriter) EnableFullDuplex() error            { return http.ErrNotSupported }
+// (through the connection's own bookkeeping of its deadlines)
+func (w *respWriter) SetWriteDeadline(t time.Time) error {
+	w.c.writeDL = t
+	return w.c.nc.SetWriteDeadline(t)
+}
+
+func (w *respWriter) SetReadDeadline(t time.Time) error {
+	w.c.readDL = t
+	return w.c.nc.SetReadDeadline(t)
+}
+func (w *respWriter) EnableFullDuplex() error { return http.ErrNotSupported }
 
 // finish ends the response after the handler returned; it reports whether
 // the connection can serve another request.
