@@ -69,6 +69,7 @@ type state struct {
 	// deadlines as set on nc, and the request's hard limits
 	readDL, writeDL     time.Time
 	hardRead, hardWrite time.Time
+	headDL              bool // read_header_timeout's deadline is set for this head
 }
 
 var statePool = sync.Pool{New: func() any { return newState() }}
@@ -257,12 +258,10 @@ func (c *conn) serve() {
 	first := true
 	for {
 		if !first && len(c.rb.Buffered()) == 0 {
-			// Wait for the next request's first bytes within idle_timeout.
+			// Wait for the next request's first bytes within idle_timeout
+			// (moved only when less than that is left: see nextDeadline).
 			c.status.Store(stateIdle)
-			var dl time.Time
-			if d := c.l.idleTimeout; d > 0 {
-				dl = time.Now().Add(d)
-			}
+			dl, _ := nextDeadline(time.Now(), c.readDL, c.l.idleTimeout, time.Time{})
 			c.setReadDeadline(dl)
 			// (checked after the deadline is set: a Close from now on
 			// moves the deadline to the past and ends the wait)
@@ -283,11 +282,7 @@ func (c *conn) serve() {
 		}
 		first = false
 		c.status.Store(stateActive)
-		if d := c.l.readHeaderTimeout; d > 0 {
-			c.setReadDeadline(time.Now().Add(d))
-		} else {
-			c.setReadDeadline(time.Time{})
-		}
+		c.headDL = false
 		if c.lastMethod == http.MethodPost {
 			c.skipLeadingCRLF()
 		}
@@ -317,9 +312,11 @@ func (c *conn) serve() {
 		if d := c.l.writeTimeout; d > 0 {
 			c.hardWrite = now.Add(d)
 		}
-		c.setReadDeadline(c.hardRead)
-		c.writeDL = time.Time{}
-		c.nc.SetWriteDeadline(time.Time{})
+		if !c.hardRead.IsZero() || c.headDL {
+			// the request's own limit (read_timeout), or none: not the
+			// head's (body reads move it as read_idle_timeout asks)
+			c.setReadDeadline(c.hardRead)
+		}
 		c.body.reset(c, &c.head)
 		c.w.reset(c, &c.head)
 
@@ -335,8 +332,6 @@ func (c *conn) serve() {
 		if !c.w.finish() || c.werr != nil {
 			return
 		}
-		c.nc.SetWriteDeadline(time.Time{})
-		c.writeDL = time.Time{}
 	}
 }
 
@@ -361,6 +356,7 @@ func (c *conn) peekReadable(fd uintptr) bool {
 func (c *conn) skipLeadingCRLF() {
 	for range 4 {
 		if len(c.rb.Buffered()) == 0 {
+			c.headDeadline()
 			if c.rb.Fill() != nil {
 				return
 			}
@@ -371,6 +367,21 @@ func (c *conn) skipLeadingCRLF() {
 		}
 		return
 	}
+}
+
+// headDeadline sets read_header_timeout's deadline before the head needs
+// a read from the network (a head that arrived whole needs none), once per
+// request, from when its reading began.
+func (c *conn) headDeadline() {
+	if c.headDL {
+		return
+	}
+	c.headDL = true
+	var dl time.Time
+	if d := c.l.readHeaderTimeout; d > 0 {
+		dl = time.Now().Add(d)
+	}
+	c.setReadDeadline(dl)
 }
 
 // readHead returns the next whole request head in the read buffer.
@@ -393,6 +404,7 @@ func (c *conn) readHead() ([]byte, error) {
 			return nil, errTooLarge
 		}
 		from = len(buf)
+		c.headDeadline()
 		err := c.rb.Fill()
 		if err == io.ErrShortBuffer {
 			if !c.rb.Grow(limit) {

@@ -19,10 +19,7 @@ func isTimeout(err error) bool {
 // 1.5 times the timeout after the last progress, never earlier.
 func nextDeadline(now, current time.Time, timeout time.Duration, hard time.Time) (time.Time, bool) {
 	if timeout <= 0 {
-		if hard.IsZero() || current.Equal(hard) {
-			return current, false
-		}
-		return hard, true
+		return hard, !current.Equal(hard)
 	}
 	if !current.IsZero() && current.Sub(now) >= timeout && (hard.IsZero() || !current.After(hard)) {
 		return current, false
