@@ -19,9 +19,10 @@ type AnswerObserver interface {
 	ObserveAnswer(status int, err error, latency time.Duration)
 }
 
-// observerVar is the request variable holding the AnswerObserver of the
-// request's next attempt.
-const observerVar = "gateway.h1_observer"
+// ObserverVar is the request variable holding the AnswerObserver of the
+// request's next attempt (Observe sets it; a caller that holds the
+// variables table already may set it there).
+const ObserverVar = "gateway.h1_observer"
 
 // Observe asks the h1 transport to report the answer of r's next attempt
 // to o (nil: to nobody). It is how a selection policy or an upstream
@@ -33,12 +34,12 @@ const observerVar = "gateway.h1_observer"
 // observer stays set for later attempts of the request until it is
 // replaced.
 func Observe(r *http.Request, o AnswerObserver) {
-	caddyhttp.SetVar(r.Context(), observerVar, o)
+	caddyhttp.SetVar(r.Context(), ObserverVar, o)
 }
 
 // observerOf returns the request's observer, if any.
 func observerOf(r *http.Request) AnswerObserver {
-	o, _ := caddyhttp.GetVar(r.Context(), observerVar).(AnswerObserver)
+	o, _ := caddyhttp.GetVar(r.Context(), ObserverVar).(AnswerObserver)
 	return o
 }
 
