@@ -82,9 +82,8 @@ type Event struct {
 
 	// Notice holds the members of a notice: an event no request caused
 	// (App.RecordNotice), whose Kind names it. In the sinks' JSON the
-	// members are at the top level, beside kind, request_id and time;
-	// here (the dashboard's JSON) they are under "notice".
-	Notice map[string]any `json:"notice,omitempty"`
+	// members are at the top level, beside kind, request_id and time.
+	Notice map[string]any `json:"-"`
 }
 
 // Field is one extra value of an event.
