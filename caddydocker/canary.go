@@ -30,6 +30,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/apigate/gateway/caddyh1"
 )
 
 // The states of a release.
@@ -233,6 +235,10 @@ type release struct {
 	state  atomic.Int32
 	win    [2]*window    // [0] stable, [1] canary
 	obs    [2]*sideWatch // the answer observers of the two sides
+	dials  sync.Map      // dialKey -> *dialWatch: each replica's observer
+	// starting counts connection failures of replicas that had not
+	// answered yet, within ReplicaStartGrace of joining (not judged)
+	starting atomic.Int64
 	// events the controller reports (log, audit, fleet): bits below
 	pending atomic.Uint32
 	kick    func()
@@ -303,6 +309,57 @@ func (o *sideWatch) ObserveAnswer(status int, err error, latency time.Duration) 
 	}
 }
 
+// ReplicaStartGrace is how long after a replica joins a release its
+// connection failures are not counted, until it first answers: a
+// container that `podman run` just started may not listen yet (without a
+// health check it is routed at once). A replica that never answers is
+// judged once the grace is over.
+var ReplicaStartGrace = 10 * time.Second
+
+type dialKey struct {
+	dial string
+	side uint8
+}
+
+// dialWatch observes the answers of one replica of a release: what the
+// selection policy sets on a request for the replica it chose.
+type dialWatch struct {
+	side     *sideWatch
+	joined   time.Time
+	answered atomic.Bool
+}
+
+// watchOf returns the observer of a replica on a side (0 stable, 1
+// canary, 2 retired: counted on the stable side), made when the replica
+// first joins the release.
+func (r *release) watchOf(dial string, side uint8) *dialWatch {
+	k := dialKey{dial, side}
+	if v, ok := r.dials.Load(k); ok {
+		return v.(*dialWatch)
+	}
+	o := r.obs[0]
+	if side == 1 {
+		o = r.obs[1]
+	}
+	v, _ := r.dials.LoadOrStore(k, &dialWatch{side: o, joined: time.Now()})
+	return v.(*dialWatch)
+}
+
+// ObserveAnswer counts the answer on the replica's side, except a
+// failure to connect to a replica that has not answered yet and joined
+// less than ReplicaStartGrace ago.
+func (d *dialWatch) ObserveAnswer(status int, err error, latency time.Duration) {
+	if err == nil {
+		if !d.answered.Load() {
+			d.answered.Store(true)
+		}
+	} else if !d.answered.Load() && time.Since(d.joined) < ReplicaStartGrace && errors.As(err, new(*caddyh1.DialError)) {
+		d.side.rel.starting.Add(1)
+		return
+	}
+	d.side.ObserveAnswer(status, err, latency)
+}
+
 // rollback takes the canary out at once: weight 0, state rolled_back.
 // The rest (log, audit, metric, fleet) is the controller's, off the
 // request path. It reports whether this call rolled it back.
@@ -344,7 +401,7 @@ type split struct {
 	retired []string
 }
 
-func (s *split) side(dial string) int {
+func (s *split) side(dial string) uint8 {
 	for _, d := range s.canary {
 		if d == dial {
 			return 1

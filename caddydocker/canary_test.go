@@ -370,6 +370,34 @@ func TestSelection(t *testing.T) {
 	})
 }
 
+// TestReplicaStarting: a replica's failures to connect before it first
+// answered, within ReplicaStartGrace of joining, are not judged (a
+// container just started may not listen yet); once it answered, or once
+// the grace is over, they are.
+func TestReplicaStarting(t *testing.T) {
+	rel := newRelease("starting", "v2", []string{"v1"}, defaultSpec(10), nil)
+	dialErr := &caddyh1.DialError{Err: errors.New("connection refused")}
+	w := rel.watchOf("10.0.0.9:80", 1)
+	w.ObserveAnswer(0, dialErr, 0)
+	if n := rel.win[1].stats(time.Now()).Requests; n != 0 || rel.starting.Load() != 1 {
+		t.Fatalf("a starting replica's refusal counted: %d answers, %d starting", n, rel.starting.Load())
+	}
+	w.ObserveAnswer(200, nil, time.Millisecond)
+	w.ObserveAnswer(0, dialErr, 0)
+	if st := rel.win[1].stats(time.Now()); st.Requests != 2 || st.Failures != 1 {
+		t.Fatalf("after its first answer: %+v", st)
+	}
+	old := rel.watchOf("10.0.0.10:80", 1)
+	old.joined = time.Now().Add(-ReplicaStartGrace)
+	old.ObserveAnswer(0, dialErr, 0)
+	if st := rel.win[1].stats(time.Now()); st.Failures != 2 {
+		t.Fatalf("a replica silent past the grace: %+v", st)
+	}
+	if rel.watchOf("10.0.0.9:80", 1) != w || rel.watchOf("10.0.0.9:80", 0) == w {
+		t.Fatal("one observer per replica and side")
+	}
+}
+
 // BenchmarkCanarySelect is the weighted choice per request: the docker
 // selection policy choosing a side and a replica for a service running a
 // release, as both request paths call it (goal: at most 0.2 µs).

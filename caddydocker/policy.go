@@ -68,31 +68,25 @@ func (s *Selection) Select(pool reverseproxy.UpstreamPool, r *http.Request, w ht
 	if st == nil || st.split == nil {
 		return s.rr.Select(pool, r, w)
 	}
-	sp := st.split
-	rel := sp.rel
+	rel := st.split.rel
 	// one lookup of the variables table, then plain map operations
 	vars, _ := r.Context().Value(caddyhttp.VarsCtxKey).(map[string]any)
-	side := 0
-	switch prev := vars[caddyh1.ObserverVar]; {
-	case prev == any(rel.obs[1]):
-		side = 1
-	case prev == any(rel.obs[0]):
-	default:
-		if s.toCanary(rel, vars, r, w) {
+	var side uint8
+	if prev, ok := vars[caddyh1.ObserverVar].(*dialWatch); ok && prev.side.rel == rel {
+		if prev.side.canary {
 			side = 1
 		}
+	} else if s.toCanary(rel, vars, r, w) {
+		side = 1
 	}
-	order := [3]int{0, 2, 1} // stable, retired, canary
+	order := [3]uint8{0, 2, 1} // stable, retired, canary
 	if side == 1 {
-		order = [3]int{1, 0, 2}
+		order = [3]uint8{1, 0, 2}
 	}
 	for _, try := range order {
-		if u := s.next(pool, sp, try); u != nil {
-			if try == 2 {
-				try = 0 // retired versions count on the stable side
-			}
+		if u, watch := s.next(pool, st, try); u != nil {
 			if vars != nil {
-				vars[caddyh1.ObserverVar] = rel.obs[try]
+				vars[caddyh1.ObserverVar] = watch
 			}
 			return u
 		}
@@ -125,26 +119,50 @@ func (s *Selection) toCanary(rel *release, vars map[string]any, r *http.Request,
 const maxSide = 64
 
 // next returns the next available replica of one side (0 stable, 1
-// canary, 2 retired), round robin.
-func (s *Selection) next(pool reverseproxy.UpstreamPool, sp *split, side int) *reverseproxy.Upstream {
-	var idx [maxSide]uint16 // positions in pool of the side's replicas
-	k := 0
+// canary, 2 retired), round robin, and its observer. The pool is the
+// upstream source's: the state's replicas in their order, less those the
+// request failed on, so one walk in step finds each one's side.
+func (s *Selection) next(pool reverseproxy.UpstreamPool, st *poolState, side uint8) (*reverseproxy.Upstream, *dialWatch) {
+	var at [maxSide]uint16 // positions in pool of the side's replicas
+	var in [maxSide]int16  // their positions in st (-1: not there)
+	k, j := 0, 0
 	for i, u := range pool {
-		if k < maxSide && i <= 0xffff && sp.side(u.Dial) == side {
-			idx[k] = uint16(i)
+		if k == maxSide || i > 0xffff {
+			break
+		}
+		pos := j
+		for pos < len(st.dials) && st.dials[pos] != u.Dial {
+			pos++
+		}
+		var sd uint8
+		if pos < len(st.dials) {
+			sd, j = st.sides[pos], pos+1
+		} else {
+			// a pool of another state (replaced in between)
+			sd, pos = st.split.side(u.Dial), -1
+		}
+		if sd == side {
+			if pos > 0x7fff {
+				pos = -1
+			}
+			at[k], in[k] = uint16(i), int16(pos)
 			k++
 		}
 	}
 	if k == 0 {
-		return nil
+		return nil, nil
 	}
 	start := int(s.robin.Add(1) % uint32(k))
 	for i := range k {
-		if u := pool[idx[(start+i)%k]]; u.Available() {
-			return u
+		c := (start + i) % k
+		if u := pool[at[c]]; u.Available() {
+			if in[c] >= 0 {
+				return u, st.watch[in[c]]
+			}
+			return u, st.split.rel.watchOf(u.Dial, side)
 		}
 	}
-	return nil
+	return nil, nil
 }
 
 // Interface guards

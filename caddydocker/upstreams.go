@@ -29,10 +29,26 @@ var pools sync.Map // poolKey -> *atomic.Pointer[poolState]
 type poolKey struct{ server, service string }
 
 // poolState is one service's replicas and, when it runs a canary
-// release, how they split between its versions.
+// release, how they split between its versions: each replica's side and
+// observer, in the order of dials (the order GetUpstreams keeps).
 type poolState struct {
 	dials []string
 	split *split
+	sides []uint8
+	watch []*dialWatch
+}
+
+func newPoolState(dials []string, sp *split) *poolState {
+	st := &poolState{dials: dials, split: sp}
+	if sp != nil {
+		st.sides = make([]uint8, len(dials))
+		st.watch = make([]*dialWatch, len(dials))
+		for i, d := range dials {
+			st.sides[i] = sp.side(d)
+			st.watch[i] = sp.rel.watchOf(d, st.sides[i])
+		}
+	}
+	return st
 }
 
 func poolOf(server, service string) *atomic.Pointer[poolState] {
@@ -61,14 +77,14 @@ func setPools(server string, plan map[string][]string, splits map[string]*split,
 		if old := p.Load(); old != nil {
 			if slices.Equal(old.dials, dials) {
 				if !old.split.equal(sp) {
-					p.Store(&poolState{dials: old.dials, split: sp})
+					p.Store(newPoolState(old.dials, sp))
 				}
 				continue
 			}
 			before = old.dials
 		}
 		d := slices.Clone(dials)
-		p.Store(&poolState{dials: d, split: sp})
+		p.Store(newPoolState(d, sp))
 		if changed != nil {
 			changed(svc, d, before)
 		}
