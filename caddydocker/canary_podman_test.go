@@ -337,6 +337,7 @@ func canaryOnPath(t *testing.T, p *podmantest.Podman, dir string, fast bool, tag
 		var wg sync.WaitGroup
 		start := time.Now()
 		var rolledAt atomic.Int64
+		var firstErr atomic.Value
 		for range workers {
 			wg.Add(1)
 			go func() {
@@ -347,6 +348,7 @@ func canaryOnPath(t *testing.T, p *podmantest.Podman, dir string, fast bool, tag
 					switch {
 					case err != nil:
 						errs.Add(1)
+						firstErr.CompareAndSwap(nil, err.Error())
 					case a.status != 200:
 						failed.Add(1)
 					}
@@ -374,7 +376,7 @@ func canaryOnPath(t *testing.T, p *podmantest.Podman, dir string, fast bool, tag
 		t.Logf("%d requests, %d failed (all from the canary: %d answers), %d errors; rolled back after %s: %s",
 			sent.Load(), failed.Load(), fromCanary.Load(), errs.Load(), time.Duration(rolledAt.Load()).Round(time.Millisecond), c.Reason)
 		if errs.Load() != 0 || failed.Load() != fromCanary.Load() {
-			t.Fatalf("%d errors, %d failed but %d canary answers: a stable request failed", errs.Load(), failed.Load(), fromCanary.Load())
+			t.Fatalf("%d errors (first: %v), %d failed but %d canary answers: a stable request failed", errs.Load(), firstErr.Load(), failed.Load(), fromCanary.Load())
 		}
 		// the window's answers when it broke the limit, plus at most the
 		// requests already on their way to the canary (one per worker)
