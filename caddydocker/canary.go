@@ -253,6 +253,11 @@ type release struct {
 	waiting   string // why the next promotion step waits
 	rev       uint64 // revision of the fleet record adopted
 	created   bool   // its fleet record exists (or there is no fleet)
+	// held is the weight a new release takes once its fleet record is
+	// written (-1: not held): until then this gateway sends it nothing
+	// but header-routed requests, as another gateway may already have
+	// rolled it back.
+	held int32
 }
 
 // pending event bits
@@ -263,7 +268,7 @@ const (
 
 func newRelease(service, version string, stable []string, spec CanarySpec, kick func()) *release {
 	r := &release{service: service, version: version, stable: stable, spec: spec, kick: kick,
-		id: ReleaseID(service, version, &spec)}
+		id: ReleaseID(service, version, &spec), held: -1}
 	r.salt = saltHash(r.id)
 	for i := range r.win {
 		r.win[i] = newWindow(spec.Window, spec.MaxP99)

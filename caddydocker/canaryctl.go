@@ -397,6 +397,9 @@ func (c *canaries) splitFor(svc string, groups []VersionGroup, now time.Time) (*
 			if r.spec.Weight >= 100 {
 				r.state.Store(stateComplete)
 				r.ended = now
+			} else if c.store != nil {
+				r.held = r.weight.Swap(0)
+				r.waiting = "waiting for the release's record in the fleet bucket"
 			}
 		}
 		c.active[svc] = r
@@ -426,6 +429,9 @@ func (r *release) adopt(rec CanaryRecord, rev uint64, now time.Time) (changed bo
 		r.rev = rev
 	}
 	r.created = true
+	if r.held >= 0 {
+		r.held, r.waiting = -1, ""
+	}
 	cur := r.state.Load()
 	switch stateCode(rec.State) {
 	case stateRolledBack:
@@ -463,6 +469,9 @@ func (r *release) record(node string) CanaryRecord {
 		Ended: r.ended, Reason: r.reason, Figures: r.figures}
 	if r.by != "" {
 		rec.Node = r.by
+	}
+	if r.held >= 0 {
+		rec.Weight = int(r.held)
 	}
 	return rec
 }
@@ -621,7 +630,11 @@ func (c *canaries) promote(ctx context.Context, r *release, now time.Time) bool 
 	}
 	r.mu.Lock()
 	due := r.changedAt.Add(spec.Interval)
+	held := r.held >= 0
 	r.mu.Unlock()
+	if held {
+		return false
+	}
 	if now.Before(due) {
 		return false
 	}
@@ -724,6 +737,12 @@ func (c *canaries) write(ctx context.Context, r *release) bool {
 		if err == nil {
 			r.mu.Lock()
 			r.rev, r.created = newRev, true
+			if r.held >= 0 {
+				if r.state.Load() == stateRunning {
+					r.weight.Store(r.held)
+				}
+				r.held, r.waiting, r.changedAt = -1, "", time.Now()
+			}
 			r.mu.Unlock()
 			c.remember(rec)
 			return true
