@@ -4,14 +4,11 @@ import (
 	"bufio"
 	"encoding/json"
 	"fmt"
-	"io"
 	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
-	"sync"
-	"syscall"
 	"testing"
 	"time"
 
@@ -47,26 +44,9 @@ func canaryBinary(t *testing.T) string {
 	return built
 }
 
-// canaryHost is one "host" of the canary fleet test: a private Podman and
-// a gateway process following it.
-type canaryHost struct {
-	name string
-	pod  *podmantest.Podman
-	idx  int
-	cmd  *exec.Cmd
-	log  string
-	done chan struct{}
-}
-
-func (h *canaryHost) url(path string) string {
-	return fmt.Sprintf("http://127.0.0.1:%d%s", canaryHTTP[h.idx], path)
-}
-
-func (h *canaryHost) adminURL(path string) string {
-	return fmt.Sprintf("http://127.0.0.1:%d%s", canaryAdmin[h.idx], path)
-}
-
-func (h *canaryHost) config(nats, dir string) string {
+// canaryConfig is a canary test host's Caddyfile: discovery in the
+// fleet, and an audit file sink.
+func canaryConfig(h *fleetHost, nats, dir string) string {
 	return fmt.Sprintf(`{
 	admin 127.0.0.1:%[1]d
 	auto_https off
@@ -99,66 +79,7 @@ func (h *canaryHost) config(nats, dir string) string {
 		respond "ok"
 	}
 }
-`, canaryAdmin[h.idx], canaryHTTP[h.idx], h.pod.Host(), nats, canaryTTL, h.name, filepath.Join(dir, "audit.jsonl"))
-}
-
-// start runs the host's gateway (a new data directory each time) and
-// waits until it answers.
-func (h *canaryHost) start(t *testing.T, bin, nats string) {
-	t.Helper()
-	dir := t.TempDir()
-	cfg := filepath.Join(dir, "Caddyfile")
-	if err := os.WriteFile(cfg, []byte(h.config(nats, dir)), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	h.log = filepath.Join(dir, "caddy.log")
-	logf, err := os.Create(h.log)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cmd := exec.Command(bin, "run", "--config", cfg, "--adapter", "caddyfile")
-	cmd.Env = append(os.Environ(), "HOME="+dir, "XDG_DATA_HOME="+filepath.Join(dir, "data"), "XDG_CONFIG_HOME="+filepath.Join(dir, "config"))
-	cmd.Stdout, cmd.Stderr = logf, logf
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	h.cmd, h.done = cmd, make(chan struct{})
-	done := h.done
-	go func() { _ = cmd.Wait(); logf.Close(); close(done) }()
-	t.Cleanup(func() {
-		_ = cmd.Process.Signal(syscall.SIGINT)
-		select {
-		case <-done:
-		case <-time.After(15 * time.Second):
-			_ = cmd.Process.Kill()
-			<-done
-		}
-		if t.Failed() {
-			b, _ := os.ReadFile(h.log)
-			if len(b) > 8000 {
-				b = b[len(b)-8000:]
-			}
-			t.Logf("gateway %s log (tail):\n%s", h.name, b)
-		}
-	})
-	podmantest.Eventually(t, "gateway "+h.name+" ready", 60*time.Second, func() string {
-		select {
-		case <-done:
-			b, _ := os.ReadFile(h.log)
-			t.Fatalf("gateway %s exited:\n%s", h.name, b)
-		default:
-		}
-		code, _, err := podmantest.Get(h.url("/ready"))
-		if err != nil || code != 200 {
-			return fmt.Sprintf("%d %v", code, err)
-		}
-		return ""
-	})
-}
-
-func (h *canaryHost) kill() {
-	_ = h.cmd.Process.Kill()
-	<-h.done
+`, h.admin, h.http, h.pod.Host(), nats, canaryTTL, h.name, filepath.Join(dir, "audit.jsonl"))
 }
 
 // canaryState is the part of a release the test reads from the admin API.
@@ -172,7 +93,7 @@ type canaryState struct {
 }
 
 // release reads the gateway's release of svc from GET /gateway/containers.
-func (h *canaryHost) release(svc string) (canaryState, error) {
+func release(h *fleetHost, svc string) (canaryState, error) {
 	code, body, err := podmantest.Get(h.adminURL("/gateway/containers"))
 	if err != nil || code != 200 {
 		return canaryState{}, fmt.Errorf("GET /gateway/containers: %d %v", code, err)
@@ -192,7 +113,7 @@ func (h *canaryHost) release(svc string) (canaryState, error) {
 }
 
 // metric reads one sample of the gateway's /metrics ("" when absent).
-func (h *canaryHost) metric(line string) string {
+func metric(h *fleetHost, line string) string {
 	resp, err := http.Get(h.adminURL("/metrics"))
 	if err != nil {
 		return ""
@@ -207,18 +128,6 @@ func (h *canaryHost) metric(line string) string {
 	return ""
 }
 
-var canaryHTTPClient = &http.Client{Timeout: 5 * time.Second}
-
-func canaryGet(url string) (int, string, error) {
-	resp, err := canaryHTTPClient.Get(url)
-	if err != nil {
-		return 0, "", err
-	}
-	defer resp.Body.Close()
-	b, err := io.ReadAll(resp.Body)
-	return resp.StatusCode, string(b), err
-}
-
 // TestCanaryAcrossFleet runs two "hosts" (two private Podman services,
 // two gateway processes) on one NATS cluster, a canary of a service on
 // host A answering 500s: both gateways split it alike (B through the
@@ -227,30 +136,10 @@ func canaryGet(url string) (int, string, error) {
 // rolled back (the state is in the bucket).
 func TestCanaryAcrossFleet(t *testing.T) {
 	bin := canaryBinary(t)
-	root := repoRoot(t)
-	var (
-		wg   sync.WaitGroup
-		pods [2]*podmantest.Podman
-		errs [2]error
-	)
-	for i, name := range []string{"qa", "qb"} {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			pods[i], errs[i] = podmantest.New(root, name)
-		}()
-	}
-	wg.Wait()
-	for i := range pods {
-		if pods[i] != nil {
-			p := pods[i]
-			t.Cleanup(p.Close)
-		}
-		podmantest.Require(t, pods[i], errs[i])
-	}
+	pods := twoPodmans(t, [2]string{"qa", "qb"})
 	nats := natstest.StartCluster(t, 3)
-	a := &canaryHost{name: "a", pod: pods[0], idx: 0}
-	b := &canaryHost{name: "b", pod: pods[1], idx: 1}
+	a := &fleetHost{name: "a", pod: pods[0], admin: canaryAdmin[0], http: canaryHTTP[0], config: canaryConfig}
+	b := &fleetHost{name: "b", pod: pods[1], admin: canaryAdmin[1], http: canaryHTTP[1], config: canaryConfig}
 	a.start(t, bin, nats.URL())
 	b.start(t, bin, nats.URL())
 
@@ -291,9 +180,9 @@ func TestCanaryAcrossFleet(t *testing.T) {
 			"gateway.canary.sticky", "none", "gateway.canary.min_requests", "50"), "--env", "STATUS=500"); err != nil {
 			t.Fatal(err)
 		}
-		for _, h := range []*canaryHost{a, b} {
+		for _, h := range []*fleetHost{a, b} {
 			podmantest.Eventually(t, h.name+" runs the release at 20%", 30*time.Second, func() string {
-				r, err := h.release(svc)
+				r, err := release(h, svc)
 				if err != nil || r.State != "running" || r.Weight != 20 || r.Version != "v2" {
 					return fmt.Sprintf("%+v %v", r, err)
 				}
@@ -303,7 +192,7 @@ func TestCanaryAcrossFleet(t *testing.T) {
 		// B reaches A's replicas (a few requests: fewer than min_requests
 		// reach the canary)
 		podmantest.Eventually(t, "B routes A's stable replicas", 20*time.Second, func() string {
-			code, body, err := canaryGet(b.url(path))
+			code, body, err := podmantest.Get(b.url(path))
 			if err != nil || code != 200 || !strings.HasPrefix(body, svc+"-v1") {
 				return fmt.Sprintf("%d %q %v", code, body, err)
 			}
@@ -316,19 +205,19 @@ func TestCanaryAcrossFleet(t *testing.T) {
 		sent := 0
 		podmantest.Eventually(t, "A rolled back", 60*time.Second, func() string {
 			for range 20 {
-				if _, _, err := canaryGet(a.url(path)); err != nil {
+				if _, _, err := podmantest.Get(a.url(path)); err != nil {
 					t.Fatal(err)
 				}
 				sent++
 			}
-			if r, err := a.release(svc); err == nil && r.State == "rolled_back" {
+			if r, err := release(a, svc); err == nil && r.State == "rolled_back" {
 				rolled = time.Now()
 				return ""
 			}
 			return fmt.Sprintf("%d sent", sent)
 		})
 		podmantest.Eventually(t, "B rolled back", canaryTTL, func() string {
-			r, err := b.release(svc)
+			r, err := release(b, svc)
 			if err != nil || r.State != "rolled_back" || r.Weight != 0 || r.By != "canary-a" {
 				return fmt.Sprintf("%+v %v", r, err)
 			}
@@ -336,15 +225,15 @@ func TestCanaryAcrossFleet(t *testing.T) {
 		})
 		t.Logf("A rolled back after %d requests through it; B applied it %s after the test saw A's", sent, time.Since(rolled).Round(time.Millisecond))
 		for range 200 {
-			code, body, err := canaryGet(b.url(path))
+			code, body, err := podmantest.Get(b.url(path))
 			if err != nil || code != 200 || !strings.HasPrefix(body, svc+"-v1") {
 				t.Fatalf("through B after the rollback: %d %q %v", code, body, err)
 			}
 		}
-		if got := a.metric(`gateway_canary_rollbacks_total{service="` + svc + `"}`); got != "1" {
+		if got := metric(a, `gateway_canary_rollbacks_total{service="`+svc+`"}`); got != "1" {
 			t.Errorf("A's gateway_canary_rollbacks_total = %q, want 1", got)
 		}
-		if got := b.metric(`gateway_canary_rollbacks_total{service="` + svc + `"}`); got != "" && got != "0" {
+		if got := metric(b, `gateway_canary_rollbacks_total{service="`+svc+`"}`); got != "" && got != "0" {
 			t.Errorf("B's gateway_canary_rollbacks_total = %q: B did not decide it", got)
 		}
 	})
@@ -354,14 +243,14 @@ func TestCanaryAcrossFleet(t *testing.T) {
 		b.kill()
 		b.start(outer, bin, nats.URL())
 		podmantest.Eventually(t, "B knows the release", 30*time.Second, func() string {
-			r, err := b.release(svc)
+			r, err := release(b, svc)
 			if err != nil || r.State != "rolled_back" || r.Weight != 0 {
 				return fmt.Sprintf("%+v %v", r, err)
 			}
 			return ""
 		})
 		for range 100 {
-			code, body, err := canaryGet(b.url(path))
+			code, body, err := podmantest.Get(b.url(path))
 			if err != nil || code != 200 || !strings.HasPrefix(body, svc+"-v1") {
 				t.Fatalf("through the restarted B: %d %q %v", code, body, err)
 			}
