@@ -89,6 +89,10 @@ type canaryStore interface {
 	CanaryRefresh() time.Duration
 	// Node is this gateway's node name.
 	Node() string
+	// CanaryWritable reports whether records can be written now (the
+	// bucket is bound and NATS connected): while not, the controller
+	// neither writes nor promotes, and writes what changed when it can.
+	CanaryWritable() bool
 }
 
 // canaryTick is how often the controller checks promotions.
@@ -545,10 +549,17 @@ func (c *canaries) remember(rec CanaryRecord) {
 // work reports rollbacks, takes promotion steps that are due and writes
 // records that changed.
 func (c *canaries) work(ctx context.Context, now time.Time) {
+	writable := c.store == nil || c.store.CanaryWritable()
 	for _, r := range c.releases() {
 		p := r.pending.Swap(0)
 		if p&pendRolledBack != 0 {
 			c.reportRollback(r)
+		}
+		if !writable {
+			// NATS is away: the fleet cannot agree on a step, and a
+			// write would only wait for its timeout
+			r.pending.Or(p & pendWrite)
+			continue
 		}
 		if c.promote(ctx, r, now) {
 			p |= pendWrite

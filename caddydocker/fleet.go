@@ -1217,4 +1217,12 @@ func (f *Fleet) CanaryRefresh() time.Duration { return f.cfg.TTL / 3 }
 // Node returns this gateway's node name.
 func (f *Fleet) Node() string { return f.cfg.Node }
 
+// CanaryWritable reports whether the bucket is bound and NATS connected.
+func (f *Fleet) CanaryWritable() bool {
+	f.mu.Lock()
+	bound := f.kv != nil
+	f.mu.Unlock()
+	return bound && f.conn.NATS().IsConnected()
+}
+
 var _ canaryStore = (*Fleet)(nil)

@@ -635,10 +635,10 @@ func (w *Watcher) loadState() {
 	w.log.Info("engine unreachable at start: applying routes from state_file",
 		zap.String("path", w.cfg.StateFile), zap.Time("written", st.Written), zap.Int("routes", len(plan.Routes)))
 	w.plan, w.containers, w.written = &plan, st.Containers, st.Hash
-	w.setPools(&plan)
 	w.update(func(s *Snapshot) {
 		s.Containers, s.Warnings, s.Routes, s.Hash, s.FromStateFile = ds, plan.Warnings, len(plan.Routes), plan.Hash, true
 	})
+	w.setPools(&plan)
 	w.apply(plan, st.Containers, true)
 }
 
