@@ -111,8 +111,10 @@ func canaryGet(path string, header http.Header) (answer, error) {
 
 // deployCanary runs replicas v1a, v1b (stable) and v2 (the canary, with
 // canaryExtra labels and runOpts) of svc and waits until the gateway
-// splits the service between them.
-func deployCanary(t *testing.T, p *podmantest.Podman, svc string, auth bool, runOpts []string, canaryExtra ...string) {
+// splits the service between them. It returns how many of the requests
+// it sent to check that were answered by the canary (0 or 1: they count
+// in the canary's window).
+func deployCanary(t *testing.T, p *podmantest.Podman, svc string, auth bool, runOpts []string, canaryExtra ...string) (probeOnCanary int) {
 	t.Helper()
 	for _, v := range []string{"v1a", "v1b"} {
 		pt := port(t)
@@ -134,12 +136,18 @@ func deployCanary(t *testing.T, p *podmantest.Podman, svc string, auth bool, run
 		if auth {
 			return ""
 		}
+		// an answer of the service (not the empty 200 of the config the
+		// gateway loaded, which serves until the discovered routes apply)
 		a, err := canaryGet("/"+svc+"/ready", nil)
-		if err != nil || (a.status != 200 && a.status != 500) {
+		if err != nil || (a.status != 200 && a.status != 500) || !strings.HasPrefix(a.body, svc+"-v") {
 			return fmt.Sprintf("%d %q %v", a.status, a.body, err)
+		}
+		if strings.HasPrefix(a.body, svc+"-v2 ") {
+			probeOnCanary = 1
 		}
 		return ""
 	})
+	return probeOnCanary
 }
 
 func canaryOf(t *testing.T, svc string) *CanaryStatus {
@@ -198,10 +206,12 @@ func TestCanary(t *testing.T) {
 	}
 }
 
+// fastServed is how many requests the fast path served on server gateway
+// (gateway_fastpath_requests_total), -1 when it does not serve it.
 func fastServed() int64 {
 	for _, s := range fastpath.Status() {
 		if s.Server == "gateway" && s.On {
-			return s.Served
+			return int64(s.Requests)
 		}
 	}
 	return -1
@@ -238,6 +248,8 @@ func canaryOnPath(t *testing.T, p *podmantest.Podman, dir string, fast bool, tag
 				total++
 				if strings.HasPrefix(a.body, svc+"-v2 ") {
 					canary++
+				} else if !strings.HasPrefix(a.body, svc+"-v1") {
+					t.Fatalf("answer from neither version: %q", a.body)
 				}
 			}
 		})
@@ -255,9 +267,12 @@ func canaryOnPath(t *testing.T, p *podmantest.Podman, dir string, fast bool, tag
 				t.Fatalf("X-Canary: yes not on the canary: %q %v", a.body, err)
 			}
 		}
-		// the dashboard's figures
+		// the dashboard's figures: every answer counted on its side
 		c := canaryOf(t, svc)
-		if c.State != CanaryRunning || c.Weight != 10 || c.Sides[1].Requests < 70 || c.Sides[0].Requests < 800 {
+		t.Logf("window: stable %d answers, canary %d; %d refused connections of starting replicas",
+			c.Sides[0].Requests, c.Sides[1].Requests, c.Starting)
+		if c.State != CanaryRunning || c.Weight != 10 || c.Sides[1].Requests < canary+20 || c.Sides[0].Requests < total-canary ||
+			c.Sides[0].Requests+c.Sides[1].Requests > total+20+1 { // (+1: deployCanary's probe)
 			t.Fatalf("status %+v", c)
 		}
 	})
@@ -295,7 +310,7 @@ func canaryOnPath(t *testing.T, p *podmantest.Podman, dir string, fast bool, tag
 			deployCanary(t, p, svc, true, nil, "gateway.canary.weight", "30")
 			podmantest.Eventually(t, "the route with jwt_auth", 20*time.Second, func() string {
 				a, err := canaryGet("/"+svc+"/x", http.Header{"Authorization": {"Bearer " + token(t, "probe")}})
-				if err != nil || a.status != 200 {
+				if err != nil || a.status != 200 || !strings.HasPrefix(a.body, svc+"-v") {
 					return fmt.Sprintf("%d %q %v", a.status, a.body, err)
 				}
 				return ""
@@ -330,7 +345,7 @@ func canaryOnPath(t *testing.T, p *podmantest.Podman, dir string, fast bool, tag
 	step("rollback: a canary answering 500s is taken out after min_requests", func(t *testing.T) {
 		svc := "cr-" + tag
 		before := rollbacksOf(t, svc)
-		deployCanary(t, p, svc, false, []string{"--env", "STATUS=500"}, "gateway.canary.weight", "10", "gateway.canary.sticky", "none")
+		probe := int64(deployCanary(t, p, svc, false, []string{"--env", "STATUS=500"}, "gateway.canary.weight", "10", "gateway.canary.sticky", "none"))
 		const workers = 4
 		var sent, failed, fromCanary, errs atomic.Int64
 		var stop atomic.Bool
@@ -378,12 +393,14 @@ func canaryOnPath(t *testing.T, p *podmantest.Podman, dir string, fast bool, tag
 		if errs.Load() != 0 || failed.Load() != fromCanary.Load() {
 			t.Fatalf("%d errors (first: %v), %d failed but %d canary answers: a stable request failed", errs.Load(), firstErr.Load(), failed.Load(), fromCanary.Load())
 		}
-		// the window's answers when it broke the limit, plus at most the
+		// the window's answers when it broke the limit (deployCanary's
+		// probe among them when the canary answered it), plus at most the
 		// requests already on their way to the canary (one per worker)
-		if f := failed.Load(); f < DefaultCanaryMinRequests || f > DefaultCanaryMinRequests+workers-1 {
-			t.Fatalf("%d failed answers, want %d (min_requests) to %d", f, DefaultCanaryMinRequests, DefaultCanaryMinRequests+workers-1)
+		if f := failed.Load() + probe; f < DefaultCanaryMinRequests || f > DefaultCanaryMinRequests+workers-1 {
+			t.Fatalf("%d failed answers (%d of them deployCanary's probe), want %d (min_requests) to %d",
+				f, probe, DefaultCanaryMinRequests, DefaultCanaryMinRequests+workers-1)
 		}
-		if c.Weight != 0 || c.Sides[1].Requests != int(fromCanary.Load()) {
+		if c.Weight != 0 || c.Sides[1].Requests != int(fromCanary.Load()+probe) {
 			t.Fatalf("status %+v", c)
 		}
 		for range 200 {
@@ -412,9 +429,8 @@ func canaryOnPath(t *testing.T, p *podmantest.Podman, dir string, fast bool, tag
 	if !fast {
 		step("rollback on latency: P99 above max_p99", func(t *testing.T) {
 			svc := "cl-" + tag
-			deployCanary(t, p, svc, false, []string{"--env", "DELAY=40ms"}, "gateway.canary.weight", "50",
+			slow := deployCanary(t, p, svc, false, []string{"--env", "DELAY=40ms"}, "gateway.canary.weight", "50",
 				"gateway.canary.sticky", "none", "gateway.canary.min_requests", "20", "gateway.canary.max_p99", "20ms")
-			slow := 0
 			podmantest.Eventually(t, "rolled back on p99", 60*time.Second, func() string {
 				a, err := canaryGet("/"+svc+"/x", nil)
 				if err != nil || a.status != 200 {
@@ -432,7 +448,7 @@ func canaryOnPath(t *testing.T, p *podmantest.Podman, dir string, fast bool, tag
 				return fmt.Sprintf("%d answers of the canary", slow)
 			})
 			if slow != 20 {
-				t.Fatalf("%d answers of the slow canary, want min_requests (20)", slow)
+				t.Fatalf("%d answers of the slow canary (deployCanary's probe included), want min_requests (20)", slow)
 			}
 		})
 	}

@@ -836,6 +836,10 @@ type CanaryStatus struct {
 	// Sides are the stable and the canary side's windows now, with each
 	// one's share of the answers in the window (percent).
 	Sides []CanarySide `json:"sides"`
+	// Starting counts the failed connections to replicas that had not
+	// answered yet, not judged (ReplicaStartGrace), since the release
+	// was taken up.
+	Starting int64 `json:"starting,omitempty"`
 }
 
 // CanarySide is one side of a release in its window.
@@ -855,7 +859,7 @@ func (c *canaries) status(now time.Time) []CanaryStatus {
 		r.mu.Lock()
 		cs := CanaryStatus{Service: r.service, Release: r.id, Version: r.version, Stable: slices.Clone(r.stable),
 			State: r.State(), Weight: int(r.weight.Load()), Spec: r.spec, Waiting: r.waiting,
-			Since: r.started, Ended: r.ended, Reason: r.reason, By: r.by}
+			Since: r.started, Ended: r.ended, Reason: r.reason, By: r.by, Starting: r.starting.Load()}
 		if cs.State == CanaryRunning && r.spec.Step > 0 {
 			cs.NextStep = r.changedAt.Add(r.spec.Interval)
 		}
