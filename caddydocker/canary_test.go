@@ -321,6 +321,29 @@ func TestSelection(t *testing.T) {
 			}
 		}
 	})
+	t.Run("sticky by the verified subject, no cookie", func(t *testing.T) {
+		s, _ := testSplit(t, "sel", "subj", defaultSpec(30), stable, canary)
+		in := 0
+		for i := range 300 {
+			sub := fmt.Sprintf("user-%d", i)
+			w := httptest.NewRecorder()
+			first := isCanary(s.Select(pool, testRequest(sub, nil), w))
+			if len(w.Header().Values("Set-Cookie")) != 0 {
+				t.Fatal("a subject got a cookie")
+			}
+			for range 3 {
+				if isCanary(s.Select(pool, testRequest(sub, nil), httptest.NewRecorder())) != first {
+					t.Fatalf("%s moved", sub)
+				}
+			}
+			if first {
+				in++
+			}
+		}
+		if in < 60 || in > 120 {
+			t.Fatalf("%d of 300 subjects on the canary at weight 30", in)
+		}
+	})
 	t.Run("a retry stays on its side and avoids what failed", func(t *testing.T) {
 		spec := defaultSpec(100)
 		s, _ := testSplit(t, "sel", "retry", spec, stable, canary)

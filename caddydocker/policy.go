@@ -100,7 +100,7 @@ func (s *Selection) toCanary(rel *release, vars map[string]any, r *http.Request,
 	c := canaryClient{header: r.Header}
 	spec := &rel.spec
 	if spec.Sticky == CanaryStickySubject {
-		if id, ok := vars[identity.VarIdentity].(*identity.Identity); ok && id != nil {
+		if id, ok := identity.FromVars(vars); ok {
 			c.subject = id.Subject
 		}
 	}
