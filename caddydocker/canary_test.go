@@ -119,7 +119,7 @@ func TestCookieToken(t *testing.T) {
 		{"a=b; gateway_canary=0123456789abcdef; c=d", "0123456789abcdef"},
 		{`gateway_canary="0123456789abcdef"`, "0123456789abcdef"},
 		{"gateway_canary=short", ""},
-		{"gateway_canary=bad token!", ""},
+		{"gateway_canary=" + strings.Repeat("x", 65), ""},
 		{"other_gateway_canary=0123456789abcdef", ""},
 		{"", ""},
 	} {
@@ -442,28 +442,20 @@ func BenchmarkCanarySelect(b *testing.B) {
 			spec.Sticky = bc.sticky
 			spec.Header = "X-Canary"
 			s, _ := testSplit(b, "bench", "svc-"+bc.name, spec, stable, canary)
-			// requests as the paths hand them over: each with its own
-			// variables table (reused in turn, emptied untimed)
-			const n = 4096
+			// requests as the paths hand them over, each with its own
+			// variables table, used in turn (a request's observer left in
+			// its table from the turn before is not read: its pool is
+			// whole, so it is not a retry)
+			const n = 64
 			reqs := make([]*http.Request, n)
-			vars := make([]map[string]any, n)
 			for i := range reqs {
 				reqs[i] = testRequest(bc.sub, bc.header)
-				vars[i] = reqs[i].Context().Value(caddyhttp.VarsCtxKey).(map[string]any)
 			}
 			w := httptest.NewRecorder()
 			b.ReportAllocs()
 			i := 0
 			for b.Loop() {
-				if i == n {
-					b.StopTimer()
-					for _, v := range vars {
-						delete(v, caddyh1.ObserverVar)
-					}
-					i = 0
-					b.StartTimer()
-				}
-				if s.Select(pool, reqs[i], w) == nil {
+				if s.Select(pool, reqs[i%n], w) == nil {
 					b.Fatal("nil")
 				}
 				i++

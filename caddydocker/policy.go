@@ -72,11 +72,18 @@ func (s *Selection) Select(pool reverseproxy.UpstreamPool, r *http.Request, w ht
 	// one lookup of the variables table, then plain map operations
 	vars, _ := r.Context().Value(caddyhttp.VarsCtxKey).(map[string]any)
 	var side uint8
-	if prev, ok := vars[caddyh1.ObserverVar].(*dialWatch); ok && prev.side.rel == rel {
-		if prev.side.canary {
-			side = 1
+	// A retry's pool lacks the replicas the request failed on: only then
+	// is there an earlier side to look up.
+	retry := false
+	if len(pool) < len(st.dials) {
+		if prev, ok := vars[caddyh1.ObserverVar].(*dialWatch); ok && prev.side.rel == rel {
+			retry = true
+			if prev.side.canary {
+				side = 1
+			}
 		}
-	} else if s.toCanary(rel, vars, r, w) {
+	}
+	if !retry && s.toCanary(rel, vars, r, w) {
 		side = 1
 	}
 	order := [3]uint8{0, 2, 1} // stable, retired, canary
