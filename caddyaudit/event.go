@@ -71,7 +71,7 @@ type Event struct {
 
 	// Kind is empty for request events; "chain_start" and "checkpoint"
 	// events belong to the chain and carry the fields below instead of the
-	// request's.
+	// request's; other kinds are notices (Notice).
 	Kind      string `json:"kind,omitempty"`
 	Node      string `json:"node,omitempty"`
 	KeyID     string `json:"key_id,omitempty"`
@@ -79,6 +79,11 @@ type Event struct {
 	LastHash  string `json:"last_hash,omitempty"`
 	Signature string `json:"signature,omitempty"`
 	Final     bool   `json:"final,omitempty"`
+
+	// Notice holds the members of a notice: an event no request caused
+	// (App.RecordNotice), whose Kind names it. In the sinks' JSON the
+	// members are at the top level, beside kind, request_id and time.
+	Notice map[string]any `json:"-"`
 }
 
 // Field is one extra value of an event.
@@ -135,6 +140,9 @@ func appendFields(buf []byte, f Fields) []byte {
 // (RFC 8785: members sorted by name, so that the bytes are what a chain's
 // hash covers). It allocates nothing when buf has room.
 func (e *Event) AppendJSON(buf []byte) []byte {
+	if e.Notice != nil {
+		return e.appendNotice(buf)
+	}
 	if e.Kind != "" {
 		return e.appendChainEvent(buf)
 	}

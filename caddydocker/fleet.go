@@ -232,6 +232,18 @@ type Fleet struct {
 	errs     [3]string
 	// namesakes are the other instances seen writing this node's key.
 	namesakes map[string]*FleetNamesake
+
+	// canary holds the canary releases' records (keys under
+	// canaryKeyPrefix), as the watch delivered them.
+	canary        map[string]fleetCanary
+	canaryChanged chan struct{}
+}
+
+// fleetCanary is one canary record of the bucket.
+type fleetCanary struct {
+	rec CanaryRecord
+	rev uint64
+	at  time.Time // local time of its delivery
 }
 
 // error slots of Fleet.errs
@@ -270,6 +282,9 @@ func NewFleet(cfg FleetConfig, conn *natsconn.Conn, log *zap.Logger) (*Fleet, er
 		ready:     make(chan struct{}),
 		nodes:     map[string]*fleetNode{},
 		namesakes: map[string]*FleetNamesake{},
+		canary:    map[string]fleetCanary{},
+
+		canaryChanged: make(chan struct{}, 1),
 	}, nil
 }
 
@@ -285,6 +300,9 @@ func (c FleetConfig) withDefaults() (FleetConfig, error) {
 		c.Node = h
 	} else if err := validKVKey(c.Node); err != nil {
 		return c, fmt.Errorf("invalid fleet node %q: %v", c.Node, err)
+	}
+	if strings.HasPrefix(c.Node, canaryKeyPrefix) {
+		return c, fmt.Errorf("invalid fleet node %q: names starting with %q are the keys of canary releases", c.Node, canaryKeyPrefix)
 	}
 	if err := validAdvertise(c.Advertise); err != nil {
 		return c, err
@@ -889,6 +907,10 @@ func (f *Fleet) deliver(e jetstream.KeyValueEntry, now time.Time) {
 		return
 	}
 	key := e.Key()
+	if strings.HasPrefix(key, canaryKeyPrefix) {
+		f.deliverCanary(e, now)
+		return
+	}
 	if key == f.cfg.Node {
 		f.own(e)
 		return
@@ -1101,3 +1123,106 @@ func (f *Fleet) rebuild() {
 	f.remote = remote
 	signal(f.changed)
 }
+
+// Canary releases (canaryctl.go) keep one record per release in the
+// bucket, beside the nodes' entries, under a key no node can have:
+// _canary.<service>.<release id> (a '.' of the service written =2E).
+const canaryKeyPrefix = "_canary."
+
+func canaryKey(service, release string) string {
+	return canaryKeyPrefix + strings.ReplaceAll(service, ".", "=2E") + "." + release
+}
+
+// deliverCanary applies a watch update of a canary record (f.mu held).
+func (f *Fleet) deliverCanary(e jetstream.KeyValueEntry, now time.Time) {
+	key := e.Key()
+	if op := e.Operation(); op == jetstream.KeyValueDelete || op == jetstream.KeyValuePurge {
+		delete(f.canary, key)
+		signal(f.canaryChanged)
+		return
+	}
+	var rec CanaryRecord
+	if err := json.Unmarshal(e.Value(), &rec); err != nil || rec.V != 1 || canaryKey(rec.Service, rec.Release) != key {
+		f.log.Warn("fleet: skipping a canary record that this gateway cannot read", zap.String("key", key),
+			zap.Uint64("revision", e.Revision()), zap.Error(err), zap.Int("v", rec.V))
+		return
+	}
+	f.canary[key] = fleetCanary{rec: rec, rev: e.Revision(), at: now}
+	signal(f.canaryChanged)
+}
+
+// CanaryRecord returns a release's record as the watch last delivered it,
+// its revision and the local time it arrived.
+func (f *Fleet) CanaryRecord(service, release string) (CanaryRecord, uint64, time.Time, bool) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	c, ok := f.canary[canaryKey(service, release)]
+	return c.rec, c.rev, c.at, ok
+}
+
+// errNotBound is returned by canary writes before the bucket is bound.
+var errNotBound = errors.New("fleet: the bucket is not bound yet")
+
+// PutCanary creates a release's record (rev 0; it fails if the record
+// exists) or replaces it if its revision is still rev. It returns the
+// new revision.
+func (f *Fleet) PutCanary(ctx context.Context, rec CanaryRecord, rev uint64) (uint64, error) {
+	f.mu.Lock()
+	kv := f.kv
+	f.mu.Unlock()
+	if kv == nil {
+		return 0, errNotBound
+	}
+	b, err := json.Marshal(rec)
+	if err != nil {
+		return 0, err
+	}
+	key := canaryKey(rec.Service, rec.Release)
+	if rev == 0 {
+		return kv.Create(ctx, key, b)
+	}
+	return kv.Update(ctx, key, b, rev)
+}
+
+// GetCanary reads a release's record from the bucket.
+func (f *Fleet) GetCanary(ctx context.Context, service, release string) (CanaryRecord, uint64, bool, error) {
+	f.mu.Lock()
+	kv := f.kv
+	f.mu.Unlock()
+	if kv == nil {
+		return CanaryRecord{}, 0, false, errNotBound
+	}
+	e, err := kv.Get(ctx, canaryKey(service, release))
+	if errors.Is(err, jetstream.ErrKeyNotFound) || errors.Is(err, jetstream.ErrKeyDeleted) {
+		return CanaryRecord{}, 0, false, nil
+	}
+	if err != nil {
+		return CanaryRecord{}, 0, false, err
+	}
+	var rec CanaryRecord
+	if err := json.Unmarshal(e.Value(), &rec); err != nil {
+		return CanaryRecord{}, 0, false, fmt.Errorf("canary record %s: %w", e.Key(), err)
+	}
+	return rec, e.Revision(), true, nil
+}
+
+// CanaryChanged is signalled when a canary record arrived or went.
+func (f *Fleet) CanaryChanged() <-chan struct{} { return f.canaryChanged }
+
+// CanaryRefresh is how often a running release's record is re-put, so
+// that the bucket's max age (4 ttl when this package creates it) keeps
+// it: ttl/3, as a node's heartbeat.
+func (f *Fleet) CanaryRefresh() time.Duration { return f.cfg.TTL / 3 }
+
+// Node returns this gateway's node name.
+func (f *Fleet) Node() string { return f.cfg.Node }
+
+// CanaryWritable reports whether the bucket is bound and NATS connected.
+func (f *Fleet) CanaryWritable() bool {
+	f.mu.Lock()
+	bound := f.kv != nil
+	f.mu.Unlock()
+	return bound && f.conn.NATS().IsConnected()
+}
+
+var _ canaryStore = (*Fleet)(nil)

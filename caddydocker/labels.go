@@ -74,6 +74,12 @@ type Service struct {
 	Upstream string `json:"upstream"`
 	// Routers are the container's routers, sorted by name.
 	Routers []Router `json:"routers"`
+	// Version is gateway.version: which version of the service the
+	// container runs ("" without the label).
+	Version string `json:"version,omitempty"`
+	// Canary is set on the containers of a canary version (the
+	// gateway.canary.* labels).
+	Canary *CanarySpec `json:"canary,omitempty"`
 }
 
 // Router is one gateway.router.<name>.* group of labels.
@@ -236,6 +242,7 @@ func (p *labelParser) service() *Service {
 	if v, ok := p.get("health"); ok && v != "ignore" {
 		p.bad(LabelPrefix+"health", v, "the only value is ignore (route the container whatever its health check says)")
 	}
+	p.versionLabels(svc)
 	if p.c.Node != "" && port > 0 {
 		// Announced by another host of the fleet: reached at that host's
 		// advertise address and the port published for gateway.port,
@@ -273,8 +280,11 @@ func (p *labelParser) routerLabels() map[string]map[string]string {
 		}
 		rest := key[len(LabelPrefix):]
 		switch rest {
-		case "enable", "name", "port", "address", "health":
+		case "enable", "name", "port", "address", "health", "version":
 			continue
+		}
+		if strings.HasPrefix(rest, "canary.") {
+			continue // versionLabels
 		}
 		if !strings.HasPrefix(rest, "router.") {
 			p.bad(key, value, "unknown label")

@@ -17,6 +17,9 @@ type metrics struct {
 	applyDuration prometheus.Histogram
 	errors        *prometheus.CounterVec
 	events        prometheus.Counter
+	// canary releases
+	canaryRollbacks *prometheus.CounterVec
+	canaryWeight    *prometheus.GaugeVec
 }
 
 var (
@@ -53,6 +56,14 @@ func globalMetrics() *metrics {
 				Namespace: ns, Subsystem: sub, Name: "events_total",
 				Help: "Container events received that may change routes.",
 			}),
+			canaryRollbacks: prometheus.NewCounterVec(prometheus.CounterOpts{
+				Namespace: ns, Subsystem: "canary", Name: "rollbacks_total",
+				Help: "Canary releases this gateway rolled back because their answers broke a limit, by service.",
+			}, []string{"service"}),
+			canaryWeight: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+				Namespace: ns, Subsystem: "canary", Name: "weight",
+				Help: "The current canary's share of its service's requests, in percent, by service (services running a release).",
+			}, []string{"service"}),
 		}
 	})
 	return gm
@@ -61,7 +72,8 @@ func globalMetrics() *metrics {
 // register registers the collectors on reg, reusing collectors that are
 // already registered there.
 func (m *metrics) register(reg *prometheus.Registry) error {
-	return gwmetrics.Register(reg, m.containers, m.routes, m.applies, m.applyDuration, m.errors, m.events)
+	return gwmetrics.Register(reg, m.containers, m.routes, m.applies, m.applyDuration, m.errors, m.events,
+		m.canaryRollbacks, m.canaryWeight)
 }
 
 // ReadStats returns the discovery counters as the dashboard shows them:
@@ -73,5 +85,6 @@ func ReadStats() map[string]float64 {
 	gwmetrics.Each(m.routes, func(_ map[string]string, v float64) { out["routes"] += v })
 	gwmetrics.Each(m.errors, func(l map[string]string, v float64) { out["errors_"+l["kind"]] += v })
 	gwmetrics.Each(m.applies, func(l map[string]string, v float64) { out["applies_"+l["result"]] += v })
+	gwmetrics.Each(m.canaryRollbacks, func(_ map[string]string, v float64) { out["canary_rollbacks"] += v })
 	return out
 }

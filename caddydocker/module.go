@@ -106,6 +106,7 @@ type App struct {
 	key     string
 	watcher *Watcher
 	logger  *zap.Logger
+	auditor Auditor
 }
 
 // CaddyModule returns the Caddy module information.
@@ -166,6 +167,15 @@ func (a *App) Provision(ctx caddy.Context) error {
 
 	if err := globalMetrics().register(ctx.GetMetricsRegistry()); err != nil {
 		return fmt.Errorf("docker: registering metrics: %w", err)
+	}
+	// Canary rollbacks and promotions are audit events of this config's
+	// audit app, when it has one.
+	if v, err := ctx.AppIfConfigured("audit"); err == nil {
+		if au, ok := v.(Auditor); ok {
+			a.auditor = au
+		}
+	} else if !errors.Is(err, caddy.ErrNotConfigured) {
+		return fmt.Errorf("docker: %w", err)
 	}
 
 	var natsOpts natsconn.Options
@@ -274,6 +284,7 @@ func (a *App) Validate() error {
 // engine and the admin API are only contacted from the watcher's goroutine.
 func (a *App) Start() error {
 	setCurrent(a.Server, a.watcher)
+	a.watcher.SetAuditor(a.auditor)
 	a.watcher.Start()
 	return nil
 }

@@ -119,7 +119,7 @@ func TestRetryOnAnotherReplica(t *testing.T) {
 			t.Fatalf("load: %v", err)
 		}
 		t.Cleanup(func() { _ = caddy.Stop() })
-		setPools("retrytest", plan.Pools, nil)
+		setPools("retrytest", plan.Pools, nil, nil)
 		if got := PoolOf("retrytest", "svc"); len(got) != len(ups) {
 			t.Fatalf("pool %v", got)
 		}

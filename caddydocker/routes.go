@@ -178,6 +178,12 @@ type Plan struct {
 	// routes read them per request (Upstreams), so they are not part of
 	// Hash: a replica change applies without a config reload.
 	Pools map[string][]string `json:"pools,omitempty"`
+	// Versions are the replicas of each routed service that runs
+	// versions (gateway.version), by version, with the canary labels of
+	// each. Like Pools they are read per request (the docker selection
+	// policy), not part of Hash: a canary starting, its weight changing
+	// or its rollback reload nothing.
+	Versions map[string][]VersionGroup `json:"versions,omitempty"`
 	// Hash identifies the route set (sha256 of the canonical routes).
 	Hash string `json:"hash"`
 }
@@ -208,6 +214,20 @@ type service struct {
 	upstreams  []string
 	routers    []Router
 	containers []string
+	versions   map[string]*VersionGroup
+	canaryFrom map[string]string // version -> container whose canary labels count
+}
+
+// VersionGroup is one version of a service: its routed replicas and, on
+// a canary version, its canary labels.
+type VersionGroup struct {
+	// Version is gateway.version ("" for replicas without the label).
+	Version string `json:"version"`
+	// Dials are the version's routed replicas, sorted.
+	Dials []string `json:"dials"`
+	// Canary is the version's canary labels (those of its first
+	// container by name), nil on a version without them.
+	Canary *CanarySpec `json:"canary,omitempty"`
 }
 
 type candidate struct {
@@ -250,6 +270,7 @@ func BuildRoutes(ds []Discovered, opts BuildOptions) (Plan, error) {
 		}
 		if d.State == StateRouted {
 			s.upstreams = append(s.upstreams, d.Service.Upstream)
+			s.addVersion(d, &plan)
 		}
 		s.containers = append(s.containers, d.Container.Name)
 		for _, r := range d.Service.Routers {
@@ -323,11 +344,58 @@ func BuildRoutes(ds []Discovered, opts BuildOptions) (Plan, error) {
 				plan.Pools = map[string][]string{}
 			}
 			plan.Pools[c.svc.name] = c.svc.upstreams
+			if vs := c.svc.versionGroups(); vs != nil {
+				if plan.Versions == nil {
+					plan.Versions = map[string][]VersionGroup{}
+				}
+				plan.Versions[c.svc.name] = vs
+			}
 		}
 	}
 	sort.Strings(plan.Warnings)
 	plan.Hash = HashRoutes(plan.Routes)
 	return plan, nil
+}
+
+// addVersion adds a routed container to its version's group. The first
+// container of a version (by name) gives the version's canary labels; one
+// that disagrees is warned about.
+func (s *service) addVersion(d Discovered, plan *Plan) {
+	v := d.Service.Version
+	if s.versions == nil {
+		s.versions = map[string]*VersionGroup{}
+		s.canaryFrom = map[string]string{}
+	}
+	g := s.versions[v]
+	if g == nil {
+		g = &VersionGroup{Version: v, Canary: d.Service.Canary}
+		s.versions[v] = g
+		s.canaryFrom[v] = d.Container.Name
+	} else if !reflect.DeepEqual(g.Canary, d.Service.Canary) {
+		plan.Warnings = append(plan.Warnings, fmt.Sprintf(
+			"service %s version %s: container %s has other gateway.canary.* labels than container %s; using %s's",
+			s.name, v, d.Container.Name, s.canaryFrom[v], s.canaryFrom[v]))
+	}
+	g.Dials = append(g.Dials, d.Service.Upstream)
+}
+
+// versionGroups returns the service's versions sorted by version, or nil
+// when no replica has a version label.
+func (s *service) versionGroups() []VersionGroup {
+	if len(s.versions) == 0 {
+		return nil
+	}
+	if _, only := s.versions[""]; only && len(s.versions) == 1 {
+		return nil
+	}
+	out := make([]VersionGroup, 0, len(s.versions))
+	for _, g := range s.versions {
+		vg := *g
+		vg.Dials = sortedUnique(g.Dials)
+		out = append(out, vg)
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Version < out[j].Version })
+	return out
 }
 
 func lessRoute(a, b candidate) bool {
@@ -468,7 +536,9 @@ func buildRoute(s *service, r Router, opts BuildOptions) (json.RawMessage, error
 	// A failed request is retried on another replica (the source leaves
 	// out the ones it failed on).
 	lb := map[string]any{
-		"selection_policy": map[string]string{"policy": "round_robin"},
+		// round robin over the replicas, and the split between a
+		// service's versions when it runs a canary (policy.go)
+		"selection_policy": map[string]string{"policy": "docker", "server": opts.Server, "service": s.name},
 		"retries":          Retries,
 	}
 	if isH1(transport) {

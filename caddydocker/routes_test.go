@@ -146,6 +146,45 @@ var routeCases = []routeCase{
 		c("good", base("gateway.router.api.path_prefix", "/good")...)}},
 	{name: "permission_without_config", labelOpts: &LabelOptions{HaveJWT: true}, containers: []Container{
 		c("bad", base("gateway.router.api.permission", "true")...)}},
+
+	// versions and canary releases
+	{name: "versions_without_canary", containers: []Container{
+		c("orders-1", base("gateway.name", "orders", "gateway.version", "v1")...),
+		with(c("orders-2", base("gateway.name", "orders", "gateway.version", "v2")...), func(x *Container) { x.IP = "10.88.0.3" })}},
+	{name: "canary_defaults", containers: []Container{
+		c("orders-1", base("gateway.name", "orders", "gateway.version", "v1")...),
+		with(c("orders-2", base("gateway.name", "orders", "gateway.version", "v2", "gateway.canary.weight", "10")...), func(x *Container) { x.IP = "10.88.0.3" })}},
+	{name: "canary_every_label", containers: []Container{
+		c("orders-1", base("gateway.name", "orders", "gateway.version", "1.4.0")...),
+		with(c("orders-2", base("gateway.name", "orders", "gateway.version", "1.5.0-rc.1+build.7",
+			"gateway.canary.weight", "10", "gateway.canary.sticky", "cookie", "gateway.canary.header", "x-canary = yes",
+			"gateway.canary.step", "10", "gateway.canary.interval", "30s", "gateway.canary.min_requests", "50",
+			"gateway.canary.max_error_rate", "2.5%", "gateway.canary.max_p99", "500ms", "gateway.canary.window", "2m")...), func(x *Container) { x.IP = "10.88.0.3" }),
+		with(c("orders-3", base("gateway.name", "orders")...), func(x *Container) { x.IP = "10.88.0.4" })}},
+	{name: "canary_labels_differ", containers: []Container{
+		c("orders-1", base("gateway.name", "orders", "gateway.version", "v1")...),
+		with(c("orders-2", base("gateway.name", "orders", "gateway.version", "v2", "gateway.canary.weight", "10")...), func(x *Container) { x.IP = "10.88.0.3" }),
+		with(c("orders-3", base("gateway.name", "orders", "gateway.version", "v2", "gateway.canary.weight", "20")...), func(x *Container) { x.IP = "10.88.0.4" })}},
+	{name: "canary_unhealthy_replica", containers: []Container{
+		c("orders-1", base("gateway.name", "orders", "gateway.version", "v1")...),
+		with(c("orders-2", base("gateway.name", "orders", "gateway.version", "v2", "gateway.canary.weight", "10")...), func(x *Container) { x.IP = "10.88.0.3"; x.Health = "unhealthy" })}},
+	{name: "bad_canary", containers: []Container{
+		c("bad-weight", base("gateway.version", "v2", "gateway.canary.weight", "101")...),
+		c("bad-sticky", base("gateway.version", "v2", "gateway.canary.weight", "5", "gateway.canary.sticky", "always")...),
+		c("bad-header", base("gateway.version", "v2", "gateway.canary.weight", "5", "gateway.canary.header", "X Canary")...),
+		c("bad-header-value", base("gateway.version", "v2", "gateway.canary.weight", "5", "gateway.canary.header", "X-Canary=")...),
+		c("bad-step", base("gateway.version", "v2", "gateway.canary.weight", "5", "gateway.canary.step", "0", "gateway.canary.interval", "30s")...),
+		c("bad-step-alone", base("gateway.version", "v2", "gateway.canary.weight", "5", "gateway.canary.step", "10")...),
+		c("bad-interval", base("gateway.version", "v2", "gateway.canary.weight", "5", "gateway.canary.step", "10", "gateway.canary.interval", "10ms")...),
+		c("bad-min-requests", base("gateway.version", "v2", "gateway.canary.weight", "5", "gateway.canary.min_requests", "0")...),
+		c("bad-max-error-rate", base("gateway.version", "v2", "gateway.canary.weight", "5", "gateway.canary.max_error_rate", "lots")...),
+		c("bad-max-p99", base("gateway.version", "v2", "gateway.canary.weight", "5", "gateway.canary.max_p99", "-1s")...),
+		c("bad-window", base("gateway.version", "v2", "gateway.canary.weight", "5", "gateway.canary.window", "0s")...),
+		c("bad-unknown", base("gateway.version", "v2", "gateway.canary.weight", "5", "gateway.canary.speed", "fast")...),
+		c("bad-no-weight", base("gateway.version", "v2", "gateway.canary.sticky", "none")...),
+		c("bad-no-version", base("gateway.canary.weight", "5")...),
+		c("bad-version", base("gateway.version", "v 2")...),
+		c("good", base("gateway.router.api.path_prefix", "/good")...)}},
 }
 
 type golden struct {
@@ -154,6 +193,8 @@ type golden struct {
 	States   map[string]string `json:"states,omitempty"`
 	Warnings []string          `json:"warnings,omitempty"`
 	Routes   []json.RawMessage `json:"routes"`
+	// Versions are the services' versions (canary releases).
+	Versions map[string][]VersionGroup `json:"versions,omitempty"`
 }
 
 func TestRoutesGolden(t *testing.T) {
@@ -173,7 +214,7 @@ func TestRoutesGolden(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			g := golden{Warnings: plan.Warnings, Routes: plan.Routes}
+			g := golden{Warnings: plan.Warnings, Routes: plan.Routes, Versions: plan.Versions}
 			for _, d := range ds {
 				if d.State != StateRouted && d.State != StateInvalid {
 					if g.States == nil {

@@ -18,43 +18,73 @@ func init() {
 
 // pools holds each discovered service's current replicas, keyed by
 // server and service. The watcher replaces a pool whenever a replica
-// starts, stops, turns unhealthy or healthy; the routes read it per
-// request through Upstreams, so a replica change needs no config reload
-// (a reload closes every client's idle keep-alive connection, and a
-// non-idempotent request that races that close fails at the client).
-var pools sync.Map // poolKey -> *atomic.Pointer[[]string]
+// starts, stops, turns unhealthy or healthy, or the service's canary
+// release changes; the routes read it per request through Upstreams and
+// the docker selection policy (policy.go), so none of these needs a
+// config reload (a reload closes every client's idle keep-alive
+// connection, and a non-idempotent request that races that close fails
+// at the client).
+var pools sync.Map // poolKey -> *atomic.Pointer[poolState]
 
 type poolKey struct{ server, service string }
 
-func poolOf(server, service string) *atomic.Pointer[[]string] {
-	k := poolKey{server, service}
-	if v, ok := pools.Load(k); ok {
-		return v.(*atomic.Pointer[[]string])
-	}
-	v, _ := pools.LoadOrStore(k, new(atomic.Pointer[[]string]))
-	return v.(*atomic.Pointer[[]string])
+// poolState is one service's replicas and, when it runs a canary
+// release, how they split between its versions: each replica's side and
+// observer, in the order of dials (the order GetUpstreams keeps).
+type poolState struct {
+	dials []string
+	split *split
+	sides []uint8
+	watch []*dialWatch
 }
 
-// setPools publishes a plan's pools for server and calls changed for each
-// service whose replicas changed (before: the previous ones). A pool that
-// becomes empty keeps its last replicas: the plan then routes the service
-// to a 503 (no_healthy_upstream), and until that config applies, requests
-// still go to the replicas that are leaving, which is better than to none.
-func setPools(server string, plan map[string][]string, changed func(service string, now, before []string)) {
+func newPoolState(dials []string, sp *split) *poolState {
+	st := &poolState{dials: dials, split: sp}
+	if sp != nil {
+		st.sides = make([]uint8, len(dials))
+		st.watch = make([]*dialWatch, len(dials))
+		for i, d := range dials {
+			st.sides[i] = sp.side(d)
+			st.watch[i] = sp.rel.watchOf(d, st.sides[i])
+		}
+	}
+	return st
+}
+
+func poolOf(server, service string) *atomic.Pointer[poolState] {
+	k := poolKey{server, service}
+	if v, ok := pools.Load(k); ok {
+		return v.(*atomic.Pointer[poolState])
+	}
+	v, _ := pools.LoadOrStore(k, new(atomic.Pointer[poolState]))
+	return v.(*atomic.Pointer[poolState])
+}
+
+// setPools publishes a plan's pools for server, with each service's
+// canary split (nil: none), and calls changed for each service whose
+// replicas changed (before: the previous ones). A pool that becomes empty
+// keeps its last replicas: the plan then routes the service to a 503
+// (no_healthy_upstream), and until that config applies, requests still go
+// to the replicas that are leaving, which is better than to none.
+func setPools(server string, plan map[string][]string, splits map[string]*split, changed func(service string, now, before []string)) {
 	for svc, dials := range plan {
 		if len(dials) == 0 {
 			continue
 		}
 		p := poolOf(server, svc)
 		var before []string
+		sp := splits[svc]
 		if old := p.Load(); old != nil {
-			if slices.Equal(*old, dials) {
+			if slices.Equal(old.dials, dials) {
+				if !old.split.equal(sp) {
+					p.Store(newPoolState(old.dials, sp))
+				}
 				continue
 			}
-			before = *old
+			before = old.dials
 		}
 		d := slices.Clone(dials)
-		p.Store(&d)
+		p.Store(newPoolState(d, sp))
 		if changed != nil {
 			changed(svc, d, before)
 		}
@@ -64,7 +94,7 @@ func setPools(server string, plan map[string][]string, changed func(service stri
 // PoolOf returns the replicas that server's routes to service use now.
 func PoolOf(server, service string) []string {
 	if p := poolOf(server, service).Load(); p != nil {
-		return slices.Clone(*p)
+		return slices.Clone(p.dials)
 	}
 	return nil
 }
@@ -79,7 +109,7 @@ type Upstreams struct {
 	// Service is the service (gateway.name) whose replicas are used.
 	Service string `json:"service"`
 
-	pool *atomic.Pointer[[]string]
+	pool *atomic.Pointer[poolState]
 }
 
 // CaddyModule returns the Caddy module information.
@@ -112,7 +142,7 @@ func (u *Upstreams) GetUpstreams(r *http.Request) ([]*reverseproxy.Upstream, err
 	if p == nil {
 		return nil, nil
 	}
-	dials := *p
+	dials := p.dials
 	tried, _ := caddyhttp.GetVar(r.Context(), triedVar).([]string)
 	out := make([]*reverseproxy.Upstream, 0, len(dials))
 	for _, d := range dials {

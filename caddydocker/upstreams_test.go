@@ -34,7 +34,7 @@ func TestUpstreamsRetryElsewhere(t *testing.T) {
 	if got, _ := u.GetUpstreams(r); len(got) != 0 {
 		t.Fatalf("no pool yet: %s", dials(got))
 	}
-	setPools("srv-test", map[string][]string{"svc": {"10.0.0.1:80", "10.0.0.2:80", "10.0.0.3:80"}}, nil)
+	setPools("srv-test", map[string][]string{"svc": {"10.0.0.1:80", "10.0.0.2:80", "10.0.0.3:80"}}, nil, nil)
 	step := func(failed, want string) {
 		t.Helper()
 		if failed != "" {
@@ -56,12 +56,12 @@ func TestUpstreamsRetryElsewhere(t *testing.T) {
 	// a new request starts afresh; a pool change shows at once
 	r2 := httptest.NewRequest("GET", "/", nil).WithContext(context.WithValue(
 		context.WithValue(context.Background(), caddy.ReplacerCtxKey, caddy.NewReplacer()), caddyhttp.VarsCtxKey, map[string]any{}))
-	setPools("srv-test", map[string][]string{"svc": {"10.0.0.4:80"}}, nil)
+	setPools("srv-test", map[string][]string{"svc": {"10.0.0.4:80"}}, nil, nil)
 	if got, _ := u.GetUpstreams(r2); dials(got) != "10.0.0.4:80" {
 		t.Fatalf("new pool: %s", dials(got))
 	}
 	// an empty pool keeps the last replicas (the route turns into a 503)
-	setPools("srv-test", map[string][]string{"svc": nil}, nil)
+	setPools("srv-test", map[string][]string{"svc": nil}, nil, nil)
 	if got, _ := u.GetUpstreams(r2); dials(got) != "10.0.0.4:80" {
 		t.Fatalf("emptied pool: %s", dials(got))
 	}

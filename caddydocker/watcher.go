@@ -34,6 +34,9 @@ type WatcherConfig struct {
 	Fleet FleetPeer
 	// OnStop runs after the watcher stopped (releases what the fleet uses).
 	OnStop func()
+	// CanaryFile keeps the canary releases' records (default: beside
+	// StateFile, "<state file>-canary.json"; none without a StateFile).
+	CanaryFile string
 }
 
 // FleetPeer is what the watcher needs of the fleet (*Fleet).
@@ -79,6 +82,8 @@ type Snapshot struct {
 	LastError string `json:"last_error,omitempty"`
 	// Fleet is the state of discovery across hosts, when configured.
 	Fleet *FleetStatus `json:"fleet,omitempty"`
+	// Canaries are the canary releases in use, by service.
+	Canaries []CanaryStatus `json:"canaries,omitempty"`
 }
 
 // RouteApplier applies discovered routes to a server (the admin API client).
@@ -95,6 +100,7 @@ type Watcher struct {
 	applier RouteApplier
 	log     *zap.Logger
 	m       *metrics
+	canary  *canaries
 
 	ctx       context.Context
 	cancel    context.CancelFunc
@@ -162,9 +168,14 @@ func NewWatcher(cfg WatcherConfig, engine Engine, applier RouteApplier, log *zap
 		log = zap.NewNop()
 	}
 	ctx, cancel := context.WithCancel(context.Background())
+	if cfg.CanaryFile == "" {
+		cfg.CanaryFile = canaryFile(cfg.StateFile)
+	}
+	store, _ := cfg.Fleet.(canaryStore)
 	return &Watcher{
 		cfg: cfg, engine: engine, applier: applier, log: log, m: globalMetrics(),
-		ctx: ctx, cancel: cancel,
+		canary: newCanaries(cfg.Server, cfg.CanaryFile, store, globalMetrics(), log),
+		ctx:    ctx, cancel: cancel,
 		kick:     make(chan struct{}, 1),
 		recheck:  make(chan struct{}, 1),
 		logged:   map[string]string{},
@@ -184,9 +195,10 @@ func (w *Watcher) Start() {
 		if w.cfg.Fleet != nil {
 			w.cfg.Fleet.Start()
 		}
-		w.wg.Add(2)
+		w.wg.Add(3)
 		go w.guard("loop", w.loop)
 		go w.guard("events", w.events)
+		go w.guard("canary", func() { w.canary.run(w.ctx) })
 	})
 	if !started {
 		select {
@@ -220,8 +232,13 @@ func (w *Watcher) Snapshot() Snapshot {
 		st := w.cfg.Fleet.Status()
 		s.Fleet = &st
 	}
+	s.Canaries = w.canary.status(time.Now())
 	return s
 }
+
+// SetAuditor sets where the audit events of canary releases go (the
+// current config's audit app; nil: nowhere).
+func (w *Watcher) SetAuditor(a Auditor) { w.canary.setAuditor(a) }
 
 func (w *Watcher) guard(name string, fn func()) {
 	defer w.wg.Done()
@@ -528,18 +545,24 @@ func (w *Watcher) build() {
 		s.Containers, s.Warnings, s.Routes, s.Hash = ds, plan.Warnings, len(plan.Routes), plan.Hash
 		s.EngineReachable, s.FromStateFile = w.reachable, false
 	})
+	// (setPools adds the canary conflicts to the snapshot's warnings)
 	w.plan, w.containers = &plan, containers
-	w.setPools(plan)
+	w.setPools(&plan)
 	if plan.Hash == w.applied {
 		return
 	}
 	w.apply(plan, containers, false)
 }
 
-// setPools publishes the plan's replicas to the routes, logging each
-// service whose pool changed.
-func (w *Watcher) setPools(plan Plan) {
-	setPools(w.cfg.Server, plan.Pools, func(svc string, now, before []string) {
+// setPools publishes the plan's replicas to the routes, with the canary
+// splits of services that run releases, logging each service whose pool
+// changed.
+func (w *Watcher) setPools(plan *Plan) {
+	splits, warnings := w.canary.splits(plan.Versions)
+	if len(warnings) > 0 {
+		w.update(func(s *Snapshot) { s.Warnings = append(slices.Clip(s.Warnings), warnings...) })
+	}
+	setPools(w.cfg.Server, plan.Pools, splits, func(svc string, now, before []string) {
 		w.log.Info("service replicas changed", zap.String("server", w.cfg.Server),
 			zap.String("service", svc), zap.Strings("upstreams", now), zap.Strings("before", before))
 	})
@@ -612,10 +635,10 @@ func (w *Watcher) loadState() {
 	w.log.Info("engine unreachable at start: applying routes from state_file",
 		zap.String("path", w.cfg.StateFile), zap.Time("written", st.Written), zap.Int("routes", len(plan.Routes)))
 	w.plan, w.containers, w.written = &plan, st.Containers, st.Hash
-	w.setPools(plan)
 	w.update(func(s *Snapshot) {
 		s.Containers, s.Warnings, s.Routes, s.Hash, s.FromStateFile = ds, plan.Warnings, len(plan.Routes), plan.Hash, true
 	})
+	w.setPools(&plan)
 	w.apply(plan, st.Containers, true)
 }
 

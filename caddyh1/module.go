@@ -214,7 +214,14 @@ func (t *Transport) Cleanup() error {
 // RoundTrip sends req to the upstream Caddy chose for it.
 func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 	if req.Header["Upgrade"] != nil || req.Method == http.MethodConnect {
-		return t.fallback.RoundTrip(req)
+		o := observerOf(req)
+		var start time.Time
+		if o != nil {
+			start = time.Now()
+		}
+		res, err := t.fallback.RoundTrip(req)
+		observe(o, res, err, start)
+		return res, err
 	}
 	network, addr := "tcp", req.URL.Host
 	if di, ok := reverseproxy.GetDialInfo(req.Context()); ok {
@@ -234,8 +241,16 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 // so that both paths share one pool and one error mapping. A failure to
 // connect is a reverseproxy.DialError, which Caddy may retry on another
 // upstream whatever the method.
+//
+// An AnswerObserver set on the request (Observe) learns the outcome.
 func (t *Transport) RoundTripTo(req *http.Request, network, addr string) (*http.Response, error) {
+	o := observerOf(req)
+	var start time.Time
+	if o != nil {
+		start = time.Now()
+	}
 	res, err := t.client.RoundTrip(req, network, addr)
+	observe(o, res, err, start)
 	if err != nil {
 		resets, _ := caddyhttp.GetVar(req.Context(), resetsVar).(int)
 		if !RetryOnAnother(req.Method, err, resets) {

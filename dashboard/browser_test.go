@@ -331,6 +331,47 @@ func TestGateway(t *testing.T) {
 		b.waitJS(t, "sparkline drawn", 10*time.Second, `document.querySelector("#spark-requests polyline") ? "" : "no polyline"`)
 	})
 
+	step("a canary release: a line per side with share, error rate and P99", func(t *testing.T) {
+		for _, v := range []struct{ name, version string }{{"rel-v1", "v1"}, {"rel-v2", "v2"}} {
+			port, err := podmantest.FreePort()
+			if err != nil {
+				t.Fatal(err)
+			}
+			labels := map[string]string{
+				"gateway.enable": "true", "gateway.name": "rel", "gateway.port": strconv.Itoa(port),
+				"gateway.version": v.version, "gateway.router.api.path_prefix": "/rel",
+				"gateway.router.api.auth.required": "false",
+			}
+			if v.version == "v2" {
+				labels["gateway.canary.weight"] = "50"
+				labels["gateway.canary.sticky"] = "none"
+			}
+			if err := g.pod.Run(v.name, port, labels); err != nil {
+				t.Fatal(err)
+			}
+		}
+		podmantest.Eventually(t, "both versions answer", 30*time.Second, func() string {
+			seen := map[string]bool{}
+			for range 20 {
+				if code, body, err := get("http://" + gatewayAddr + "/rel/x"); err == nil && code == 200 {
+					seen[strings.Fields(body)[0]] = true
+				}
+			}
+			if !seen["rel-v1"] || !seen["rel-v2"] {
+				return fmt.Sprintf("seen %v", seen)
+			}
+			return ""
+		})
+		b.waitJS(t, "the release's two lines", 15*time.Second, `(() => {
+			const rows = [...document.querySelectorAll('#canaries tr[data-service="rel"]')];
+			if (rows.length !== 2) return "rows: " + document.querySelector('#canaries tbody').innerText;
+			const [st, ca] = rows.map(r => r.innerText);
+			if (!st.includes("stable · v1") || !st.includes("running") || !st.includes("50%")) return "stable line: " + st;
+			if (!ca.includes("canary · v2") || !/\d+\.\d% *\t/.test(ca) || !ca.includes(" ms")) return "canary line: " + ca;
+			return "";
+		})()`)
+	})
+
 	step("search filters the tables, from the keyboard", func(t *testing.T) {
 		b.run(t, 10*time.Second, chromedp.KeyEvent("/"))
 		b.waitJS(t, "/ focuses the search box", 5*time.Second, `document.activeElement && document.activeElement.id === "search" ? "" : "focus on " + (document.activeElement && document.activeElement.id)`)

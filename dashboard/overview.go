@@ -74,6 +74,9 @@ type Containers struct {
 	Items           []Container `json:"items"`
 	// Fleet is discovery across hosts, when configured.
 	Fleet *caddydocker.FleetStatus `json:"fleet,omitempty"`
+	// Canaries are the canary releases in use: per service, the state,
+	// the weight and each side's share, error rate and P99 in the window.
+	Canaries []caddydocker.CanaryStatus `json:"canaries"`
 }
 
 // Container is one discovered container.
@@ -97,9 +100,12 @@ type Container struct {
 
 // ContainersFrom converts a docker app snapshot.
 func ContainersFrom(s caddydocker.Snapshot, ok bool) Containers {
-	c := Containers{Enabled: ok, Items: []Container{}}
+	c := Containers{Enabled: ok, Items: []Container{}, Canaries: []caddydocker.CanaryStatus{}}
 	if !ok {
 		return c
+	}
+	if s.Canaries != nil {
+		c.Canaries = s.Canaries
 	}
 	c.Server, c.EngineReachable, c.FromStateFile = s.Server, s.EngineReachable, s.FromStateFile
 	c.LastList, c.LastApply, c.LastError, c.Warnings = s.LastList, s.LastApply, s.LastError, s.Warnings

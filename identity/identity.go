@@ -82,6 +82,15 @@ func FromContext(ctx context.Context) (*Identity, bool) {
 	return id, ok && id != nil
 }
 
+// FromVars returns the identity stored in a request's variables table
+// (the map under caddyhttp.VarsCtxKey), for a caller that holds the table
+// already: the docker selection policy, which reads and writes it on
+// every request of a canary release.
+func FromVars(vars map[string]any) (*Identity, bool) {
+	id, ok := vars[VarIdentity].(*Identity)
+	return id, ok && id != nil
+}
+
 // Set stores id on the request, for FromRequest. The request's context must
 // carry Caddy's vars table, as every request served by Caddy does.
 func Set(r *http.Request, id *Identity) {

@@ -183,6 +183,35 @@
     fill($("containers").tBodies[0], rows, c.enabled ? "no opted-in containers" : "discovery (the docker app) is not configured", 5);
   }
 
+  // renderCanaries: one line per side (stable, canary) of each release,
+  // with its share of the answers in the window, error rate and P99.
+  function renderCanaries(o) {
+    const cs = (o.containers && o.containers.canaries) || [];
+    const rows = [];
+    cs.forEach((c) => {
+      let why = "";
+      if (c.state === "rolled_back") why = "rolled back" + (c.by ? " by " + c.by : "") + ": " + (c.reason || "");
+      else if (c.state === "complete") why = "complete: the canary takes every request" + (c.by ? " (" + c.by + ")" : "");
+      else if (c.waiting) why = "next step waits: " + c.waiting;
+      else if (c.next_step) why = "next step (+" + c.spec.step + "%) at " + new Date(c.next_step).toLocaleTimeString();
+      else why = "weight fixed by its labels";
+      (c.sides || []).forEach((sd, i) => {
+        rows.push(el("tr", { class: "canary-" + c.state, "data-service": c.service, "data-side": sd.side },
+          el("td", { class: "mono", text: i ? "" : c.service }),
+          el("td", { class: "mono", text: sd.side + " · " + (sd.versions || []).join(", ") }),
+          el("td", null, i ? "" : el("span", { class: "state " + c.state, text: c.state.replace("_", " ") })),
+          el("td", { class: "num", text: sd.side === "canary" ? c.weight + "%" : (100 - c.weight) + "%" }),
+          el("td", { class: "num", text: sd.requests ? sd.share.toFixed(1) + "%" : "–" }),
+          el("td", { class: "num", text: fmt(sd.requests) }),
+          el("td", { class: "num", text: sd.requests ? sd.error_rate.toFixed(1) + "%" : "–" }),
+          el("td", { class: "num", text: sd.requests ? fmt(sd.p99_ms) + " ms" : "–" }),
+          el("td", { class: "why", text: i ? "" : why })));
+      });
+    });
+    fill($("canaries").tBodies[0], rows, o.containers.enabled ? "no service runs a canary release" : "discovery (the docker app) is not configured", 9);
+    setText("canaries-note", cs.length ? "answers in each release's sliding window (limits: max_error_rate, max_p99 on the canary's side)" : "");
+  }
+
   function renderEvents(o) {
     const rows = o.events.map((e) => el("tr", { class: e.decision === "deny" ? "denied" : "" },
       el("td", { class: "mono", text: new Date(e.time).toLocaleTimeString() }),
@@ -254,7 +283,7 @@
   function applyFilter() {
     const q = $("search").value.trim().toLowerCase();
     let shown = 0, total = 0;
-    for (const id of ["routes", "containers", "events", "sinks"]) {
+    for (const id of ["routes", "containers", "canaries", "events", "sinks"]) {
       for (const tr of $(id).tBodies[0].rows) {
         if (tr.classList.contains("empty")) continue;
         total++;
@@ -272,6 +301,7 @@
     renderDuties(o);
     renderContainers(o);
     renderFastPath(o);
+    renderCanaries(o);
     renderRoutes(o);
     renderEvents(o);
     applyFilter();

@@ -2,12 +2,7 @@ package fleettest
 
 import (
 	"fmt"
-	"os"
-	"os/exec"
-	"path/filepath"
 	"strings"
-	"sync"
-	"syscall"
 	"testing"
 	"time"
 
@@ -23,22 +18,7 @@ var (
 
 const discoTTL = 3 * time.Second
 
-// discoHost is one "host": a private Podman service and a gateway
-// following it, in the fleet.
-type discoHost struct {
-	name string
-	pod  *podmantest.Podman
-	idx  int
-	cmd  *exec.Cmd
-	log  string
-	done chan struct{}
-}
-
-func (h *discoHost) url(path string) string {
-	return fmt.Sprintf("http://127.0.0.1:%d%s", discoHTTP[h.idx], path)
-}
-
-func discoConfig(h *discoHost, nats string) string {
+func discoConfig(h *fleetHost, nats, _ string) string {
 	return fmt.Sprintf(`{
 	admin 127.0.0.1:%[1]d
 	auto_https off
@@ -66,66 +46,7 @@ func discoConfig(h *discoHost, nats string) string {
 		respond "ok"
 	}
 }
-`, discoAdmin[h.idx], discoHTTP[h.idx], h.pod.Host(), nats, discoTTL, h.name)
-}
-
-// start runs the host's gateway and waits until it answers.
-func (h *discoHost) start(t *testing.T, bin, nats string) {
-	t.Helper()
-	dir := t.TempDir()
-	cfg := filepath.Join(dir, "Caddyfile")
-	if err := os.WriteFile(cfg, []byte(discoConfig(h, nats)), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	h.log = filepath.Join(dir, "caddy.log")
-	logf, err := os.Create(h.log)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cmd := exec.Command(bin, "run", "--config", cfg, "--adapter", "caddyfile")
-	cmd.Env = append(os.Environ(), "HOME="+dir, "XDG_DATA_HOME="+filepath.Join(dir, "data"), "XDG_CONFIG_HOME="+filepath.Join(dir, "config"))
-	cmd.Stdout, cmd.Stderr = logf, logf
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	h.cmd, h.done = cmd, make(chan struct{})
-	done := h.done
-	go func() { _ = cmd.Wait(); logf.Close(); close(done) }()
-	t.Cleanup(func() {
-		_ = cmd.Process.Signal(syscall.SIGINT)
-		select {
-		case <-done:
-		case <-time.After(15 * time.Second):
-			_ = cmd.Process.Kill()
-			<-done
-		}
-		if t.Failed() {
-			b, _ := os.ReadFile(h.log)
-			if len(b) > 6000 {
-				b = b[len(b)-6000:]
-			}
-			t.Logf("gateway %s log (tail):\n%s", h.name, b)
-		}
-	})
-	podmantest.Eventually(t, "gateway "+h.name+" ready", 60*time.Second, func() string {
-		select {
-		case <-done:
-			b, _ := os.ReadFile(h.log)
-			t.Fatalf("gateway %s exited:\n%s", h.name, b)
-		default:
-		}
-		code, _, err := podmantest.Get(h.url("/ready"))
-		if err != nil || code != 200 {
-			return fmt.Sprintf("%d %v", code, err)
-		}
-		return ""
-	})
-}
-
-// kill SIGKILLs the gateway: it cannot delete its fleet entry.
-func (h *discoHost) kill() {
-	_ = h.cmd.Process.Kill()
-	<-h.done
+`, h.admin, h.http, h.pod.Host(), nats, discoTTL, h.name)
 }
 
 func discoLabels(name string, port int, path string) map[string]string {
@@ -147,30 +68,10 @@ func discoLabels(name string, port int, path string) map[string]string {
 // its own host's changes.
 func TestDiscoveryAcrossHosts(t *testing.T) {
 	bin := gatewayBinary(t)
-	root := repoRoot(t)
-	var (
-		wg   sync.WaitGroup
-		pods [2]*podmantest.Podman
-		errs [2]error
-	)
-	for i, name := range []string{"fa", "fb"} {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			pods[i], errs[i] = podmantest.New(root, name)
-		}()
-	}
-	wg.Wait()
-	for i := range pods {
-		if pods[i] != nil {
-			p := pods[i]
-			t.Cleanup(p.Close)
-		}
-		podmantest.Require(t, pods[i], errs[i])
-	}
+	pods := twoPodmans(t, [2]string{"fa", "fb"})
 	nats := natstest.StartCluster(t, 3)
-	a := &discoHost{name: "a", pod: pods[0], idx: 0}
-	b := &discoHost{name: "b", pod: pods[1], idx: 1}
+	a := &fleetHost{name: "a", pod: pods[0], admin: discoAdmin[0], http: discoHTTP[0], config: discoConfig}
+	b := &fleetHost{name: "b", pod: pods[1], admin: discoAdmin[1], http: discoHTTP[1], config: discoConfig}
 	a.start(t, bin, nats.URL())
 	b.start(t, bin, nats.URL())
 
@@ -205,7 +106,7 @@ func TestDiscoveryAcrossHosts(t *testing.T) {
 		if err := b.pod.Run("shared-b", pSharedB, discoLabels("shared", pSharedB, "/shared")); err != nil {
 			t.Fatal(err)
 		}
-		for _, h := range []*discoHost{a, b} {
+		for _, h := range []*fleetHost{a, b} {
 			seen := map[string]bool{}
 			podmantest.Eventually(t, "both replicas through "+h.name, 20*time.Second, func() string {
 				if c, body, err := podmantest.Get(h.url("/shared/q")); err == nil && c == 200 {
@@ -242,7 +143,7 @@ func TestDiscoveryAcrossHosts(t *testing.T) {
 	step("NATS unreachable: last merged set kept, own host still followed", func(t *testing.T) {
 		nats.ShutdownAll()
 		time.Sleep(3 * discoTTL) // well past the ttl
-		for _, h := range []*discoHost{a, b} {
+		for _, h := range []*fleetHost{a, b} {
 			podmantest.Eventually(t, h.name+" keeps A's container", 5*time.Second, podmantest.Expect(h.url("/only-a/x"), 200, "only-a /only-a/x"))
 		}
 		pLate := port()

@@ -7,6 +7,11 @@
 // /_well); `testserver check <port>` is the container's health command,
 // exiting 0 when /healthz answers 200.
 //
+// Answers: with STATUS=<code> in its environment it answers every
+// request but /healthz, /_sick, /_well and /ws with that status (a broken
+// release, for the canary tests); with DELAY=<duration> it waits that long
+// before answering them (a slow one).
+//
 // Stopping: as PID 1 it must handle SIGTERM and SIGINT itself. By default
 // it exits at once. With DRAIN=<duration> in its environment it behaves as
 // docs/caddydocker.md advises a service to: it keeps serving for DRAIN (the
@@ -20,6 +25,7 @@ import (
 	"net/http"
 	"os"
 	"os/signal"
+	"strconv"
 	"sync/atomic"
 	"syscall"
 	"time"
@@ -45,6 +51,24 @@ func main() {
 		}
 		drain = d
 	}
+	status := http.StatusOK
+	if v := os.Getenv("STATUS"); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 200 || n > 599 {
+			fmt.Fprintf(os.Stderr, "STATUS=%q: want an HTTP status 200-599\n", v)
+			os.Exit(2)
+		}
+		status = n
+	}
+	var delay time.Duration
+	if v := os.Getenv("DELAY"); v != "" {
+		d, err := time.ParseDuration(v)
+		if err != nil {
+			fmt.Fprintf(os.Stderr, "DELAY=%q: %v\n", v, err)
+			os.Exit(2)
+		}
+		delay = d
+	}
 	var sick atomic.Bool
 	mux := http.NewServeMux()
 	mux.Handle("/ws", websocket.Handler(func(c *websocket.Conn) {
@@ -68,7 +92,11 @@ func main() {
 	mux.HandleFunc("POST /_sick", func(w http.ResponseWriter, r *http.Request) { sick.Store(true) })
 	mux.HandleFunc("POST /_well", func(w http.ResponseWriter, r *http.Request) { sick.Store(false) })
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
+		if delay > 0 {
+			time.Sleep(delay)
+		}
 		w.Header().Set("X-Served-By", name)
+		w.WriteHeader(status)
 		fmt.Fprintf(w, "%s %s", name, r.URL.Path)
 	})
 	srv := &http.Server{Addr: "127.0.0.1:" + port, Handler: mux}
