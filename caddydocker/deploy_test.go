@@ -14,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/apigate/gateway/fastpath"
 	"github.com/apigate/gateway/internal/podmantest"
 )
 
@@ -24,10 +25,56 @@ import (
 // check itself (podman healthcheck run) and the gateway sees the result at
 // its next health poll (Podman sends no health event).
 func TestPodmanHealth(t *testing.T) {
+	for _, path := range requestPaths {
+		t.Run(path.name, func(t *testing.T) { podmanHealth(t, path.fast) })
+	}
+}
+
+// requestPaths are the two paths a discovered route's requests can take:
+// Caddy's server, and the fast path (the apigate listener wrapper) serving
+// the same routes.
+var requestPaths = []struct {
+	name string
+	fast bool
+}{{"caddy path", false}, {"fast path", true}}
+
+// onPath is the test gateway's Caddyfile cfg with the gateway server
+// behind the apigate listener wrapper when fast.
+func onPath(t *testing.T, cfg string, fast bool) string {
+	t.Helper()
+	if !fast {
+		return cfg
+	}
+	const at = "\t\tname gateway\n"
+	if !strings.Contains(cfg, at) {
+		t.Fatal("the test Caddyfile has no gateway server block")
+	}
+	return strings.Replace(cfg, at, at+"\t\tlistener_wrappers {\n\t\t\tapigate\n\t\t}\n", 1)
+}
+
+// requireServedBy fails t unless the gateway server is on the path
+// wanted, and returns a function that, on the fast path, fails t unless
+// the fast path served at least min requests since.
+func requireServedBy(t *testing.T, fast bool) (atLeast func(min int64)) {
+	t.Helper()
+	before := fastServed()
+	if fast != (before >= 0) {
+		t.Fatalf("fast path on=%v, want %v (status %+v)", before >= 0, fast, fastpath.Status())
+	}
+	return func(min int64) {
+		t.Helper()
+		if n := fastServed() - before; fast && n < min {
+			t.Fatalf("the fast path served %d requests, want at least %d", n, min)
+		}
+	}
+}
+
+func podmanHealth(t *testing.T, fast bool) {
 	p := getPodman(t)
 	t.Cleanup(p.RemoveAll)
-	startGateway(t, gatewayConfig(p, filepath.Join(t.TempDir(), "routes.json")))
+	startGateway(t, onPath(t, gatewayConfig(p, filepath.Join(t.TempDir(), "routes.json")), fast))
 	t.Cleanup(func() { stopGateway(t) })
+	servedAtLeast := requireServedBy(t, fast)
 
 	step := func(name string, fn func(t *testing.T)) {
 		if !t.Run(name, fn) {
@@ -105,6 +152,7 @@ func TestPodmanHealth(t *testing.T) {
 			}
 		}
 	})
+	servedAtLeast(5)
 }
 
 // TestRollingRestart: three replicas of one service, each stopped and
@@ -133,8 +181,12 @@ func TestRollingRestart(t *testing.T) {
 	if os.Getenv("GATEWAY_ROLL_SIGNAL_FIRST") != "" {
 		modes = append(modes, rollMode{name: "kill -s TERM, then podman stop, replicas drain", drain: "1s", signalFirst: true})
 	}
-	for _, m := range modes {
-		t.Run(m.name, func(t *testing.T) { rollingRestart(t, m) })
+	for _, path := range requestPaths {
+		t.Run(path.name, func(t *testing.T) {
+			for _, m := range modes {
+				t.Run(m.name, func(t *testing.T) { rollingRestart(t, m, path.fast) })
+			}
+		})
 	}
 }
 
@@ -145,11 +197,12 @@ type rollMode struct {
 	postsMayFail bool
 }
 
-func rollingRestart(t *testing.T, m rollMode) {
+func rollingRestart(t *testing.T, m rollMode, fast bool) {
 	p := getPodman(t)
 	t.Cleanup(p.RemoveAll)
-	startGateway(t, withoutResync(t, gatewayConfig(p, filepath.Join(t.TempDir(), "routes.json"))))
+	startGateway(t, withoutResync(t, onPath(t, gatewayConfig(p, filepath.Join(t.TempDir(), "routes.json")), fast)))
 	t.Cleanup(func() { stopGateway(t) })
+	servedAtLeast := requireServedBy(t, fast)
 
 	var opts []string
 	if m.drain != "" {
@@ -294,6 +347,7 @@ func rollingRestart(t *testing.T, m rollMode) {
 	if okGET.Load()+okPOST.Load() < 1000 {
 		t.Fatalf("only %d requests: the load did not run", okGET.Load()+okPOST.Load())
 	}
+	servedAtLeast(total)
 }
 
 // TestPodmanStopDrains: a plain `podman stop` (no kill event until the
