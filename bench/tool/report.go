@@ -604,7 +604,7 @@ func (r *Report) markdown(png string) string {
 	for _, g := range groups {
 		var rows []Scenario
 		for _, s := range r.Scenarios {
-			if s.Group == g.id {
+			if s.Group == g.id && len(r.Samples[s.Name]) > 0 {
 				rows = append(rows, s)
 			}
 		}

@@ -89,7 +89,7 @@ func scenarios() []Scenario {
 		{Name: "haproxy", Label: "HAProxy 2.6", Group: "bare", Server: "haproxy", Baseline: "direct"},
 		{Name: "caddy", Label: "stock Caddy v2.11.9", Group: "bare", Server: "caddy", Baseline: "direct"},
 		{Name: "traefik", Label: "Traefik " + traefikVersion, Group: "bare", Server: "traefik", Baseline: "direct"},
-		{Name: "fasthttp", Label: "Go: fasthttp server + fasthttp client (engine-class reference, not a gateway)", Group: "bare", Server: "fastproxy", Baseline: "direct"},
+		{Name: "go-fasthttp", Label: "Go: fasthttp server + fasthttp client (engine-class reference, not a gateway)", Group: "bare", Server: "fastproxy", Baseline: "direct"},
 		{Name: "gw", Label: "gateway, no duties", Group: "bare", Server: "gateway", Baseline: "caddy"},
 		{Name: "gw-h1", Label: "gateway, no duties, transport h1", Group: "bare", Server: "gateway", Conf: Conf{Transport: "h1"}, Baseline: "caddy"},
 		{Name: "gw-fast", Label: "gateway, no duties, apigate wrapper, transport h1", Group: "bare", Server: "gateway", Conf: fast(Conf{}), Baseline: "nginx"},
@@ -182,7 +182,7 @@ func targets() []Target {
 		{Name: "fast path, no duties, P99 vs nginx", Scenario: "gw-fast", Kind: "p99", Against: "nginx", Limit: 1.5},
 		{Name: "fast path: upstream connections opened per run", Scenario: "gw-fast", Kind: "conns", Limit: 300},
 		{Name: "fast path: peak memory vs Caddy's path (transport h1)", Scenario: "gw-fast", Kind: "rss", Against: "gw-h1"},
-		{Name: "fast path, no duties, vs the fasthttp server + client (engine class)", Scenario: "gw-fast", Kind: "ratio", Against: "fasthttp", Report: true},
+		{Name: "fast path, no duties, vs the fasthttp server + client (engine class)", Scenario: "gw-fast", Kind: "ratio", Against: "go-fasthttp", Report: true},
 		// issue 24: every duty on the fast path
 		{Name: "fast path, every duty, vs HAProxy + jwt_verify (HS256)", Scenario: "gw-fast-all", Kind: "ratio", Against: "haproxy-jwt-hs256", Limit: 1.0},
 		{Name: "fast path, every duty, vs nginx + auth_request (HS256)", Scenario: "gw-fast-all", Kind: "ratio", Against: "nginx-authreq-hs256", Limit: 1.5},
