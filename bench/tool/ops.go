@@ -180,10 +180,13 @@ func (o *OpsResult) markdown(p func(string, ...any)) {
 		p("| %s | %s | %s | %s |", k, fmtStat(cs, "%.0f")+" ms", orDash(rl, "%.1f", " ms"), orDash(lc, "%.1f", " ms"))
 	}
 	p("")
+	if len(o.ColdStart["Traefik"]) > 0 {
+		p("- Traefik: no reload figure: it has no API that loads a configuration (its file and Docker providers watch for changes; the discovery part measures the Docker provider).")
+	}
 	for _, e := range o.Errors {
 		p("- error: %s", oneLine(e))
 	}
-	if len(o.Errors) > 0 {
+	if len(o.Errors) > 0 || len(o.ColdStart["Traefik"]) > 0 {
 		p("")
 	}
 }

@@ -105,12 +105,12 @@ func (r *Report) stepFigure(name, bare string) StepFigure {
 		}
 	}
 	if name != bare {
-		vals, _ := r.pairs(name, bare, 300, func(a, b Sample) float64 { return 1 - a.At[300].RPS/b.At[300].RPS })
-		var c []float64
-		for _, x := range vals {
-			c = append(c, x)
-		}
-		f.Cost, f.Rounds = stat(c), len(c)
+		// the cost from every round both measured; quotable only from the
+		// rounds in which both were saturated
+		ratio := r.ratio(name, bare, 300)
+		f.Cost = Stat{1 - ratio.Med, 1 - ratio.Max, 1 - ratio.Min}
+		vals, _ := r.pairs(name, bare, 300, func(a, b Sample) float64 { return 0 })
+		f.Rounds = len(vals)
 	}
 	f.Quotable = f.Rounds >= f.Needed && f.RPS.valid()
 	if s, ok := r.scenario(name); ok && s.Server == "gateway" {
@@ -212,8 +212,16 @@ func (r *Report) discCell(peer stepPeer) string {
 		}
 		a, rm := stat(s.Add), stat(s.Remove)
 		txt := msOr(a.Med) + " / " + msOr(rm.Med)
+		if s.Path != "" && s.Path != "fast path" {
+			txt += "<br>*" + s.Path + "*"
+		}
 		if len(peer.Disc) > 1 {
-			txt = s.Name + ": " + txt
+			// the series' own words: "Traefik ... (default throttle, 2 s)"
+			label := s.Name
+			if i := strings.Index(label, "("); i >= 0 {
+				label = strings.TrimSuffix(label[i+1:], ")")
+			}
+			txt = label + ": " + txt
 		}
 		parts = append(parts, txt)
 	}
