@@ -172,13 +172,20 @@ func (b *Bench) Run(containers int, skip, note string) error {
 	}
 	defer b.stopServices()
 
+	// timed records how long each part took (the full run must stay under
+	// 45 minutes: the report shows where the time went)
+	timed := func(part string, f func()) {
+		t0 := time.Now()
+		f()
+		r.PartSeconds = append(r.PartSeconds, PartTime{part, time.Since(t0).Seconds()})
+	}
 	loaded := run("load") && len(list) > 0
 	if loaded {
-		b.loadRounds(list)
+		timed("load", func() { b.loadRounds(list) })
 	}
 	r.evaluate()
 	if loaded && run("profile") {
-		b.profiles()
+		timed("profile", b.profiles)
 	}
 	for _, p := range []struct {
 		name string
@@ -186,12 +193,12 @@ func (b *Bench) Run(containers int, skip, note string) error {
 	}{{"tls", b.tlsPart}, {"gzip", b.gzipPart}, {"scaling", b.scalingPart}, {"latency", b.latencyPart},
 		{"breaker", b.breaker}, {"idle", b.idlePart}, {"ops", b.operations}} {
 		if run(p.name) {
-			p.f()
+			timed(p.name, p.f)
 		}
 	}
 	b.stopServices()
 	if run("discovery") {
-		b.discovery(containers)
+		timed("discovery", func() { b.discovery(containers) })
 	}
 	r.evaluate()
 	r.Finished = time.Now().UTC()

@@ -39,6 +39,34 @@ type Report struct {
 	// notes) and configured.
 	Traefik *TraefikBuild `json:"traefik,omitempty"`
 	NotRun  []string      `json:"not_run,omitempty"`
+	// PartSeconds is how long each part took, in the order they ran.
+	PartSeconds []PartTime `json:"part_seconds,omitempty"`
+}
+
+// PartTime is how long one part of a run took.
+type PartTime struct {
+	Part    string  `json:"part"`
+	Seconds float64 `json:"seconds"`
+}
+
+// timeLine says how long the run and each part took, and how many load
+// runs were repeated because other processes took core 1.
+func (r *Report) timeLine() string {
+	if len(r.PartSeconds) == 0 {
+		return ""
+	}
+	var parts []string
+	for _, p := range r.PartSeconds {
+		parts = append(parts, fmt.Sprintf("%s %s", p.Part, time.Duration(p.Seconds*float64(time.Second)).Round(time.Second)))
+	}
+	reruns := 0
+	for _, ss := range r.Samples {
+		for _, s := range ss {
+			reruns += s.Reruns
+		}
+	}
+	return fmt.Sprintf("Run time %s (%s); %d load runs were run again because other processes took core 1.",
+		r.Finished.Sub(r.Started).Round(time.Second), strings.Join(parts, ", "), reruns)
 }
 
 // TargetResult is a target beside its measured figure.
@@ -560,6 +588,9 @@ func (r *Report) markdown(png string) string {
 	}
 	p("Machine: %s, %s cores, %s, kernel %s; load average before %s, after %s.",
 		r.Machine["cpu"], r.Machine["cores"], r.Machine["memory"], r.Machine["kernel"], r.Machine["load_before"], r.Machine["load_after"])
+	if t := r.timeLine(); t != "" {
+		p("%s", t)
+	}
 	p("Proxy under test pinned to core %s; wrk (1 thread), the backend (nginx) and the helper services on core %s. "+
 		"%d interleaved rounds; each scenario is started fresh per round, warmed up %g s at 50 connections, then wrk runs %g s at 300 connections. "+
 		"Figures are medians over rounds, with [min-max]; a cost is 1 - (throughput / its baseline's throughput in the same round).",
