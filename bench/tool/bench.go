@@ -52,6 +52,7 @@ func (b *Bench) Run(containers int, skip, note string) error {
 	// -only: scenario names select load scenarios; part names select parts
 	// (and leave out the parts not named).
 	onlyParts, onlyScen := map[string]bool{}, map[string]bool{}
+	stepsOnly := false // ONLY=steps: the table, without profiles
 	for _, n := range strings.Split(b.Only, ",") {
 		n = strings.TrimSpace(n)
 		switch {
@@ -62,6 +63,7 @@ func (b *Bench) Run(containers int, skip, note string) error {
 				onlyScen[sc] = true
 			}
 			onlyParts["load"], onlyParts["discovery"] = true, true
+			stepsOnly = true
 		case n == "fastduties":
 			// every duty's cost on the fast path (issue 24), opt-in rows
 			// included, with the rows they are costs against
@@ -86,7 +88,7 @@ func (b *Bench) Run(containers int, skip, note string) error {
 			b.report.NotRun = append(b.report.NotRun, part+": skipped by -skip "+part)
 			return false
 		}
-		if len(onlyParts) > 0 && !onlyParts[part] && !(part == "profile" && onlyParts["load"]) {
+		if len(onlyParts) > 0 && !onlyParts[part] && !(part == "profile" && onlyParts["load"] && !stepsOnly) {
 			return false
 		}
 		return true
