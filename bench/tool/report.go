@@ -748,7 +748,7 @@ func (r *Report) markdown(png string) string {
 func (r *Report) checks(p func(string, ...any)) {
 	var lines []string
 	for _, s := range r.Scenarios {
-		if s.Server != "gateway" {
+		if s.Server != "gateway" && !(s.Server == "traefik" && s.Conf.Perm != "") {
 			continue
 		}
 		req := r.requests(s.Name) // completed responses, as wrk counts them
