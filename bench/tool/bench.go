@@ -27,6 +27,7 @@ func (b *Bench) Run(containers int, skip, note string) error {
 		return filepath.Join(b.Root, p)
 	}
 	b.Gateway, b.Caddy, b.CDP, b.CtrServer = abs(b.Gateway), abs(b.Caddy), abs(b.CDP), abs(b.CtrServer)
+	b.Traefik, b.FastProxy = abs(b.Traefik), abs(b.FastProxy)
 	b.Work = filepath.Join(b.Root, "bench", "work")
 	b.Results = filepath.Join(b.Root, "bench", "results")
 	b.confDir = filepath.Join(b.Work, "conf")
@@ -51,15 +52,32 @@ func (b *Bench) Run(containers int, skip, note string) error {
 	// -only: scenario names select load scenarios; part names select parts
 	// (and leave out the parts not named).
 	onlyParts, onlyScen := map[string]bool{}, map[string]bool{}
+	stepsOnly := false // ONLY=steps: the table, without profiles
 	for _, n := range strings.Split(b.Only, ",") {
 		n = strings.TrimSpace(n)
 		switch {
 		case n == "":
+		case n == "steps":
+			// the four-step table: its rows and the discovery part
+			for _, sc := range stepScenarios() {
+				onlyScen[sc] = true
+			}
+			onlyParts["load"], onlyParts["discovery"] = true, true
+			stepsOnly = true
+		case n == "fastduties":
+			// every duty's cost on the fast path (issue 24), opt-in rows
+			// included, with the rows they are costs against
+			for _, sc := range scenarios() {
+				if sc.Server == "gateway" && sc.Conf.FastPath {
+					onlyScen[sc.Name] = true
+				}
+			}
+			onlyParts["load"] = true
 		case isPart(n):
 			onlyParts[n] = true
 		default:
 			if _, ok := scenarioByName(n); !ok {
-				return fmt.Errorf("-only: %q is neither a scenario nor a part (parts: %s)", n, strings.Join(parts, ", "))
+				return fmt.Errorf("-only: %q is neither a scenario, nor a part, nor steps (parts: %s)", n, strings.Join(parts, ", "))
 			}
 			onlyScen[n] = true
 			onlyParts["load"] = true
@@ -70,7 +88,7 @@ func (b *Bench) Run(containers int, skip, note string) error {
 			b.report.NotRun = append(b.report.NotRun, part+": skipped by -skip "+part)
 			return false
 		}
-		if len(onlyParts) > 0 && !onlyParts[part] && !(part == "profile" && onlyParts["load"]) {
+		if len(onlyParts) > 0 && !onlyParts[part] && !(part == "profile" && onlyParts["load"] && !stepsOnly) {
 			return false
 		}
 		return true
@@ -104,6 +122,7 @@ func (b *Bench) Run(containers int, skip, note string) error {
 	b.report = r
 	r.Machine = machineInfo()
 	r.Versions = b.versions()
+	r.Traefik = b.traefikBuild()
 	progress("machine: %s, %s cores, load %s", r.Machine["cpu"], r.Machine["cores"], r.Machine["load_before"])
 
 	if b.Keys, err = loadOrCreateKeys(filepath.Join(b.Work, "keys")); err != nil {
@@ -132,15 +151,20 @@ func (b *Bench) Run(containers int, skip, note string) error {
 	}
 	r.PoolSizes = poolSize
 
-	list := scenarios()
-	if len(onlyScen) > 0 {
-		var keep []Scenario
-		for _, s := range list {
-			if onlyScen[s.Name] {
-				keep = append(keep, s)
+	// a run takes every scenario that is not opt-in (b.All: every one), or
+	// those -only names
+	var list []Scenario
+	for _, s := range scenarios() {
+		switch {
+		case len(onlyScen) > 0 && onlyScen[s.Name], len(onlyScen) == 0 && (!s.OptIn || b.All):
+			list = append(list, s)
+		case len(onlyScen) == 0 && !skips["load"] && (len(onlyParts) == 0 || onlyParts["load"]):
+			also := ""
+			if s.Server == "gateway" && s.Conf.FastPath {
+				also = " or ONLY=fastduties"
 			}
+			r.NotRun = append(r.NotRun, fmt.Sprintf("%s (%s): an opt-in row, left out of the default run to keep it under 45 minutes; ALL=1, ONLY=%s%s runs it", s.Name, s.Label, s.Name, also))
 		}
-		list = keep
 	}
 	r.Scenarios = list
 
@@ -150,13 +174,20 @@ func (b *Bench) Run(containers int, skip, note string) error {
 	}
 	defer b.stopServices()
 
+	// timed records how long each part took (the full run must stay under
+	// 45 minutes: the report shows where the time went)
+	timed := func(part string, f func()) {
+		t0 := time.Now()
+		f()
+		r.PartSeconds = append(r.PartSeconds, PartTime{part, time.Since(t0).Seconds()})
+	}
 	loaded := run("load") && len(list) > 0
 	if loaded {
-		b.loadRounds(list)
+		timed("load", func() { b.loadRounds(list) })
 	}
 	r.evaluate()
 	if loaded && run("profile") {
-		b.profiles()
+		timed("profile", b.profiles)
 	}
 	for _, p := range []struct {
 		name string
@@ -164,12 +195,12 @@ func (b *Bench) Run(containers int, skip, note string) error {
 	}{{"tls", b.tlsPart}, {"gzip", b.gzipPart}, {"scaling", b.scalingPart}, {"latency", b.latencyPart},
 		{"breaker", b.breaker}, {"idle", b.idlePart}, {"ops", b.operations}} {
 		if run(p.name) {
-			p.f()
+			timed(p.name, p.f)
 		}
 	}
 	b.stopServices()
 	if run("discovery") {
-		b.discovery(containers)
+		timed("discovery", func() { b.discovery(containers) })
 	}
 	r.evaluate()
 	r.Finished = time.Now().UTC()
@@ -294,6 +325,7 @@ func (b *Bench) versions() map[string]string {
 	run("gateway", b.Gateway, "version")
 	run("caddy", b.Caddy, "version")
 	run("caddy-docker-proxy", b.CDP, "version")
+	run("traefik", b.Traefik, "version")
 	run("nginx", "nginx", "-v")
 	run("haproxy", "haproxy", "-v")
 	run("wrk", "wrk", "--version")

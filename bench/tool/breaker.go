@@ -138,6 +138,7 @@ func (b *Bench) breaker() {
 		{Name: "gateway", Server: "gateway", Conf: Conf{Transport: "h1"}},
 		{Name: "nginx", Server: "nginx"},
 		{Name: "haproxy", Server: "haproxy"},
+		{Name: "traefik", Server: "traefik"},
 	} {
 		for _, failure := range []string{"refuse", "500"} {
 			r := b.breakerRun(proxy, failure)
@@ -228,7 +229,8 @@ func (r *Report) breakerMarkdown(p func(string, ...any)) {
 	p("")
 	p("Three upstreams behind each proxy (round robin); a fixed-rate load of %d req/s over 50 connections for %s; after %s one upstream either stops listening (connections refused) or answers every request with 500. "+
 		"Each proxy is configured as its documentation recommends for taking a failing upstream out: the gateway with Caddy's passive health checks (`max_fails 1`, `fail_duration 10s`, `unhealthy_status 5xx`) and retries (`lb_retries 2`, `lb_retry_match` on `{rp.status_code} >= 500`); "+
-		"nginx with `max_fails=1 fail_timeout=10s` and `proxy_next_upstream error timeout http_500`; HAProxy with `observe layer7`, `error-limit 1`, `on-error mark-down`, `retries 2`, `option redispatch` and `retry-on all-retryable-errors 500`.",
+		"nginx with `max_fails=1 fail_timeout=10s` and `proxy_next_upstream error timeout http_500`; HAProxy with `observe layer7`, `error-limit 1`, `on-error mark-down`, `retries 2`, `option redispatch` and `retry-on all-retryable-errors 500`; "+
+		"Traefik with its passive health check (`maxFailedAttempts 1`, `failureWindow 10s`: a connection error or a 5xx takes the server out) and the `retry` middleware (`attempts 3`; Traefik retries failed connections, never an answer).",
 		breakerRate, breakerBefore+breakerAfter, breakerBefore)
 	p("")
 	p("| proxy | failure | client requests failed | sent | P99 ms (whole run, from the scheduled time) | requests the failing upstream still got | the last one, after the failure began |")

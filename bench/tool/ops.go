@@ -33,10 +33,12 @@ func (b *Bench) operations() {
 	}
 	list := []cs{
 		{"gateway, no duties", Scenario{Name: "ops-gw", Server: "gateway"}},
-		{"gateway, all duties", Scenario{Name: "ops-gw-all", Server: "gateway", Conf: Conf{AuditSink: "http", JWT: "HS256", RBAC: true, RateLimit: true, Perm: "cached"}, Token: "HS256"}},
+		{"gateway, all duties", Scenario{Name: "ops-gw-all", Server: "gateway", Conf: allDuties, Token: "HS256"}},
 		{"stock Caddy", Scenario{Name: "ops-caddy", Server: "caddy"}},
 		{"nginx", Scenario{Name: "ops-nginx", Server: "nginx"}},
 		{"HAProxy", Scenario{Name: "ops-haproxy", Server: "haproxy"}},
+		{"Traefik", Scenario{Name: "ops-traefik", Server: "traefik"}},
+		{"gateway, apigate wrapper, no duties", Scenario{Name: "ops-gw-fast", Server: "gateway", Conf: fast(Conf{})}},
 	}
 	port := firstPort + 60
 	for _, x := range list {
@@ -168,17 +170,23 @@ func (o *OpsResult) markdown(p func(string, ...any)) {
 	p("")
 	p("| server | cold start p50 [min-max] | reload to new route p50 [min-max] | POST /load call p50 |")
 	p("|---|---|---|---|")
-	for _, k := range []string{"gateway, no duties", "gateway, all duties", "stock Caddy", "nginx", "HAProxy"} {
+	for _, k := range []string{"gateway, no duties", "gateway, apigate wrapper, no duties", "gateway, all duties", "stock Caddy", "nginx", "HAProxy", "Traefik"} {
+		if len(o.ColdStart[k]) == 0 && len(o.Reload[k]) == 0 {
+			continue
+		}
 		cs := stat(o.ColdStart[k])
 		rl := stat(o.Reload[k])
 		lc := stat(o.LoadCall[k])
 		p("| %s | %s | %s | %s |", k, fmtStat(cs, "%.0f")+" ms", orDash(rl, "%.1f", " ms"), orDash(lc, "%.1f", " ms"))
 	}
 	p("")
+	if len(o.ColdStart["Traefik"]) > 0 {
+		p("- Traefik: no reload figure: it has no API that loads a configuration (its file and Docker providers watch for changes; the discovery part measures the Docker provider).")
+	}
 	for _, e := range o.Errors {
 		p("- error: %s", oneLine(e))
 	}
-	if len(o.Errors) > 0 {
+	if len(o.Errors) > 0 || len(o.ColdStart["Traefik"]) > 0 {
 		p("")
 	}
 }

@@ -49,7 +49,7 @@ func (b *Bench) profiles() {
 		b.report.Profiles = append(b.report.Profiles, b.profile(s, "cpu"))
 	}
 	for _, t := range b.report.Targets {
-		if t.Status == "missed" && strings.HasPrefix(t.Name, "peak memory") {
+		if t.Status == "missed" && t.Kind == "rssmax" {
 			if s, ok := b.report.scenario(t.Scenario); ok {
 				progress("profile: %s (memory target missed), heap profile at 300 connections", s.Name)
 				b.report.Profiles = append(b.report.Profiles, b.profile(s, "heap"))

@@ -21,6 +21,7 @@ type Report struct {
 	Rounds    int                 `json:"rounds"`
 	DurationS float64             `json:"duration_s"`
 	WarmupS   float64             `json:"warmup_s"`
+	LatencyS  float64             `json:"latency_s,omitempty"` // the latency part's duration per rate
 	Note      string              `json:"note,omitempty"`
 	Command   string              `json:"command"`
 	Machine   map[string]string   `json:"machine"`
@@ -34,17 +35,52 @@ type Report struct {
 	Profiles  []Profile           `json:"profiles,omitempty"`
 	Extras    []*ExtraRow         `json:"extras,omitempty"` // tls, gzip, scaling, latency, idle
 	Breaker   []BreakerResult     `json:"circuit_breaking,omitempty"`
-	NotRun    []string            `json:"not_run,omitempty"`
+	// Traefik is how the Traefik peer was built (bench/build-traefik's
+	// notes) and configured.
+	Traefik *TraefikBuild `json:"traefik,omitempty"`
+	NotRun  []string      `json:"not_run,omitempty"`
+	// PartSeconds is how long each part took, in the order they ran.
+	PartSeconds []PartTime `json:"part_seconds,omitempty"`
+}
+
+// PartTime is how long one part of a run took.
+type PartTime struct {
+	Part    string  `json:"part"`
+	Seconds float64 `json:"seconds"`
+}
+
+// timeLine says how long the run and each part took, and how many load
+// runs were repeated because other processes took core 1.
+func (r *Report) timeLine() string {
+	if len(r.PartSeconds) == 0 {
+		return ""
+	}
+	var parts []string
+	for _, p := range r.PartSeconds {
+		parts = append(parts, fmt.Sprintf("%s %s", p.Part, time.Duration(p.Seconds*float64(time.Second)).Round(time.Second)))
+	}
+	reruns := 0
+	for _, ss := range r.Samples {
+		for _, s := range ss {
+			reruns += s.Reruns
+		}
+	}
+	return fmt.Sprintf("Run time %s (%s); %d load runs were run again because other processes took core 1.",
+		r.Finished.Sub(r.Started).Round(time.Second), strings.Join(parts, ", "), reruns)
 }
 
 // TargetResult is a target beside its measured figure.
 type TargetResult struct {
-	Name     string  `json:"name"`
-	Goal     string  `json:"goal"`
-	Measured string  `json:"measured"`
-	Status   string  `json:"status"` // met | noisy | missed | not saturated | reported | not measured
-	Scenario string  `json:"scenario,omitempty"`
-	Value    float64 `json:"value"`
+	Name     string `json:"name"`
+	Goal     string `json:"goal"`
+	Measured string `json:"measured"`
+	Status   string `json:"status"` // met | noisy | missed | not saturated | reported | not measured
+	Scenario string `json:"scenario,omitempty"`
+	Kind     string `json:"kind,omitempty"` // the Target's Kind
+	// Path says which path of the gateway served the rows of a target
+	// whose config has the apigate wrapper, as the gateway said.
+	Path  string  `json:"path,omitempty"`
+	Value float64 `json:"value"`
 	// PerRound is the target's figure in each round that counts (both
 	// rows measured without error and saturated), by round number.
 	PerRound map[int]float64 `json:"per_round,omitempty"`
@@ -56,9 +92,12 @@ type TargetResult struct {
 
 // roundsNeeded: a target is met only when its median meets it and at least
 // this many rounds do (4 of 5; every round when there are fewer than 3).
-func (r *Report) roundsNeeded() int {
-	n := int(math.Ceil(0.8 * float64(r.Rounds)))
-	return max(n, 1)
+func (r *Report) roundsNeeded() int { return roundsNeeded(r.Rounds) }
+
+// roundsNeeded is how many of n rounds must meet a goal: 4 of 5, every
+// round when fewer than 3 are run.
+func roundsNeeded(n int) int {
+	return max(int(math.Ceil(0.8*float64(n))), 1)
 }
 
 // judge gives a target's status from its per-round values: met when the
@@ -66,8 +105,14 @@ func (r *Report) roundsNeeded() int {
 // does, missed otherwise; not saturated (or not measured) when too few
 // rounds count.
 func (r *Report) judge(tr *TargetResult, vals map[int]float64, unsaturated int, meets func(float64) bool) (Stat, bool) {
+	return judgeRounds(tr, r.roundsNeeded(), vals, unsaturated, meets)
+}
+
+// judgeRounds is judge for a part with its own number of rounds (needed:
+// roundsNeeded of it).
+func judgeRounds(tr *TargetResult, needed int, vals map[int]float64, unsaturated int, meets func(float64) bool) (Stat, bool) {
 	tr.PerRound = vals
-	tr.Needed = r.roundsNeeded()
+	tr.Needed = needed
 	var v []float64
 	for _, x := range vals {
 		v = append(v, x)
@@ -296,8 +341,9 @@ func (r *Report) evaluate() {
 	var out []TargetResult
 	const c = 300
 	for _, t := range targets() {
-		tr := TargetResult{Name: t.Name, Scenario: t.Scenario}
+		tr := TargetResult{Name: t.Name, Scenario: t.Scenario, Kind: t.Kind}
 		sc, _ := scenarioByName(t.Scenario)
+		tr.Path = r.pathNote(t.Scenario)
 		_, ok := r.scenario(t.Scenario)
 		against := t.Against
 		if against == "" {
@@ -320,7 +366,7 @@ func (r *Report) evaluate() {
 			}
 		}
 		switch t.Kind {
-		case "p99", "conns", "rss", "anon":
+		case "p99", "conns", "rss", "rssmax", "anon":
 			out = append(out, r.evaluateOther(t, tr, against, ok))
 			continue
 		}
@@ -363,16 +409,7 @@ func (r *Report) evaluate() {
 		}
 		out = append(out, tr)
 	}
-	// memory
-	mem := TargetResult{Name: "peak memory, all duties, 300 connections", Goal: "<= 80 MB", Scenario: "gw-all"}
-	if m := r.peak("gw-all"); m > 0 {
-		mem.Value = m / 1e6
-		mem.Measured = fmt.Sprintf("%.1f MB VmHWM, max of rounds (of which heap and stacks, sampled: %.1f MB)", m/1e6, r.peakAnon("gw-all")/1e6)
-		mem.Status = metStr(m <= 80e6)
-	} else {
-		mem.Measured, mem.Status = "-", "not measured"
-	}
-	out = append(out, mem)
+	out = append(out, r.extraTargets()...)
 	// discovery
 	for _, k := range []string{"add", "remove"} {
 		tr := TargetResult{Name: "discovery " + k + " p50 (gateway)", Goal: "<= 300 ms"}
@@ -402,12 +439,23 @@ func (r *Report) evaluateOther(t Target, tr TargetResult, against string, ok boo
 		tr.Measured, tr.Status = "-", "not measured"
 		return tr
 	}
+	switch t.Kind {
+	case "p99":
+		tr.Goal = fmt.Sprintf("<= %.1fx %s's P99", t.Limit, against)
+	case "conns":
+		tr.Goal = fmt.Sprintf("<= %.0f (the client connections), warm-up and load", t.Limit)
+	case "rss":
+		tr.Goal = "<= " + against + "'s"
+	case "rssmax":
+		tr.Goal = fmt.Sprintf("<= %.0f MB", t.Limit)
+	case "anon":
+		tr.Goal = fmt.Sprintf("<= %s's + %.0f MB (anon)", against, t.Limit)
+	}
 	if !ok {
 		return notMeasured()
 	}
 	switch t.Kind {
 	case "p99":
-		tr.Goal = fmt.Sprintf("<= %.1fx %s's P99", t.Limit, against)
 		vals, unsat := r.pairs(t.Scenario, against, c, func(a, b Sample) float64 { return a.At[c].P99ms / b.At[c].P99ms })
 		st, valid := r.judge(&tr, vals, unsat, func(x float64) bool { return x <= t.Limit })
 		if !valid {
@@ -417,7 +465,6 @@ func (r *Report) evaluateOther(t Target, tr TargetResult, against string, ok boo
 		tr.Value = st.Med
 		tr.Measured = fmt.Sprintf("%s (P99 %.1f ms vs %.1f ms)", ratioStr(st), r.lat(t.Scenario, c, true).Med, r.lat(against, c, true).Med)
 	case "conns":
-		tr.Goal = fmt.Sprintf("<= %.0f (the client connections), warm-up and load", t.Limit)
 		vals := map[int]float64{}
 		for _, s := range r.Samples[t.Scenario] {
 			if v, have := s.Extra["upstream_conns"]; have && s.Err == "" && v >= 0 {
@@ -432,7 +479,6 @@ func (r *Report) evaluateOther(t Target, tr TargetResult, against string, ok boo
 		tr.Value = st.Max
 		tr.Measured = fmt.Sprintf("%.0f [%.0f .. %.0f]", st.Med, st.Min, st.Max)
 	case "rss":
-		tr.Goal = "<= " + against + "'s"
 		m, b := r.peak(t.Scenario), r.peak(against)
 		if m <= 0 || b <= 0 {
 			return notMeasured()
@@ -440,8 +486,15 @@ func (r *Report) evaluateOther(t Target, tr TargetResult, against string, ok boo
 		tr.Value = m / 1e6
 		tr.Measured = fmt.Sprintf("%.1f MB vs %.1f MB (VmHWM, max of rounds; anon %.1f vs %.1f)", m/1e6, b/1e6, r.peakAnon(t.Scenario)/1e6, r.peakAnon(against)/1e6)
 		tr.Status = metStr(m <= b)
+	case "rssmax":
+		m := r.peak(t.Scenario)
+		if m <= 0 {
+			return notMeasured()
+		}
+		tr.Value = m / 1e6
+		tr.Measured = fmt.Sprintf("%.1f MB VmHWM, max of rounds (of which heap and stacks, sampled: %.1f MB)", m/1e6, r.peakAnon(t.Scenario)/1e6)
+		tr.Status = metStr(m <= t.Limit*1e6)
 	case "anon":
-		tr.Goal = fmt.Sprintf("<= %s's + %.0f MB (anon)", against, t.Limit)
 		m, b := r.peakAnon(t.Scenario), r.peakAnon(against)
 		if m <= 0 || b <= 0 {
 			return notMeasured()
@@ -535,11 +588,15 @@ func (r *Report) markdown(png string) string {
 	}
 	p("Machine: %s, %s cores, %s, kernel %s; load average before %s, after %s.",
 		r.Machine["cpu"], r.Machine["cores"], r.Machine["memory"], r.Machine["kernel"], r.Machine["load_before"], r.Machine["load_after"])
+	if t := r.timeLine(); t != "" {
+		p("%s", t)
+	}
 	p("Proxy under test pinned to core %s; wrk (1 thread), the backend (nginx) and the helper services on core %s. "+
 		"%d interleaved rounds; each scenario is started fresh per round, warmed up %g s at 50 connections, then wrk runs %g s at 300 connections. "+
 		"Figures are medians over rounds, with [min-max]; a cost is 1 - (throughput / its baseline's throughput in the same round).",
 		coreGateway, coreLoad, r.Rounds, r.WarmupS, r.DurationS)
 	p("")
+	r.stepsMarkdown(p)
 	p("![throughput chart](%s)", png)
 	p("")
 	p("## Targets, at 300 connections")
@@ -548,8 +605,8 @@ func (r *Report) markdown(png string) string {
 		"Only rounds in which both rows ran without error and kept their server at least %.0f%% busy on core 1 count: a proxy that was not saturated measured its load, not itself (**not saturated**). "+
 		"The value of every round is in the JSON (`targets[].per_round`).", r.roundsNeeded(), r.Rounds, 100*minBusy)
 	p("")
-	p("| target | goal | measured: median [range] | status |")
-	p("|---|---|---|---|")
+	p("| target | goal | measured: median [range] | status | gateway path (as it said) |")
+	p("|---|---|---|---|---|")
 	for _, t := range r.Targets {
 		st := t.Status
 		if t.Needed > 0 && (st == "met" || st == "noisy" || st == "missed") {
@@ -561,16 +618,24 @@ func (r *Report) markdown(png string) string {
 		case "missed":
 			st = "**MISSED**" + strings.TrimPrefix(st, "missed")
 		}
-		p("| %s | %s | %s | %s |", t.Name, t.Goal, t.Measured, st)
+		path := t.Path
+		if path == "" {
+			path = "-"
+		}
+		p("| %s | %s | %s | %s | %s |", t.Name, t.Goal, t.Measured, st, path)
 	}
+	p("")
+	p("*Gateway path*: for a row configured with the fast path's listener wrapper (`apigate`), which path served it, as the gateway said: its `fast path on` / `fast path off` log line at config load (with the reason) and its `gateway_fastpath_requests_total` counter over the measured runs. " +
+		"A target of a row that the fast path did not serve measures Caddy's path, whatever its name says.")
 	p("")
 	groups := []struct{ id, title string }{
 		{"bare", "1. Bare proxy"}, {"auth", "2. Authentication"}, {"duties", "3. Gateway duties, alone and together"},
+		{"steps", "3b. The four steps' other rows (each step on top of the ones before it)"},
 	}
 	for _, g := range groups {
 		var rows []Scenario
 		for _, s := range r.Scenarios {
-			if s.Group == g.id {
+			if s.Group == g.id && len(r.Samples[s.Name]) > 0 {
 				rows = append(rows, s)
 			}
 		}
@@ -579,8 +644,8 @@ func (r *Report) markdown(png string) string {
 		}
 		p("## %s", g.title)
 		p("")
-		p("| scenario | what | req/s | p99 ms | vs baseline | peak RSS | core 1: server / others | upstream connections |")
-		p("|---|---|---|---|---|---|---|---|")
+		p("| scenario | what | req/s | p99 ms | vs baseline | peak RSS | core 1: server / others | upstream connections | served by |")
+		p("|---|---|---|---|---|---|---|---|---|")
 		for _, s := range rows {
 			vs := func(c int) string {
 				if s.Baseline == "" {
@@ -593,9 +658,13 @@ func (r *Report) markdown(png string) string {
 				return fmt.Sprintf("%s of %s", pct(st.Med), s.Baseline)
 			}
 			mem := r.memStr(s.Name)
-			p("| %s | %s | %s | %s | %s | %s | %s | %s |", s.Name, s.Label,
+			served := "-"
+			if s.Server == "gateway" {
+				served = pathLabel(r.Samples[s.Name])
+			}
+			p("| %s | %s | %s | %s | %s | %s | %s | %s | %s |", s.Name, s.Label,
 				fmtStat(r.rps(s.Name, 300), "%.0f"), fmtStat(r.lat(s.Name, 300, true), "%.1f"),
-				vs(300), mem, r.coreStr(s.Name), r.upstreamStr(s.Name))
+				vs(300), mem, r.coreStr(s.Name), r.upstreamStr(s.Name), served)
 		}
 		p("")
 		p("All at 300 connections. Core 1 (the proxy's core): the median share of its time the server used during the measured run, and the share other processes of the machine took; a run in which others took more than %.0f%% was run again (up to %d times). "+
@@ -605,6 +674,9 @@ func (r *Report) markdown(png string) string {
 		p("Peak RSS is VmHWM (for nginx, master + worker); \"anon\" is the sampled peak of anonymous memory (heap and stacks), i.e. without the pages of the mapped executable, which are most of an idle Caddy's resident set.")
 		p("")
 		for _, s := range rows {
+			for _, bug := range pathProblems(r.Samples[s.Name]) {
+				p("- %s, **bench bug**: the row's plan and the gateway disagree on the path: %s", s.Name, bug)
+			}
 			for _, smp := range r.Samples[s.Name] {
 				if smp.Err != "" {
 					p("- %s, round %d: **error**: %s", s.Name, smp.Round, oneLine(smp.Err))
@@ -653,6 +725,17 @@ func (r *Report) markdown(png string) string {
 		}
 		p("")
 	}
+	if para := r.readmeParagraph(); para != "" {
+		p("## For the README")
+		p("")
+		p("The four steps with only the figures this report can stand behind (measured in at least %d rounds with the server saturated), for the README's benchmark paragraph:", r.roundsNeeded())
+		p("")
+		p("> %s", para)
+		p("")
+	}
+	if r.Traefik != nil {
+		r.traefikMarkdown(p)
+	}
 	p("## Versions")
 	p("")
 	for _, k := range sortedKeys(r.Versions) {
@@ -665,7 +748,7 @@ func (r *Report) markdown(png string) string {
 func (r *Report) checks(p func(string, ...any)) {
 	var lines []string
 	for _, s := range r.Scenarios {
-		if s.Server != "gateway" {
+		if s.Server != "gateway" && !(s.Server == "traefik" && s.Conf.Perm != "") {
 			continue
 		}
 		req := r.requests(s.Name) // completed responses, as wrk counts them

@@ -27,6 +27,8 @@ const (
 	gwAdmin     = "localhost:2910"
 	caddyAdmin  = "localhost:2911"
 
+	traefikVersion = "v3.7.13" // bench/build-traefik builds it
+
 	coreGateway = "1" // the proxy under test
 	coreLoad    = "0" // wrk, backend and helper services
 )
@@ -35,10 +37,12 @@ const (
 type Bench struct {
 	Root, Work, Results string
 	Gateway, Caddy, CDP string
+	Traefik, FastProxy  string // bench/work/traefik (bench/build-traefik), bench/work/fastproxy
 	Tool, CtrServer     string
 	Rounds              int
 	Dur, Warmup         time.Duration
 	Quick               bool
+	All                 bool // the opt-in scenarios too
 	Only                string
 	Keys                *Keys
 	tokens              map[string]string // alg -> one token
@@ -69,6 +73,9 @@ type Sample struct {
 	// Reruns: how many times the round's run was repeated because other
 	// processes took more than maxOthers of core 1.
 	Reruns int `json:"reruns,omitempty"`
+	// Path is which path of the gateway served the run, as the gateway
+	// itself said (gateway rows only; see PathInfo).
+	Path *PathInfo `json:"path,omitempty"`
 }
 
 // connLevels are the load rounds' connection counts; the scaling part
@@ -169,6 +176,13 @@ func (b *Bench) startServer(s Scenario, c Conf, tag string) (*Proc, error) {
 			return nil, err
 		}
 		return startPinned(tag, coreGateway, log, nil, "haproxy", "-db", "-f", path)
+	case "traefik":
+		return b.startTraefik(c, tag, log)
+	case "fastproxy":
+		if _, err := os.Stat(b.FastProxy); err != nil {
+			return nil, fmt.Errorf("fastproxy binary missing: %s (bench/run builds it)", b.FastProxy)
+		}
+		return startPinned(tag, coreGateway, log, []string{"GOMAXPROCS=1"}, b.FastProxy, fmt.Sprintf("127.0.0.1:%d", c.Port), c.Backend)
 	}
 	return nil, fmt.Errorf("unknown server %q", s.Server)
 }
@@ -283,10 +297,22 @@ func (b *Bench) runScenario(s Scenario, idx, round int) Sample {
 		// connections the proxy opened to the backend, warm-up included
 		smp.Extra["upstream_conns"] = upstreamConnsSince(upBefore)
 	}
+	if s.Server == "gateway" {
+		smp.Path = readPath(p.Log, s.Conf.FastPath, smp.Extra["fastpath_requests"], float64(requestsOf(smp)))
+	}
 	if p != nil && p.Exited() {
 		smp.Err = "server exited during the run: " + p.LogTail(10)
 	}
 	return smp
+}
+
+// requestsOf is how many requests wrk completed in a sample's measured runs.
+func requestsOf(smp Sample) int64 {
+	var n int64
+	for _, w := range smp.At {
+		n += w.Requests
+	}
+	return n
 }
 
 // counters reads the numbers that show a duty did its work: the
@@ -296,7 +322,11 @@ func (b *Bench) counters(s Scenario) map[string]float64 {
 	m := map[string]float64{}
 	if s.Server == "gateway" {
 		for k, v := range scrapeMetrics("http://"+gwAdmin+"/metrics", "gateway_jwt_cache_hits_total", "gateway_jwt_cache_misses_total",
-			"gateway_audit_events_enqueued_total", "gateway_audit_events_sent_total", "gateway_audit_events_spooled_total", "gateway_audit_events_dropped_total") {
+			"gateway_audit_events_enqueued_total", "gateway_audit_events_sent_total", "gateway_audit_events_spooled_total", "gateway_audit_events_dropped_total",
+			fastpathCounter) {
+			if k == fastpathCounter {
+				k = "fastpath_requests"
+			}
 			m[k] = v
 		}
 	}

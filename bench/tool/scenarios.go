@@ -4,48 +4,53 @@ package main
 type Scenario struct {
 	Name     string // id, used in tables and the chart
 	Label    string // what it is, in words
-	Group    string // bare | auth | duties
-	Server   string // direct | nginx | haproxy | caddy | gateway
+	Group    string // bare | auth | duties | steps
+	Server   string // direct | nginx | haproxy | caddy | gateway | traefik | fastproxy
 	Conf     Conf   // template data (Port and addresses are filled in at run time)
 	Token    string // "" | HS256 | RS256: one token, reused on every request
 	Pool     string // "" | HS256 | RS256: rotate through a pool of distinct tokens
 	Paths    bool   // rotate through distinct paths
 	Baseline string // scenario whose throughput in the same round is this one's 100%
+	// OptIn: left out of the default run (which must stay under 45
+	// minutes on the 2-core machine); ALL=1 or ONLY= naming it runs it.
+	OptIn bool
 }
 
 // Conf is what the config templates see.
 type Conf struct {
-	Port        int
-	Admin       string
-	Work        string
-	Backend     string
-	AuthAddr    string
-	PermAddr    string
-	AuditAddr   string
-	NATSAddr    string
-	Secret      string
-	PubPEM      string
-	Issuer      string
-	Audience    string
-	JWT         string // "" | HS256 | RS256
-	FwdAuth     bool   // nginx auth_request / Caddy forward_auth to the auth service
-	RBAC        bool
-	RateLimit   bool
-	Perm        string   // "" | cached | nocache
-	AuditSink   string   // "" | http | http1 | nats | natsjs
-	AuditDisk   bool     // audit durability disk
-	AuditSpool  string   // its spool_dir (emptied before each start)
-	AuditChain  bool     // audit chain (tamper evidence)
-	AuditKey    string   // the chain's key file
-	ReloadRoute string   // an extra route (operations: reload)
-	Transport   string   // reverse_proxy transport: "" (Caddy's http) | h1
-	TLSCert     string   // TLS 1.3 termination with this certificate ...
-	TLSKey      string   // ... and key
-	TLSPem      string   // (HAProxy: both in one file)
-	Gzip        bool     // compress answers (gzip, level 6) for clients that accept it
-	Upstreams   []string // several upstreams (circuit breaking) instead of Backend
-	FDLimit     int      // the open-file limit the servers run with
-	MaxConn     int      // client connections a server must take: maxConns()
+	Port           int
+	Admin          string
+	Work           string
+	Backend        string
+	AuthAddr       string
+	PermAddr       string
+	AuditAddr      string
+	NATSAddr       string
+	Secret         string
+	PubPEM         string
+	Issuer         string
+	Audience       string
+	JWT            string   // "" | HS256 | RS256
+	FwdAuth        bool     // nginx auth_request / Caddy forward_auth / Traefik ForwardAuth to the auth service
+	RBAC           bool     // gateway rbac; HAProxy: the same roles rule on the verified token's claims
+	RateLimit      bool     // gateway rate_limit; nginx limit_req; HAProxy stick table; Traefik rateLimit
+	Perm           string   // "" | cached | nocache (gateway permission) | fwdauth (Traefik: a ForwardAuth to the permission service on every request)
+	AuditSink      string   // "" | http | http1 | nats | natsjs
+	AuditDisk      bool     // audit durability disk
+	AuditSpool     string   // its spool_dir (emptied before each start)
+	AuditChain     bool     // audit chain (tamper evidence)
+	AuditKey       string   // the chain's key file
+	ReloadRoute    string   // an extra route (operations: reload)
+	Transport      string   // reverse_proxy transport: "" (Caddy's http) | h1
+	FastPath       bool     // the gateway's apigate listener wrapper (the fast path; needs transport h1)
+	TraefikDynamic string   // Traefik: its dynamic configuration file (set when starting it)
+	TLSCert        string   // TLS 1.3 termination with this certificate ...
+	TLSKey         string   // ... and key
+	TLSPem         string   // (HAProxy: both in one file)
+	Gzip           bool     // compress answers (gzip, level 6) for clients that accept it
+	Upstreams      []string // several upstreams (circuit breaking) instead of Backend
+	FDLimit        int      // the open-file limit the servers run with
+	MaxConn        int      // client connections a server must take: maxConns()
 }
 
 // Target is a goal from issue 7, checked against the measured medians at
@@ -53,49 +58,92 @@ type Conf struct {
 type Target struct {
 	Name     string
 	Scenario string
-	Kind     string  // cost (<= Limit), ratio (>= Limit), p99 (<= Limit x Against's), conns (<= Limit), rss (<= Against's), anon (<= Against's + Limit MB)
+	Kind     string  // cost (<= Limit), ratio (>= Limit), p99 (<= Limit x Against's), conns (<= Limit), rss (<= Against's), rssmax (<= Limit MB), anon (<= Against's + Limit MB)
 	Against  string  // scenario the ratio is taken against (default: Baseline)
 	Limit    float64 // fraction
 	Report   bool    // reported only, no limit
 }
 
+// allDuties is the every-duty configuration: audit to HTTP (batched),
+// jwt_auth HS256, rbac, rate_limit, permission cached.
+var allDuties = Conf{AuditSink: "http", JWT: "HS256", RBAC: true, RateLimit: true, Perm: "cached"}
+
+// fast puts a gateway configuration on the fast path: the apigate listener
+// wrapper, with transport h1 (the only transport the plan proxies with).
+// Whether the fast path then serves the server is the gateway's decision;
+// the report says, per row, which path did (from the gateway's log and its
+// gateway_fastpath_requests_total counter).
+func fast(c Conf) Conf {
+	c.FastPath, c.Transport = true, "h1"
+	return c
+}
+
 func scenarios() []Scenario {
+	all := allDuties
+	allH1 := all
+	allH1.Transport = "h1"
 	return []Scenario{
 		// 1. bare proxy
 		{Name: "direct", Label: "backend directly (no proxy)", Group: "bare", Server: "direct"},
 		{Name: "nginx", Label: "nginx 1.22", Group: "bare", Server: "nginx", Baseline: "direct"},
 		{Name: "haproxy", Label: "HAProxy 2.6", Group: "bare", Server: "haproxy", Baseline: "direct"},
 		{Name: "caddy", Label: "stock Caddy v2.11.9", Group: "bare", Server: "caddy", Baseline: "direct"},
+		{Name: "traefik", Label: "Traefik " + traefikVersion, Group: "bare", Server: "traefik", Baseline: "direct"},
+		{Name: "go-fasthttp", Label: "Go: fasthttp server + fasthttp client (engine-class reference, not a gateway)", Group: "bare", Server: "fastproxy", Baseline: "direct"},
 		{Name: "gw", Label: "gateway, no duties", Group: "bare", Server: "gateway", Baseline: "caddy"},
 		{Name: "gw-h1", Label: "gateway, no duties, transport h1", Group: "bare", Server: "gateway", Conf: Conf{Transport: "h1"}, Baseline: "caddy"},
+		{Name: "gw-fast", Label: "gateway, no duties, apigate wrapper, transport h1", Group: "bare", Server: "gateway", Conf: fast(Conf{}), Baseline: "nginx"},
 
 		// 2. authentication
 		{Name: "gw-jwt-hs256", Label: "gateway jwt_auth HS256, one token", Group: "auth", Server: "gateway", Conf: Conf{JWT: "HS256"}, Token: "HS256", Baseline: "gw"},
 		{Name: "gw-jwt-hs256-distinct", Label: "gateway jwt_auth HS256, distinct tokens", Group: "auth", Server: "gateway", Conf: Conf{JWT: "HS256"}, Pool: "HS256", Baseline: "gw"},
 		{Name: "gw-jwt-rs256", Label: "gateway jwt_auth RS256, one token", Group: "auth", Server: "gateway", Conf: Conf{JWT: "RS256"}, Token: "RS256", Baseline: "gw"},
 		{Name: "gw-jwt-rs256-distinct", Label: "gateway jwt_auth RS256, distinct tokens", Group: "auth", Server: "gateway", Conf: Conf{JWT: "RS256"}, Pool: "RS256", Baseline: "gw"},
+		{Name: "gw-fast-jwt-hs256", Label: "gateway (apigate) jwt_auth HS256, one token", Group: "auth", Server: "gateway", Conf: fast(Conf{JWT: "HS256"}), Token: "HS256", Baseline: "gw-fast"},
+		{Name: "gw-fast-jwt-hs256-distinct", Label: "gateway (apigate) jwt_auth HS256, distinct tokens", Group: "auth", Server: "gateway", Conf: fast(Conf{JWT: "HS256"}), Pool: "HS256", Baseline: "gw-fast"},
+		{Name: "gw-fast-jwt-rs256", Label: "gateway (apigate) jwt_auth RS256, one token", Group: "auth", Server: "gateway", Conf: fast(Conf{JWT: "RS256"}), Token: "RS256", Baseline: "gw-fast"},
+		{Name: "gw-fast-jwt-rs256-distinct", Label: "gateway (apigate) jwt_auth RS256, distinct tokens", Group: "auth", Server: "gateway", Conf: fast(Conf{JWT: "RS256"}), Pool: "RS256", Baseline: "gw-fast", OptIn: true},
 		{Name: "haproxy-jwt-hs256", Label: "HAProxy jwt_verify HS256", Group: "auth", Server: "haproxy", Conf: Conf{JWT: "HS256"}, Token: "HS256", Baseline: "haproxy"},
 		{Name: "haproxy-jwt-rs256", Label: "HAProxy jwt_verify RS256", Group: "auth", Server: "haproxy", Conf: Conf{JWT: "RS256"}, Token: "RS256", Baseline: "haproxy"},
 		{Name: "nginx-authreq-hs256", Label: "nginx auth_request -> auth service, HS256", Group: "auth", Server: "nginx", Conf: Conf{FwdAuth: true}, Token: "HS256", Baseline: "nginx"},
-		{Name: "nginx-authreq-rs256", Label: "nginx auth_request -> auth service, RS256", Group: "auth", Server: "nginx", Conf: Conf{FwdAuth: true}, Token: "RS256", Baseline: "nginx"},
+		{Name: "nginx-authreq-rs256", Label: "nginx auth_request -> auth service, RS256", Group: "auth", Server: "nginx", Conf: Conf{FwdAuth: true}, Token: "RS256", Baseline: "nginx", OptIn: true},
 		{Name: "caddy-fwdauth-hs256", Label: "Caddy forward_auth -> auth service, HS256", Group: "auth", Server: "caddy", Conf: Conf{FwdAuth: true}, Token: "HS256", Baseline: "caddy"},
-		{Name: "caddy-fwdauth-rs256", Label: "Caddy forward_auth -> auth service, RS256", Group: "auth", Server: "caddy", Conf: Conf{FwdAuth: true}, Token: "RS256", Baseline: "caddy"},
+		{Name: "caddy-fwdauth-rs256", Label: "Caddy forward_auth -> auth service, RS256", Group: "auth", Server: "caddy", Conf: Conf{FwdAuth: true}, Token: "RS256", Baseline: "caddy", OptIn: true},
+		{Name: "traefik-fwdauth-hs256", Label: "Traefik ForwardAuth -> auth service, HS256", Group: "auth", Server: "traefik", Conf: Conf{FwdAuth: true}, Token: "HS256", Baseline: "traefik"},
+		{Name: "traefik-fwdauth-rs256", Label: "Traefik ForwardAuth -> auth service, RS256", Group: "auth", Server: "traefik", Conf: Conf{FwdAuth: true}, Token: "RS256", Baseline: "traefik"},
 
 		// 3. gateway duties, alone and together
 		{Name: "gw-rbac", Label: "gateway jwt_auth HS256 + rbac", Group: "duties", Server: "gateway", Conf: Conf{JWT: "HS256", RBAC: true}, Token: "HS256", Baseline: "gw-jwt-hs256"},
 		{Name: "gw-ratelimit", Label: "gateway rate_limit (not reached)", Group: "duties", Server: "gateway", Conf: Conf{RateLimit: true}, Baseline: "gw"},
 		{Name: "gw-perm-cached", Label: "gateway jwt_auth + permission, cached", Group: "duties", Server: "gateway", Conf: Conf{JWT: "HS256", Perm: "cached"}, Token: "HS256", Baseline: "gw-jwt-hs256"},
-		{Name: "gw-perm-nocache", Label: "gateway jwt_auth + permission, cache off, distinct paths", Group: "duties", Server: "gateway", Conf: Conf{JWT: "HS256", Perm: "nocache"}, Token: "HS256", Paths: true, Baseline: "gw-jwt-hs256"},
+		{Name: "gw-perm-nocache", Label: "gateway jwt_auth + permission, cache off, distinct paths", Group: "duties", Server: "gateway", Conf: Conf{JWT: "HS256", Perm: "nocache"}, Token: "HS256", Paths: true, Baseline: "gw-jwt-hs256", OptIn: true},
 		{Name: "gw-audit-http", Label: "gateway audit -> HTTP, batch 500", Group: "duties", Server: "gateway", Conf: Conf{AuditSink: "http"}, Baseline: "gw"},
 		{Name: "gw-audit-http-disk", Label: "gateway audit -> HTTP, batch 500, durability disk", Group: "duties", Server: "gateway", Conf: Conf{AuditSink: "http", AuditDisk: true}, Baseline: "gw-audit-http"},
-		{Name: "gw-audit-http-chain", Label: "gateway audit -> HTTP, batch 500, chain (tamper evidence)", Group: "duties", Server: "gateway", Conf: Conf{AuditSink: "http", AuditChain: true}, Baseline: "gw-audit-http"},
-		{Name: "gw-audit-http-1", Label: "gateway audit -> HTTP, batch_size 1", Group: "duties", Server: "gateway", Conf: Conf{AuditSink: "http1"}, Baseline: "gw"},
+		{Name: "gw-audit-http-chain", Label: "gateway audit -> HTTP, batch 500, chain (tamper evidence)", Group: "duties", Server: "gateway", Conf: Conf{AuditSink: "http", AuditChain: true}, Baseline: "gw-audit-http", OptIn: true},
+		{Name: "gw-audit-http-1", Label: "gateway audit -> HTTP, batch_size 1", Group: "duties", Server: "gateway", Conf: Conf{AuditSink: "http1"}, Baseline: "gw", OptIn: true},
 		{Name: "gw-audit-nats", Label: "gateway audit -> NATS core", Group: "duties", Server: "gateway", Conf: Conf{AuditSink: "nats"}, Baseline: "gw"},
 		{Name: "gw-audit-natsjs", Label: "gateway audit -> NATS JetStream", Group: "duties", Server: "gateway", Conf: Conf{AuditSink: "natsjs"}, Baseline: "gw"},
-		{Name: "gw-all", Label: "gateway all duties (audit HTTP, jwt HS256, rbac, rate_limit, permission cached)", Group: "duties", Server: "gateway",
-			Conf: Conf{AuditSink: "http", JWT: "HS256", RBAC: true, RateLimit: true, Perm: "cached"}, Token: "HS256", Baseline: "gw"},
-		{Name: "gw-all-h1", Label: "gateway all duties, transport h1", Group: "duties", Server: "gateway",
-			Conf: Conf{AuditSink: "http", JWT: "HS256", RBAC: true, RateLimit: true, Perm: "cached", Transport: "h1"}, Token: "HS256", Baseline: "gw-h1"},
+		{Name: "gw-all", Label: "gateway all duties (audit HTTP, jwt HS256, rbac, rate_limit, permission cached)", Group: "duties", Server: "gateway", Conf: all, Token: "HS256", Baseline: "gw"},
+		{Name: "gw-all-h1", Label: "gateway all duties, transport h1", Group: "duties", Server: "gateway", Conf: allH1, Token: "HS256", Baseline: "gw-h1"},
+		{Name: "gw-fast-rbac", Label: "gateway (apigate) jwt_auth HS256 + rbac", Group: "duties", Server: "gateway", Conf: fast(Conf{JWT: "HS256", RBAC: true}), Token: "HS256", Baseline: "gw-fast-jwt-hs256"},
+		{Name: "gw-fast-perm-nocache", Label: "gateway (apigate) jwt_auth + permission, cache off, distinct paths", Group: "duties", Server: "gateway", Conf: fast(Conf{JWT: "HS256", Perm: "nocache"}), Token: "HS256", Paths: true, Baseline: "gw-fast-jwt-hs256", OptIn: true},
+		{Name: "gw-fast-audit-http", Label: "gateway (apigate) audit -> HTTP, batch 500", Group: "duties", Server: "gateway", Conf: fast(Conf{AuditSink: "http"}), Baseline: "gw-fast"},
+		{Name: "gw-fast-audit-http-disk", Label: "gateway (apigate) audit -> HTTP, batch 500, durability disk", Group: "duties", Server: "gateway", Conf: fast(Conf{AuditSink: "http", AuditDisk: true}), Baseline: "gw-fast-audit-http", OptIn: true},
+		{Name: "gw-fast-audit-http-chain", Label: "gateway (apigate) audit -> HTTP, batch 500, chain", Group: "duties", Server: "gateway", Conf: fast(Conf{AuditSink: "http", AuditChain: true}), Baseline: "gw-fast-audit-http", OptIn: true},
+		{Name: "gw-fast-audit-nats", Label: "gateway (apigate) audit -> NATS core", Group: "duties", Server: "gateway", Conf: fast(Conf{AuditSink: "nats"}), Baseline: "gw-fast", OptIn: true},
+		{Name: "gw-fast-audit-natsjs", Label: "gateway (apigate) audit -> NATS JetStream", Group: "duties", Server: "gateway", Conf: fast(Conf{AuditSink: "natsjs"}), Baseline: "gw-fast", OptIn: true},
+		{Name: "gw-fast-all", Label: "gateway (apigate) all duties", Group: "duties", Server: "gateway", Conf: fast(all), Token: "HS256", Baseline: "gw-fast"},
+		{Name: "traefik-ratelimit", Label: "Traefik rateLimit middleware (not reached)", Group: "duties", Server: "traefik", Conf: Conf{RateLimit: true}, Baseline: "traefik"},
+
+		// the four steps (stepTable): the rows not above, each step on top
+		// of the ones before it that the peer can do
+		{Name: "gw-fast-steps-rl", Label: "gateway (apigate) jwt_auth HS256 + rbac + rate_limit", Group: "steps", Server: "gateway", Conf: fast(Conf{JWT: "HS256", RBAC: true, RateLimit: true}), Token: "HS256", Baseline: "gw-fast-rbac"},
+		{Name: "gw-fast-steps-perm", Label: "gateway (apigate) jwt_auth HS256 + rbac + rate_limit + permission cached", Group: "steps", Server: "gateway", Conf: fast(Conf{JWT: "HS256", RBAC: true, RateLimit: true, Perm: "cached"}), Token: "HS256", Baseline: "gw-fast-steps-rl"},
+		{Name: "traefik-steps-rl", Label: "Traefik ForwardAuth HS256 + rateLimit", Group: "steps", Server: "traefik", Conf: Conf{FwdAuth: true, RateLimit: true}, Token: "HS256", Baseline: "traefik-fwdauth-hs256"},
+		{Name: "traefik-steps-perm", Label: "Traefik ForwardAuth HS256 + rateLimit + ForwardAuth -> permission service", Group: "steps", Server: "traefik", Conf: Conf{FwdAuth: true, RateLimit: true, Perm: "fwdauth"}, Token: "HS256", Baseline: "traefik-steps-rl"},
+		{Name: "nginx-steps-rl", Label: "nginx auth_request HS256 + limit_req", Group: "steps", Server: "nginx", Conf: Conf{FwdAuth: true, RateLimit: true}, Token: "HS256", Baseline: "nginx-authreq-hs256"},
+		{Name: "haproxy-steps-rbac", Label: "HAProxy jwt_verify HS256 + roles rule", Group: "steps", Server: "haproxy", Conf: Conf{JWT: "HS256", RBAC: true}, Token: "HS256", Baseline: "haproxy-jwt-hs256"},
+		{Name: "haproxy-steps-rl", Label: "HAProxy jwt_verify HS256 + roles rule + stick-table rate limit", Group: "steps", Server: "haproxy", Conf: Conf{JWT: "HS256", RBAC: true, RateLimit: true}, Token: "HS256", Baseline: "haproxy-steps-rbac"},
 	}
 }
 
@@ -120,6 +168,7 @@ func targets() []Target {
 		{Name: "all duties, share of bare gateway", Scenario: "gw-all", Kind: "ratio", Limit: 0.85},
 		{Name: "gateway no duties, share of stock Caddy", Scenario: "gw", Kind: "ratio", Against: "caddy", Limit: 0.98},
 		{Name: "all duties vs Caddy + forward_auth (HS256)", Scenario: "gw-all", Kind: "ratio", Against: "caddy-fwdauth-hs256", Limit: 2.0},
+		{Name: "peak memory, all duties, 300 connections", Scenario: "gw-all", Kind: "rssmax", Limit: 80},
 		// issue 14: the h1 transport
 		{Name: "transport h1, no duties, vs stock Caddy", Scenario: "gw-h1", Kind: "ratio", Against: "caddy", Limit: 2.0},
 		{Name: "transport h1, no duties, P99 vs nginx", Scenario: "gw-h1", Kind: "p99", Against: "nginx", Limit: 1.5},
@@ -128,6 +177,34 @@ func targets() []Target {
 		{Name: "transport h1, all duties, vs HAProxy + jwt_verify (HS256)", Scenario: "gw-all-h1", Kind: "ratio", Against: "haproxy-jwt-hs256", Report: true},
 		{Name: "transport h1: upstream connections opened per run", Scenario: "gw-h1", Kind: "conns", Limit: 300},
 		{Name: "transport h1: peak memory vs transport http", Scenario: "gw-h1", Kind: "rss", Against: "gw"},
+		// issue 23: the fast path, no duties
+		{Name: "fast path, no duties, vs nginx", Scenario: "gw-fast", Kind: "ratio", Against: "nginx", Limit: 0.7},
+		{Name: "fast path, no duties, P99 vs nginx", Scenario: "gw-fast", Kind: "p99", Against: "nginx", Limit: 1.5},
+		{Name: "fast path: upstream connections opened per run", Scenario: "gw-fast", Kind: "conns", Limit: 300},
+		{Name: "fast path: peak memory vs Caddy's path (transport h1)", Scenario: "gw-fast", Kind: "rss", Against: "gw-h1"},
+		{Name: "fast path, no duties, vs the fasthttp server + client (engine class)", Scenario: "gw-fast", Kind: "ratio", Against: "go-fasthttp", Report: true},
+		// issue 24: every duty on the fast path
+		{Name: "fast path, every duty, vs HAProxy + jwt_verify (HS256)", Scenario: "gw-fast-all", Kind: "ratio", Against: "haproxy-jwt-hs256", Limit: 1.0},
+		{Name: "fast path, every duty, vs nginx + auth_request (HS256)", Scenario: "gw-fast-all", Kind: "ratio", Against: "nginx-authreq-hs256", Limit: 1.5},
+		{Name: "fast path, every duty, share of the fast path's bare rate", Scenario: "gw-fast-all", Kind: "ratio", Against: "gw-fast", Limit: 0.8},
+		{Name: "fast path, every duty: peak memory, 300 connections", Scenario: "gw-fast-all", Kind: "rssmax", Limit: 80},
+		{Name: "fast path: JWT HS256 cost", Scenario: "gw-fast-jwt-hs256", Kind: "cost", Report: true},
+		{Name: "fast path: JWT RS256 cost, token reused", Scenario: "gw-fast-jwt-rs256", Kind: "cost", Report: true},
+		{Name: "fast path: JWT HS256 cost, distinct tokens", Scenario: "gw-fast-jwt-hs256-distinct", Kind: "cost", Report: true},
+		{Name: "fast path: JWT RS256 cost, distinct tokens", Scenario: "gw-fast-jwt-rs256-distinct", Kind: "cost", Report: true},
+		{Name: "fast path: rbac cost (vs jwt_auth alone)", Scenario: "gw-fast-rbac", Kind: "cost", Report: true},
+		{Name: "fast path: rate_limit cost (vs jwt_auth + rbac)", Scenario: "gw-fast-steps-rl", Kind: "cost", Report: true},
+		{Name: "fast path: permission cached cost (vs jwt_auth + rbac + rate_limit)", Scenario: "gw-fast-steps-perm", Kind: "cost", Report: true},
+		{Name: "fast path: permission cache off cost (vs jwt_auth alone)", Scenario: "gw-fast-perm-nocache", Kind: "cost", Report: true},
+		{Name: "fast path: audit HTTP batched cost", Scenario: "gw-fast-audit-http", Kind: "cost", Report: true},
+		{Name: "fast path: audit durability disk cost (vs memory)", Scenario: "gw-fast-audit-http-disk", Kind: "cost", Report: true},
+		{Name: "fast path: audit chain cost (vs without)", Scenario: "gw-fast-audit-http-chain", Kind: "cost", Report: true},
+		{Name: "fast path: audit NATS core cost", Scenario: "gw-fast-audit-nats", Kind: "cost", Report: true},
+		{Name: "fast path: audit NATS JetStream cost", Scenario: "gw-fast-audit-natsjs", Kind: "cost", Report: true},
+		{Name: "fast path: audit HTTP cost on top of the other duties", Scenario: "gw-fast-all", Kind: "cost", Against: "gw-fast-steps-perm", Report: true},
+		// issue 26: against Traefik
+		{Name: "gateway fast path, no duties, vs Traefik", Scenario: "gw-fast", Kind: "ratio", Against: "traefik", Report: true},
+		{Name: "gateway fast path, every duty, vs Traefik + ForwardAuth (HS256)", Scenario: "gw-fast-all", Kind: "ratio", Against: "traefik-fwdauth-hs256", Report: true},
 	}
 }
 

@@ -61,6 +61,18 @@ func servePermission(addr string) error {
 		w.Header().Set("Content-Type", "application/json")
 		w.Write([]byte(`{"allow":true}`))
 	})
+	// GET /forward is the same check for a proxy that can only ask with
+	// the request's own headers (Traefik's ForwardAuth): the method and
+	// path in X-Forwarded-Method and X-Forwarded-Uri, the user in X-User-Id
+	// (which the auth service answered and the proxy copied).
+	h.HandleFunc("/forward", func(w http.ResponseWriter, r *http.Request) {
+		if r.Header.Get("X-Forwarded-Uri") == "" || r.Header.Get("X-User-Id") == "" {
+			http.Error(w, "no forwarded request or user", http.StatusForbidden)
+			return
+		}
+		calls.Add(1)
+		w.WriteHeader(http.StatusOK)
+	})
 	h.HandleFunc("/stats", func(w http.ResponseWriter, r *http.Request) {
 		fmt.Fprintf(w, `{"calls":%d}`, calls.Load())
 	})
