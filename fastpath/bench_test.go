@@ -212,8 +212,8 @@ func BenchmarkDuties(b *testing.B) {
 		rate_limit {
 			zone per_user {
 				key {http.auth.user.id}
-				events 100000000
-				window 1m
+				events 50000
+				window 1s
 			}
 		}
 		permission {
