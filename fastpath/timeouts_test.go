@@ -81,3 +81,39 @@ func dial(t *testing.T, port int) net.Conn {
 	t.Cleanup(func() { c.Close() })
 	return c
 }
+
+// TestIdleHoldsNoState: a keep-alive connection waiting for its next
+// request holds no request state (buffers and per-request structures), and
+// the next request on it is read whole: fifty connections answered once
+// each, then idle, hold none; each is answered again.
+func TestIdleHoldsNoState(t *testing.T) {
+	loadTwinOpts(t, twinOpts{}, `	respond "ok"`)
+	before := statesHeld.Load()
+	var conns []net.Conn
+	var readers []*bufio.Reader
+	ask := func(i int) {
+		fmt.Fprintf(conns[i], "GET /%d HTTP/1.1\r\nHost: a\r\n\r\n", i)
+		res, err := http.ReadResponse(readers[i], nil)
+		if err != nil || res.StatusCode != 200 {
+			t.Fatalf("connection %d: %v %v", i, res, err)
+		}
+		if b, _ := io.ReadAll(res.Body); string(b) != "ok" {
+			t.Fatalf("connection %d: body %q", i, b)
+		}
+	}
+	for i := range 50 {
+		conns = append(conns, dial(t, fastPort))
+		readers = append(readers, bufio.NewReader(conns[i]))
+		ask(i)
+	}
+	deadline := time.Now().Add(3 * time.Second)
+	for statesHeld.Load() > before {
+		if time.Now().After(deadline) {
+			t.Fatalf("%d request states held by 50 idle connections, want none", statesHeld.Load()-before)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	for i := range conns {
+		ask(i)
+	}
+}

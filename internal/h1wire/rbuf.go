@@ -37,16 +37,32 @@ func (b *Rbuf) Reset() {
 	b.buf = b.base
 }
 
-// Fill reads once from Rd, after moving what is buffered to the front. It
-// fails with io.ErrShortBuffer when the buffer is full.
-func (b *Rbuf) Fill() error {
+// Space returns the free space after what is buffered (moved to the
+// front first), for a caller that reads into it itself and then calls
+// Added; io.ErrShortBuffer when the buffer is full.
+func (b *Rbuf) Space() ([]byte, error) {
 	if b.r > 0 {
 		copy(b.buf, b.buf[b.r:b.w])
 		b.w -= b.r
 		b.r = 0
 	}
 	if b.w == len(b.buf) {
-		return io.ErrShortBuffer
+		return nil, io.ErrShortBuffer
+	}
+	return b.buf[b.w:], nil
+}
+
+// Added counts n bytes read into Space's slice as buffered.
+func (b *Rbuf) Added(n int) {
+	b.w += n
+	b.Got += int64(n)
+}
+
+// Fill reads once from Rd, after moving what is buffered to the front. It
+// fails with io.ErrShortBuffer when the buffer is full.
+func (b *Rbuf) Fill() error {
+	if _, err := b.Space(); err != nil {
+		return err
 	}
 	if b.BeforeRead != nil {
 		b.BeforeRead()
@@ -56,8 +72,7 @@ func (b *Rbuf) Fill() error {
 		if n < 0 || n > len(b.buf)-b.w {
 			return errors.New("invalid read count")
 		}
-		b.w += n
-		b.Got += int64(n)
+		b.Added(n)
 		if n > 0 {
 			return nil
 		}
