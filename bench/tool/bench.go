@@ -47,6 +47,7 @@ func (b *Bench) Run(containers int, skip, note string) error {
 				return fmt.Errorf("unknown part %q in -skip (parts: %s)", s, strings.Join(parts, ", "))
 			}
 			skips[s] = true
+			b.skipped = append(b.skipped, s)
 		}
 	}
 	// -only: scenario names select load scenarios; part names select parts

@@ -527,7 +527,7 @@ func loadReport(path string) (*Report, error) {
 
 func (b *Bench) write() error {
 	r := b.report
-	base := r.Date
+	base := r.Date + partialSuffix(b.Only, b.skipped)
 	if r.Quick {
 		base += "-quick"
 	}
@@ -787,4 +787,31 @@ func (r *Report) checks(p func(string, ...any)) {
 		p("- %s", l)
 	}
 	p("")
+}
+
+// partialSuffix names the results of a run limited by -only or -skip, so
+// that it never replaces the day's full report: "-only-idle",
+// "-only-gw-gw-fast", "-skip-discovery-ops".
+func partialSuffix(only string, skipped []string) string {
+	clean := func(list []string) string {
+		var out []string
+		for _, x := range list {
+			if x = strings.TrimSpace(x); x != "" {
+				out = append(out, strings.Map(func(r rune) rune {
+					if r >= 'a' && r <= 'z' || r >= '0' && r <= '9' || r == '-' {
+						return r
+					}
+					return '-'
+				}, strings.ToLower(x)))
+			}
+		}
+		return strings.Join(out, "-")
+	}
+	if s := clean(strings.Split(only, ",")); s != "" {
+		return "-only-" + s
+	}
+	if s := clean(skipped); s != "" {
+		return "-skip-" + s
+	}
+	return ""
 }
