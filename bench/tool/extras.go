@@ -463,7 +463,10 @@ func cmdIdleConns(args []string) error {
 		return err
 	}
 	header := ""
-	if len(args) > 3 {
+	if len(args) > 3 && args[3] != "" {
+		// (an empty header argument adds no line: a stray CRLF after the
+		// head would be read as the start of a next request, and a server
+		// would hold that connection's read buffer while it waits)
 		header = args[3] + "\r\n"
 	}
 	req := []byte("GET " + args[1] + " HTTP/1.1\r\nHost: " + args[0] + "\r\n" + header + "\r\n")
