@@ -93,7 +93,7 @@ func (c *conn) acquire() {
 		return
 	}
 	st := statePool.Get().(*state)
-	statesHeld.Add(1)
+	countState(1)
 	st.c = c
 	st.rb.Rd = c.nc
 	st.werr = nil
@@ -114,14 +114,24 @@ func (c *conn) release() {
 	st.c = nil
 	st.rb.Rd = nil
 	c.state = nil
-	statesHeld.Add(-1)
+	countState(-1)
 	statePool.Put(st)
 }
 
 // statesHeld counts the request states connections hold (taken from
-// statePool and not given back): an idle plain-TCP connection holds none
-// (TestIdleHoldsNoState).
-var statesHeld atomic.Int64
+// statePool and not given back) while countStates is set: an idle
+// plain-TCP connection holds none (TestIdleHoldsNoState). Off, the
+// request path pays one plain load, not an atomic add.
+var (
+	countStates atomic.Bool
+	statesHeld  atomic.Int64
+)
+
+func countState(d int64) {
+	if countStates.Load() {
+		statesHeld.Add(d)
+	}
+}
 
 const (
 	stateNew int32 = iota
@@ -227,7 +237,7 @@ func (c *conn) serve() {
 			st.rb.Reset()
 			st.rb.Rd = nil
 			st.bw.Reset(connWriter{st})
-			statesHeld.Add(-1)
+			countState(-1)
 			statePool.Put(st)
 		}
 		c.l.forget(c)

@@ -87,6 +87,8 @@ func dial(t *testing.T, port int) net.Conn {
 // the next request on it is read whole: fifty connections answered once
 // each, then idle, hold none; each is answered again.
 func TestIdleHoldsNoState(t *testing.T) {
+	countStates.Store(true)
+	t.Cleanup(func() { countStates.Store(false) })
 	loadTwinOpts(t, twinOpts{}, `	respond "ok"`)
 	before := statesHeld.Load()
 	var conns []net.Conn

@@ -5,8 +5,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
-	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -23,26 +21,6 @@ var (
 )
 
 const canaryTTL = 3 * time.Second
-
-// canaryBinary is gatewayBinary, made sure to have the canary's modules:
-// a bin/caddy older than them is not used.
-func canaryBinary(t *testing.T) string {
-	t.Helper()
-	bin := gatewayBinary(t)
-	out, err := exec.Command(bin, "list-modules").Output()
-	if err == nil && strings.Contains(string(out), "http.reverse_proxy.selection_policies.docker") {
-		return bin
-	}
-	built := filepath.Join(t.TempDir(), "fleetcaddy")
-	t.Logf("%s lacks the docker selection policy: building %s", bin, built)
-	cmd := exec.Command("go", "build", "-o", built, "./internal/fleettest/fleetcaddy")
-	cmd.Dir = repoRoot(t)
-	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
-	if b, err := cmd.CombinedOutput(); err != nil {
-		t.Fatalf("go build fleetcaddy: %v\n%s", err, b)
-	}
-	return built
-}
 
 // canaryConfig is a canary test host's Caddyfile: discovery in the
 // fleet, and an audit file sink.
@@ -135,7 +113,7 @@ func metric(h *fleetHost, line string) string {
 // rollback within the ttl (B sends it nothing more); B restarted is still
 // rolled back (the state is in the bucket).
 func TestCanaryAcrossFleet(t *testing.T) {
-	bin := canaryBinary(t)
+	bin := gatewayBinary(t)
 	pods := twoPodmans(t, [2]string{"qa", "qb"})
 	nats := natstest.StartCluster(t, 3)
 	a := &fleetHost{name: "a", pod: pods[0], admin: canaryAdmin[0], http: canaryHTTP[0], config: canaryConfig}
