@@ -489,7 +489,11 @@ func (v *Verifier) checkSignature(ctx context.Context, p *rules, a *alg, kid str
 	switch {
 	case tried:
 		return nil, ErrSignature
-	case mismatch:
+	case mismatch && (kid == "" || found):
+		// (a kid no key claims is an unknown key, even when keys without
+		// an ID, say an HMAC secret, do not fit the algorithm: an RS256
+		// token while the JWKS has not loaded yet said "algorithm does
+		// not match key")
 		return nil, ErrKeyMismatch
 	default:
 		return nil, ErrUnknownKey

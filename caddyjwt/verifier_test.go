@@ -209,6 +209,7 @@ func TestVerifyRules(t *testing.T) {
 		{"algorithm not in allow-list", rsOnlyAllowed, hs(baseClaims()), ErrAlgNotAllowed, ""},
 		{"allow-listed algorithm", rsOnlyAllowed, rs(baseClaims()), nil, ""},
 		{"unknown kid", pubOnly, sign(t, jwt.SigningMethodRS256, k.rsa, "nobody", baseClaims()), ErrUnknownKey, ""},
+		{"kid no key claims, only an HMAC secret", hsOnly, sign(t, jwt.SigningMethodRS256, k.rsa, "nobody", baseClaims()), ErrUnknownKey, ""},
 		{"valid signature from the wrong key", pubOnly, sign(t, jwt.SigningMethodRS256, k.rsa2, "rsa-1", baseClaims()), ErrSignature, ""},
 		{"wrong HMAC secret", hsOnly, sign(t, jwt.SigningMethodHS256, []byte("another-secret-another-secret-!!"), "", baseClaims()), ErrSignature, ""},
 		{"tampered payload", hsOnly, parts[0] + "." + tamper(parts[1]) + "." + parts[2], ErrSignature, ""},
