@@ -287,7 +287,11 @@ func (c *conn) serve() {
 				return
 			}
 			if c.raw != nil {
-				if !c.idleFill() {
+				if !c.idleFill() || c.l.draining() {
+					// (a reload that began during the wait: the request
+					// is left to the new config, as a read after the
+					// drain's deadline would have been, and as Caddy's
+					// server closes a connection still idle at shutdown)
 					return
 				}
 				c.readDL = dl
