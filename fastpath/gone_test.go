@@ -19,6 +19,7 @@ func TestClientGone(t *testing.T) {
 	}
 	defer ln.Close()
 	closedAfter := make(chan time.Duration, 4)
+	arrived := make(chan struct{}, 4)
 	go func() {
 		for {
 			c, err := ln.Accept()
@@ -31,6 +32,7 @@ func TestClientGone(t *testing.T) {
 				if _, err := http.ReadRequest(br); err != nil {
 					return
 				}
+				arrived <- struct{}{}
 				start := time.Now()
 				c.SetReadDeadline(time.Now().Add(5 * time.Second))
 				var b [1]byte
@@ -56,6 +58,13 @@ func TestClientGone(t *testing.T) {
 				fmt.Fprintf(c, "POST /slow HTTP/1.1\r\nHost: example.com\r\nContent-Length: 2\r\n\r\nhi")
 			} else {
 				fmt.Fprintf(c, "GET /slow HTTP/1.1\r\nHost: example.com\r\n\r\n")
+			}
+			// the client leaves once the upstream has the request (a
+			// fixed sleep lost that race on a loaded CI machine)
+			select {
+			case <-arrived:
+			case <-time.After(5 * time.Second):
+				t.Fatal("the request did not reach the upstream")
 			}
 			time.Sleep(300 * time.Millisecond)
 			c.Close()
