@@ -46,7 +46,7 @@ type conn struct {
 	ipOK        bool
 
 	lastMethod string
-	headSlack  int // bytes of the head max_header_size does not count (readHead)
+	headSlack  int                // bytes of the head max_header_size does not count (readHead)
 	status     atomic.Int32       // stateIdle, stateActive, stateClosed
 	readable   func(uintptr) bool // idleRead, bound once
 	idleErr    error              // how idleRead ended, when not with bytes

@@ -271,6 +271,7 @@ func (w *respWriter) SetReadDeadline(t time.Time) error {
 	w.c.readDL = t
 	return w.c.nc.SetReadDeadline(t)
 }
+
 // EnableFullDuplex lets the handler read the request body after the
 // response head went out (net/http's: the body is then not read ahead).
 func (w *respWriter) EnableFullDuplex() error {
