@@ -22,10 +22,6 @@ func compileServer(ctx caddy.Context, srv *caddyhttp.Server, app *caddyhttp.App,
 		return nil, "expected_underscore_headers"
 	case len(srv.ExpectedDotHeaders) > 0:
 		return nil, "expected_dot_headers"
-	case srv.ReadMinRate > 0:
-		return nil, "read_min_rate"
-	case srv.WriteMinRate > 0:
-		return nil, "write_min_rate"
 	case !slices.Contains(srv.Protocols, "h1"):
 		return nil, "protocols without h1"
 	}
@@ -44,6 +40,8 @@ func compileServer(ctx caddy.Context, srv *caddyhttp.Server, app *caddyhttp.App,
 		httpLogger = ctx.Logger(app)
 	}
 	p.errLogger = httpLogger.Named("log.error")
+	p.logger = httpLogger
+	p.rateTimeouts = srv.ReadMinRate > 0 || srv.WriteMinRate > 0
 	if srv.Logs != nil {
 		p.access = newAccessLog(srv.Logs, httpLogger)
 		if srv.Logs.Trace {

@@ -46,10 +46,15 @@ type conn struct {
 	ipOK        bool
 
 	lastMethod string
-	headSlack  int                // bytes of the head max_header_size does not count (readHead)
-	status     atomic.Int32       // stateIdle, stateActive, stateClosed
-	readable   func(uintptr) bool // idleRead, bound once
-	idleErr    error              // how idleRead ended, when not with bytes
+	// a handler set the request's read or write deadline itself (through
+	// http.ResponseController): the server's idle timeouts leave it alone
+	// until the next request, as on Caddy's path, where a handler's
+	// deadline replaces the server's
+	ownReadDL, ownWriteDL bool
+	headSlack             int                // bytes of the head max_header_size does not count (readHead)
+	status                atomic.Int32       // stateIdle, stateActive, stateClosed
+	readable              func(uintptr) bool // idleRead, bound once
+	idleErr               error              // how idleRead ended, when not with bytes
 }
 
 // state is what a connection needs while it has a request: its buffers
@@ -173,12 +178,28 @@ func (w connWriter) Write(p []byte) (int, error) {
 	if c.werr != nil {
 		return 0, c.werr
 	}
-	c.setWriteDeadline()
-	n, err := c.nc.Write(p)
-	if err != nil {
-		c.werr = err
+	chunk := c.l.maxWriteChunk
+	if c.l.writeIdleTimeout <= 0 || c.ownWriteDL || chunk <= 0 {
+		chunk = len(p)
 	}
-	return n, err
+	// with write_idle_timeout, a large write goes in pieces of
+	// write_max_chunk, each with the deadline moved (as Caddy's idle
+	// timeout writer does), so that a slow reader that keeps reading is
+	// not cut
+	var n int
+	for n < len(p) || len(p) == 0 {
+		c.setWriteDeadline()
+		m, err := c.nc.Write(p[n:min(len(p), n+chunk)])
+		n += m
+		if err != nil {
+			c.werr = err
+			return n, err
+		}
+		if len(p) == 0 {
+			break
+		}
+	}
+	return n, nil
 }
 
 func (c *conn) flush() {
@@ -190,6 +211,9 @@ func (c *conn) flush() {
 func (c *conn) checkWrite() error { return c.werr }
 
 func (c *conn) setWriteDeadline() {
+	if c.ownWriteDL {
+		return // a handler set the write deadline (http.ResponseController)
+	}
 	d, ok := nextDeadline(time.Now(), c.writeDL, c.l.writeIdleTimeout, c.hardWrite)
 	if ok {
 		c.writeDL = d
@@ -207,6 +231,9 @@ func (c *conn) setReadDeadline(t time.Time) {
 // bodyReadDeadline moves the read deadline before a read of the request
 // body, as read_idle_timeout (and read_timeout) ask.
 func (c *conn) bodyReadDeadline() {
+	if c.ownReadDL {
+		return // a handler set the read deadline (the timeouts handler, ...)
+	}
 	d, ok := nextDeadline(time.Now(), c.readDL, c.l.readIdleTimeout, c.hardRead)
 	if ok {
 		c.readDL = d
@@ -335,6 +362,7 @@ func (c *conn) serve() {
 
 		now := time.Now()
 		c.hardRead, c.hardWrite = time.Time{}, time.Time{}
+		c.ownReadDL, c.ownWriteDL = false, false
 		if d := c.l.readTimeout; d > 0 {
 			c.hardRead = now.Add(d)
 		}

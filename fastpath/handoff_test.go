@@ -202,17 +202,15 @@ func TestHandoffWebSocket(t *testing.T) {
 }
 
 // TestOffWhenUnsupported: a server with an option the plan does not honour
-// (read_body_idle with a minimum rate) stays wholly on Caddy's path, named
-// with the reason, and answers as Caddy: the option is never ignored.
+// (expected_underscore_headers) stays wholly on Caddy's path, named with
+// the reason, and answers as Caddy: the option is never ignored.
 func TestOffWhenUnsupported(t *testing.T) {
-	caddytester.Load(t, adminPort, twin(twinOpts{serverOpts: `		timeouts {
-			read_body_idle 5s 100
-		}`}, `	respond "{http.request.host}" 200`))
+	caddytester.Load(t, adminPort, twin(twinOpts{serverOpts: `		expected_underscore_headers X_Token`}, `	respond "{http.request.header.X_Token}" 200`))
 	s := stats(t, "fast")
-	if s.On || s.Reason != "read_min_rate" {
-		t.Fatalf("want the fast path off for read_min_rate, got %+v", s)
+	if s.On || s.Reason != "expected_underscore_headers" {
+		t.Fatalf("want the fast path off for expected_underscore_headers, got %+v", s)
 	}
-	compareSeq(t, []difftest.Request{{Method: "GET", Path: "/"}})
+	compareSeq(t, []difftest.Request{{Method: "GET", Path: "/", Header: http.Header{"X_token": {"t"}}}})
 	if st := stats(t, "fast"); st.Served != 0 {
 		t.Fatalf("the plan served %d requests of a server it is off for", st.Served)
 	}

@@ -46,6 +46,7 @@ type listener struct {
 	readIdleTimeout     time.Duration
 	writeIdleTimeout    time.Duration
 	tlsHandshakeTimeout time.Duration
+	maxWriteChunk       int
 
 	stats       *serverStats
 	dateCache   atomic.Pointer[dateStamp]
@@ -85,6 +86,7 @@ func newListener(inner net.Listener, p *plan, s settings, stats *serverStats, lo
 		readIdleTimeout:     s.readIdleTimeout,
 		writeIdleTimeout:    s.writeIdleTimeout,
 		tlsHandshakeTimeout: s.tlsHandshakeTimeout,
+		maxWriteChunk:       s.maxWriteChunk,
 	}
 	go l.acceptLoop()
 	return l
@@ -101,6 +103,7 @@ type settings struct {
 	readIdleTimeout     time.Duration
 	writeIdleTimeout    time.Duration
 	tlsHandshakeTimeout time.Duration
+	maxWriteChunk       int // write_max_chunk: the largest write one deadline covers
 }
 
 func (l *listener) acceptLoop() {

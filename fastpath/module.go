@@ -117,6 +117,7 @@ func (lw *ListenerWrapper) settings(ln net.Listener) settings {
 		idleTimeout:       time.Duration(srv.IdleTimeout),
 		readIdleTimeout:   time.Duration(srv.ReadIdleTimeout),
 		writeIdleTimeout:  time.Duration(srv.WriteIdleTimeout),
+		maxWriteChunk:     srv.MaxWriteChunk,
 	}
 	if s.maxHeaderBytes <= 0 {
 		s.maxHeaderBytes = 16 << 10

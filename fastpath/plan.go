@@ -36,6 +36,11 @@ type plan struct {
 	errLogger *zap.Logger // http.log.error
 	access    *accessLog  // the server's access logs; nil without
 	trace     *zap.Logger // http.log.trace, with the trace server option; nil without
+	logger    *zap.Logger // the http app's (Caddy's server logs its own warnings there)
+
+	// rateTimeouts: the server has a minimum read or write rate; its idle
+	// timeouts are Caddy's own wrappers (idleTimeouts)
+	rateTimeouts bool
 }
 
 // route is one compiled route.
@@ -476,14 +481,20 @@ func (ex *exchange) serve(now time.Time) result {
 	if p.srv.EnableFullDuplex {
 		w.fullDuplex = true // (Caddy's server asks for it on every HTTP/1 request)
 	}
+	var hw http.ResponseWriter = w
+	var idleR *caddyhttp.IdleTimeoutReader
+	var idleW *caddyhttp.IdleTimeoutWriter
+	if p.rateTimeouts {
+		hw, idleR, idleW = ex.idleTimeouts(w, now)
+	}
 	logging := p.access != nil && p.access.shouldLog(ex.req.Host)
 	err := ex.checkRequest()
 	if err == nil {
-		err = ex.runRoutes(w, p.routes, 0, ex.endCont())
+		err = ex.runRoutes(hw, p.routes, 0, ex.endCont())
 	}
 	duration := time.Since(now) // (as Caddy's: before the error routes)
 	if err != nil {
-		ex.handleError(w, err, duration)
+		ex.handleError(hw, err, duration)
 	}
 	if logging {
 		var writeErr error
@@ -494,6 +505,12 @@ func (ex *exchange) serve(now time.Time) result {
 		}
 		ex.logAccess(duration, writeErr)
 	}
+	if idleW != nil {
+		idleW.HandlerDone()
+	}
+	if idleR != nil {
+		idleR.HandlerDone()
+	}
 	ex.st.c.l.stats.served.Add(1)
 	if m := ex.st.c.l.metrics; m != nil {
 		m.Inc()
@@ -501,6 +518,64 @@ func (ex *exchange) serve(now time.Time) result {
 	ex.px.end()
 	return served
 }
+
+// idleTimeouts wraps the request's body and the response writer in
+// Caddy's own idle timeout reader and writer, as Caddy's server does, for
+// a server with a minimum rate (read_body_idle / write_idle with a rate):
+// they own the request's deadlines, handlers find them in the context
+// (the timeouts handler overrides them). Other servers' idle timeouts are
+// the engine's own (conn.go), with no allocation per request.
+func (ex *exchange) idleTimeouts(w *respWriter, start time.Time) (http.ResponseWriter, *caddyhttp.IdleTimeoutReader, *caddyhttp.IdleTimeoutWriter) {
+	srv, c, r := ex.plan.srv, ex.st.c, ex.req
+	rc := http.NewResponseController(w)
+	var hw http.ResponseWriter = w
+	var ir *caddyhttp.IdleTimeoutReader
+	var iw *caddyhttp.IdleTimeoutWriter
+	if srv.ReadIdleTimeout > 0 {
+		ir = &caddyhttp.IdleTimeoutReader{
+			ReadCloser: r.Body,
+			Ctrl:       rc,
+			Deadline: caddyhttp.IdleDeadline{
+				Start:        start,
+				Timeout:      time.Duration(srv.ReadIdleTimeout),
+				MinRate:      srv.ReadMinRate,
+				HardDeadline: c.hardRead,
+			},
+			Logger:        ex.plan.logger,
+			DrainDeadline: r.ContentLength != 0,
+		}
+		r.Body = ir
+		hw = &idleReadWriter{ResponseWriterWrapper: caddyhttp.ResponseWriterWrapper{ResponseWriter: hw}, reader: ir}
+		c.ownReadDL = true
+	}
+	if srv.WriteIdleTimeout > 0 {
+		iw = &caddyhttp.IdleTimeoutWriter{
+			ResponseWriterWrapper: &caddyhttp.ResponseWriterWrapper{ResponseWriter: hw},
+			Ctrl:                  rc,
+			Deadline: caddyhttp.IdleDeadline{
+				Start:        start,
+				Timeout:      time.Duration(srv.WriteIdleTimeout),
+				MinRate:      srv.WriteMinRate,
+				HardDeadline: c.hardWrite,
+			},
+			MaxChunk: srv.MaxWriteChunk,
+			Logger:   ex.plan.logger,
+		}
+		hw = iw
+		c.ownWriteDL = true
+	}
+	ex.req = r.WithContext(caddyhttp.ContextWithIdleTimeouts(r.Context(), ir, iw))
+	return hw, ir, iw
+}
+
+// idleReadWriter is Caddy's readDeadlineWriter: a read deadline a handler
+// sets goes through the request's idle timeout reader.
+type idleReadWriter struct {
+	caddyhttp.ResponseWriterWrapper
+	reader *caddyhttp.IdleTimeoutReader
+}
+
+func (w *idleReadWriter) SetReadDeadline(t time.Time) error { return w.reader.SetReadDeadline(t) }
 
 // checkRequest makes Caddy's checks before the routes (Server.serveHTTP
 // and its enforcement handler).
@@ -536,7 +611,7 @@ func (ex *exchange) checkRequest() error {
 // error is logged as Caddy logs it: http.log.error (per host logger names
 // when the server has access logs), with the request as it came in and
 // the duration.
-func (ex *exchange) handleError(w *respWriter, err error, duration time.Duration) {
+func (ex *exchange) handleError(w http.ResponseWriter, err error, duration time.Duration) {
 	p := ex.plan
 	status, msg, fields := errValues(err)
 	r := ex.req
