@@ -9,7 +9,6 @@ import (
 	"path/filepath"
 	"reflect"
 	"regexp"
-	"sort"
 	"strings"
 	"testing"
 	"time"
@@ -51,7 +50,7 @@ func corpusRequests(token, noRole string) map[string][]difftest.Request {
 		"forward-auth": {get("/legacy/a", bearer("good")), get("/legacy/a", bearer("bad")), get("/legacy/a", h("X-User", "forged", "Authorization", "Bearer good")), get("/other", nil)},
 		"basic-auth": {get("/admin/x", nil), {Method: "GET", Path: "/admin/x", Header: h("Authorization", "Basic YWRtaW46c2VjcmV0")},
 			{Method: "GET", Path: "/admin/x", Header: h("Authorization", "Basic YWRtaW46d3Jvbmc=")}, get("/public", nil)},
-		"error-pages": {get("/app/ok", nil), get("/down/x", nil), get("/missing", nil)},
+		"error-pages":      {get("/app/ok", nil), get("/down/x", nil), get("/missing", nil)},
 		"security-headers": {get("/", nil), get("/api/x", h("Accept-Encoding", "gzip")), post("/api/y", strings.Repeat("z", 3000), h("Accept-Encoding", "zstd"))},
 		"body-limits": {post("/upload/small", "tiny", nil), post("/upload/big", strings.Repeat("b", 2000), nil),
 			{Method: "POST", Path: "/upload/chunked", Body: body(strings.Repeat("c", 3000)), Length: -1}, post("/other", strings.Repeat("o", 2000), nil)},
@@ -60,7 +59,7 @@ func corpusRequests(token, noRole string) map[string][]difftest.Request {
 		"cors": {{Method: "OPTIONS", Path: "/api/x", Header: h("Origin", "https://app.example", "Access-Control-Request-Method", "POST")},
 			get("/api/x", h("Origin", "https://app.example")), {Method: "OPTIONS", Path: "/api/x"}},
 		"sticky-health": {get("/a", nil), get("/b", h("Cookie", "sticky=wrong")), get("/c", nil)},
-		"tracing": {get("/t", nil), get("/t", h("Traceparent", "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"))},
+		"tracing":       {get("/t", nil), get("/t", h("Traceparent", "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"))},
 		"duties-log": {get("/api/x", bearer(token)), get("/api/x", bearer(noRole)), get("/api/x", nil), get("/api/forbidden", bearer(token)),
 			get("/api/x", bearer("garbage")), get("/health", nil)},
 		"host-split": {get("/v1/x", api), get("/other", api), get("/", h("Host", "www.example.com")), get("/app.js", h("Host", "www.example.com")),
@@ -288,4 +287,3 @@ func corpusConfig(t *testing.T, src string) string {
 	return cfg
 }
 
-var _ = sort.Strings
