@@ -377,7 +377,16 @@ func (c *conn) serve() {
 		c.body.reset(c, &c.head)
 		c.w.reset(c, &c.head)
 
-		switch c.ex.serve(now) {
+		var res result
+		switch {
+		case c.head.expectFail:
+			res = c.ex.expectationFailed()
+		case c.head.delegate != "":
+			res = c.ex.delegate(now, b)
+		default:
+			res = c.ex.serve(now)
+		}
+		switch res {
 		case served:
 		case handOff:
 			handedOff = c.handoffRequest(b)

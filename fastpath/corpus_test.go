@@ -286,4 +286,3 @@ func corpusConfig(t *testing.T, src string) string {
 `, adminPort, plainPort, opts, fastPort, opts, strings.Join(globals, "\n"), strings.Join(sites, "\n"))
 	return cfg
 }
-

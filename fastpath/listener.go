@@ -60,9 +60,10 @@ type dateStamp struct {
 
 // serverStats are counted over all the listeners of a server.
 type serverStats struct {
-	served   atomic.Int64 // requests the plan served
-	refused  atomic.Int64 // malformed requests refused
-	handoffs atomic.Int64 // connections handed to Caddy's server
+	served    atomic.Int64 // requests the plan served
+	refused   atomic.Int64 // malformed requests refused
+	handoffs  atomic.Int64 // connections handed to Caddy's server
+	delegated atomic.Int64 // requests served through Caddy's server handler
 }
 
 func newListener(inner net.Listener, p *plan, s settings, stats *serverStats, logger *zap.Logger, metrics prometheus.Counter) *listener {

@@ -61,7 +61,7 @@ func (lw *ListenerWrapper) Provision(ctx caddy.Context) error {
 	lw.once = new(sync.Once)
 	lw.stats = new(serverStats)
 	lw.logger = ctx.Logger()
-	return metrics.Register(ctx.GetMetricsRegistry(), requestsTotal)
+	return metrics.Register(ctx.GetMetricsRegistry(), requestsTotal, delegatedTotal)
 }
 
 var errNotInServer = caddyError("apigate is a listener wrapper of an HTTP server (servers { listener_wrappers { apigate } })")
@@ -77,6 +77,15 @@ var requestsTotal = prometheus.NewCounterVec(prometheus.CounterOpts{
 	Name:      "requests_total",
 	Help:      "Requests the fast path (caddy.listeners.apigate) served, per server.",
 }, []string{"server"})
+
+// delegatedTotal counts the requests the fast path's connections served
+// through Caddy's server handler, per server and reason.
+var delegatedTotal = prometheus.NewCounterVec(prometheus.CounterOpts{
+	Namespace: "gateway",
+	Subsystem: "fastpath",
+	Name:      "delegated_total",
+	Help:      "Requests the fast path's connections served through Caddy's handler chain, per server and reason.",
+}, []string{"server", "reason"})
 
 // WrapListener compiles the server's plan (once per config) and wraps ln
 // when the plan runs; otherwise ln is Caddy's as it is.

@@ -1,8 +1,11 @@
 package fastpath
 
 import (
+	"bufio"
+	"bytes"
 	"errors"
 	"fmt"
+	"io"
 	"net/http"
 	"net/url"
 	"strings"
@@ -576,6 +579,61 @@ type idleReadWriter struct {
 }
 
 func (w *idleReadWriter) SetReadDeadline(t time.Time) error { return w.reader.SetReadDeadline(t) }
+
+// expectationFailed answers a request with an Expect other than
+// 100-continue as net/http does, before any handler: 417, and the
+// connection closes.
+func (ex *exchange) expectationFailed() result {
+	w := &ex.st.c.w
+	w.handlerHeader["Connection"] = []string{"close"}
+	w.WriteHeader(http.StatusExpectationFailed)
+	ex.st.c.l.stats.served.Add(1)
+	return served
+}
+
+// delegate serves a request the plan does not take through Caddy's own
+// server handler (Server.ServeHTTP: its routes, logs and error routes), on
+// the fast path's connection and response writer: the request is made as
+// net/http makes it from the head (head), with the body the connection
+// reads.
+func (ex *exchange) delegate(now time.Time, head []byte) result {
+	c := ex.st.c
+	h := &ex.st.head
+	req, err := http.ReadRequest(bufio.NewReader(bytes.NewReader(head)))
+	if err != nil {
+		c.refuse(refuse("request net/http does not read: " + err.Error()))
+		return abort
+	}
+	ex.plan = c.l.plan
+	ex.start = now
+	ex.gone.reset()
+	req.RemoteAddr, req.TLS = c.remoteAddr, c.tlsState
+	switch {
+	case h.chunked:
+		req.Body = &ex.st.body
+	case h.contentLength > 0:
+		req.Body = &ex.st.body
+	default:
+		req.Body = http.NoBody
+	}
+	w := &ex.st.c.w
+	if req.RequestURI == "*" && req.Method == http.MethodOptions {
+		// net/http answers "OPTIONS *" itself (its globalOptionsHandler)
+		w.Header().Set("Content-Length", "0")
+		if req.ContentLength != 0 {
+			io.Copy(io.Discard, http.MaxBytesReader(w, req.Body, 4<<10))
+		}
+		c.l.stats.served.Add(1)
+		return served
+	}
+	// (the exchange's context: the local address, and canceled when the
+	// client goes away; Caddy's server puts its own values over it)
+	req = req.WithContext(&ex.ctx)
+	ex.plan.srv.ServeHTTP(w, req)
+	c.l.stats.delegated.Add(1)
+	delegatedTotal.WithLabelValues(ex.plan.name, h.delegate).Inc()
+	return served
+}
 
 // checkRequest makes Caddy's checks before the routes (Server.serveHTTP
 // and its enforcement handler).

@@ -20,6 +20,9 @@ type ServerStatus struct {
 	Served    int64 `json:"served"`
 	Refused   int64 `json:"refused"`
 	HandedOff int64 `json:"handed_off"`
+	// Requests the fast path's connections served through Caddy's server
+	// handler (gateway_fastpath_delegated_total), of the running config.
+	Delegated int64 `json:"delegated"`
 }
 
 var (
@@ -62,6 +65,7 @@ func Status() []ServerStatus {
 		st := ServerStatus{Server: name, On: e.on, Reason: e.why}
 		if s := e.owner.stats; s != nil {
 			st.Served, st.Refused, st.HandedOff = s.served.Load(), s.refused.Load(), s.handoffs.Load()
+			st.Delegated = s.delegated.Load()
 		}
 		out = append(out, st)
 	}
