@@ -88,7 +88,56 @@ func cmdGatewayReload(fl caddycmd.Flags) (int, error) {
 	if server != "" {
 		fmt.Fprintf(os.Stderr, "reloaded; kept %d discovered routes of server %q serving\n", n, server)
 	}
+	printFastPath(adminAddr)
 	return caddy.ExitCodeSuccess, nil
+}
+
+// printFastPath prints, per server with the apigate listener wrapper,
+// whether the fast path serves the config just loaded (docs/fastpath.md),
+// from the admin API's overview (the dashboard's, in the gateway binary).
+func printFastPath(adminAddr string) {
+	resp, err := caddycmd.AdminAPIRequest(adminAddr, http.MethodGet, "/gateway/overview", nil, nil)
+	if err != nil {
+		return // (a binary without the dashboard's admin module)
+	}
+	defer resp.Body.Close()
+	var o struct {
+		FastPath []struct {
+			Server string `json:"server"`
+			On     bool   `json:"on"`
+			Reason string `json:"reason"`
+			Routes []struct {
+				Route   string   `json:"route"`
+				Plan    bool     `json:"plan"`
+				Reason  string   `json:"reason"`
+				AsCaddy []string `json:"as_caddy_calls_it"`
+			} `json:"routes"`
+		} `json:"fast_path"`
+	}
+	if json.NewDecoder(io.LimitReader(resp.Body, 16<<20)).Decode(&o) != nil {
+		return
+	}
+	for _, s := range o.FastPath {
+		if !s.On {
+			fmt.Fprintf(os.Stderr, "fast path off for server %s: %s\n", s.Server, s.Reason)
+			continue
+		}
+		on := 0
+		for _, r := range s.Routes {
+			if r.Plan {
+				on++
+			}
+		}
+		fmt.Fprintf(os.Stderr, "fast path on for server %s: %d of %d routes run on the plan\n", s.Server, on, len(s.Routes))
+		for _, r := range s.Routes {
+			switch {
+			case !r.Plan:
+				fmt.Fprintf(os.Stderr, "  route %s on Caddy's path: %s\n", r.Route, r.Reason)
+			case len(r.AsCaddy) > 0:
+				fmt.Fprintf(os.Stderr, "  route %s runs as Caddy calls them: %s\n", r.Route, strings.Join(r.AsCaddy, ", "))
+			}
+		}
+	}
 }
 
 // CarryDiscoveredRoutes puts the discovered routes of the running config

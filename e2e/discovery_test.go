@@ -277,6 +277,9 @@ func testDiscovery(t *testing.T, v variant, rec *pathtest.Recorder) {
 			if err != nil || !strings.Contains(string(out), "kept 3 discovered routes") {
 				t.Fatalf("gateway-reload %d: %v\n%s", i, err, out)
 			}
+			if s.fast && !strings.Contains(string(out), "fast path on for server") {
+				t.Errorf("gateway-reload %d does not say that the fast path is on:\n%s", i, out)
+			}
 			echo(t, fmt.Sprintf("after gateway-reload %d", i))
 		}
 		time.Sleep(300 * time.Millisecond)

@@ -10,6 +10,7 @@ package fastpath
 import (
 	"net"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -61,7 +62,22 @@ func (lw *ListenerWrapper) Provision(ctx caddy.Context) error {
 	lw.once = new(sync.Once)
 	lw.stats = new(serverStats)
 	lw.logger = ctx.Logger()
-	return metrics.Register(ctx.GetMetricsRegistry(), requestsTotal, delegatedTotal)
+	if err := metrics.Register(ctx.GetMetricsRegistry(), requestsTotal, delegatedTotal, onGauge); err != nil {
+		return err
+	}
+	// The decision is the server's options' alone (serverReasons), so it
+	// is logged here, once per load, and by `caddy validate` too, which
+	// provisions but never listens.
+	name := srv.Name()
+	if r := serverReasons(srv); len(r) > 0 {
+		lw.reason = strings.Join(r, "; ")
+		lw.logger.Warn("fast path off", zap.String("server", name), zap.String("reason", lw.reason), zap.Strings("reasons", r))
+		return nil
+	}
+	lw.logger.Info("fast path on", zap.String("server", name), zap.Int("routes", len(srv.Routes)))
+	// (the status is set when the server listens: a config that fails to
+	// load must not replace the running one's)
+	return nil
 }
 
 var errNotInServer = caddyError("apigate is a listener wrapper of an HTTP server (servers { listener_wrappers { apigate } })")
@@ -87,6 +103,15 @@ var delegatedTotal = prometheus.NewCounterVec(prometheus.CounterOpts{
 	Help:      "Requests the fast path's connections served through Caddy's handler chain, per server and reason.",
 }, []string{"server", "reason"})
 
+// onGauge is 1 for a server of the running config the fast path serves, 0
+// for one with the apigate wrapper that stays on Caddy's path.
+var onGauge = prometheus.NewGaugeVec(prometheus.GaugeOpts{
+	Namespace: "gateway",
+	Subsystem: "fastpath",
+	Name:      "on",
+	Help:      "1 when the fast path (caddy.listeners.apigate) serves the server, 0 when it stays on Caddy's path.",
+}, []string{"server"})
+
 // WrapListener compiles the server's plan (once per config) and wraps ln
 // when the plan runs; otherwise ln is Caddy's as it is.
 func (lw *ListenerWrapper) WrapListener(ln net.Listener) net.Listener {
@@ -100,6 +125,10 @@ func (lw *ListenerWrapper) WrapListener(ln net.Listener) net.Listener {
 
 func (lw *ListenerWrapper) compile() {
 	name := lw.srv.Name()
+	if lw.reason != "" {
+		lw.setStatus(name, false, lw.reason, nil) // (logged at provisioning)
+		return
+	}
 	var app *caddyhttp.App
 	if a, err := lw.ctx.App("http"); err == nil {
 		app, _ = a.(*caddyhttp.App)
@@ -108,12 +137,11 @@ func (lw *ListenerWrapper) compile() {
 	if reason != "" {
 		lw.reason = reason
 		lw.logger.Warn("fast path off", zap.String("server", name), zap.String("reason", reason))
-		lw.setStatus(name, false, reason)
+		lw.setStatus(name, false, reason, nil)
 		return
 	}
 	lw.plan = p
-	lw.logger.Info("fast path on", zap.String("server", name))
-	lw.setStatus(name, true, "")
+	lw.setStatus(name, true, "", describeRoutes(p.routes))
 }
 
 func (lw *ListenerWrapper) settings(ln net.Listener) settings {

@@ -47,7 +47,9 @@ func init() {
 }
 
 // Adapter is a config adapter whose errors name one position: the first,
-// the bad token's.
+// the bad token's. Its warnings end with what the reporters say of the
+// adapted config (`caddy adapt`, `caddy validate` and `caddy run` print
+// them).
 type Adapter struct {
 	caddyconfig.Adapter
 }
@@ -56,9 +58,21 @@ type Adapter struct {
 func (a Adapter) Adapt(body []byte, options map[string]any) ([]byte, []caddyconfig.Warning, error) {
 	out, warnings, err := a.Adapter.Adapt(body, options)
 	if err != nil {
-		err = OnePosition(err)
+		return out, warnings, OnePosition(err)
 	}
-	return out, warnings, err
+	for _, r := range reporters {
+		warnings = append(warnings, r(out)...)
+	}
+	return out, warnings, nil
+}
+
+// reporters say something of an adapted config (AddReporter).
+var reporters []func(config []byte) []caddyconfig.Warning
+
+// AddReporter adds a reporter of adapted configs, from a package's init:
+// the fast path says, per server, whether it serves it.
+func AddReporter(r func(config []byte) []caddyconfig.Warning) {
+	reporters = append(reporters, r)
 }
 
 // position is one ", at <file>:<line>" that Caddy's Dispenser.WrapErr
