@@ -108,6 +108,9 @@ func (b *Bench) conf(s Scenario, port int) Conf {
 	if c.AuditDisk {
 		c.AuditSpool = filepath.Join(b.Work, "audit-spool")
 	}
+	if c.AccessLog {
+		c.AccessLogFile = filepath.Join(b.Work, "access.log")
+	}
 	switch s.Server {
 	case "gateway":
 		c.Admin = gwAdmin
@@ -143,6 +146,12 @@ func (b *Bench) caddyEnv() []string {
 // to the gateway core. It returns nil for "direct".
 func (b *Bench) startServer(s Scenario, c Conf, tag string) (*Proc, error) {
 	log := filepath.Join(b.logDir, tag+".log")
+	if c.AccessLogFile != "" {
+		// (each run starts with an empty log: the disk stays bounded)
+		if err := os.Remove(c.AccessLogFile); err != nil && !os.IsNotExist(err) {
+			return nil, err
+		}
+	}
 	switch s.Server {
 	case "direct":
 		return nil, nil

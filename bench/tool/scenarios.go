@@ -51,6 +51,8 @@ type Conf struct {
 	Upstreams      []string // several upstreams (circuit breaking) instead of Backend
 	FDLimit        int      // the open-file limit the servers run with
 	MaxConn        int      // client connections a server must take: maxConns()
+	AccessLog      bool     // a JSON access log to a file (gateway: Caddy's log with format json; nginx: access_log with a JSON log_format)
+	AccessLogFile  string   // (set at run time; emptied before each start)
 }
 
 // Target is a goal from issue 7, checked against the measured medians at
@@ -93,6 +95,10 @@ func scenarios() []Scenario {
 		{Name: "gw", Label: "gateway, no duties", Group: "bare", Server: "gateway", Baseline: "caddy"},
 		{Name: "gw-h1", Label: "gateway, no duties, transport h1", Group: "bare", Server: "gateway", Conf: Conf{Transport: "h1"}, Baseline: "caddy"},
 		{Name: "gw-fast", Label: "gateway, no duties, apigate wrapper, transport h1", Group: "bare", Server: "gateway", Conf: fast(Conf{}), Baseline: "nginx"},
+		// access logs, which nearly every production gateway keeps: a JSON
+		// record per request to a file, on both
+		{Name: "nginx-log", Label: "nginx 1.22, JSON access_log to a file", Group: "bare", Server: "nginx", Conf: Conf{AccessLog: true}, Baseline: "nginx"},
+		{Name: "gw-fast-log", Label: "gateway, no duties, apigate wrapper, JSON access log to a file", Group: "bare", Server: "gateway", Conf: fast(Conf{AccessLog: true}), Baseline: "nginx-log"},
 
 		// 2. authentication
 		{Name: "gw-jwt-hs256", Label: "gateway jwt_auth HS256, one token", Group: "auth", Server: "gateway", Conf: Conf{JWT: "HS256"}, Token: "HS256", Baseline: "gw"},
