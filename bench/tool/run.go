@@ -63,6 +63,15 @@ type Sample struct {
 	// processes during the measured runs (noise indicator)
 	CoreOurs   float64 `json:"core_share_server"`
 	CoreOthers float64 `json:"core_share_others"`
+	// CPUPerReq is the proxy's own CPU (user + system time of its
+	// processes, from /proc) over the measured runs divided by the requests
+	// wrk completed, in µs: the cost of a request, valid when the proxy is
+	// not saturated too (req/s then measures the load side).
+	CPUPerReq float64 `json:"cpu_us_per_req"`
+	// Core0Busy is the busy share of core 0 (wrk, the backend and the
+	// helper services) over the measured runs: near 1, req/s measured the
+	// load side.
+	Core0Busy float64 `json:"core0_busy"`
 	// PeakAnon is the sampled peak of anonymous memory (heap, stacks),
 	// i.e. VmHWM without the pages of the mapped binary
 	PeakAnon int64              `json:"peak_anon_rss_bytes"`
@@ -291,6 +300,10 @@ func (b *Bench) runScenario(s Scenario, idx, round int) Sample {
 		smp.At[conns] = r
 	}
 	smp.CoreOurs, smp.CoreOthers = share.end()
+	smp.Core0Busy = share.load()
+	if n := requestsOf(smp); n > 0 && pid > 0 {
+		smp.CPUPerReq = share.cpuSeconds() * 1e6 / float64(n)
+	}
 	smp.Saturated = s.Server == "direct" || smp.CoreOurs >= minBusy
 	if p != nil {
 		smp.PeakAnon = anon.stop()

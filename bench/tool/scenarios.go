@@ -60,7 +60,7 @@ type Conf struct {
 type Target struct {
 	Name     string
 	Scenario string
-	Kind     string  // cost (<= Limit), ratio (>= Limit), p99 (<= Limit x Against's), conns (<= Limit), rss (<= Against's), rssmax (<= Limit MB), anon (<= Against's + Limit MB)
+	Kind     string  // cost (<= Limit), ratio (>= Limit), cpu (CPU per request <= Limit x Against's), p99 (<= Limit x Against's), conns (<= Limit), rss (<= Against's), rssmax (<= Limit MB), anon (<= Against's + Limit MB)
 	Against  string  // scenario the ratio is taken against (default: Baseline)
 	Limit    float64 // fraction
 	Report   bool    // reported only, no limit
@@ -208,6 +208,19 @@ func targets() []Target {
 		{Name: "fast path: audit NATS core cost", Scenario: "gw-fast-audit-nats", Kind: "cost", Report: true},
 		{Name: "fast path: audit NATS JetStream cost", Scenario: "gw-fast-audit-natsjs", Kind: "cost", Report: true},
 		{Name: "fast path: audit HTTP cost on top of the other duties", Scenario: "gw-fast-all", Kind: "cost", Against: "gw-fast-steps-perm", Report: true},
+		// issue 31: cost per request (the proxy's own CPU over the requests
+		// served), which holds where req/s measures the load side
+		{Name: "fast path, no duties: CPU per request vs the fasthttp proxy", Scenario: "gw-fast", Kind: "cpu", Against: "go-fasthttp", Limit: 1.15},
+		{Name: "fast path, no duties: CPU per request vs nginx", Scenario: "gw-fast", Kind: "cpu", Against: "nginx", Limit: 1.3},
+		{Name: "fast path, no duties, vs the fasthttp proxy (both saturated)", Scenario: "gw-fast", Kind: "ratio", Against: "go-fasthttp", Limit: 0.9},
+		{Name: "fast path, every duty: CPU per request vs the fast path bare", Scenario: "gw-fast-all", Kind: "cpu", Against: "gw-fast", Limit: 1.25},
+		{Name: "fast path: JWT HS256, CPU per request vs bare", Scenario: "gw-fast-jwt-hs256", Kind: "cpu", Against: "gw-fast", Limit: 1.05},
+		{Name: "fast path: rbac, CPU per request vs jwt_auth alone", Scenario: "gw-fast-rbac", Kind: "cpu", Against: "gw-fast-jwt-hs256", Limit: 1.01},
+		{Name: "fast path: rate_limit, CPU per request vs jwt_auth + rbac", Scenario: "gw-fast-steps-rl", Kind: "cpu", Against: "gw-fast-rbac", Limit: 1.02},
+		{Name: "fast path: permission cached, CPU per request vs jwt_auth + rbac + rate_limit", Scenario: "gw-fast-steps-perm", Kind: "cpu", Against: "gw-fast-steps-rl", Limit: 1.01},
+		{Name: "fast path: audit HTTP batched, CPU per request vs bare", Scenario: "gw-fast-audit-http", Kind: "cpu", Against: "gw-fast", Limit: 1.05},
+		{Name: "fast path, JSON access log: CPU per request vs nginx with access_log", Scenario: "gw-fast-log", Kind: "cpu", Against: "nginx-log", Limit: 1.3},
+		{Name: "fast path, JSON access log, vs nginx with access_log", Scenario: "gw-fast-log", Kind: "ratio", Against: "nginx-log", Limit: 0.7},
 		// issue 26: against Traefik
 		{Name: "gateway fast path, no duties, vs Traefik", Scenario: "gw-fast", Kind: "ratio", Against: "traefik", Report: true},
 		{Name: "gateway fast path, every duty, vs Traefik + ForwardAuth (HS256)", Scenario: "gw-fast-all", Kind: "ratio", Against: "traefik-fwdauth-hs256", Report: true},
