@@ -232,6 +232,10 @@ type exchange struct {
 	vals   []string
 	vars   map[string]any
 	repl   *caddy.Replacer // the request's, made on first use
+	// replKeep is the replacer reset for each request; replBase the number
+	// of its providers before a request adds any
+	replKeep *caddy.Replacer
+	replBase int
 	// rpPlaceholders is reverse_proxy's placeholder provider (made once)
 	rpPlaceholders caddy.ReplacerFunc
 	groupM         map[string]struct{}
@@ -259,7 +263,6 @@ type exchange struct {
 	conts    []*cont
 	ncont    int
 	start    time.Time
-	startBox any // start, boxed once (the vars table holds it)
 
 	px proxyState
 }
@@ -293,18 +296,27 @@ func (ex *exchange) clear() {
 }
 
 // replacer returns the request's replacer, made on first use: handlers add
-// providers to it (jwt_auth its claims), which belong to one request, so
-// each request has its own, as on Caddy's path. It has Caddy's HTTP
-// placeholders ({http.request.*}, {http.vars.*}, {http.response.header.*},
-// ...), which read the shadow request (refilled, never moved), and
-// reverse_proxy's.
+// providers to it (jwt_auth its claims) and values (Set), which belong to
+// one request, so each request starts with none, as on Caddy's path. It
+// has Caddy's HTTP placeholders ({http.request.*}, {http.vars.*},
+// {http.response.header.*}, ...), which read the shadow request (refilled,
+// never moved), and reverse_proxy's. The replacer is the state's, made
+// once and reset for each request that asks for one (resetReplacer): no
+// module keeps a request's replacer past the request.
 func (ex *exchange) replacer() *caddy.Replacer {
 	if ex.repl == nil {
-		r := caddy.NewReplacer()
-		addHTTPVarsToReplacer(r, &ex.shadow, &ex.st.w)
-		ex.vars["start_time"] = ex.startBox // (as set when the request began)
-		r.Map(ex.rpPlaceholders)
-		ex.repl = r
+		if ex.replKeep == nil {
+			r := caddy.NewReplacer()
+			addHTTPVarsToReplacer(r, &ex.shadow, &ex.st.w)
+			r.Map(ex.rpPlaceholders)
+			ex.replKeep, ex.replBase = r, replacerProviders(r)
+		} else {
+			resetReplacer(ex.replKeep, ex.replBase)
+		}
+		// (Caddy's HTTP placeholders set it when they are made, and only
+		// they read it: {http.request.duration}, {http.vars.start_time})
+		ex.vars["start_time"] = ex.start
+		ex.repl = ex.replKeep
 	}
 	return ex.repl
 }
@@ -438,8 +450,6 @@ func (ex *exchange) begin(now time.Time) {
 		ex.vars[caddyhttp.TrustedProxyVarKey] = false
 		ex.vars[caddyhttp.ClientIPVarKey] = c.clientIPAny
 	}
-	ex.startBox = now
-	ex.vars["start_time"] = ex.startBox
 	switch {
 	case h.chunked:
 		r.ContentLength = -1
