@@ -58,7 +58,7 @@ func TestNATSSinkCore(t *testing.T) {
 	defer sub.Unsubscribe()
 	nc.Flush()
 
-	sink, err := newNATSSink(natsconn.Options{Servers: []string{s.ClientURL()}}, "gateway.audit", false, "", time.Second)
+	sink, err := newNATSSink(natsconn.Options{Servers: []string{s.ClientURL()}}, "gw-test", "gateway.audit", false, "", time.Second)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -99,8 +99,8 @@ func streamIDs(t *testing.T, url, stream string) (map[string]bool, uint64) {
 		if json.Unmarshal(m.Data, &ev) == nil {
 			ids[ev.RequestID] = true
 		}
-		if m.Header.Get(jetstream.MsgIDHeader) != ev.RequestID {
-			t.Errorf("Nats-Msg-Id %q, want %q", m.Header.Get(jetstream.MsgIDHeader), ev.RequestID)
+		if want := "gw-test/" + ev.RequestID; m.Header.Get(jetstream.MsgIDHeader) != want {
+			t.Errorf("Nats-Msg-Id %q, want %q", m.Header.Get(jetstream.MsgIDHeader), want)
 		}
 	}
 	return ids, info.State.Msgs
@@ -113,7 +113,7 @@ func TestNATSSinkJetStreamServerRestart(t *testing.T) {
 	addrPort := s.Addr().(*net.TCPAddr).Port
 
 	sink, err := newNATSSink(natsconn.Options{Servers: []string{url}, ReconnectWait: 20 * time.Millisecond},
-		"audit.events", true, "AUDIT", time.Second)
+		"gw-test", "audit.events", true, "AUDIT", time.Second)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -158,7 +158,7 @@ func TestNATSSinkJetStreamServerRestart(t *testing.T) {
 func TestNATSSinkDedupOnRetry(t *testing.T) {
 	s := runNATS(t, -1, t.TempDir())
 	defer s.Shutdown()
-	sink, err := newNATSSink(natsconn.Options{Servers: []string{s.ClientURL()}}, "audit.dedup", true, "DEDUP", time.Second)
+	sink, err := newNATSSink(natsconn.Options{Servers: []string{s.ClientURL()}}, "gw-test", "audit.dedup", true, "DEDUP", time.Second)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -187,7 +187,7 @@ func TestNATSSinkDedupOnRetry(t *testing.T) {
 }
 
 func TestNATSSinkNotConnected(t *testing.T) {
-	sink, err := newNATSSink(natsconn.Options{Servers: []string{"nats://127.0.0.1:1"}}, "x", false, "", time.Second)
+	sink, err := newNATSSink(natsconn.Options{Servers: []string{"nats://127.0.0.1:1"}}, "gw-test", "x", false, "", time.Second)
 	if err != nil {
 		t.Fatal(err)
 	}
