@@ -473,11 +473,13 @@ func TestFleet(t *testing.T) {
 				k := 0
 				for m := range batch.Messages() {
 					k++
+					// The client's ids (X-Request-Id) are recorded as
+					// client_request_id; request_id is the gateway's.
 					var ev struct {
-						RequestID string `json:"request_id"`
+						ClientRequestID string `json:"client_request_id"`
 					}
-					if json.Unmarshal(m.Data(), &ev) == nil && strings.HasPrefix(ev.RequestID, "kill-"+run+"-") {
-						got[ev.RequestID]++
+					if json.Unmarshal(m.Data(), &ev) == nil && strings.HasPrefix(ev.ClientRequestID, "kill-"+run+"-") {
+						got[ev.ClientRequestID]++
 					}
 				}
 				if k == 0 {
