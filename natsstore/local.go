@@ -54,11 +54,16 @@ import (
 // whether it does again.
 var probeEvery = time.Second
 
-// fallbackRead bounds a NATS read when the local copy has the key: a
-// stalled NATS (a JetStream without a leader answers nothing until the
-// operation's timeout) costs a config load at most this once, then the
-// storage reads the copy until a probe succeeds.
+// fallbackRead bounds a NATS read (or the storage's timeout, if
+// shorter): a stalled NATS (a JetStream without a stream leader answers
+// nothing until the operation's timeout) costs a config load at most this
+// once, then the storage reads the copy until a probe succeeds.
 const fallbackRead = time.Second
+
+// readCtx bounds one NATS read.
+func (l *local) readCtx(ctx context.Context) (context.Context, context.CancelFunc) {
+	return context.WithTimeout(ctx, min(l.timeout, fallbackRead))
+}
 
 // pendingOp is a write queued while NATS did not answer.
 type pendingOp struct {
@@ -313,7 +318,9 @@ func (l *local) flush() {
 			kept++
 			l.settle(k, op, cur, cur == nil)
 		case err != nil:
-			l.markDown(err)
+			if l.ctx.Err() == nil {
+				l.markDown(err)
+			}
 			return
 		default:
 			applied++
@@ -375,6 +382,9 @@ func (l *local) saveJournal() error {
 // the value NATS held as far as the caller knows; without one (haveBase
 // false) the copy's current value is taken.
 func (l *local) queue(k string, value []byte, del bool, base string, haveBase bool) error {
+	if l.ctx.Err() != nil {
+		return errClosed
+	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	op, had := l.pending[k]
@@ -411,6 +421,10 @@ func (l *local) queue(k string, value []byte, del bool, base string, haveBase bo
 	signalCh(l.kick)
 	return nil
 }
+
+// errClosed is returned by writes after the last config using the copy
+// ended (a certificate obtained in the background after a shutdown).
+var errClosed = errors.New("storage nats: closed")
 
 // pendingOf returns k's queued op.
 func (l *local) pendingOf(k string) (pendingOp, bool) {
@@ -476,12 +490,8 @@ func (l *local) load(ctx context.Context, k string) ([]byte, error) {
 		return l.disk.load(k)
 	}
 	if l.usable() {
-		rctx := ctx
-		if l.disk.hash(k) != "" {
-			var cancel context.CancelFunc
-			rctx, cancel = context.WithTimeout(ctx, min(l.timeout, fallbackRead))
-			defer cancel()
-		}
+		rctx, cancel := l.readCtx(ctx)
+		defer cancel()
 		v, err := l.remote.Load(rctx, k)
 		switch {
 		case err == nil:
@@ -518,7 +528,9 @@ func (l *local) below(ctx context.Context, dir string) ([]string, error) {
 	var err error
 	fromNATS := false
 	if l.usable() {
-		sub, err = l.remote.below(ctx, dir)
+		rctx, cancel := l.readCtx(ctx)
+		sub, err = l.remote.below(rctx, dir)
+		cancel()
 		if err == nil {
 			fromNATS = true
 		} else if !l.failed(ctx, err) {
@@ -556,7 +568,9 @@ func (l *local) exists(ctx context.Context, k string) (bool, error) {
 		return !op.Delete, nil
 	}
 	if l.usable() {
-		ok, err := l.remote.exists(ctx, k)
+		rctx, cancel := l.readCtx(ctx)
+		ok, err := l.remote.exists(rctx, k)
+		cancel()
 		if err == nil {
 			if ok {
 				return true, nil
@@ -583,7 +597,9 @@ func (l *local) stat(ctx context.Context, k string) (certmagic.KeyInfo, error) {
 		return l.disk.stat(k)
 	}
 	if l.usable() {
-		ki, err := l.remote.Stat(ctx, k)
+		rctx, cancel := l.readCtx(ctx)
+		ki, err := l.remote.Stat(rctx, k)
+		cancel()
 		if err == nil || errors.Is(err, fs.ErrNotExist) {
 			if err != nil {
 				if sub, _ := l.below(ctx, k); len(sub) > 0 {

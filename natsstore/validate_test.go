@@ -118,4 +118,18 @@ func TestValidateWritesNothing(t *testing.T) {
 	if _, err := os.Stat(filepath.Join(localCopy, "data", "pki", "authorities", "local", "root.crt")); err != nil {
 		t.Fatalf("local copy of the CA: %v", err)
 	}
+	// The site's certificate, issued in the background, is stored too
+	// (and nothing writes after the test's Stop).
+	for {
+		kv, err := js.KeyValue(ctx, "validate_test")
+		if err == nil {
+			if _, err = kv.Get(ctx, "certificates.local.validate=2Elocalhost.validate=2Elocalhost=2Ecrt"); err == nil {
+				break
+			}
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the running config did not store its certificate in NATS: %v", err)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
 }
