@@ -268,4 +268,3 @@ func TestFleetRollingRestart(t *testing.T) {
 		audited.checkAudit(t, cluster.URL(), run)
 	})
 }
-
