@@ -781,7 +781,7 @@ func (f *Fleet) bindOnce() (jetstream.KeyValue, int, error) {
 		cfg.Replicas = 1 // a single server: replicas are refused
 	}
 	kv, err = js.CreateKeyValue(ctx, cfg)
-	if err != nil && cfg.Replicas > 1 && tooFewServers(err) {
+	if err != nil && cfg.Replicas > 1 && natsconn.TooFewServers(err) {
 		f.log.Warn("fleet: too few NATS servers for a bucket with 3 replicas; creating it with 1. "+
 			"Once 3 servers run, raise it with: nats stream edit KV_"+f.cfg.Bucket+" --replicas 3",
 			zap.Error(err))
@@ -800,22 +800,6 @@ func (f *Fleet) bindOnce() (jetstream.KeyValue, int, error) {
 	}
 	f.log.Info("fleet: created bucket", zap.Int("replicas", cfg.Replicas), zap.Duration("max_age", cfg.TTL))
 	return kv, cfg.Replicas, nil
-}
-
-// tooFewServers tells a placement failure (too few servers for the
-// replicas) from other errors.
-func tooFewServers(err error) bool {
-	var apiErr *jetstream.APIError
-	if !errors.As(err, &apiErr) {
-		return false
-	}
-	switch apiErr.ErrorCode {
-	case 10005, // no suitable peers for placement
-		10023, // insufficient resources
-		10074: // replicas > 1 not supported in non-clustered mode
-		return true
-	}
-	return false
 }
 
 // checkBucket logs settings of an existing bucket that weaken the fleet

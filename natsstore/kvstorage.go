@@ -160,7 +160,7 @@ func (s *KV) bind(ctx context.Context, create bool, cfg jetstream.KeyValueConfig
 		return nil, errNoBucket
 	}
 	kv, err = s.js.CreateKeyValue(ctx, cfg)
-	if err != nil && cfg.Replicas > 1 && TooFewServers(err) {
+	if err != nil && cfg.Replicas > 1 && natsconn.TooFewServers(err) {
 		s.logger.Warn("too few NATS servers for the configured replicas; creating the bucket with 1. "+
 			"Once enough servers run, raise it with: nats stream edit KV_"+cfg.Bucket+" --replicas N",
 			zap.String("bucket", cfg.Bucket), zap.Int("replicas", cfg.Replicas), zap.Error(err))
@@ -176,23 +176,6 @@ func (s *KV) bind(ctx context.Context, create bool, cfg jetstream.KeyValueConfig
 	}
 	s.logger.Info("created key-value bucket", zap.String("bucket", cfg.Bucket), zap.Int("replicas", cfg.Replicas))
 	return kv, nil
-}
-
-// TooFewServers tells a JetStream placement failure (fewer servers than
-// the replicas asked for, or replicas on a server that is not clustered)
-// from other errors.
-func TooFewServers(err error) bool {
-	var apiErr *jetstream.APIError
-	if !errors.As(err, &apiErr) {
-		return false
-	}
-	switch apiErr.ErrorCode {
-	case 10005, // no suitable peers for placement
-		10023, // insufficient resources
-		10074: // replicas > 1 not supported in non-clustered mode
-		return true
-	}
-	return false
 }
 
 func notExist(key string) error {

@@ -329,3 +329,19 @@ func BenchmarkEncodeKey(b *testing.B) {
 		_ = encodeKey("certificates/local/api.example.com/api.example.com.crt")
 	}
 }
+
+// TestKVReplicasOnOneServer: `replicas 3` (the reference config's) on a
+// single NATS server creates the buckets with 1 replica and says so,
+// instead of failing every write.
+func TestKVReplicasOnOneServer(t *testing.T) {
+	s := runJetStream(t)
+	st := newTestKV(t, s.ClientURL(), KVConfig{Replicas: 3})
+	ctx := context.Background()
+	if err := st.Store(ctx, "a", []byte("1")); err != nil {
+		t.Fatalf("Store with replicas 3 on one server: %v", err)
+	}
+	if ok, err := st.TryLock(ctx, "l"); err != nil || !ok {
+		t.Fatalf("TryLock with replicas 3 on one server: %v, %v", ok, err)
+	}
+	_ = st.Unlock(ctx, "l")
+}

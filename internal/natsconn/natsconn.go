@@ -257,6 +257,24 @@ func connect(o Options, onReconnect func()) (*nats.Conn, error) {
 	return nc, nil
 }
 
+// TooFewServers tells a JetStream placement failure (fewer servers than
+// the replicas asked for, or replicas on a server that is not clustered)
+// from other errors: the modules that create streams then create them
+// with one replica, and say so.
+func TooFewServers(err error) bool {
+	var apiErr *jetstream.APIError
+	if !errors.As(err, &apiErr) {
+		return false
+	}
+	switch apiErr.ErrorCode {
+	case 10005, // no suitable peers for placement
+		10023, // insufficient resources
+		10074: // replicas > 1 not supported in non-clustered mode
+		return true
+	}
+	return false
+}
+
 // redact drops user info from URLs for error messages.
 func redact(servers []string) string {
 	out := make([]string, len(servers))
