@@ -129,6 +129,8 @@ func startReplica(t *testing.T, bin, config string, idx int, env []string) *repl
 		fmt.Sprintf("GATEWAY_ADMIN=127.0.0.1:%d", adminPorts[idx]),
 		fmt.Sprintf("GATEWAY_HTTP_PORT=%d", httpPorts[idx]),
 		fmt.Sprintf("GATEWAY_HTTPS_PORT=%d", httpsPorts[idx]),
+		fmt.Sprintf("GATEWAY_NODE=replica-%d", idx),
+		"AUDIT_SPOOL="+filepath.Join(dir, "audit"),
 	)
 	cmd.Env = append(cmd.Env, env...)
 	cmd.Stdout, cmd.Stderr = logf, logf
