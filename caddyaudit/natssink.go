@@ -30,7 +30,13 @@ type natsSink struct {
 	js        jetstream.JetStream
 	ensured   bool
 	futures   []jetstream.PubAckFuture
+	ready     chan struct{} // signalled when the connection is (re)established
+	unhook    func()
 }
+
+// Ready is signalled when NATS is reachable again: a batch waiting to be
+// retried goes at once, not after its backoff (up to retry_max).
+func (s *natsSink) Ready() <-chan struct{} { return s.ready }
 
 func newNATSSink(opts natsconn.Options, node, subject string, useJS bool, stream string, timeout time.Duration) (*natsSink, error) {
 	if timeout <= 0 {
@@ -40,10 +46,18 @@ func newNATSSink(opts natsconn.Options, node, subject string, useJS bool, stream
 	if err != nil {
 		return nil, err
 	}
-	s := &natsSink{conn: c, node: node, release: release, subject: subject, jetstream: useJS || stream != "", stream: stream, timeout: timeout}
+	s := &natsSink{conn: c, node: node, release: release, subject: subject, jetstream: useJS || stream != "", stream: stream, timeout: timeout,
+		ready: make(chan struct{}, 1)}
+	s.unhook = c.OnReconnect(func() {
+		select {
+		case s.ready <- struct{}{}:
+		default:
+		}
+	})
 	if s.jetstream {
 		js, err := c.JetStream()
 		if err != nil {
+			s.unhook()
 			release()
 			return nil, fmt.Errorf("jetstream: %w", err)
 		}
@@ -121,6 +135,7 @@ func (s *natsSink) ensureStream(ctx context.Context) error {
 }
 
 func (s *natsSink) Close() error {
+	s.unhook()
 	s.release()
 	return nil
 }

@@ -12,8 +12,11 @@ import (
 	natstest "github.com/nats-io/nats-server/v2/test"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+	"go.uber.org/zap"
+	"go.uber.org/zap/zaptest/observer"
 
 	"github.com/apigate/gateway/internal/natsconn"
+	gwnatstest "github.com/apigate/gateway/internal/natstest"
 )
 
 func runNATS(t *testing.T, port int, storeDir string) *server.Server {
@@ -198,5 +201,52 @@ func TestNATSSinkNotConnected(t *testing.T) {
 	}
 	if err != errNotConnected {
 		t.Fatalf("err = %v, want %v", err, errNotConnected)
+	}
+}
+
+// TestNATSSinkRetriesWhenNATSReturns: a batch that has been failing for a
+// while (its next retry seconds away) goes as soon as NATS is back, not
+// when its backoff ends: the sink's Ready wakes the worker. Before, audit
+// events waited up to 12 s after NATS returned.
+func TestNATSSinkRetriesWhenNATSReturns(t *testing.T) {
+	cluster := gwnatstest.StartCluster(t, 1)
+	sink, err := newNATSSink(natsconn.Options{Servers: cluster.URLs, ReconnectWait: 50 * time.Millisecond},
+		"gw-test", "audit.ready", true, "READY", time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	core, logs := observer.New(zap.WarnLevel)
+	w := startWorker(t, workerConfig{BatchSize: 10, FlushInterval: 5 * time.Millisecond,
+		RetryBase: 100 * time.Millisecond, RetryMax: 30 * time.Second}, sink, zap.New(core))
+	waitFor(t, "connection", func() bool { return sink.conn.NATS().IsConnected() })
+	w.Enqueue(testEvent(0))
+	waitFor(t, "the first event stored", func() bool { ids, _ := streamIDs(t, cluster.URL(), "READY"); return ids["id-0"] })
+
+	cluster.ShutdownAll()
+	w.Enqueue(testEvent(1))
+	// Until a retry is 2 s or more away.
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		long := false
+		for _, e := range logs.FilterMessage("audit batch not delivered; retrying").All() {
+			if d, ok := e.ContextMap()["retry_in"].(time.Duration); ok && d >= 2*time.Second {
+				long = true
+			}
+		}
+		if long {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("no retry 2s away within 30s")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	cluster.RestartAll()
+	back := time.Now()
+	waitFor(t, "the event sent during the outage stored", func() bool { ids, _ := streamIDs(t, cluster.URL(), "READY"); return ids["id-1"] })
+	took := time.Since(back)
+	t.Logf("stored %v after NATS was back (the pending retry was 2s or more away)", took.Round(time.Millisecond))
+	if took > 1500*time.Millisecond {
+		t.Errorf("the event waited %v after NATS was back: the retry was not woken", took)
 	}
 }
