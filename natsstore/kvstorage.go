@@ -481,14 +481,20 @@ func (s *KV) TryLock(ctx context.Context, name string) (bool, error) {
 // Lock blocks until it holds the named lock or ctx is done. A lock whose
 // holder died expires after the lock bucket's TTL.
 func (s *KV) Lock(ctx context.Context, name string) error {
+	return lockLoop(ctx, name, s.TryLock, s.logger)
+}
+
+// lockLoop calls try until it takes the lock or ctx ends, backing off
+// from 20ms to 1s and logging failed attempts.
+func lockLoop(ctx context.Context, name string, try func(context.Context, string) (bool, error), log *zap.Logger) error {
 	wait := 20 * time.Millisecond
 	for {
-		ok, err := s.TryLock(ctx, name)
+		ok, err := try(ctx, name)
 		if ok {
 			return nil
 		}
 		if err != nil && ctx.Err() == nil {
-			s.logger.Warn("lock attempt failed; retrying", zap.String("lock", name), zap.Error(err))
+			log.Warn("lock attempt failed; retrying", zap.String("lock", name), zap.Error(err))
 		}
 		t := time.NewTimer(wait)
 		select {
@@ -497,9 +503,7 @@ func (s *KV) Lock(ctx context.Context, name string) error {
 			return fmt.Errorf("waiting for lock %q: %w", name, ctx.Err())
 		case <-t.C:
 		}
-		if wait *= 2; wait > time.Second {
-			wait = time.Second
-		}
+		wait = min(wait*2, time.Second)
 	}
 }
 

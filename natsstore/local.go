@@ -677,24 +677,7 @@ func (l *local) tryLock(ctx context.Context, name string) (bool, error) {
 }
 
 func (l *local) lock(ctx context.Context, name string) error {
-	wait := 20 * time.Millisecond
-	for {
-		ok, err := l.tryLock(ctx, name)
-		if ok {
-			return nil
-		}
-		if err != nil && ctx.Err() == nil {
-			l.log.Warn("lock attempt failed; retrying", zap.String("lock", name), zap.Error(err))
-		}
-		t := time.NewTimer(wait)
-		select {
-		case <-ctx.Done():
-			t.Stop()
-			return fmt.Errorf("waiting for lock %q: %w", name, ctx.Err())
-		case <-t.C:
-		}
-		wait = min(wait*2, time.Second)
-	}
+	return lockLoop(ctx, name, l.tryLock, l.log)
 }
 
 func (l *local) unlock(ctx context.Context, name string) error {

@@ -211,9 +211,13 @@ func get(url, bearer, reqID string) (int, error) {
 
 // certFingerprint returns the SHA-256 of the leaf certificate served for
 // fleet.localhost on the replica's HTTPS port.
-func certFingerprint(idx int) (string, error) {
+func certFingerprint(idx int) (string, error) { return certFingerprintAt(httpsPorts[idx]) }
+
+// certFingerprintAt returns the SHA-256 of the leaf certificate served
+// for fleet.localhost on 127.0.0.1:port.
+func certFingerprintAt(port int) (string, error) {
 	d := &net.Dialer{Timeout: 2 * time.Second}
-	conn, err := tls.DialWithDialer(d, "tcp", fmt.Sprintf("127.0.0.1:%d", httpsPorts[idx]),
+	conn, err := tls.DialWithDialer(d, "tcp", fmt.Sprintf("127.0.0.1:%d", port),
 		&tls.Config{ServerName: "fleet.localhost", InsecureSkipVerify: true})
 	if err != nil {
 		return "", err

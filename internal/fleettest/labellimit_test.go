@@ -23,10 +23,7 @@ func TestFleetLabelRateLimit(t *testing.T) {
 	a, b := newRefHost(t, "a", pods[0]), newRefHost(t, "b", pods[1])
 	a.start(t, bin, cluster.URL())
 	b.start(t, bin, cluster.URL())
-	p, err := podmantest.FreePort()
-	if err != nil {
-		t.Fatal(err)
-	}
+	p := freePort(t)
 	labels := refLabels("limited", p)
 	labels["gateway.router.api.rate_limit"] = "10/1m"
 	labels["gateway.router.open.path_prefix"] = "/open-limited"

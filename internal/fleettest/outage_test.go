@@ -2,13 +2,8 @@ package fleettest
 
 import (
 	"context"
-	"crypto/sha256"
-	"crypto/tls"
-	"encoding/hex"
 	"encoding/json"
-	"errors"
 	"fmt"
-	"net"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -66,21 +61,7 @@ var refHTTPS = map[*fleetHost]int{}
 
 // fingerprint is the SHA-256 of the certificate h serves for
 // fleet.localhost.
-func fingerprint(h *fleetHost) (string, error) {
-	d := &net.Dialer{Timeout: 2 * time.Second}
-	conn, err := tls.DialWithDialer(d, "tcp", fmt.Sprintf("127.0.0.1:%d", refHTTPS[h]),
-		&tls.Config{ServerName: "fleet.localhost", InsecureSkipVerify: true})
-	if err != nil {
-		return "", err
-	}
-	defer conn.Close()
-	certs := conn.ConnectionState().PeerCertificates
-	if len(certs) == 0 {
-		return "", errors.New("no certificate")
-	}
-	sum := sha256.Sum256(certs[0].Raw)
-	return hex.EncodeToString(sum[:]), nil
-}
+func fingerprint(h *fleetHost) (string, error) { return certFingerprintAt(refHTTPS[h]) }
 
 func refLabels(name string, port int) map[string]string {
 	l := discoLabels(name, port, "/"+name)
@@ -213,18 +194,8 @@ func TestFleetNATSOutage(t *testing.T) {
 	run := fmt.Sprint(time.Now().UnixNano())
 	var audited sent
 
-	step := func(name string, fn func(t *testing.T)) {
-		if !t.Run(name, fn) {
-			t.FailNow()
-		}
-	}
-	port := func() int {
-		p, err := podmantest.FreePort()
-		if err != nil {
-			t.Fatal(err)
-		}
-		return p
-	}
+	step := func(name string, fn func(t *testing.T)) { runStep(t, name, fn) }
+	port := func() int { return freePort(t) }
 	pA, pB, pLate := port(), port(), port()
 	var fpA string
 	step("NATS up: each host's container through both gateways, one certificate", func(t *testing.T) {

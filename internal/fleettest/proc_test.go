@@ -171,3 +171,22 @@ func (h *fleetHost) start(t *testing.T, bin, nats string) {
 
 // kill SIGKILLs the gateway: it cannot delete its fleet entry.
 func (h *fleetHost) kill() { h.proc.kill() }
+
+// runStep runs fn as t's subtest name, and stops t when it fails (the
+// next steps build on it).
+func runStep(t *testing.T, name string, fn func(t *testing.T)) {
+	t.Helper()
+	if !t.Run(name, fn) {
+		t.FailNow()
+	}
+}
+
+// freePort is a free loopback port, for a container's server.
+func freePort(t *testing.T) int {
+	t.Helper()
+	p, err := podmantest.FreePort()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return p
+}

@@ -175,14 +175,7 @@ func TestFleetRollingRestart(t *testing.T) {
 	a, b := newRefHost(t, "a", pods[0]), newRefHost(t, "b", pods[1])
 	a.start(t, bin, cluster.URL())
 	b.start(t, bin, cluster.URL())
-	pA, err := podmantest.FreePort()
-	if err != nil {
-		t.Fatal(err)
-	}
-	pB, err := podmantest.FreePort()
-	if err != nil {
-		t.Fatal(err)
-	}
+	pA, pB := freePort(t), freePort(t)
 	if err := a.pod.Run("roll-a", pA, refLabels("roll-a", pA)); err != nil {
 		t.Fatal(err)
 	}
