@@ -156,6 +156,7 @@ func newLocal(dir string, remote *KV, conn *natsconn.Conn, release func(), log *
 	}
 	l.wg.Add(1)
 	go l.loop()
+	open.Store(l, struct{}{})
 	return l, nil
 }
 
@@ -163,6 +164,7 @@ func newLocal(dir string, remote *KV, conn *natsconn.Conn, release func(), log *
 // copy is gone). Queued writes stay in the journal for the next start.
 func (l *local) Destruct() error {
 	l.closeOnce.Do(func() {
+		open.Delete(l)
 		l.cancel()
 		l.wg.Wait()
 		if l.unhook != nil {

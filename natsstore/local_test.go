@@ -3,6 +3,7 @@ package natsstore
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io/fs"
 	"os"
 	"path/filepath"
@@ -14,6 +15,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"go.uber.org/zap/zaptest"
 
+	"github.com/apigate/gateway/internal/metrics"
 	"github.com/apigate/gateway/internal/natsconn"
 	"github.com/apigate/gateway/internal/natstest"
 )
@@ -73,6 +75,23 @@ func eventually(t *testing.T, what string, cond func() error) {
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
+}
+
+// copyMetrics reads the local copies' metrics of bucket.
+func copyMetrics(t *testing.T, bucket string) string {
+	t.Helper()
+	var local, queued float64 = -1, -1
+	metrics.Each(collector{}, func(labels map[string]string, v float64) {
+		if labels["bucket"] != bucket {
+			return
+		}
+		if local < 0 {
+			local = v
+		} else {
+			queued = v
+		}
+	})
+	return fmt.Sprintf("local %v, queued %v", local, queued)
 }
 
 func natsValue(kv jetstream.KeyValue, key string) (string, error) {
@@ -191,6 +210,11 @@ func TestLocalCopyThroughOutage(t *testing.T) {
 		t.Fatal(err)
 	}
 
+	// The metrics say so.
+	if got := copyMetrics(t, "copy"); got != "local 1, queued 5" {
+		t.Errorf("metrics during the outage: %s, want local 1, queued 5", got)
+	}
+
 	// A restart during the outage keeps the queue.
 	l.Destruct()
 	l, s = openCopy(t, url, dir)
@@ -216,6 +240,12 @@ func TestLocalCopyThroughOutage(t *testing.T) {
 		}
 		if _, err := os.Stat(filepath.Join(dir, "pending.json")); !errors.Is(err, fs.ErrNotExist) {
 			return errors.New("journal still there")
+		}
+		return nil
+	})
+	eventually(t, "metrics after the outage", func() error {
+		if got := copyMetrics(t, "copy"); got != "local 0, queued 0" {
+			return errors.New(got)
 		}
 		return nil
 	})

@@ -129,6 +129,9 @@ func (s *Storage) Provision(ctx caddy.Context) error {
 	if err := natsconn.RegisterMetrics(ctx.GetMetricsRegistry()); err != nil {
 		return err
 	}
+	if err := registerMetrics(ctx.GetMetricsRegistry()); err != nil {
+		return err
+	}
 	opts := natsconn.Options{
 		Servers: s.Servers, User: s.User, Password: s.Password, Token: s.Token,
 		CredsFile: s.CredsFile, TLSCA: s.TLSCA, TLSCert: s.TLSCert, TLSKey: s.TLSKey,
