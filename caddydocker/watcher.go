@@ -47,6 +47,9 @@ type FleetPeer interface {
 	Publish(local []Container)
 	// Remote returns the other hosts' containers, with Node and Advertise.
 	Remote() []Container
+	// Seed gives it the other hosts' containers of the previous run (the
+	// state file's), until the bucket is read.
+	Seed(remote []Container)
 	// Changed is signalled when Remote may have changed.
 	Changed() <-chan struct{}
 	// Status describes the fleet for the snapshot.
@@ -106,6 +109,7 @@ type Watcher struct {
 	cancel    context.CancelFunc
 	wg        sync.WaitGroup
 	startOnce sync.Once
+	stopOnce  sync.Once
 	kick      chan struct{}
 	recheck   chan struct{}
 
@@ -208,19 +212,23 @@ func (w *Watcher) Start() {
 	}
 }
 
-// Stop stops the goroutines and waits for them.
+// Stop stops the goroutines and waits for them, then stops the fleet
+// (which leaves this host's containers to the other gateways while this
+// one restarts). Later calls do nothing.
 func (w *Watcher) Stop() {
-	w.cancel()
-	w.wg.Wait()
-	if w.cfg.Fleet != nil {
-		w.cfg.Fleet.Stop()
-	}
-	if w.engine != nil {
-		_ = w.engine.Close()
-	}
-	if w.cfg.OnStop != nil {
-		w.cfg.OnStop()
-	}
+	w.stopOnce.Do(func() {
+		w.cancel()
+		w.wg.Wait()
+		if w.cfg.Fleet != nil {
+			w.cfg.Fleet.Stop()
+		}
+		if w.engine != nil {
+			_ = w.engine.Close()
+		}
+		if w.cfg.OnStop != nil {
+			w.cfg.OnStop()
+		}
+	})
 }
 
 // Snapshot returns the current read-only view.
@@ -286,6 +294,7 @@ func (w *Watcher) update(fn func(s *Snapshot)) {
 }
 
 func (w *Watcher) loop() {
+	w.seedFleet()
 	w.sync()
 	resync := w.cfg.Resync
 	if resync <= 0 {
@@ -608,6 +617,21 @@ func (w *Watcher) apply(plan Plan, containers []Container, fromState bool) {
 		return
 	}
 	w.written = plan.Hash
+}
+
+// seedFleet hands the fleet the other hosts' containers of the state
+// file (the last route set that applied), so that a restarted gateway
+// routes them from its first build, before its bucket watch delivers
+// them, or while NATS is unreachable.
+func (w *Watcher) seedFleet() {
+	if w.cfg.Fleet == nil || w.cfg.StateFile == "" {
+		return
+	}
+	st, err := ReadState(w.cfg.StateFile)
+	if err != nil || st.Server != w.cfg.Server {
+		return
+	}
+	w.cfg.Fleet.Seed(st.Containers)
 }
 
 // loadState applies the state file's routes when the engine is unreachable

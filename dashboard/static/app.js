@@ -150,7 +150,7 @@
         const live = (f.nodes || []).filter((n) => !n.expired);
         eng += " · fleet " + f.node + (f.connected ? "" : " (NATS UNREACHABLE: keeping the last merged set)") +
           ", " + live.length + " other host" + (live.length === 1 ? "" : "s") +
-          (live.length ? " (" + live.map((n) => n.node + ": " + n.containers).join(", ") + ")" : "");
+          (live.length ? " (" + live.map((n) => n.node + (n.restarting ? " restarting" : "") + ": " + n.containers).join(", ") + ")" : "");
         if (f.last_error) eng += " · fleet error: " + f.last_error;
       }
     }
