@@ -393,3 +393,157 @@ func metricsOf(t *testing.T) map[string]float64 {
 	b, _ := io.ReadAll(resp.Body)
 	return pathtest.Series(string(b), "gateway_path_guard_total{")
 }
+
+// legit are real API paths, each with what the upstream must receive
+// in normalize mode when that differs from what it receives without
+// path_guard.
+var legit = []struct{ target, normalized string }{
+	{"/public/orders/12345/items", ""},
+	{"/public/files/my%20file.txt", ""},
+	{"/public/a+b/c%2Bd", ""},
+	{"/public/projects/group%2Fproject/issues", ""},
+	{"/public/projects/group%2fsub%2fproject", ""},
+	{"/public/caf%C3%A9/%E2%82%AC/%F0%9F%98%80", ""},
+	{"/public/caf\xc3\xa9", ""},
+	{"/public/urn%3Aisbn%3A0451450523/reviews", ""},
+	{"/public/v1.2/app.3f2a1b.min.js", ""},
+	{"/public/.well-known/openid-configuration", ""},
+	{"/public/shop/cart;jsessionid=ABC123", ""},
+	{"/public/discount/100%25", ""},
+	{"/public/odd/%2541", ""},
+	{"/public/a'b(c)*!$&=:@,", ""},
+	{"/public/dir/", ""},
+	{"/public/search?q=..%2F..%2Fetc%00&next=/../admin&sort=a%20b", ""},
+	{"/public/long?" + strings.Repeat("filter=a%20b&", 300), ""},
+	{"/public/%7Euser/%41bc", "/public/~user/Abc"},
+	{"/public//double//slash", "/public/double/slash"},
+}
+
+// TestLegitPathsUnchanged: real API paths reach the upstream as without
+// path_guard: byte for byte in reject mode, and in normalize mode but
+// for the normalizations it makes (unreserved characters decoded,
+// slashes merged); keep_encoded_slash keeps %2F in a segment, and
+// without it reject mode refuses one. Same on both request paths.
+func TestLegitPathsUnchanged(t *testing.T) {
+	pathtest.Run(t, testLegitPathsUnchanged)
+}
+
+func testLegitPathsUnchanged(t *testing.T, p pathtest.Path, rec *pathtest.Recorder) {
+	freePorts(t)
+	up := newEcho(t)
+	bearer := token(t)
+	off := map[string]string{}
+	for _, mode := range []string{"off", "reject", "normalize"} {
+		t.Run(mode, func(t *testing.T) {
+			guard := "path_guard " + mode + " {\n\t\tkeep_encoded_slash\n\t}"
+			if mode == "off" {
+				guard = ""
+			}
+			p.Load(t, ports.admin, site(up.srv.URL, filepath.Join(t.TempDir(), "audit.jsonl"), guard, ""), "gw")
+			targets := append([]string{"/admin/orders/1?x=%2F"}, func() (out []string) {
+				for _, l := range legit {
+					out = append(out, l.target)
+				}
+				return out
+			}()...)
+			for i, target := range targets {
+				id := fmt.Sprintf("%s-legit-%s-%d", p.Name, mode, i)
+				resp, body := rawGet(t, ports.site, target, id, bearer)
+				got, _ := up.received(id)
+				rec.Add(p, mode+" "+target, map[string]any{"status": resp.StatusCode, "upstream": got})
+				if resp.StatusCode != 200 {
+					t.Errorf("%q: status %d (%s)", target, resp.StatusCode, body)
+					continue
+				}
+				want := off[target]
+				if mode == "off" {
+					off[target] = got
+					continue
+				}
+				if mode == "normalize" && i > 0 && legit[i-1].normalized != "" {
+					want = legit[i-1].normalized
+				}
+				if got != want {
+					t.Errorf("%q: the upstream received %q, want %q", target, got, want)
+				}
+			}
+		})
+	}
+	t.Run("encoded slash without keep_encoded_slash", func(t *testing.T) {
+		p.Load(t, ports.admin, site(up.srv.URL, filepath.Join(t.TempDir(), "audit.jsonl"), "path_guard", ""), "gw")
+		resp, body := rawGet(t, ports.site, "/public/projects/group%2Fproject/issues", p.Name+"-slash", "")
+		rec.Add(p, p.Key(t), pathtest.Resp(resp.StatusCode, resp.Header, body))
+		if want := `{"error":"ambiguous_path","reason":"encoded slash"}` + "\n"; resp.StatusCode != 400 || body != want {
+			t.Fatalf("%d %q, want 400 %q", resp.StatusCode, body, want)
+		}
+	})
+}
+
+// TestNormalizeForwards: normalize mode forwards the path the matchers
+// saw, so the protected route's duties run for a target that resolves
+// into it, and the upstream receives that path (URL and request line
+// coherent), on both request paths.
+func TestNormalizeForwards(t *testing.T) {
+	pathtest.Run(t, testNormalizeForwards)
+}
+
+func testNormalizeForwards(t *testing.T, p pathtest.Path, rec *pathtest.Recorder) {
+	freePorts(t)
+	up := newEcho(t)
+	bearer := token(t)
+	p.Load(t, ports.admin, site(up.srv.URL, filepath.Join(t.TempDir(), "audit.jsonl"), "path_guard normalize", ""), "gw")
+	for i, tc := range []struct {
+		target, bearer string
+		status         int
+		upstream       string
+	}{
+		{"/public/%2e%2e/admin/x", "", 401, ""},
+		{"/public/%2e%2e/admin/x", bearer, 200, "/admin/x"},
+		{"/public/../admin/x?a=%2F..", bearer, 200, "/admin/x?a=%2F.."},
+		{"/public/./a//b/../c", "", 200, "/public/a/c"},
+		{"/public/x/%2E%2E/y%20z/", "", 200, "/public/y%20z/"},
+		{"//public///%7e", "", 200, "/public/~"},
+		{"/public/a/b/..", "", 200, "/public/a/"},
+		{"/public/../x", "", 404, ""},
+		{"http://127.0.0.1/public/%2e/q", "", 200, "/public/q"},
+	} {
+		id := fmt.Sprintf("%s-norm-%d", p.Name, i)
+		resp, body := rawGet(t, ports.site, tc.target, id, tc.bearer)
+		got, _ := up.received(id)
+		rec.Add(p, fmt.Sprintf("%s (token %v)", tc.target, tc.bearer != ""), map[string]any{"status": resp.StatusCode, "upstream": got})
+		if resp.StatusCode != tc.status || got != tc.upstream {
+			t.Errorf("%q: %d, upstream received %q; want %d, %q (%s)", tc.target, resp.StatusCode, got, tc.status, tc.upstream, body)
+		}
+		if tc.status == 200 && body != "echo "+tc.upstream {
+			t.Errorf("%q: body %q", tc.target, body)
+		}
+	}
+}
+
+// TestRefusalThroughErrorRoutes: path_guard refuses through the gateway's
+// denial, so a site's handle_errors restyles its 400 (status and reason
+// at hand), on both request paths.
+func TestRefusalThroughErrorRoutes(t *testing.T) {
+	pathtest.Run(t, testRefusalThroughErrorRoutes)
+}
+
+func testRefusalThroughErrorRoutes(t *testing.T, p pathtest.Path, rec *pathtest.Recorder) {
+	freePorts(t)
+	up := newEcho(t)
+	auditFile := filepath.Join(t.TempDir(), "audit.jsonl")
+	p.Load(t, ports.admin, site(up.srv.URL, auditFile, "path_guard", `
+	handle_errors {
+		header Content-Type text/plain
+		respond "styled {http.error.status_code}: {http.error.message}"
+	}`), "gw")
+	resp, body := rawGet(t, ports.site, "/public/..;/admin/x", p.Name+"-styled", "")
+	rec.Add(p, "response", pathtest.Resp(resp.StatusCode, resp.Header, body))
+	if want := "styled 400: " + ReasonDotParams; resp.StatusCode != 400 || body != want {
+		t.Fatalf("%d %q, want 400 %q", resp.StatusCode, body, want)
+	}
+	evs := pathtest.WaitEvents(t, auditFile, 1)
+	rec.Add(p, "event", pathtest.Event(evs[0]))
+	if ev := evs[0]; ev.DecidedBy != "path_guard" || ev.Reason != ReasonDotParams || ev.Status != 400 || ev.Path != "/public/..;/admin/x" {
+		t.Fatalf("event %+v", ev)
+	}
+}

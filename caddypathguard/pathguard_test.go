@@ -458,6 +458,20 @@ var backendViews = []struct {
 		}
 		return resolveSegments(d)
 	}},
+	// a backend that drops control bytes (a NUL-stripping string
+	// routine, WHATWG URL parsing's removal of tabs and newlines applied
+	// after decoding)
+	{"control-stripping", func(p string) string {
+		d := []byte(decodeOnce(p))
+		n := 0
+		for _, c := range d {
+			if c >= 0x20 && c != 0x7f {
+				d[n] = c
+				n++
+			}
+		}
+		return resolveSegments(string(d[:n]))
+	}},
 	// Unicode NFKC or a Windows best-fit code page folding look-alikes,
 	// and an old decoder that reads overlong UTF-8
 	{"folding", func(p string) string {
