@@ -505,6 +505,7 @@ func FuzzRules(f *testing.F) {
 	}
 	f.Add("/a/b/../c/./d//e", false, false)
 	f.Add("/%2e%2e/%2E/a", false, false)
+	f.Add("/p/group%2Fproject/../x", true, false)
 	f.Fuzz(func(t *testing.T, target string, keep, params bool) {
 		ru := Rules{KeepEncodedSlash: keep, RejectParams: params}
 		u, err := url.ParseRequestURI(target)
