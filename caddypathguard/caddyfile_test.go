@@ -67,3 +67,15 @@ var update = flag.Bool("update", false, "rewrite the expected JSON of testdata/*
 func TestCaddyfileAdapt(t *testing.T) {
 	goldentest.Run(t, filepath.Join("testdata", "*.caddyfiletest"), *update, goldentest.Options{})
 }
+
+func TestDescribeConfig(t *testing.T) {
+	for raw, want := range map[string]string{
+		`{"handler":"path_guard"}`: "reject",
+		`{"handler":"path_guard","mode":"normalize","keep_encoded_slash":true,"reject_params":true}`: "normalize, keep_encoded_slash, reject_params",
+		`not json`: "",
+	} {
+		if got := DescribeConfig([]byte(raw)); got != want {
+			t.Errorf("DescribeConfig(%s) = %q, want %q", raw, got, want)
+		}
+	}
+}
