@@ -118,30 +118,18 @@ func (h *PathGuard) Validate() error {
 // answers 400.
 func (h *PathGuard) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyhttp.Handler) error {
 	u := r.URL
-	p, decoded := Forwarded(u.RawPath, u.Path)
 	if !h.normalize {
-		var reason string
-		if decoded {
-			reason = h.rules.CheckDecoded(p)
-		} else {
-			reason = h.rules.Check(p)
-		}
-		if reason != "" {
+		if reason := h.rules.CheckURL(u.RawPath, u.Path); reason != "" {
 			return h.reject(w, r, reason)
 		}
 		h.counters.passed.Inc()
 		return next.ServeHTTP(w, r)
 	}
-	var out, reason string
-	if decoded {
-		out, reason = h.rules.NormalizeDecoded(p)
-	} else {
-		out, reason = h.rules.Normalize(p)
-	}
+	out, decoded, changed, reason := h.rules.NormalizeURL(u.RawPath, u.Path)
 	if reason != "" {
 		return h.reject(w, r, reason)
 	}
-	if out == p {
+	if !changed {
 		h.counters.passed.Inc()
 		return next.ServeHTTP(w, r)
 	}

@@ -94,6 +94,24 @@ func (ru Rules) Normalize(p string) (string, string) { return ru.normalize(p, fa
 // removes dot segments.
 func (ru Rules) NormalizeDecoded(path string) (string, string) { return ru.normalize(path, true) }
 
+// CheckURL is Check for the path a request URL forwards, given its
+// RawPath and Path (see Forwarded).
+func (ru Rules) CheckURL(rawPath, path string) string {
+	p, decoded := Forwarded(rawPath, path)
+	return ru.check(p, decoded)
+}
+
+// NormalizeURL is Normalize for the path a request URL forwards, given
+// its RawPath and Path: out is the normalized path, escaped (a RawPath)
+// or, when decoded, a Path to be escaped the default way; changed is
+// false when the path was already normal (out is then the input, not a
+// copy).
+func (ru Rules) NormalizeURL(rawPath, path string) (out string, decoded, changed bool, reason string) {
+	p, decoded := Forwarded(rawPath, path)
+	out, reason = ru.normalize(p, decoded)
+	return out, decoded, reason == "" && out != p, reason
+}
+
 func (ru Rules) check(p string, decoded bool) string {
 	if !ru.attention(p) {
 		return ""
@@ -227,8 +245,8 @@ func (ru Rules) segment(seg string, decoded bool) segClass {
 		return segClass{reason: ReasonParams}
 	}
 	d1 := seg
-	var buf [128]byte
 	if !decoded {
+		var buf [128]byte // (decoded mode does not pay for zeroing it)
 		var ok bool
 		for i := 0; i < len(seg); i++ {
 			switch c := seg[i]; {

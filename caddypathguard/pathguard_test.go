@@ -282,15 +282,8 @@ func TestCheck(t *testing.T) {
 			if err != nil || tc.p == "" || tc.p == "*" {
 				return
 			}
-			p, decoded := Forwarded(u.RawPath, u.Path)
-			var got string
-			if decoded {
-				got = tc.rules.CheckDecoded(p)
-			} else {
-				got = tc.rules.Check(p)
-			}
-			if (got == "") != (tc.want == "") {
-				t.Fatalf("through url.ParseRequestURI (Path %q, RawPath %q, decoded %v): %q, want %q", u.Path, u.RawPath, decoded, got, tc.want)
+			if got := tc.rules.CheckURL(u.RawPath, u.Path); (got == "") != (tc.want == "") {
+				t.Fatalf("through url.ParseRequestURI (Path %q, RawPath %q): %q, want %q", u.Path, u.RawPath, got, tc.want)
 			}
 		})
 	}
@@ -607,14 +600,7 @@ func BenchmarkCheck(b *testing.B) {
 		b.Run(bp.name, func(b *testing.B) {
 			b.ReportAllocs()
 			for b.Loop() {
-				p, decoded := Forwarded(bp.raw, bp.path)
-				var reason string
-				if decoded {
-					reason = ru.CheckDecoded(p)
-				} else {
-					reason = ru.Check(p)
-				}
-				if reason != "" {
+				if reason := ru.CheckURL(bp.raw, bp.path); reason != "" {
 					b.Fatal(reason)
 				}
 			}
@@ -636,15 +622,8 @@ func BenchmarkNormalize(b *testing.B) {
 		b.Run(bp.name, func(b *testing.B) {
 			b.ReportAllocs()
 			for b.Loop() {
-				p, decoded := Forwarded(bp.raw, bp.path)
-				var out, reason string
-				if decoded {
-					out, reason = ru.NormalizeDecoded(p)
-				} else {
-					out, reason = ru.Normalize(p)
-				}
-				if reason != "" || out != p {
-					b.Fatal(out, reason)
+				if _, _, changed, reason := ru.NormalizeURL(bp.raw, bp.path); changed || reason != "" {
+					b.Fatal(changed, reason)
 				}
 			}
 		})
