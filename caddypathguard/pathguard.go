@@ -113,7 +113,7 @@ func (ru Rules) NormalizeURL(rawPath, path string) (out string, decoded, changed
 }
 
 func (ru Rules) check(p string, decoded bool) string {
-	if !ru.attention(p) {
+	if !attention(p) {
 		return ""
 	}
 	for rest, more := p, true; more; {
@@ -133,7 +133,7 @@ func (ru Rules) check(p string, decoded bool) string {
 }
 
 func (ru Rules) normalize(p string, decoded bool) (string, string) {
-	if !ru.attention(p) && !strings.Contains(p, "//") {
+	if !attention(p) && !strings.Contains(p, "//") {
 		return p, ""
 	}
 	var dots, empty, unreserved, keptSlash bool
@@ -199,7 +199,7 @@ func cutSegment(s string) (seg, rest string, more bool) {
 
 // attention reports whether p has a byte that a segment check must look
 // at; most paths have none and are passed by this loop alone.
-func (ru Rules) attention(p string) bool {
+func attention(p string) bool {
 	for i := 0; i < len(p); i++ {
 		if attentionByte[p[i]] {
 			return true
