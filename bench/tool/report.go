@@ -277,37 +277,31 @@ func (r *Report) peakAnon(name string) float64 {
 	return m
 }
 
-// cpuPerReq is a row's CPU µs per request over its rounds.
-func (r *Report) cpuPerReq(name string) Stat {
+// sampleStat is a per-round figure of a row over its rounds that ran
+// without error and measured it (> 0).
+func (r *Report) sampleStat(name string, of func(Sample) float64) Stat {
 	var v []float64
 	for _, s := range r.Samples[name] {
-		if s.Err == "" && s.CPUPerReq > 0 {
-			v = append(v, s.CPUPerReq)
+		if x := of(s); s.Err == "" && x > 0 {
+			v = append(v, x)
 		}
 	}
 	return stat(v)
+}
+
+// cpuPerReq is a row's CPU µs per request over its rounds.
+func (r *Report) cpuPerReq(name string) Stat {
+	return r.sampleStat(name, func(s Sample) float64 { return s.CPUPerReq })
 }
 
 // cpuUserPerReq is the user-space part of a row's CPU µs per request.
 func (r *Report) cpuUserPerReq(name string) Stat {
-	var v []float64
-	for _, s := range r.Samples[name] {
-		if s.Err == "" && s.CPUUserPerReq > 0 {
-			v = append(v, s.CPUUserPerReq)
-		}
-	}
-	return stat(v)
+	return r.sampleStat(name, func(s Sample) float64 { return s.CPUUserPerReq })
 }
 
 // core0 is a row's core-0 busy share over its rounds.
 func (r *Report) core0(name string) Stat {
-	var v []float64
-	for _, s := range r.Samples[name] {
-		if s.Err == "" && s.Core0Busy > 0 {
-			v = append(v, s.Core0Busy)
-		}
-	}
-	return stat(v)
+	return r.sampleStat(name, func(s Sample) float64 { return s.Core0Busy })
 }
 
 // coreStr is the median share of core 1 taken by the server and by other
