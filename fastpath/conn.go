@@ -311,6 +311,11 @@ func (c *conn) serve() {
 			return
 		}
 		if !c.w.finish() || c.werr != nil {
+			if c.werr == nil && c.body.unread() {
+				// the client may still be sending the body the answer
+				// refused (a body limit, a body too large to drain)
+				c.closeWriteAndWait()
+			}
 			return
 		}
 	}
@@ -708,12 +713,19 @@ func (c *conn) refuse(bad *badRequest) {
 	c.bw.WriteString(msg)
 	c.flush()
 	if bad.status == 431 {
-		// As net/http's closeWriteAndWait: a client still sending its
-		// head reads the answer before the connection goes.
-		if tc, ok := c.nc.(interface{ CloseWrite() error }); ok {
-			tc.CloseWrite()
-			time.Sleep(rstAvoidanceDelay)
-		}
+		c.closeWriteAndWait() // (a client still sending its head)
+	}
+}
+
+// closeWriteAndWait is net/http's: before a connection whose client may
+// still be sending is closed, its write side is closed and the close
+// waits a moment, so that the client reads the answer already sent
+// instead of a reset (closing with unread bytes makes the kernel send an
+// RST, and the client's stack drops what it had not read yet).
+func (c *conn) closeWriteAndWait() {
+	if tc, ok := c.nc.(interface{ CloseWrite() error }); ok {
+		tc.CloseWrite()
+		time.Sleep(rstAvoidanceDelay)
 	}
 }
 
