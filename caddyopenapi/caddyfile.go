@@ -25,7 +25,7 @@ func parseCaddyfile(h httpcaddyfile.Helper) (caddyhttp.MiddlewareHandler, error)
 
 // UnmarshalCaddyfile sets up the handler from Caddyfile tokens. Syntax:
 //
-//	openapi [<matcher>] [<spec file>] {
+//	openapi [<matcher>] {
 //		spec                <file>                # the OpenAPI document (YAML or JSON)
 //		validate request    [dry_run|off]         # the default: enforce
 //		validate response   [dry_run|off]         # without this line: off
@@ -41,10 +41,9 @@ func parseCaddyfile(h httpcaddyfile.Helper) (caddyhttp.MiddlewareHandler, error)
 func (o *OpenAPI) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 	d.Next() // directive name
 	if d.NextArg() {
-		o.Spec = d.Val()
-		if d.NextArg() {
-			return d.ArgErr()
-		}
+		// a path here would be read as a path matcher: the document is
+		// named inside the block only
+		return d.Errf("unexpected argument %q: name the document with spec <file> inside the block", d.Val())
 	}
 	for d.NextBlock(0) {
 		name := d.Val()

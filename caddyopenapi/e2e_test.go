@@ -1,0 +1,405 @@
+package caddyopenapi_test
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/golang-jwt/jwt/v5"
+
+	_ "github.com/caddyserver/caddy/v2/modules/standard"
+
+	_ "github.com/apigate/gateway/caddyaudit"
+	_ "github.com/apigate/gateway/caddyjwt"
+	"github.com/apigate/gateway/caddyopenapi"
+	_ "github.com/apigate/gateway/dashboard"
+	"github.com/apigate/gateway/identity"
+	"github.com/apigate/gateway/internal/pathtest"
+)
+
+const e2eSecret = "caddyopenapi-e2e-secret-0123456789abcdef0123456789"
+
+var (
+	portsOnce sync.Once
+	adminPort int
+)
+
+// freePort returns a port nothing listens on now.
+func freePort(t testing.TB) int {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	return ln.Addr().(*net.TCPAddr).Port
+}
+
+// admin returns the test binary's admin port (one for every test: the
+// Caddy inside the binary keeps its admin endpoint).
+func admin(t testing.TB) int {
+	portsOnce.Do(func() { adminPort = freePort(t) })
+	return adminPort
+}
+
+func token(t testing.TB, scope string) string {
+	t.Helper()
+	s, err := jwt.NewWithClaims(jwt.SigningMethodHS256, jwt.MapClaims{
+		"sub": "alice", "scope": scope, "exp": time.Now().Add(time.Hour).Unix(),
+	}).SignedString([]byte(e2eSecret))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
+// copySpec copies the test documents into a directory of the test's own,
+// so that the summary (kept per document path) counts this test only.
+func copySpec(t testing.TB) string {
+	t.Helper()
+	dir := t.TempDir()
+	for _, f := range []string{"orders.yaml", "schemas.yaml"} {
+		b, err := os.ReadFile(filepath.Join("testdata", f))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(dir, f), b, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return filepath.Join(dir, "orders.yaml")
+}
+
+// upstream answers as the orders service would; order 13 is broken (a
+// negative price) and order 14 answers a status the document does not
+// declare.
+func upstream(t *testing.T) string {
+	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		switch {
+		case r.Method == "GET" && r.URL.Path == "/v1/orders":
+			io.WriteString(w, `[{"id":1,"items":[{"sku":"ABC-1","price":3}]}]`)
+		case r.Method == "POST" && r.URL.Path == "/v1/orders":
+			b, _ := io.ReadAll(r.Body)
+			w.Header().Set("Location", "/v1/orders/2")
+			w.WriteHeader(201)
+			fmt.Fprintf(w, `{"id":2,"items":%s}`, strings.TrimSuffix(strings.TrimPrefix(string(b), `{"items":`), "}"))
+		case r.URL.Path == "/v1/orders/13":
+			io.WriteString(w, `{"id":13,"items":[{"sku":"ABC-1","price":-3}]}`)
+		case r.URL.Path == "/v1/orders/14":
+			w.WriteHeader(418)
+		default:
+			io.WriteString(w, `{"id":7,"items":[],"status":"open"}`)
+		}
+	}))
+	t.Cleanup(up.Close)
+	return strings.TrimPrefix(up.URL, "http://")
+}
+
+// TestRefusals runs the handler in the gateway's chain (audit, jwt_auth,
+// openapi, reverse_proxy to a real upstream) on both request paths and
+// compares what clients and the audit trail see: every kind of refusal
+// with its status, problem+json body and audit event, the same refusals
+// restyled by handle_errors, and what passes.
+func TestRefusals(t *testing.T) {
+	pathtest.Run(t, testRefusals)
+}
+
+func testRefusals(t *testing.T, p pathtest.Path, rec *pathtest.Recorder) {
+	t.Setenv("OPENAPI_TEST_SECRET", e2eSecret)
+	spec := copySpec(t)
+	up := upstream(t)
+	auditFile := filepath.Join(t.TempDir(), "audit.jsonl")
+	plain, styled := freePort(t), freePort(t)
+	site := func(port int, extra string) string {
+		return fmt.Sprintf(`
+http://127.0.0.1:%d {
+	route /v1/* {
+		audit
+		jwt_auth {
+			hmac_secret {env.OPENAPI_TEST_SECRET}
+			optional
+		}
+		openapi {
+			spec %s
+			validate request
+			validate response
+			undeclared reject
+			enforce_security
+		}
+		reverse_proxy %s
+	}
+%s
+}
+`, port, spec, up, extra)
+	}
+	config := fmt.Sprintf(`{
+	admin localhost:%d
+	http_port %d
+	https_port %d
+	grace_period 1ms
+	audit {
+		sink file %s
+	}
+}
+`, admin(t), freePort(t), freePort(t), auditFile) + site(plain, "") + site(styled, `
+	handle_errors {
+		header Content-Type text/plain
+		respond "styled {http.error.status_code}: {http.error.message} at {http.openapi.location}"
+	}`)
+	p.Load(t, admin(t), config, "srv0", "srv1")
+
+	read, write := token(t, "orders:read"), token(t, "orders:read orders:write")
+	cases := []struct {
+		name, method, path, token, ctype, body string
+		header                                 [2]string
+		status                                 int
+		location, keyword                      string // the first violation; "" for none
+		reason                                 string
+	}{
+		{name: "valid list", method: "GET", path: "/v1/orders?limit=10&status=open,shipped", token: read, status: 200},
+		{name: "query above maximum", method: "GET", path: "/v1/orders?limit=500", token: read, status: 400, location: "query.limit", keyword: "maximum", reason: "invalid request"},
+		{name: "query item not in enum", method: "GET", path: "/v1/orders?status=open,lost", token: read, status: 400, location: "query.status/1", keyword: "enum", reason: "invalid request"},
+		{name: "header not echoed", method: "GET", path: "/v1/orders", token: read, header: [2]string{"X-Request-Id", "s3cr3t-value-never-echoed"}, status: 400, location: "header.X-Request-Id", keyword: "format", reason: "invalid request"},
+		{name: "no identity", method: "GET", path: "/v1/orders", status: 401, location: "security", keyword: "security", reason: "missing identity"},
+		{name: "missing scope", method: "POST", path: "/v1/orders", token: read, ctype: "application/json", body: `{"items":[{"sku":"ABC-1","price":1}]}`, status: 403, location: "security", keyword: "scopes", reason: "missing scope"},
+		{name: "body below minimum", method: "POST", path: "/v1/orders", token: write, ctype: "application/json", body: `{"items":[{"sku":"ABC-1","price":-1}]}`, status: 400, location: "body/items/0/price", keyword: "minimum", reason: "invalid request"},
+		{name: "body property not allowed", method: "POST", path: "/v1/orders", token: write, ctype: "application/json", body: `{"items":[{"sku":"ABC-1","price":1}],"coupon":"x"}`, status: 400, location: "body/coupon", keyword: "additionalProperties", reason: "invalid request"},
+		{name: "body not JSON", method: "POST", path: "/v1/orders", token: write, ctype: "application/json", body: `{"items":`, status: 400, location: "body", keyword: "json", reason: "invalid request"},
+		{name: "undeclared content type", method: "POST", path: "/v1/orders", token: write, ctype: "text/plain", body: `hello`, status: 415, location: "header.Content-Type", keyword: "content-type", reason: "unsupported media type"},
+		{name: "valid create", method: "POST", path: "/v1/orders", token: write, ctype: "application/json; charset=utf-8", body: `{"items":[{"sku":"ABC-1","price":1}]}`, status: 201},
+		{name: "path parameter type", method: "GET", path: "/v1/orders/abc", status: 400, location: "path.id", keyword: "type", reason: "invalid request"},
+		{name: "anonymous operation", method: "GET", path: "/v1/orders/7", status: 200},
+		{name: "undeclared path", method: "GET", path: "/v1/customers", token: read, status: 404, location: "path", keyword: "paths", reason: "undeclared path"},
+		{name: "undeclared method", method: "PUT", path: "/v1/orders", token: read, status: 405, location: "method", keyword: "methods", reason: "undeclared method"},
+		{name: "response body invalid", method: "GET", path: "/v1/orders/13", status: 502, location: "response.body/items/0/price", keyword: "minimum", reason: "invalid response"},
+		{name: "response status undeclared", method: "GET", path: "/v1/orders/14", status: 502, location: "response.status", keyword: "responses", reason: "invalid response"},
+	}
+	for _, port := range []int{plain, styled} {
+		for _, tc := range cases {
+			t.Run(fmt.Sprintf("%s/%d", tc.name, map[int]int{plain: 0, styled: 1}[port]), func(t *testing.T) {
+				req, err := http.NewRequest(tc.method, fmt.Sprintf("http://127.0.0.1:%d%s", port, tc.path), strings.NewReader(tc.body))
+				if err != nil {
+					t.Fatal(err)
+				}
+				if tc.token != "" {
+					req.Header.Set("Authorization", "Bearer "+tc.token)
+				}
+				if tc.ctype != "" {
+					req.Header.Set("Content-Type", tc.ctype)
+				}
+				if tc.header[0] != "" {
+					req.Header.Set(tc.header[0], tc.header[1])
+				}
+				resp, err := http.DefaultClient.Do(req)
+				if err != nil {
+					t.Fatal(err)
+				}
+				b, _ := io.ReadAll(resp.Body)
+				resp.Body.Close()
+				rec.Add(p, p.Key(t), pathtest.Resp(resp.StatusCode, resp.Header, string(b), fmt.Sprint(port), "PORT"))
+				if resp.StatusCode != tc.status {
+					t.Fatalf("status %d, want %d: %s", resp.StatusCode, tc.status, b)
+				}
+				if strings.Contains(string(b), "s3cr3t") {
+					t.Errorf("the answer echoes a header value: %s", b)
+				}
+				if tc.location == "" {
+					return
+				}
+				if port == styled {
+					want := fmt.Sprintf("styled %d: %s at %s", tc.status, tc.reason, tc.location)
+					if string(b) != want {
+						t.Errorf("body %q, want handle_errors' %q", b, want)
+					}
+					return
+				}
+				if ct := resp.Header.Get("Content-Type"); ct != "application/problem+json" {
+					t.Errorf("Content-Type %q", ct)
+				}
+				var prob caddyopenapi.Problem
+				if err := json.Unmarshal(b, &prob); err != nil {
+					t.Fatalf("body %s: %v", b, err)
+				}
+				if prob.Status != tc.status || prob.Type == "" || prob.Title == "" || len(prob.Errors) == 0 {
+					t.Fatalf("problem %+v", prob)
+				}
+				if e := prob.Errors[0]; e.Location != tc.location || e.Keyword != tc.keyword || e.Message == "" {
+					t.Errorf("first error %+v, want %s %s", e, tc.location, tc.keyword)
+				}
+				switch tc.status {
+				case 401:
+					if got := resp.Header.Get("WWW-Authenticate"); got != `Bearer realm="gateway"` {
+						t.Errorf("WWW-Authenticate %q", got)
+					}
+				case 403:
+					if got := resp.Header.Get("WWW-Authenticate"); !strings.HasPrefix(got, `Bearer error="insufficient_scope"`) {
+						t.Errorf("WWW-Authenticate %q", got)
+					}
+				case 405:
+					if got := resp.Header.Get("Allow"); got != "GET, POST" {
+						t.Errorf("Allow %q", got)
+					}
+				}
+			})
+		}
+	}
+	events := pathtest.WaitEvents(t, auditFile, 2*len(cases))
+	for i, ev := range events {
+		rec.Add(p, fmt.Sprintf("event %d", i), pathtest.Event(ev, fmt.Sprint(plain), "PLAIN", fmt.Sprint(styled), "STYLED"))
+	}
+	for i, ev := range events[:len(cases)] {
+		tc := cases[i]
+		want := (*identity.OpenAPIViolation)(nil)
+		if tc.location != "" {
+			if ev.Decision != "deny" || ev.DecidedBy != "openapi" || ev.Reason != tc.reason {
+				t.Errorf("%s: event decision %q decided_by %q reason %q", tc.name, ev.Decision, ev.DecidedBy, ev.Reason)
+			}
+			if ev.OpenAPIViolation == nil || ev.OpenAPIViolation.Location != tc.location || ev.OpenAPIViolation.Keyword != tc.keyword {
+				t.Errorf("%s: openapi_violation %+v, want %s %s", tc.name, ev.OpenAPIViolation, tc.location, tc.keyword)
+			}
+			continue
+		}
+		if ev.OpenAPIViolation != want || ev.Decision != "allow" {
+			t.Errorf("%s: event %+v", tc.name, ev)
+		}
+	}
+}
+
+// TestDryRun: with validate request dry_run and validate response
+// dry_run, nothing is refused; each violation is in the audit trail
+// (would_deny, openapi_violation) and in the summary at GET
+// /gateway/openapi, per operation with the most common violation.
+func TestDryRun(t *testing.T) {
+	pathtest.Run(t, testDryRun)
+}
+
+func testDryRun(t *testing.T, p pathtest.Path, rec *pathtest.Recorder) {
+	t.Setenv("OPENAPI_TEST_SECRET", e2eSecret)
+	spec := copySpec(t)
+	up := upstream(t)
+	auditFile := filepath.Join(t.TempDir(), "audit.jsonl")
+	port := freePort(t)
+	config := fmt.Sprintf(`{
+	admin localhost:%d
+	http_port %d
+	https_port %d
+	grace_period 1ms
+	audit {
+		sink file %s
+	}
+}
+http://127.0.0.1:%d {
+	route /v1/* {
+		audit
+		jwt_auth {
+			hmac_secret {env.OPENAPI_TEST_SECRET}
+			optional
+		}
+		openapi {
+			spec %s
+			validate request dry_run
+			validate response dry_run
+			undeclared reject
+			enforce_security
+		}
+		reverse_proxy %s
+	}
+}
+`, admin(t), freePort(t), freePort(t), auditFile, port, spec, up)
+	p.Load(t, admin(t), config, "srv0")
+	read := token(t, "orders:read")
+	reqs := []struct{ method, path, tok string }{
+		{"GET", "/v1/orders?limit=500", read},
+		{"GET", "/v1/orders?limit=300", read},
+		{"GET", "/v1/orders?limit=0", read},
+		{"GET", "/v1/orders?limit=7", read},
+		{"GET", "/v1/orders", ""},
+		{"GET", "/v1/orders/13", ""},
+		{"GET", "/v1/customers", ""},
+	}
+	for i, rq := range reqs {
+		req, _ := http.NewRequest(rq.method, fmt.Sprintf("http://127.0.0.1:%d%s", port, rq.path), nil)
+		if rq.tok != "" {
+			req.Header.Set("Authorization", "Bearer "+rq.tok)
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		rec.Add(p, fmt.Sprintf("response %d", i), pathtest.Resp(resp.StatusCode, resp.Header, string(b)))
+		if resp.StatusCode != 200 {
+			t.Errorf("%s %s: status %d, want 200 (dry run refuses nothing): %s", rq.method, rq.path, resp.StatusCode, b)
+		}
+	}
+	events := pathtest.WaitEvents(t, auditFile, len(reqs))
+	wantViolations := []string{"query.limit maximum", "query.limit maximum", "query.limit minimum", "", "security security", "response.body/items/0/price minimum", "path paths"}
+	for i, ev := range events {
+		rec.Add(p, fmt.Sprintf("event %d", i), pathtest.Event(ev, fmt.Sprint(port), "PORT"))
+		got := ""
+		if ev.OpenAPIViolation != nil {
+			got = ev.OpenAPIViolation.Location + " " + ev.OpenAPIViolation.Keyword
+		}
+		if got != wantViolations[i] {
+			t.Errorf("event %d (%s): openapi_violation %q, want %q", i, ev.Path, got, wantViolations[i])
+		}
+		if wantViolations[i] != "" && (ev.Decision != "would_deny" || ev.DecidedBy != "openapi") {
+			t.Errorf("event %d: decision %q decided_by %q, want would_deny by openapi", i, ev.Decision, ev.DecidedBy)
+		}
+	}
+
+	// the summary, through the admin API as an operator reads it
+	resp, err := http.Get(fmt.Sprintf("http://localhost:%d/gateway/openapi", admin(t)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var doc struct {
+		Specs []caddyopenapi.Summary `json:"specs"`
+	}
+	err = json.NewDecoder(resp.Body).Decode(&doc)
+	resp.Body.Close()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var sum *caddyopenapi.Summary
+	for i := range doc.Specs {
+		if doc.Specs[i].Spec == spec {
+			sum = &doc.Specs[i]
+		}
+	}
+	if sum == nil {
+		t.Fatalf("no summary of %s in %+v", spec, doc.Specs)
+	}
+	if sum.Request != "dry_run" || sum.Response != "dry_run" || sum.Title != "Orders" || sum.Version != "3.1.0" {
+		t.Errorf("summary head %+v", sum)
+	}
+	ops := map[string]caddyopenapi.OperationSummary{}
+	for _, op := range sum.Operations {
+		ops[op.Operation] = op
+	}
+	list := ops["listOrders"]
+	if list.Requests != 5 || list.WouldRefuse != 4 || list.Violations != 4 || list.Refused != 0 {
+		t.Errorf("listOrders %+v, want 5 requests, 4 would be refused", list)
+	}
+	if mc := list.MostCommon; mc == nil || mc.Location != "query.limit" || mc.Keyword != "maximum" || mc.Count != 2 {
+		t.Errorf("listOrders most common %+v", mc)
+	}
+	if get := ops["getOrder"]; get.Requests != 1 || get.ResponseViolations != 1 || get.WouldRefuse != 0 {
+		t.Errorf("getOrder %+v, want 1 request with a response violation", get)
+	}
+	if u := sum.UndeclaredRequests; u.Requests != 1 || u.WouldRefuse != 1 {
+		t.Errorf("undeclared %+v", u)
+	}
+	rec.Add(p, "summary", sum.Operations)
+}
