@@ -18,7 +18,7 @@ import (
 // with an error instead of taking the gateway's memory.
 const (
 	maxFileSize   = 64 << 20  // bytes per file
-	maxValues     = 4_000_000 // decoded values per file, aliases expanded
+	maxValues     = 1_000_000 // decoded values per file, aliases expanded
 	maxAliasDepth = 64        // aliases inside aliases
 	maxRefHops    = 64        // $ref to $ref to ... (a longer chain is a cycle)
 )
@@ -212,6 +212,9 @@ func (c *converter) mapping(n *yaml.Node, ptr string, aliases int, m map[string]
 		child := ptr + "/" + escapePointer(key)
 		if _, dup := m[key]; dup {
 			return c.fail(k, child, "duplicate key %q", key)
+		}
+		if _, ok := c.src.lines[child]; !ok {
+			c.src.lines[child] = k.Line // a member is at its key's line
 		}
 		val, err := c.value(v, child, aliases)
 		if err != nil {
@@ -437,18 +440,47 @@ func (l *loader) deref(n node) (node, error) {
 		if !has {
 			return n, nil
 		}
+		rn, _ := n.child("$ref") // errors name the $ref itself
 		ref, isStr := rv.(string)
 		if !isStr {
-			return n, n.errorf("$ref must be a string")
+			return n, rn.errorf("$ref must be a string")
 		}
 		key := n.src.path + "#" + n.ptr
 		if seen[key] || hops >= maxRefHops {
-			return n, n.errorf("$ref cycle: %q leads back to itself", ref)
+			return n, rn.errorf("$ref cycle: %q leads back to itself", ref)
 		}
 		seen[key] = true
-		next, err := l.resolve(n, ref)
+		next, err := l.resolve(rn, ref)
 		if err != nil {
 			return n, err
+		}
+		n = next
+	}
+}
+
+// refCycle reports a $ref that leads back to itself through $refs alone
+// (a schema that is nothing but a loop); a $ref it cannot follow (to an
+// $id, say) is the schema compiler's to resolve.
+func (l *loader) refCycle(n node) error {
+	seen := map[string]bool{}
+	for hops := 0; ; hops++ {
+		m, ok := n.v.(map[string]any)
+		if !ok {
+			return nil
+		}
+		ref, ok := m["$ref"].(string)
+		if !ok {
+			return nil
+		}
+		rn, _ := n.child("$ref")
+		key := n.src.path + "#" + n.ptr
+		if seen[key] || hops >= maxRefHops {
+			return rn.errorf("$ref cycle: %q leads back to itself", ref)
+		}
+		seen[key] = true
+		next, err := l.resolve(rn, ref)
+		if err != nil {
+			return nil
 		}
 		n = next
 	}

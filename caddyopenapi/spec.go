@@ -272,6 +272,9 @@ func (sl schemaLoader) Load(u string) (any, error) {
 // schemaAt compiles the schema at n (its place in its file, so that its
 // $refs resolve as written).
 func (c *compiler) schemaAt(n node) (*jsonschema.Schema, error) {
+	if err := c.l.refCycle(n); err != nil {
+		return nil, err
+	}
 	loc := n.src.url + "#" + encodeFragment(n.ptr)
 	sch, err := c.schemas.Compile(loc)
 	if err != nil {
