@@ -11,6 +11,7 @@
 package caddyopenapi
 
 import (
+	"bytes"
 	"encoding/json"
 	"fmt"
 	"net/http"
@@ -373,11 +374,13 @@ func problemBody(v verdict, vs []Violation) []byte {
 	} else {
 		p.Detail = "1 violation"
 	}
-	b, err := json.Marshal(p)
-	if err != nil {
-		b = []byte(`{"type":"about:blank","title":"Bad Request","status":400}`)
+	var buf bytes.Buffer
+	enc := json.NewEncoder(&buf)
+	enc.SetEscapeHTML(false) // "must be <= 100", as written
+	if err := enc.Encode(p); err != nil {
+		return []byte(`{"type":"about:blank","title":"Bad Request","status":400}` + "\n")
 	}
-	return append(b, '\n')
+	return buf.Bytes()
 }
 
 // refuse records what the request did not match and answers it (see

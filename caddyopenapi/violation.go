@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"math/big"
+	"sort"
 	"strconv"
 	"strings"
 
@@ -41,7 +42,18 @@ func collect(err error, prefix string, out []Violation) []Violation {
 	if !errors.As(err, &ve) {
 		return append(out, Violation{Location: prefix, Keyword: "schema", Message: "is invalid"})
 	}
-	return collectErr(ve, prefix, out)
+	start := len(out)
+	out = collectErr(ve, prefix, out)
+	// the validator walks properties in map order: sorted, an answer is
+	// the same from one request to the next
+	sort.SliceStable(out[start:], func(i, j int) bool {
+		a, b := out[start+i], out[start+j]
+		if a.Location != b.Location {
+			return a.Location < b.Location
+		}
+		return a.Keyword < b.Keyword
+	})
+	return out
 }
 
 func collectErr(e *jsonschema.ValidationError, prefix string, out []Violation) []Violation {
