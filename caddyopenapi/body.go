@@ -196,6 +196,9 @@ func (m *media) decode(body []byte) (any, *Violation) {
 // jsonErrorText says what is wrong with JSON text without quoting it (a
 // syntax error's message quotes the offending character only).
 func jsonErrorText(err error) string {
+	if strings.Contains(err.Error(), "exceeded max depth") {
+		return "nested too deep"
+	}
 	var se *json.SyntaxError
 	if errors.As(err, &se) {
 		return "syntax error at byte " + strconv.FormatInt(se.Offset, 10)
@@ -208,9 +211,6 @@ func jsonErrorText(err error) string {
 		return "unexpected end"
 	}
 	msg := err.Error()
-	if strings.Contains(msg, "exceeded max depth") {
-		return "nested too deep"
-	}
 	if len(msg) > 80 {
 		msg = msg[:80]
 	}

@@ -23,6 +23,7 @@ import (
 	"github.com/apigate/gateway/caddyopenapi"
 	_ "github.com/apigate/gateway/dashboard"
 	"github.com/apigate/gateway/identity"
+	"github.com/apigate/gateway/internal/caddytester"
 	"github.com/apigate/gateway/internal/pathtest"
 )
 
@@ -402,4 +403,219 @@ http://127.0.0.1:%d {
 		t.Errorf("undeclared %+v", u)
 	}
 	rec.Add(p, "summary", sum.Operations)
+}
+
+// TestHostileInput: a 100 MB body is refused with 413 before it is read,
+// by request_body in front (by its Content-Length, or as the limit passes
+// when it is chunked), and by the handler's own max_request_body without
+// it; a body nested 100,000 deep is refused with 400.
+//
+// On Caddy's path only: the fast path resets a connection whose request
+// body was not read when it answers (Go's server closes it gracefully, so
+// the client reads the 413), and the client sending 100 MB sees "connection
+// reset by peer" instead of the answer, whatever the handler. Reported to
+// the fast path's owner (issue 34's report); TestHostileNesting runs the
+// rest on both paths.
+func TestHostileInput(t *testing.T) {
+	testHostileInput(t, pathtest.Both[0], &pathtest.Recorder{})
+}
+
+// TestHostileNesting: a body nested 100,000 deep gets the same 400 on
+// both paths.
+func TestHostileNesting(t *testing.T) {
+	pathtest.Run(t, func(t *testing.T, p pathtest.Path, rec *pathtest.Recorder) {
+		spec := copySpec(t)
+		port := freePort(t)
+		p.Load(t, admin(t), fmt.Sprintf(`{
+	admin localhost:%d
+	http_port %d
+	https_port %d
+	grace_period 1ms
+}
+http://127.0.0.1:%d {
+	route /v1/* {
+		openapi {
+			spec %s
+		}
+		reverse_proxy %s
+	}
+}
+`, admin(t), freePort(t), freePort(t), port, spec, upstream(t)), "srv0")
+		body := `{"items":` + strings.Repeat("[", 100000) + strings.Repeat("]", 100000) + `}`
+		resp, err := http.Post(fmt.Sprintf("http://127.0.0.1:%d/v1/orders", port), "application/json", strings.NewReader(body))
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		rec.Add(p, "nested", pathtest.Resp(resp.StatusCode, resp.Header, string(b)))
+		if resp.StatusCode != 400 || !strings.Contains(string(b), "nested too deep") {
+			t.Fatalf("status %d: %s", resp.StatusCode, b)
+		}
+	})
+}
+
+func testHostileInput(t *testing.T, p pathtest.Path, rec *pathtest.Recorder) {
+	t.Setenv("OPENAPI_TEST_SECRET", e2eSecret)
+	spec := copySpec(t)
+	up := upstream(t)
+	guarded, bare := freePort(t), freePort(t)
+	config := fmt.Sprintf(`{
+	admin localhost:%d
+	http_port %d
+	https_port %d
+	grace_period 1ms
+}
+http://127.0.0.1:%d {
+	route /v1/* {
+		request_body {
+			max_size 1MB
+		}
+		openapi {
+			spec %s
+		}
+		reverse_proxy %s
+	}
+}
+http://127.0.0.1:%d {
+	route /v1/* {
+		openapi {
+			spec %s
+		}
+		reverse_proxy %s
+	}
+}
+`, admin(t), freePort(t), freePort(t), guarded, spec, up, bare, spec, up)
+	p.Load(t, admin(t), config, "srv0", "srv1")
+	const size = 100 << 20
+	for _, tc := range []struct {
+		name    string
+		port    int
+		chunked bool
+		body    io.Reader
+		status  int
+	}{
+		{"request_body, Content-Length", guarded, false, io.LimitReader(zeros{}, size), 413},
+		{"request_body, chunked", guarded, true, io.LimitReader(zeros{}, size), 413},
+		{"max_request_body, Content-Length", bare, false, io.LimitReader(zeros{}, size), 413},
+		{"nested 100000 deep", bare, false, strings.NewReader(`{"items":` + strings.Repeat("[", 100000) + strings.Repeat("]", 100000) + `}`), 400},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			req, _ := http.NewRequest("POST", fmt.Sprintf("http://127.0.0.1:%d/v1/orders", tc.port), tc.body)
+			req.Header.Set("Content-Type", "application/json")
+			if !tc.chunked {
+				if sr, ok := tc.body.(*strings.Reader); ok {
+					req.ContentLength = int64(sr.Len())
+				} else {
+					req.ContentLength = size
+				}
+			}
+			start := time.Now()
+			resp, err := http.DefaultClient.Do(req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			b, _ := io.ReadAll(resp.Body)
+			resp.Body.Close()
+			rec.Add(p, p.Key(t), resp.StatusCode)
+			if resp.StatusCode != tc.status {
+				t.Fatalf("status %d, want %d: %s", resp.StatusCode, tc.status, b)
+			}
+			t.Logf("%d in %v", resp.StatusCode, time.Since(start))
+		})
+	}
+}
+
+type zeros struct{}
+
+func (zeros) Read(p []byte) (int, error) {
+	clear(p)
+	return len(p), nil
+}
+
+// TestDocumentReload: a change of the document (or of a file it
+// references) is picked up without a config reload; a change that does
+// not load keeps the document in use and shows in the summary.
+func TestDocumentReload(t *testing.T) {
+	spec := copySpec(t)
+	up := upstream(t)
+	port := freePort(t)
+	caddytester.Load(t, admin(t), fmt.Sprintf(`{
+	admin localhost:%d
+	http_port %d
+	https_port %d
+	grace_period 1ms
+}
+http://127.0.0.1:%d {
+	route /v1/* {
+		openapi {
+			spec %s
+			check_interval 10ms
+		}
+		reverse_proxy %s
+	}
+}
+`, admin(t), freePort(t), freePort(t), port, spec, up))
+	get := func() int {
+		resp, err := http.Get(fmt.Sprintf("http://127.0.0.1:%d/v1/orders/7?x=1", port))
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		return resp.StatusCode
+	}
+	waitFor := func(want int) {
+		t.Helper()
+		deadline := time.Now().Add(10 * time.Second)
+		for get() != want {
+			if time.Now().After(deadline) {
+				t.Fatalf("still not %d after 10s", want)
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+	}
+	if got := get(); got != 200 {
+		t.Fatalf("status %d before the change", got)
+	}
+	// the path parameter's minimum moves from 1 to 10 in the document
+	orig, _ := os.ReadFile(spec)
+	changed := strings.Replace(string(orig), "schema: {type: integer, minimum: 1}", "schema: {type: integer, minimum: 10}", 1)
+	if changed == string(orig) {
+		t.Fatal("the test document changed shape")
+	}
+	if err := os.WriteFile(spec, []byte(changed), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(400)
+
+	// a broken file: the document in use stays, the summary says why
+	if err := os.WriteFile(spec, []byte(changed+"\npaths: {}\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		var loadErr string
+		for _, s := range caddyopenapi.Snapshot() {
+			if s.Spec == spec {
+				loadErr = s.LoadError
+			}
+		}
+		if strings.Contains(loadErr, "duplicate key") {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no load error in the summary after 10s (%q)", loadErr)
+		}
+		get()
+		time.Sleep(20 * time.Millisecond)
+	}
+	if got := get(); got != 400 {
+		t.Errorf("status %d after a broken change, want the last good document's 400", got)
+	}
+	// back to the original; then a referenced file changes: the
+	// response of order 7 (upstream: status "open") no longer matches
+	if err := os.WriteFile(spec, []byte(orig), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(200)
 }
