@@ -28,8 +28,8 @@ import (
 	"github.com/getkin/kin-openapi/routers"
 	"github.com/getkin/kin-openapi/routers/gorillamux"
 	"github.com/pb33f/libopenapi"
-	"github.com/pb33f/libopenapi/datamodel"
 	validator "github.com/pb33f/libopenapi-validator"
+	"github.com/pb33f/libopenapi/datamodel"
 )
 
 // A validator answers whether a request is valid against a document.
