@@ -5,8 +5,10 @@ import (
 	"encoding/json"
 	"errors"
 	"io"
+	"maps"
 	"net/http"
 	"net/url"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -77,11 +79,7 @@ func (c *compiler) compileContent(n node) (content, error) {
 		return content{}, err
 	}
 	var out content
-	names := make([]string, 0, len(cm))
-	for name := range cm {
-		names = append(names, name)
-	}
-	sort.Strings(names)
+	names := slices.Sorted(maps.Keys(cm))
 	for _, name := range names {
 		mn, _ := n.child(name)
 		base, _, _ := strings.Cut(name, ";")
@@ -295,11 +293,7 @@ func (c *compiler) compileResponse(n node) (*responseSpec, error) {
 		if err != nil {
 			return nil, err
 		}
-		names := make([]string, 0, len(hm))
-		for name := range hm {
-			names = append(names, name)
-		}
-		sort.Strings(names)
+		names := slices.Sorted(maps.Keys(hm))
 		for _, name := range names {
 			en, _ := hn.child(name)
 			en, err := c.l.deref(en)

@@ -72,7 +72,7 @@ func TestWorkedExample(t *testing.T) {
 	ports := strings.NewReplacer("localhost:8034", fmt.Sprintf("localhost:%d", gw), "localhost:8035", fmt.Sprintf("localhost:%d", svc))
 	caddyfile := ports.Replace(blocks[1].text)
 	caddyfile = strings.Replace(caddyfile, "spec orders.yaml", "spec "+filepath.Join(dir, "orders.yaml"), 1)
-	caddytester.Load(t, admin(t), fmt.Sprintf("{\n\tadmin localhost:%d\n\thttp_port %d\n\thttps_port %d\n}\n", admin(t), freePort(t), freePort(t))+caddyfile)
+	caddytester.Load(t, admin(t), globals(t, "")+caddyfile)
 
 	ran := 0
 	for i := 2; i < len(blocks); i++ {

@@ -35,6 +35,17 @@ var (
 	adminPort int
 )
 
+// globals is the global options block of a test config: the test
+// binary's admin port, free HTTP and HTTPS ports, a short grace period,
+// and extra options.
+func globals(t testing.TB, extra string) string {
+	return fmt.Sprintf("{\n\tadmin localhost:%d\n\thttp_port %d\n\thttps_port %d\n\tgrace_period 1ms\n%s}\n",
+		admin(t), freePort(t), freePort(t), extra)
+}
+
+// auditSink is the audit option of a test config, to a file.
+func auditSink(file string) string { return "\taudit {\n\t\tsink file " + file + "\n\t}\n" }
+
 // freePort returns a port nothing listens on now.
 func freePort(t testing.TB) int {
 	t.Helper()
@@ -144,16 +155,7 @@ http://127.0.0.1:%d {
 }
 `, port, spec, up, extra)
 	}
-	config := fmt.Sprintf(`{
-	admin localhost:%d
-	http_port %d
-	https_port %d
-	grace_period 1ms
-	audit {
-		sink file %s
-	}
-}
-`, admin(t), freePort(t), freePort(t), auditFile) + site(plain, "") + site(styled, `
+	config := globals(t, auditSink(auditFile)) + site(plain, "") + site(styled, `
 	handle_errors {
 		header Content-Type text/plain
 		respond "styled {http.error.status_code}: {http.error.message} at {http.openapi.location}"
@@ -291,16 +293,7 @@ func testDryRun(t *testing.T, p pathtest.Path, rec *pathtest.Recorder) {
 	up := upstream(t)
 	auditFile := filepath.Join(t.TempDir(), "audit.jsonl")
 	port := freePort(t)
-	config := fmt.Sprintf(`{
-	admin localhost:%d
-	http_port %d
-	https_port %d
-	grace_period 1ms
-	audit {
-		sink file %s
-	}
-}
-http://127.0.0.1:%d {
+	config := globals(t, auditSink(auditFile)) + fmt.Sprintf(`http://127.0.0.1:%d {
 	route /v1/* {
 		audit
 		jwt_auth {
@@ -317,7 +310,7 @@ http://127.0.0.1:%d {
 		reverse_proxy %s
 	}
 }
-`, admin(t), freePort(t), freePort(t), auditFile, port, spec, up)
+`, port, spec, up)
 	p.Load(t, admin(t), config, "srv0")
 	read := token(t, "orders:read")
 	reqs := []struct{ method, path, tok string }{
@@ -427,13 +420,7 @@ func TestHostileNesting(t *testing.T) {
 	pathtest.Run(t, func(t *testing.T, p pathtest.Path, rec *pathtest.Recorder) {
 		spec := copySpec(t)
 		port := freePort(t)
-		p.Load(t, admin(t), fmt.Sprintf(`{
-	admin localhost:%d
-	http_port %d
-	https_port %d
-	grace_period 1ms
-}
-http://127.0.0.1:%d {
+		p.Load(t, admin(t), globals(t, "")+fmt.Sprintf(`http://127.0.0.1:%d {
 	route /v1/* {
 		openapi {
 			spec %s
@@ -441,7 +428,7 @@ http://127.0.0.1:%d {
 		reverse_proxy %s
 	}
 }
-`, admin(t), freePort(t), freePort(t), port, spec, upstream(t)), "srv0")
+`, port, spec, upstream(t)), "srv0")
 		body := `{"items":` + strings.Repeat("[", 100000) + strings.Repeat("]", 100000) + `}`
 		resp, err := http.Post(fmt.Sprintf("http://127.0.0.1:%d/v1/orders", port), "application/json", strings.NewReader(body))
 		if err != nil {
@@ -461,13 +448,7 @@ func testHostileInput(t *testing.T, p pathtest.Path, rec *pathtest.Recorder) {
 	spec := copySpec(t)
 	up := upstream(t)
 	guarded, bare := freePort(t), freePort(t)
-	config := fmt.Sprintf(`{
-	admin localhost:%d
-	http_port %d
-	https_port %d
-	grace_period 1ms
-}
-http://127.0.0.1:%d {
+	config := globals(t, "") + fmt.Sprintf(`http://127.0.0.1:%d {
 	route /v1/* {
 		request_body {
 			max_size 1MB
@@ -486,7 +467,7 @@ http://127.0.0.1:%d {
 		reverse_proxy %s
 	}
 }
-`, admin(t), freePort(t), freePort(t), guarded, spec, up, bare, spec, up)
+`, guarded, spec, up, bare, spec, up)
 	p.Load(t, admin(t), config, "srv0", "srv1")
 	const size = 100 << 20
 	for _, tc := range []struct {
@@ -560,13 +541,7 @@ func TestDocumentReload(t *testing.T) {
 	spec := copySpec(t)
 	up := upstream(t)
 	port := freePort(t)
-	caddytester.Load(t, admin(t), fmt.Sprintf(`{
-	admin localhost:%d
-	http_port %d
-	https_port %d
-	grace_period 1ms
-}
-http://127.0.0.1:%d {
+	caddytester.Load(t, admin(t), globals(t, "")+fmt.Sprintf(`http://127.0.0.1:%d {
 	route /v1/* {
 		openapi {
 			spec %s
@@ -575,7 +550,7 @@ http://127.0.0.1:%d {
 		reverse_proxy %s
 	}
 }
-`, admin(t), freePort(t), freePort(t), port, spec, up))
+`, port, spec, up))
 	get := func() int {
 		resp, err := http.Get(fmt.Sprintf("http://127.0.0.1:%d/v1/orders/7?x=1", port))
 		if err != nil {

@@ -1,7 +1,8 @@
 package caddyopenapi
 
 import (
-	"sort"
+	"maps"
+	"slices"
 	"strings"
 
 	"github.com/apigate/gateway/caddyrbac"
@@ -112,11 +113,7 @@ func (s *Spec) compileSecurity(n node) ([]requirement, error) {
 			return nil, err
 		}
 		var req requirement
-		names := make([]string, 0, len(rm))
-		for name := range rm {
-			names = append(names, name)
-		}
-		sort.Strings(names)
+		names := slices.Sorted(maps.Keys(rm))
 		var texts []string
 		for _, name := range names {
 			vn, _ := en.child(name)

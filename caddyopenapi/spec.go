@@ -4,9 +4,11 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"math"
 	"net/http"
 	"net/url"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -122,11 +124,7 @@ func compileSpec(path string) (*Spec, error) {
 		if err != nil {
 			return nil, err
 		}
-		keys := make([]string, 0, len(pm))
-		for k := range pm {
-			keys = append(keys, k)
-		}
-		sort.Strings(keys)
+		keys := slices.Sorted(maps.Keys(pm))
 		for _, k := range keys {
 			pn, _ := paths.child(k)
 			if err := s.compilePath(c, pn, k, rootSecurity); err != nil {
