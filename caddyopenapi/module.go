@@ -17,7 +17,6 @@ import (
 	"net/http"
 	"path/filepath"
 	"strconv"
-	"strings"
 	"time"
 
 	"github.com/caddyserver/caddy/v2"
@@ -426,15 +425,6 @@ func (h *OpenAPI) refuse(w http.ResponseWriter, r *http.Request, st *opStats, v 
 		repl.Set("http.openapi.message", first.Message)
 	}
 	return deny.RespondBody(w, r, verdictStatus[v], reason, "application/problem+json", problemBody(v, vs))
-}
-
-// describeModes is the handler's modes as the summary shows them.
-func (h *OpenAPI) describeModes() string {
-	parts := []string{"request " + h.Request, "response " + h.Response, "undeclared " + h.Undeclared}
-	if h.EnforceSecurity {
-		parts = append(parts, "enforce_security")
-	}
-	return strings.Join(parts, ", ")
 }
 
 // Interface guards
