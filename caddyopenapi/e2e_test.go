@@ -534,8 +534,8 @@ func (zeros) Read(p []byte) (int, error) {
 	return len(p), nil
 }
 
-// TestDocumentReload: a change of the document (or of a file it
-// references) is picked up without a config reload; a change that does
+// TestDocumentReload: a change of the document, and of a file it
+// references, is picked up without a config reload; a change that does
 // not load keeps the document in use and shows in the summary.
 func TestDocumentReload(t *testing.T) {
 	spec := copySpec(t)
@@ -607,10 +607,40 @@ func TestDocumentReload(t *testing.T) {
 	if got := get(); got != 400 {
 		t.Errorf("status %d after a broken change, want the last good document's 400", got)
 	}
-	// back to the original; then a referenced file changes: the
-	// response of order 7 (upstream: status "open") no longer matches
+	// back to the original
 	if err := os.WriteFile(spec, []byte(orig), 0o644); err != nil {
 		t.Fatal(err)
 	}
 	waitFor(200)
+
+	// a file the document $refs changes: an item's price must now be at
+	// least 50, so an order that was created is refused
+	post := func() int {
+		resp, err := http.Post(fmt.Sprintf("http://127.0.0.1:%d/v1/orders", port), "application/json",
+			strings.NewReader(`{"items":[{"sku":"ABC-1","price":1}]}`))
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		return resp.StatusCode
+	}
+	if got := post(); got != 201 {
+		t.Fatalf("POST status %d before the referenced file changed", got)
+	}
+	schemas := filepath.Join(filepath.Dir(spec), "schemas.yaml")
+	origSchemas, _ := os.ReadFile(schemas)
+	changedSchemas := strings.Replace(string(origSchemas), "price: {type: number, minimum: 0}", "price: {type: number, minimum: 50}", 1)
+	if changedSchemas == string(origSchemas) {
+		t.Fatal("the test schemas changed shape")
+	}
+	if err := os.WriteFile(schemas, []byte(changedSchemas), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	deadline = time.Now().Add(10 * time.Second)
+	for post() != 400 {
+		if time.Now().After(deadline) {
+			t.Fatal("a change of the referenced file not used after 10s")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
 }
