@@ -160,9 +160,6 @@ func (h *OpenAPI) Provision(ctx caddy.Context) error {
 	if h.Realm == "" {
 		h.Realm = DefaultRealm
 	}
-	if err := h.Validate(); err != nil {
-		return err
-	}
 	h.reqDry, h.reqOff = h.Request == ModeDryRun, h.Request == ModeOff
 	h.respOn, h.respDry = h.Response != ModeOff, h.Response == ModeDryRun
 	h.decider = identity.NewDecider("openapi", "")
