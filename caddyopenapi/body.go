@@ -32,6 +32,7 @@ type media struct {
 	kind     mediaKind
 	schema   *jsonschema.Schema // nil: the content is not checked
 	shape    *shape
+	disc     *discriminator // nil: none beside a oneOf/anyOf of $refs
 }
 
 // content is a compiled content map: most specific media type first.
@@ -104,6 +105,9 @@ func (c *compiler) compileContent(n node) (content, error) {
 				return content{}, err
 			}
 			m.shape = c.shapeOf(sn, 0)
+			if m.disc, err = c.discriminatorOf(sn); err != nil {
+				return content{}, err
+			}
 		}
 		out.media = append(out.media, m)
 	}

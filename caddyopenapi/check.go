@@ -124,7 +124,7 @@ func (op *Operation) checkBody(r *http.Request, limit int64, out []Violation) (v
 	}
 	if m.schema != nil {
 		if err := m.schema.Validate(v); err != nil {
-			return verdictInvalid, collect(err, "body", out), nil
+			return verdictInvalid, m.disc.explain(v, err, "body", out), nil
 		}
 	}
 	return verdictPass, out, nil

@@ -70,10 +70,17 @@ paths:
           application/json:
             schema:
               oneOf: [{$ref: '#/components/schemas/Cat'}, {$ref: '#/components/schemas/Dog'}]
-              discriminator: {propertyName: kind}
+              discriminator: {propertyName: kind, mapping: {cat: '#/components/schemas/Cat', dog: Dog}}
           application/x-www-form-urlencoded:
             schema: {type: object, properties: {name: {type: string}, age: {type: integer, minimum: 0}}, required: [name]}
           image/*: {}
+      responses: {'200': {description: ok}}
+    put:
+      requestBody:
+        content:
+          application/json:
+            schema:
+              oneOf: [{$ref: '#/components/schemas/Cat'}, {$ref: '#/components/schemas/Dog'}]
       responses: {'200': {description: ok}}
 components:
   schemas:
@@ -147,9 +154,11 @@ func TestRequests(t *testing.T) {
 		// bodies: oneOf with a discriminator, additionalProperties, nullable
 		{name: "oneOf cat", method: "POST", target: "/pets", header: map[string]string{"Content-Type": "application/json"}, body: `{"kind":"cat","lives":9,"name":null}`, want: verdictPass},
 		{name: "oneOf dog", method: "POST", target: "/pets", header: map[string]string{"Content-Type": "application/json"}, body: `{"kind":"dog","bark":true}`, want: verdictPass},
-		{name: "oneOf none", method: "POST", target: "/pets", header: map[string]string{"Content-Type": "application/json"}, body: `{"kind":"cat","lives":10}`, want: verdictInvalid, loc: "body", kw: "oneOf"},
-		{name: "oneOf unknown kind", method: "POST", target: "/pets", header: map[string]string{"Content-Type": "application/json"}, body: `{"kind":"cow"}`, want: verdictInvalid, loc: "body", kw: "oneOf"},
-		{name: "additionalProperties", method: "POST", target: "/pets", header: map[string]string{"Content-Type": "application/json"}, body: `{"kind":"dog","bark":true,"owner":"x"}`, want: verdictInvalid, loc: "body", kw: "oneOf"},
+		{name: "discriminator names the schema", method: "POST", target: "/pets", header: map[string]string{"Content-Type": "application/json"}, body: `{"kind":"cat","lives":10}`, want: verdictInvalid, loc: "body/lives", kw: "maximum"},
+		{name: "discriminator unknown value", method: "POST", target: "/pets", header: map[string]string{"Content-Type": "application/json"}, body: `{"kind":"cow"}`, want: verdictInvalid, loc: "body/kind", kw: "discriminator"},
+		{name: "discriminator missing", method: "POST", target: "/pets", header: map[string]string{"Content-Type": "application/json"}, body: `{"lives":1}`, want: verdictInvalid, loc: "body/kind", kw: "required"},
+		{name: "additionalProperties", method: "POST", target: "/pets", header: map[string]string{"Content-Type": "application/json"}, body: `{"kind":"dog","bark":true,"owner":"x"}`, want: verdictInvalid, loc: "body/owner", kw: "additionalProperties"},
+		{name: "oneOf without discriminator", method: "PUT", target: "/pets", header: map[string]string{"Content-Type": "application/json"}, body: `{"kind":"cat","lives":10}`, want: verdictInvalid, loc: "body", kw: "oneOf"},
 		{name: "body required", method: "POST", target: "/pets", want: verdictInvalid, loc: "body", kw: "required"},
 		{name: "form body", method: "POST", target: "/pets", header: map[string]string{"Content-Type": "application/x-www-form-urlencoded"}, body: "name=rex&age=3", want: verdictPass},
 		{name: "form body minimum", method: "POST", target: "/pets", header: map[string]string{"Content-Type": "application/x-www-form-urlencoded"}, body: "name=rex&age=-3", want: verdictInvalid, loc: "body/age", kw: "minimum"},

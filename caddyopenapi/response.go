@@ -209,6 +209,6 @@ func (rc *respCheck) checkBody() {
 		return
 	}
 	if err := rc.media.schema.Validate(v); err != nil {
-		rc.vs = collect(err, "response.body", rc.vs)
+		rc.vs = rc.media.disc.explain(v, err, "response.body", rc.vs)
 	}
 }
