@@ -14,6 +14,7 @@ import (
 
 	"github.com/apigate/gateway/caddyaudit"
 	"github.com/apigate/gateway/caddydocker"
+	"github.com/apigate/gateway/caddyopenapi"
 	"github.com/apigate/gateway/fastpath"
 
 	"github.com/apigate/gateway/internal/adminaddr"
@@ -38,6 +39,7 @@ func caddySources(endpoint func(ctx context.Context) (adminaddr.Endpoint, error)
 		Discovery: func() (caddydocker.Snapshot, bool) { return caddydocker.Current("") },
 		FastPath:  fastpath.Status,
 		Events:    caddyaudit.Recent,
+		OpenAPI:   caddyopenapi.Snapshot,
 	}
 }
 

@@ -9,6 +9,7 @@ import (
 	"github.com/apigate/gateway/caddyaudit"
 	"github.com/apigate/gateway/caddydocker"
 	"github.com/apigate/gateway/caddyjwt"
+	"github.com/apigate/gateway/caddyopenapi"
 	"github.com/apigate/gateway/caddypermcache"
 	"github.com/apigate/gateway/fastpath"
 )
@@ -27,6 +28,9 @@ type Sources struct {
 	// FastPath returns, per server with the apigate listener wrapper,
 	// whether the fast path serves it (docs/fastpath.md).
 	FastPath func() []FastPathServer
+	// OpenAPI returns the summary of each OpenAPI document the openapi
+	// handlers validate against (docs/caddyopenapi.md).
+	OpenAPI func() []caddyopenapi.Summary
 }
 
 // FastPathServer is one server's fast path status: on, or off with the
@@ -55,6 +59,9 @@ type Overview struct {
 	// FastPath lists the servers with the apigate wrapper; empty when
 	// none has it.
 	FastPath []FastPathServer `json:"fast_path"`
+	// OpenAPI lists the OpenAPI documents in use, per operation the
+	// requests and violations; empty when no openapi handler runs.
+	OpenAPI []caddyopenapi.Summary `json:"openapi"`
 }
 
 // Containers is the docker app's view: every opted-in container, routed or
@@ -154,6 +161,10 @@ func (s Sources) Build(ctx context.Context, refresh time.Duration, events int) O
 	o := Overview{Time: time.Now().UTC(), RefreshMS: refresh.Milliseconds(), Routes: []Route{}, Events: []Event{}, FastPath: []FastPathServer{}}
 	if s.FastPath != nil {
 		o.FastPath = append(o.FastPath, s.FastPath()...)
+	}
+	o.OpenAPI = []caddyopenapi.Summary{}
+	if s.OpenAPI != nil {
+		o.OpenAPI = append(o.OpenAPI, s.OpenAPI()...)
 	}
 	o.Routes, o.RoutesError = s.routes(ctx)
 	if s.Discovery != nil {

@@ -124,6 +124,9 @@ func (b *Bench) conf(s Scenario, port int) Conf {
 	if c.AccessLog {
 		c.AccessLogFile = filepath.Join(b.Work, "access.log")
 	}
+	if c.OpenAPI {
+		c.OpenAPISpec = filepath.Join(b.Work, "openapi.yaml")
+	}
 	switch s.Server {
 	case "gateway":
 		c.Admin = gwAdmin

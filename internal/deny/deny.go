@@ -96,3 +96,20 @@ func QuoteEscape(s string) string {
 	}
 	return b.String()
 }
+
+// RespondBody denies the request with status as Respond does, with a body
+// of the duty's own (problem+json, say) where the server has no error
+// routes: with error routes, it returns caddyhttp.Error(status, reason)
+// and the error routes answer.
+func RespondBody(w http.ResponseWriter, r *http.Request, status int, reason, contentType string, body []byte) error {
+	if hasErrorRoutes(r) {
+		return caddyhttp.Error(status, errors.New(reason))
+	}
+	h := w.Header()
+	h.Set("Content-Type", contentType)
+	h.Set("Content-Length", strconv.Itoa(len(body)))
+	h.Set("Cache-Control", "no-store")
+	w.WriteHeader(status)
+	_, _ = w.Write(body)
+	return nil
+}
