@@ -107,6 +107,21 @@ type App struct {
 	watcher *Watcher
 	logger  *zap.Logger
 	auditor Auditor
+
+	// handlers are this config's docker_routes handlers.
+	handlers *attached
+}
+
+// attached are a config's docker_routes handlers. They attach while the
+// http app provisions, which may be before the docker app has finished
+// provisioning (pending) or after (ready); all of them run the one route
+// set taken at the end of the docker app's provisioning.
+type attached struct {
+	mu      sync.Mutex
+	ready   bool
+	pending []*RoutesHandler
+	set     servingSet
+	served  servedState
 }
 
 // CaddyModule returns the Caddy module information.
@@ -122,6 +137,7 @@ func (App) CaddyModule() caddy.ModuleInfo {
 // admin API.
 func (a *App) Provision(ctx caddy.Context) error {
 	a.logger = ctx.Logger(a)
+	a.handlers = new(attached)
 	if a.Host == "" {
 		a.Host = DefaultHost()
 	}
@@ -237,6 +253,55 @@ func (a *App) Provision(ctx caddy.Context) error {
 		return fmt.Errorf("docker: %w", err)
 	}
 	a.watcher = val.(watcherDestructor).Watcher
+	return a.loadHandlers()
+}
+
+// loadHandlers takes the route set this config's docker_routes handlers
+// run (the watcher's current one; at a first start, the state file's) and
+// loads it into the handlers that attached while this app provisioned.
+func (a *App) loadHandlers() error {
+	set := a.watcher.Serving()
+	hs := a.handlers
+	hs.mu.Lock()
+	defer hs.mu.Unlock()
+	hs.set, hs.ready = set, true
+	pending := hs.pending
+	hs.pending = nil
+	for _, h := range pending {
+		if err := a.loadLocked(h); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// attach gives a docker_routes handler its routes, now or (while this app
+// is still provisioning) at the end of its provisioning.
+func (a *App) attach(h *RoutesHandler) error {
+	hs := a.handlers
+	if hs == nil {
+		return fmt.Errorf("docker_routes: the docker app is not provisioned")
+	}
+	hs.mu.Lock()
+	defer hs.mu.Unlock()
+	if !hs.ready {
+		hs.pending = append(hs.pending, h)
+		return nil
+	}
+	return a.loadLocked(h)
+}
+
+func (a *App) loadLocked(h *RoutesHandler) error {
+	if h.server != a.Server {
+		return fmt.Errorf("docker_routes: it is in the routes of server %q, but the docker app routes to server %q (its `server` option): discovered routes can only run in that server", h.server, a.Server)
+	}
+	hs := a.handlers
+	h.load(hs.set)
+	if h.CatchAll {
+		hs.served.catchAll = true
+	} else {
+		hs.served.handlers++
+	}
 	return nil
 }
 
@@ -283,6 +348,12 @@ func (a *App) Validate() error {
 // that the reloaded config still holds its routes. It returns at once: the
 // engine and the admin API are only contacted from the watcher's goroutine.
 func (a *App) Start() error {
+	hs := a.handlers
+	hs.mu.Lock()
+	st := hs.served
+	st.set = hs.set
+	hs.mu.Unlock()
+	setServed(a.Server, st)
 	setCurrent(a.Server, a.watcher)
 	a.watcher.SetAuditor(a.auditor)
 	a.watcher.Start()

@@ -607,31 +607,96 @@ func RouteID(raw json.RawMessage) string {
 	return s
 }
 
-// MergeRoutes returns the server's route list with the discovered routes in
-// front of the server's own routes and the catch-all 404 last. Routes that an
-// earlier merge added (their "@id" starts with RouteIDPrefix(server)) are
-// replaced, so merging is idempotent.
-func MergeRoutes(server string, current, discovered []json.RawMessage) []json.RawMessage {
+// RoutesHandlerRoute is the route that holds the docker_routes handler
+// where a server's routes have none: in front of the server's own routes
+// (the default placement of discovered routes).
+var RoutesHandlerRoute = json.RawMessage(`{"handle":[{"handler":"docker_routes"}]}`)
+
+// CatchAllRoute is the server's last route: the catch-all docker_routes
+// handler (404 no_route, or 503 discovery_starting before any route set).
+var CatchAllRoute = json.RawMessage(`{"handle":[{"catch_all":true,"handler":"docker_routes"}]}`)
+
+// EnsureHandlers returns a server's route list with what discovery needs:
+// a docker_routes handler somewhere in it (where the routes have none, a
+// route holding one goes in front of the server's own routes), and the
+// catch-all as the last route, with the "terminal" flag of the server's
+// last own route dropped (see withoutTerminal). Routes that an earlier
+// version of the app put in the server (their "@id" starts with
+// RouteIDPrefix(server)) are dropped. Routes that have all this come back
+// unchanged, so applying is idempotent.
+func EnsureHandlers(server string, current []json.RawMessage) []json.RawMessage {
 	prefix := RouteIDPrefix(server)
-	out := make([]json.RawMessage, 0, len(current)+len(discovered)+1)
-	out = append(out, discovered...)
+	own := make([]json.RawMessage, 0, len(current))
 	for _, r := range current {
-		if strings.HasPrefix(RouteID(r), prefix) {
+		if strings.HasPrefix(RouteID(r), prefix) || isCatchAll(r) {
 			continue
 		}
-		out = append(out, r)
+		own = append(own, r)
 	}
-	if n := len(out); n > len(discovered) {
-		out[n-1] = withoutTerminal(out[n-1])
+	out := make([]json.RawMessage, 0, len(own)+2)
+	if !HasRoutesHandler(own) {
+		out = append(out, RoutesHandlerRoute)
 	}
-	return append(out, NoRouteRoute(server))
+	out = append(out, own...)
+	if len(own) > 0 {
+		out[len(out)-1] = withoutTerminal(out[len(out)-1])
+	}
+	return append(out, CatchAllRoute)
+}
+
+// handlerJSON is what route walks read of a handler.
+type handlerJSON struct {
+	Handler  string            `json:"handler"`
+	CatchAll bool              `json:"catch_all"`
+	Routes   []json.RawMessage `json:"routes"`
+}
+
+// routeHandlers returns the handlers of a route's JSON.
+func routeHandlers(raw json.RawMessage) []handlerJSON {
+	var rt struct {
+		Handle []json.RawMessage `json:"handle"`
+	}
+	if json.Unmarshal(raw, &rt) != nil {
+		return nil
+	}
+	out := make([]handlerJSON, 0, len(rt.Handle))
+	for _, h := range rt.Handle {
+		var hj handlerJSON
+		if json.Unmarshal(h, &hj) == nil {
+			out = append(out, hj)
+		}
+	}
+	return out
+}
+
+// isCatchAll reports whether a route is the catch-all route: its one
+// handler is the catch-all docker_routes handler.
+func isCatchAll(raw json.RawMessage) bool {
+	hs := routeHandlers(raw)
+	return len(hs) == 1 && hs[0].Handler == "docker_routes" && hs[0].CatchAll
+}
+
+// HasRoutesHandler reports whether routes hold a docker_routes handler
+// (not the catch-all), at any depth of subroutes.
+func HasRoutesHandler(routes []json.RawMessage) bool {
+	for _, r := range routes {
+		for _, h := range routeHandlers(r) {
+			switch {
+			case h.Handler == "docker_routes" && !h.CatchAll:
+				return true
+			case h.Handler == "subroute" && HasRoutesHandler(h.Routes):
+				return true
+			}
+		}
+	}
+	return false
 }
 
 // withoutTerminal drops "terminal" from the server's last own route. A
 // Caddyfile site block becomes one terminal route; a request that it leaves
 // unhandled would get Caddy's empty 200. Without the flag, such a request
-// reaches the catch-all 404 instead; a request the site handles never
-// reaches it, since handlers that respond do not call the next one.
+// reaches the catch-all instead; a request the site handles never reaches
+// it, since handlers that respond do not call the next one.
 func withoutTerminal(raw json.RawMessage) json.RawMessage {
 	var obj map[string]json.RawMessage
 	if json.Unmarshal(raw, &obj) != nil || obj == nil {

@@ -269,36 +269,47 @@ func TestRoutesGolden(t *testing.T) {
 	}
 }
 
-func TestMergeRoutes(t *testing.T) {
-	own := []json.RawMessage{json.RawMessage(`{"match":[{"host":["a"]}],"handle":[{"handler":"static_response","body":"own"}],"terminal":true}`)}
-	plan, err := BuildRoutes(Discover([]Container{c("orders", base()...)}, fullLabels), testOpts)
-	if err != nil {
-		t.Fatal(err)
-	}
-	merged := MergeRoutes("gateway", own, plan.Routes)
-	if len(merged) != 3 || RouteID(merged[0]) != "docker:gateway:orders:api" || RouteID(merged[2]) != "docker:gateway:no_route" {
-		t.Fatalf("unexpected merge: %s", merged)
-	}
-	// The server's last own route no longer ends the chain, so what it
-	// leaves unhandled reaches the 404.
-	if strings.Contains(string(merged[1]), "terminal") {
-		t.Fatalf("last own route keeps terminal: %s", merged[1])
-	}
-	// Idempotent: merging into the merged list changes nothing.
-	again := MergeRoutes("gateway", merged, plan.Routes)
-	if !SameRoutes(merged, again) {
-		t.Fatalf("merge is not idempotent")
-	}
-	// Empty discovery keeps own routes and the 404.
-	empty := MergeRoutes("gateway", merged, nil)
-	if len(empty) != 2 || RouteID(empty[1]) != "docker:gateway:no_route" {
-		t.Fatalf("unexpected: %s", empty)
-	}
-	// Another server's managed routes are left alone.
-	other := MergeRoutes("other", merged, nil)
-	if len(other) != 4 {
-		t.Fatalf("routes of server gateway were touched by server other: %s", other)
-	}
+func TestEnsureHandlers(t *testing.T) {
+	own := json.RawMessage(`{"match":[{"host":["a"]}],"handle":[{"handler":"static_response","body":"own"}],"terminal":true}`)
+	legacy := json.RawMessage(`{"@id":"docker:gateway:orders:api","handle":[{"handler":"static_response"}],"terminal":true}`)
+	site := json.RawMessage(`{"match":[{"host":["b"]}],"handle":[{"handler":"subroute","routes":[{"handle":[{"handler":"encode"}]},{"handle":[{"handler":"docker_routes"}]}]}],"terminal":true}`)
+
+	t.Run("default placement: in front, catch-all last", func(t *testing.T) {
+		got := EnsureHandlers("gateway", []json.RawMessage{own})
+		if len(got) != 3 || string(got[0]) != string(RoutesHandlerRoute) || !isCatchAll(got[2]) {
+			t.Fatalf("unexpected: %s", got)
+		}
+		// the server's last own route no longer ends the chain, so what
+		// it leaves unhandled reaches the catch-all
+		if strings.Contains(string(got[1]), "terminal") {
+			t.Fatalf("last own route keeps terminal: %s", got[1])
+		}
+		if again := EnsureHandlers("gateway", got); !SameRoutes(got, again) {
+			t.Fatalf("not idempotent: %s", again)
+		}
+	})
+	t.Run("a handler in a site stays where it is", func(t *testing.T) {
+		got := EnsureHandlers("gateway", []json.RawMessage{site, own})
+		if len(got) != 3 || HasRoutesHandler(got[1:2]) || !HasRoutesHandler(got[:1]) || !isCatchAll(got[2]) {
+			t.Fatalf("unexpected: %s", got)
+		}
+	})
+	t.Run("routes of earlier versions are dropped", func(t *testing.T) {
+		got := EnsureHandlers("gateway", []json.RawMessage{legacy, own, NoRouteRoute("gateway")})
+		if len(got) != 3 || string(got[0]) != string(RoutesHandlerRoute) {
+			t.Fatalf("unexpected: %s", got)
+		}
+		// another server's are not
+		if got := EnsureHandlers("other", []json.RawMessage{legacy}); len(got) != 3 || RouteID(got[1]) != RouteID(legacy) {
+			t.Fatalf("unexpected: %s", got)
+		}
+	})
+	t.Run("empty server", func(t *testing.T) {
+		got := EnsureHandlers("gateway", nil)
+		if len(got) != 2 || !HasRoutesHandler(got) || !isCatchAll(got[1]) {
+			t.Fatalf("unexpected: %s", got)
+		}
+	})
 }
 
 func TestParseRate(t *testing.T) {

@@ -112,6 +112,17 @@ type Watcher struct {
 	mu   sync.RWMutex
 	snap Snapshot
 
+	// pubMu guards what config loads read (Serving): pub, the route set
+	// the server's docker_routes handlers are to run (the loop's current
+	// plan, or before its first list the state file's), and the state
+	// file's plan, read once (stateTried) by the first config load or by
+	// the loop when the engine is unreachable at start.
+	pubMu           sync.Mutex
+	pub             *servingSet
+	stateTried      bool
+	statePlan       *Plan
+	stateContainers []Container
+
 	// gone holds containers the event stream reported dead (die, oom,
 	// destroy, remove) and not started since. The engine may still list a
 	// container as running for a moment after its die event; trusting the
@@ -132,9 +143,10 @@ type Watcher struct {
 	everListed bool
 	logged     map[string]string
 	warned     map[string]bool
-	// downLogged: the engine's absence since start was logged;
-	// stateTried: the state file was read (once, before the first list).
-	downLogged, stateTried bool
+	// downLogged: the engine's absence since start was logged.
+	downLogged bool
+	// fromState: the loop's plan is the state file's (no list yet).
+	fromState bool
 	// polled is true while a listed container has a health check: Podman
 	// sends no health events, so the loop re-lists every HealthPoll.
 	polled bool
@@ -285,7 +297,34 @@ func (w *Watcher) update(fn func(s *Snapshot)) {
 	fn(&w.snap)
 }
 
+// Serving returns the route set that a config being loaded runs in its
+// docker_routes handlers: the current one (the last list's), else, before
+// any list, the state file's (read at most once: at a process's first
+// config load, the routes the gateway last applied, with the containers'
+// replicas put in their pools, so that it routes from its first request).
+// known is false while there is neither (discovery is starting).
+func (w *Watcher) Serving() servingSet {
+	w.pubMu.Lock()
+	defer w.pubMu.Unlock()
+	if w.pub == nil && !w.stateTried {
+		w.stateTried = true
+		w.readStateLocked()
+	}
+	if w.pub == nil {
+		return servingSet{}
+	}
+	return *w.pub
+}
+
+// publish makes plan the route set of the next config load.
+func (w *Watcher) publish(plan *Plan) {
+	w.pubMu.Lock()
+	w.pub = &servingSet{routes: plan.Routes, hash: plan.Hash, known: true}
+	w.pubMu.Unlock()
+}
+
 func (w *Watcher) loop() {
+	w.adoptState()
 	w.sync()
 	resync := w.cfg.Resync
 	if resync <= 0 {
@@ -354,7 +393,7 @@ func (w *Watcher) loop() {
 			// holds the desired routes. After a reload that this watcher
 			// caused, this is one GET and no write.
 			if w.plan != nil {
-				w.apply(*w.plan, w.containers, !w.everListed)
+				w.apply(*w.plan, w.containers, w.fromState)
 			}
 		}
 	}
@@ -486,9 +525,13 @@ func (w *Watcher) sync() {
 		}
 		w.reachable = false
 		w.update(func(s *Snapshot) { s.EngineReachable = false; s.LastError = "list containers: " + err.Error() })
-		if !w.everListed && w.plan == nil && !w.stateTried {
-			w.stateTried = true
-			w.loadState()
+		if !w.everListed && w.plan == nil {
+			// No list since start: serve the state file's routes (a
+			// config load has usually read it already).
+			w.Serving()
+			if w.adoptState() {
+				w.apply(*w.plan, w.containers, true)
+			}
 		}
 		return
 	}
@@ -546,8 +589,9 @@ func (w *Watcher) build() {
 		s.EngineReachable, s.FromStateFile = w.reachable, false
 	})
 	// (setPools adds the canary conflicts to the snapshot's warnings)
-	w.plan, w.containers = &plan, containers
+	w.plan, w.containers, w.fromState = &plan, containers, false
 	w.setPools(&plan)
+	w.publish(&plan)
 	if plan.Hash == w.applied {
 		return
 	}
@@ -610,10 +654,11 @@ func (w *Watcher) apply(plan Plan, containers []Container, fromState bool) {
 	w.written = plan.Hash
 }
 
-// loadState applies the state file's routes when the engine is unreachable
-// at start. The routes are regenerated from the stored containers with the
-// current options, falling back to the stored routes.
-func (w *Watcher) loadState() {
+// readStateLocked reads the state file (w.pubMu held) and makes its route
+// set the one config loads run: the routes are regenerated from the stored
+// containers with the current options (falling back to the stored routes),
+// and the services' replicas go into their pools.
+func (w *Watcher) readStateLocked() {
 	if w.cfg.StateFile == "" {
 		return
 	}
@@ -623,7 +668,8 @@ func (w *Watcher) loadState() {
 			w.m.errors.WithLabelValues("state_file").Inc()
 			w.log.Error("reading state_file", zap.String("path", w.cfg.StateFile), zap.Error(err))
 		} else {
-			w.log.Warn("no state_file yet; starting without discovered routes", zap.String("path", w.cfg.StateFile))
+			w.log.Info("no state_file yet: until the first container list applies, requests that no route matches get 503 discovery_starting",
+				zap.String("path", w.cfg.StateFile))
 		}
 		return
 	}
@@ -632,14 +678,31 @@ func (w *Watcher) loadState() {
 	if err != nil || st.Server != w.cfg.Server {
 		plan = Plan{Routes: st.Routes, Hash: HashRoutes(st.Routes), Pools: st.Pools}
 	}
-	w.log.Info("engine unreachable at start: applying routes from state_file",
+	w.log.Info("serving the routes of state_file until the engine is listed",
 		zap.String("path", w.cfg.StateFile), zap.Time("written", st.Written), zap.Int("routes", len(plan.Routes)))
-	w.plan, w.containers, w.written = &plan, st.Containers, st.Hash
+	w.statePlan, w.stateContainers = &plan, st.Containers
+	w.pub = &servingSet{routes: plan.Routes, hash: plan.Hash, known: true}
 	w.update(func(s *Snapshot) {
 		s.Containers, s.Warnings, s.Routes, s.Hash, s.FromStateFile = ds, plan.Warnings, len(plan.Routes), plan.Hash, true
 	})
 	w.setPools(&plan)
-	w.apply(plan, st.Containers, true)
+}
+
+// adoptState makes the state file's plan, if it was read and nothing was
+// listed since, the loop's plan; it reports whether it did.
+func (w *Watcher) adoptState() bool {
+	if w.plan != nil || w.everListed {
+		return false
+	}
+	w.pubMu.Lock()
+	p, cs := w.statePlan, w.stateContainers
+	w.pubMu.Unlock()
+	if p == nil {
+		return false
+	}
+	w.plan, w.containers, w.fromState = p, cs, true
+	w.written = p.Hash
+	return true
 }
 
 // logLabelErrors logs one line per container whose label errors are new or

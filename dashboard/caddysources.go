@@ -3,6 +3,7 @@ package dashboard
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"fmt"
 	"io"
 	"net"
@@ -36,8 +37,12 @@ func caddySources(endpoint func(ctx context.Context) (adminaddr.Endpoint, error)
 		},
 		Counters:  ReadCounters,
 		Discovery: func() (caddydocker.Snapshot, bool) { return caddydocker.Current("") },
-		FastPath:  fastpath.Status,
-		Events:    caddyaudit.Recent,
+		DiscoveredRoutes: func(server string) []json.RawMessage {
+			routes, _ := caddydocker.ServedRoutes(server)
+			return routes
+		},
+		FastPath: fastpath.Status,
+		Events:   caddyaudit.Recent,
 	}
 }
 

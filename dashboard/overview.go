@@ -2,6 +2,7 @@ package dashboard
 
 import (
 	"context"
+	"encoding/json"
 	"sort"
 	"strings"
 	"time"
@@ -22,6 +23,9 @@ type Sources struct {
 	Counters func() Counters
 	// Discovery returns the docker app's snapshot, if a docker app runs.
 	Discovery func() (caddydocker.Snapshot, bool)
+	// DiscoveredRoutes returns the routes a server's docker_routes
+	// handlers run (not in the config's JSON).
+	DiscoveredRoutes func(server string) []json.RawMessage
 	// Events returns up to n recent audit events, newest first.
 	Events func(n int) []Event
 	// FastPath returns, per server with the apigate listener wrapper,
@@ -190,7 +194,7 @@ func (s Sources) routes(ctx context.Context) ([]Route, string) {
 	if err != nil {
 		return []Route{}, err.Error()
 	}
-	rs, err := ExtractRoutes(raw)
+	rs, err := ExtractRoutesWith(raw, s.DiscoveredRoutes)
 	if err != nil {
 		return []Route{}, err.Error()
 	}

@@ -16,9 +16,15 @@
 // and replaces one internal: the registered "caddyfile" adapter in
 // caddyconfig's adapter table, wrapped so that its errors keep only their
 // first position (Adapter). It is the one place in the gateway that does
-// so; TestAdapterWrapped fails when the pinned Caddy changes the table, and
-// the wrapper changes nothing but the text of an adapt error. Importing
-// the package (the gateway package does) installs it.
+// so; TestAdapterWrapped fails when the pinned Caddy changes the table.
+// Importing the package (the gateway package does) installs it.
+//
+// The wrapper is also the one place where a module package completes the
+// JSON a Caddyfile adapts to (AfterAdapt): caddydocker puts the
+// docker_routes handlers where a server that discovery routes to has none,
+// so that a config starts with them (Caddy offers no hook for a global
+// option to add routes to a server). Otherwise it changes nothing but the
+// text of an adapt error.
 package caddyfileerr
 
 import (
@@ -47,18 +53,45 @@ func init() {
 }
 
 // Adapter is a config adapter whose errors name one position: the first,
-// the bad token's.
+// the bad token's; its output has gone through the AfterAdapt steps.
 type Adapter struct {
 	caddyconfig.Adapter
 }
 
-// Adapt adapts body with the wrapped adapter.
+// Adapt adapts body with the wrapped adapter, then runs the AfterAdapt
+// steps on the result.
 func (a Adapter) Adapt(body []byte, options map[string]any) ([]byte, []caddyconfig.Warning, error) {
 	out, warnings, err := a.Adapter.Adapt(body, options)
 	if err != nil {
-		err = OnePosition(err)
+		return out, warnings, OnePosition(err)
 	}
-	return out, warnings, err
+	for _, step := range afterAdapt {
+		more, err := step(out, options)
+		if err != nil {
+			return nil, warnings, err
+		}
+		out = more.Config
+		warnings = append(warnings, more.Warnings...)
+	}
+	return out, warnings, nil
+}
+
+// Adapted is what an AfterAdapt step returns: the config (JSON) and the
+// warnings to add to the adapter's.
+type Adapted struct {
+	Config   []byte
+	Warnings []caddyconfig.Warning
+}
+
+var afterAdapt []func(cfg []byte, options map[string]any) (Adapted, error)
+
+// AfterAdapt registers a step that every successfully adapted Caddyfile
+// goes through, in registration order (call it from an init function). A
+// step returns the config unchanged when it has nothing to do; its
+// warnings are printed as the adapter's own (`caddy adapt`, `caddy
+// validate`, `caddy run`).
+func AfterAdapt(step func(cfg []byte, options map[string]any) (Adapted, error)) {
+	afterAdapt = append(afterAdapt, step)
 }
 
 // position is one ", at <file>:<line>" that Caddy's Dispenser.WrapErr

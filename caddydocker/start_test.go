@@ -1,0 +1,126 @@
+package caddydocker
+
+import (
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+)
+
+// startConfig is a gateway whose engine never answers (a socket that does
+// not exist), so what it routes comes from the state file alone.
+func startConfig(stateFile, debounce string) string {
+	return fmt.Sprintf(`{
+	admin %s
+	auto_https off
+	http_port 19500
+	https_port 19599
+	servers :19501 {
+		name gateway
+	}
+	docker {
+		host unix:///nonexistent/docker.sock
+		state_file %s
+		server gateway
+		debounce %s
+	}
+}
+
+:19501 {
+	handle /own {
+		respond "own route"
+	}
+}
+`, adminAddr, stateFile, debounce)
+}
+
+// ask sends one request and returns its's status, Retry-After and body.
+func ask(t *testing.T, method, path string) (int, string, string) {
+	t.Helper()
+	req, err := http.NewRequest(method, "http://"+gatewayAddr+path, strings.NewReader("order"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp, err := httpClient.Do(req)
+	if err != nil {
+		t.Fatalf("%s %s: %v", method, path, err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, resp.Header.Get("Retry-After"), string(b)
+}
+
+// TestStartsFromStateFile: the config a gateway starts with runs the
+// discovered routes from its first request: the state file's, or,
+// without one, a 503 discovery_starting for what no route matches. A
+// reload (the same config, or one that changes the docker options and so
+// starts a new watcher) runs them from its first request too.
+func TestStartsFromStateFile(t *testing.T) {
+	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		b, _ := io.ReadAll(r.Body)
+		fmt.Fprintf(w, "svc %s %s %s", r.Method, r.URL.Path, b)
+	}))
+	t.Cleanup(up.Close)
+	_, upPort, _ := net.SplitHostPort(strings.TrimPrefix(up.URL, "http://"))
+	stateFile := filepath.Join(t.TempDir(), "routes.json")
+
+	t.Run("no state file: 503 discovery_starting for what no route matches", func(t *testing.T) {
+		startGateway(t, startConfig(stateFile, "100ms"))
+		t.Cleanup(func() { stopGateway(t) })
+		for _, m := range []string{"GET", "POST"} {
+			status, retry, body := ask(t, m, "/svc/1")
+			if status != 503 || retry != "1" || body != DiscoveryStartingBody {
+				t.Errorf("%s /svc/1: %d Retry-After %q %q, want 503 Retry-After 1 %s", m, status, retry, body, DiscoveryStartingBody)
+			}
+		}
+		if status, _, body := ask(t, "GET", "/own"); status != 200 || body != "own route" {
+			t.Errorf("/own: %d %q", status, body)
+		}
+	})
+
+	svc := Container{ID: "id-svc", Name: "svc", HostNetwork: true, Labels: map[string]string{
+		"gateway.enable": "true", "gateway.port": upPort,
+		"gateway.router.api.path_prefix": "/svc", "gateway.router.api.auth.required": "false", "gateway.router.api.audit": "false",
+	}}
+	plan, err := BuildRoutes(Discover([]Container{svc}, LabelOptions{}), BuildOptions{Server: "gateway"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := WriteState(stateFile, State{Written: time.Now(), Server: "gateway", Hash: plan.Hash,
+		Containers: []Container{svc}, Routes: plan.Routes, Pools: plan.Pools}); err != nil {
+		t.Fatal(err)
+	}
+	routed := func(t *testing.T, when string) {
+		t.Helper()
+		for _, m := range []string{"GET", "POST"} {
+			want := "svc " + m + " /svc/1 order"
+			if status, _, body := ask(t, m, "/svc/1"); status != 200 || body != want {
+				t.Errorf("%s, %s /svc/1: %d %q, want 200 %q", when, m, status, body, want)
+			}
+		}
+		if status, _, body := ask(t, "GET", "/nothing"); status != 404 || body != NoRouteBody {
+			t.Errorf("%s, /nothing: %d %q, want 404 %s", when, status, body, NoRouteBody)
+		}
+	}
+
+	t.Run("state file: routed from the first request", func(t *testing.T) {
+		startGateway(t, startConfig(stateFile, "100ms"))
+		t.Cleanup(func() { stopGateway(t) })
+		routed(t, "right after the start")
+		startGateway(t, startConfig(stateFile, "100ms")+"\n# changed\n")
+		routed(t, "right after a reload")
+		startGateway(t, startConfig(stateFile, "150ms"))
+		routed(t, "right after a reload that replaces the docker app's options")
+		if s := snapshot(t); !s.FromStateFile || s.Routes != 1 {
+			t.Errorf("snapshot: from state file %v, %d routes", s.FromStateFile, s.Routes)
+		}
+		if routes, ok := ServedRoutes("gateway"); !ok || len(routes) != 1 || RouteID(routes[0]) != "docker:gateway:svc:api" {
+			t.Errorf("served routes: %v %s", ok, routes)
+		}
+	})
+}
