@@ -11,6 +11,7 @@ import (
 	"net/http"
 	"net/url"
 	"strings"
+	"sync"
 	"time"
 )
 
@@ -22,6 +23,17 @@ type AdminClient struct {
 	base string
 	host string
 	hc   *http.Client
+
+	mu       sync.Mutex
+	warnings []string // PlacementWarnings of the server's routes at the last apply
+}
+
+// PlacementWarnings returns where the server's site policies did not
+// cover the discovered routes at the last apply (PlacementWarnings).
+func (a *AdminClient) PlacementWarnings() []string {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.warnings
 }
 
 // NewAdminClient returns a client for the admin endpoint at network/address,
@@ -163,6 +175,9 @@ func (a *AdminClient) ApplyRoutes(ctx context.Context, server string, routes []j
 			return false, err
 		}
 		merged := EnsureHandlers(server, sr.Routes)
+		a.mu.Lock()
+		a.warnings = PlacementWarnings(server, merged)
+		a.mu.Unlock()
 		same := SameRoutes(sr.Routes, merged)
 		if same {
 			if st, ok := servedOf(server); ok && st.set.known && st.set.hash == want && st.handlers > 0 && st.catchAll {

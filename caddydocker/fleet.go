@@ -237,6 +237,9 @@ type Fleet struct {
 	// canaryKeyPrefix), as the watch delivered them.
 	canary        map[string]fleetCanary
 	canaryChanged chan struct{}
+
+	// synced: a watch delivered the bucket's initial values (Synced).
+	synced bool
 }
 
 // fleetCanary is one canary record of the bucket.
@@ -489,6 +492,16 @@ func (f *Fleet) Remote() []Container {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	return f.remote
+}
+
+// Synced reports whether a watch of the bucket has delivered all the
+// values it held (once is enough): until then Remote lacks nodes that the
+// bucket has, and a restarted gateway keeps serving its state file's
+// containers of other nodes in their place.
+func (f *Fleet) Synced() bool {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.synced
 }
 
 // Changed is signalled (capacity 1, never blocking the Fleet) whenever
@@ -904,6 +917,10 @@ func (f *Fleet) deliver(e jetstream.KeyValueEntry, now time.Time) {
 	}
 	f.proof = now
 	if e == nil {
+		if !f.synced {
+			f.synced = true
+			signal(f.changed)
+		}
 		return
 	}
 	key := e.Key()

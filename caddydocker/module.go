@@ -99,6 +99,14 @@ type App struct {
 	// once, as Caddy does by default. Default: 1h.
 	StreamCloseDelay *caddy.Duration `json:"stream_close_delay,omitempty"`
 
+	// ForgetAfter is how long the routes of a service that is gone (its
+	// last container stopped, or its labels no longer claim them) keep
+	// answering 404 {"error":"no_route"} in the docker_routes handlers, so
+	// that its requests do not reach the routes after the handler (a
+	// site's catch-all `handle`, say) meanwhile. 0 forgets them at once.
+	// Default: 24h.
+	ForgetAfter *caddy.Duration `json:"forget_after,omitempty"`
+
 	// Fleet shares discovered containers with the gateways on other hosts
 	// through a JetStream KV bucket, so that each routes the union.
 	Fleet *FleetOptions `json:"fleet,omitempty"`
@@ -229,6 +237,10 @@ func (a *App) Provision(ctx caddy.Context) error {
 			Build:     build,
 			Labels:    labels,
 		}
+		wc.ForgetAfter = DefaultForgetAfter
+		if a.ForgetAfter != nil {
+			wc.ForgetAfter = time.Duration(*a.ForgetAfter)
+		}
 		if a.Fleet != nil {
 			conn, release, err := natsconn.Get(natsOpts)
 			if err != nil {
@@ -340,6 +352,9 @@ func (a *App) Validate() error {
 	}
 	if a.StreamCloseDelay != nil && *a.StreamCloseDelay < 0 {
 		return fmt.Errorf("docker: invalid stream_close_delay %s: must not be negative", time.Duration(*a.StreamCloseDelay))
+	}
+	if a.ForgetAfter != nil && *a.ForgetAfter < 0 {
+		return fmt.Errorf("docker: invalid forget_after %s: must not be negative", time.Duration(*a.ForgetAfter))
 	}
 	return nil
 }

@@ -184,6 +184,10 @@ type Plan struct {
 	// policy), not part of Hash: a canary starting, its weight changing
 	// or its rollback reload nothing.
 	Versions map[string][]VersionGroup `json:"versions,omitempty"`
+	// Vanished are the routes whose service is gone that still answer
+	// 404 no_route (their routes are the last of Routes); the watcher adds
+	// them (trackVanished).
+	Vanished []VanishedRoute `json:"vanished,omitempty"`
 	// Hash identifies the route set (sha256 of the canonical routes).
 	Hash string `json:"hash"`
 }
@@ -726,4 +730,114 @@ func SameRoutes(a, b []json.RawMessage) bool {
 		}
 	}
 	return true
+}
+
+// VanishedRoute is a discovered route whose service is gone: for the
+// app's forget_after, its matcher answers 404 {"error":"no_route"} in the
+// docker_routes handlers, after the live routes, so that a request for a
+// service that disappeared gets the no_route answer whatever the site's
+// own routes after the handler would do (a catch-all `handle` included).
+type VanishedRoute struct {
+	// ID is the route's "@id" when it was live.
+	ID string `json:"id"`
+	// Match is its matcher sets, as in the live route.
+	Match json.RawMessage `json:"match"`
+	// Since is when it left the route set.
+	Since time.Time `json:"since"`
+}
+
+// DefaultForgetAfter is how long a vanished route answers no_route.
+const DefaultForgetAfter = 24 * time.Hour
+
+// vanishedIDPrefix starts the "@id" of a vanished route's 404 route.
+func vanishedIDPrefix(server string) string { return RouteIDPrefix(server) + "vanished:" }
+
+// routeMatch returns a route's "@id" and its matcher sets ("" when it has
+// none: a route of every request, which never becomes a vanished route,
+// since it would answer for the whole site).
+func routeMatch(raw json.RawMessage) (id string, match json.RawMessage, key string) {
+	var rt struct {
+		ID    string          `json:"@id"`
+		Match json.RawMessage `json:"match"`
+	}
+	if json.Unmarshal(raw, &rt) != nil || len(rt.Match) == 0 || string(rt.Match) == "null" || string(rt.Match) == "[]" {
+		return rt.ID, nil, ""
+	}
+	c, err := Canonical(rt.Match)
+	if err != nil {
+		return rt.ID, nil, ""
+	}
+	return rt.ID, rt.Match, string(c)
+}
+
+// trackVanished updates vanished (keyed by canonical matcher) with the
+// routes of before that plan no longer has (gone since now), drops those
+// plan has again and those older than keep, and appends a 404 no_route
+// route for each remaining one to plan (rehashed). keep <= 0 keeps none.
+func trackVanished(server string, vanished map[string]VanishedRoute, before, plan *Plan, keep time.Duration, now time.Time) {
+	if keep <= 0 {
+		clear(vanished)
+		return
+	}
+	live := map[string]bool{}
+	for _, r := range plan.Routes {
+		if _, _, k := routeMatch(r); k != "" {
+			live[k] = true
+		}
+	}
+	if before != nil {
+		for _, r := range before.Routes {
+			id, m, k := routeMatch(r)
+			if k == "" || live[k] || strings.HasPrefix(id, vanishedIDPrefix(server)) {
+				continue
+			}
+			if _, ok := vanished[k]; !ok {
+				vanished[k] = VanishedRoute{ID: id, Match: m, Since: now}
+			}
+		}
+	}
+	keys := make([]string, 0, len(vanished))
+	for k, v := range vanished {
+		if live[k] || now.Sub(v.Since) >= keep {
+			delete(vanished, k)
+			continue
+		}
+		keys = append(keys, k)
+	}
+	if len(keys) == 0 {
+		return
+	}
+	// most specific first, as live routes are: longer matchers first
+	sort.Slice(keys, func(i, j int) bool {
+		if len(keys[i]) != len(keys[j]) {
+			return len(keys[i]) > len(keys[j])
+		}
+		return keys[i] < keys[j]
+	})
+	for _, k := range keys {
+		v := vanished[k]
+		plan.Routes = append(plan.Routes, vanishedRoute(server, v))
+	}
+	plan.Vanished = make([]VanishedRoute, 0, len(keys))
+	for _, k := range keys {
+		plan.Vanished = append(plan.Vanished, vanished[k])
+	}
+	plan.Hash = HashRoutes(plan.Routes)
+}
+
+// vanishedRoute is the 404 no_route route of a vanished route.
+func vanishedRoute(server string, v VanishedRoute) json.RawMessage {
+	id := strings.TrimPrefix(v.ID, RouteIDPrefix(server))
+	b, _ := json.Marshal(map[string]any{
+		"@id":   vanishedIDPrefix(server) + id,
+		"match": v.Match,
+		"handle": []map[string]any{{
+			"handler":     "static_response",
+			"status_code": 404,
+			"headers":     map[string][]string{"Content-Type": {"application/json"}},
+			"body":        NoRouteBody,
+		}},
+		"terminal": true,
+	})
+	return b
 }

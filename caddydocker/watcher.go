@@ -37,6 +37,9 @@ type WatcherConfig struct {
 	// CanaryFile keeps the canary releases' records (default: beside
 	// StateFile, "<state file>-canary.json"; none without a StateFile).
 	CanaryFile string
+	// ForgetAfter is how long the routes of a service that is gone keep
+	// answering 404 no_route (0: not at all).
+	ForgetAfter time.Duration
 }
 
 // FleetPeer is what the watcher needs of the fleet (*Fleet).
@@ -49,6 +52,9 @@ type FleetPeer interface {
 	Remote() []Container
 	// Changed is signalled when Remote may have changed.
 	Changed() <-chan struct{}
+	// Synced reports whether Remote has once held everything the fleet
+	// announced (the bucket's initial values were delivered).
+	Synced() bool
 	// Status describes the fleet for the snapshot.
 	Status() FleetStatus
 }
@@ -84,6 +90,12 @@ type Snapshot struct {
 	Fleet *FleetStatus `json:"fleet,omitempty"`
 	// Canaries are the canary releases in use, by service.
 	Canaries []CanaryStatus `json:"canaries,omitempty"`
+	// Vanished are the routes of services that are gone, still answering
+	// 404 no_route (for the app's forget_after).
+	Vanished []VanishedRoute `json:"vanished,omitempty"`
+	// Placement says where site policies of the server do not cover the
+	// discovered routes (PlacementWarnings), at the last apply.
+	Placement []string `json:"placement,omitempty"`
 }
 
 // RouteApplier applies discovered routes to a server (the admin API client).
@@ -122,6 +134,7 @@ type Watcher struct {
 	stateTried      bool
 	statePlan       *Plan
 	stateContainers []Container
+	stateVanished   []VanishedRoute
 
 	// gone holds containers the event stream reported dead (die, oom,
 	// destroy, remove) and not started since. The engine may still list a
@@ -134,7 +147,8 @@ type Watcher struct {
 	stopping map[string]time.Time
 
 	// owned by the run loop
-	local      []Container // this host's containers at the last list
+	local      []Container              // this host's containers at the last list
+	vanished   map[string]VanishedRoute // nil until the first build
 	plan       *Plan
 	containers []Container
 	applied    string
@@ -143,6 +157,8 @@ type Watcher struct {
 	everListed bool
 	logged     map[string]string
 	warned     map[string]bool
+	// placementLogged: the placement warnings logged (notePlacement)
+	placementLogged map[string]bool
 	// downLogged: the engine's absence since start was logged.
 	downLogged bool
 	// fromState: the loop's plan is the state file's (no list yet).
@@ -552,11 +568,17 @@ func (w *Watcher) sync() {
 func (w *Watcher) build() {
 	containers := w.local
 	if w.cfg.Fleet != nil {
-		containers = append(slices.Clip(containers), w.cfg.Fleet.Remote()...)
+		containers = append(slices.Clip(containers), w.remote()...)
 	}
 	ds := Discover(containers, w.cfg.Labels)
 	w.logLabelErrors(ds)
 	plan, err := BuildRoutes(ds, w.cfg.Build)
+	if err == nil {
+		if w.vanished == nil {
+			w.vanished = vanishedMap(w.stateVanishedRoutes())
+		}
+		trackVanished(w.cfg.Server, w.vanished, w.plan, &plan, w.cfg.ForgetAfter, time.Now())
+	}
 	if err != nil {
 		w.m.errors.WithLabelValues("build").Inc()
 		w.log.Error("generating routes", zap.Error(err))
@@ -585,8 +607,8 @@ func (w *Watcher) build() {
 		w.m.containers.WithLabelValues(st).Set(float64(states[st]))
 	}
 	w.update(func(s *Snapshot) {
-		s.Containers, s.Warnings, s.Routes, s.Hash = ds, plan.Warnings, len(plan.Routes), plan.Hash
-		s.EngineReachable, s.FromStateFile = w.reachable, false
+		s.Containers, s.Warnings, s.Routes, s.Hash = ds, plan.Warnings, len(plan.Routes)-len(plan.Vanished), plan.Hash
+		s.EngineReachable, s.FromStateFile, s.Vanished = w.reachable, false, plan.Vanished
 	})
 	// (setPools adds the canary conflicts to the snapshot's warnings)
 	w.plan, w.containers, w.fromState = &plan, containers, false
@@ -596,6 +618,26 @@ func (w *Watcher) build() {
 		return
 	}
 	w.apply(plan, containers, false)
+}
+
+// remote returns the other hosts' containers: the fleet's, or until the
+// fleet has delivered the bucket once, the other hosts' containers of the
+// state file, so that a restarted member keeps serving its last good
+// route set while it catches up with the bucket (not drop every other
+// host's service until then).
+func (w *Watcher) remote() []Container {
+	if w.cfg.Fleet.Synced() {
+		return w.cfg.Fleet.Remote()
+	}
+	w.pubMu.Lock()
+	defer w.pubMu.Unlock()
+	var out []Container
+	for _, c := range w.stateContainers {
+		if c.Node != "" {
+			out = append(out, c)
+		}
+	}
+	return out
 }
 
 // setPools publishes the plan's replicas to the routes, with the canary
@@ -626,6 +668,7 @@ func (w *Watcher) apply(plan Plan, containers []Container, fromState bool) {
 		return
 	}
 	w.applied = plan.Hash
+	w.notePlacement()
 	w.m.routes.Set(float64(len(plan.Routes)))
 	if changed {
 		d := time.Since(start)
@@ -644,7 +687,7 @@ func (w *Watcher) apply(plan Plan, containers []Container, fromState bool) {
 	}
 	err = WriteState(w.cfg.StateFile, State{
 		Written: time.Now().UTC(), Server: w.cfg.Server, Hash: plan.Hash,
-		Containers: containers, Routes: plan.Routes, Pools: plan.Pools,
+		Containers: containers, Routes: plan.Routes, Pools: plan.Pools, Vanished: plan.Vanished,
 	})
 	if err != nil {
 		w.m.errors.WithLabelValues("state_file").Inc()
@@ -652,6 +695,26 @@ func (w *Watcher) apply(plan Plan, containers []Container, fromState bool) {
 		return
 	}
 	w.written = plan.Hash
+}
+
+// notePlacement logs, once each, where the server's site policies do not
+// cover the discovered routes (when the applier can tell: the admin
+// client), and keeps them in the snapshot.
+func (w *Watcher) notePlacement() {
+	pc, ok := w.applier.(interface{ PlacementWarnings() []string })
+	if !ok {
+		return
+	}
+	warnings := pc.PlacementWarnings()
+	seen := make(map[string]bool, len(warnings))
+	for _, msg := range warnings {
+		seen[msg] = true
+		if !w.placementLogged[msg] {
+			w.log.Warn("site policies do not cover discovered routes", zap.String("server", w.cfg.Server), zap.String("detail", msg))
+		}
+	}
+	w.placementLogged = seen
+	w.update(func(s *Snapshot) { s.Placement = warnings })
 }
 
 // readStateLocked reads the state file (w.pubMu held) and makes its route
@@ -676,16 +739,37 @@ func (w *Watcher) readStateLocked() {
 	ds := Discover(st.Containers, w.cfg.Labels)
 	plan, err := BuildRoutes(ds, w.cfg.Build)
 	if err != nil || st.Server != w.cfg.Server {
-		plan = Plan{Routes: st.Routes, Hash: HashRoutes(st.Routes), Pools: st.Pools}
+		plan = Plan{Routes: st.Routes, Hash: HashRoutes(st.Routes), Pools: st.Pools, Vanished: st.Vanished}
+	} else {
+		trackVanished(w.cfg.Server, vanishedMap(st.Vanished), nil, &plan, w.cfg.ForgetAfter, time.Now())
 	}
+	w.stateVanished = plan.Vanished
 	w.log.Info("serving the routes of state_file until the engine is listed",
 		zap.String("path", w.cfg.StateFile), zap.Time("written", st.Written), zap.Int("routes", len(plan.Routes)))
 	w.statePlan, w.stateContainers = &plan, st.Containers
 	w.pub = &servingSet{routes: plan.Routes, hash: plan.Hash, known: true}
 	w.update(func(s *Snapshot) {
-		s.Containers, s.Warnings, s.Routes, s.Hash, s.FromStateFile = ds, plan.Warnings, len(plan.Routes), plan.Hash, true
+		s.Containers, s.Warnings, s.Routes, s.Hash, s.FromStateFile = ds, plan.Warnings, len(plan.Routes)-len(plan.Vanished), plan.Hash, true
+		s.Vanished = plan.Vanished
 	})
 	w.setPools(&plan)
+}
+
+// stateVanishedRoutes returns the vanished routes the state file held.
+func (w *Watcher) stateVanishedRoutes() []VanishedRoute {
+	w.pubMu.Lock()
+	defer w.pubMu.Unlock()
+	return w.stateVanished
+}
+
+func vanishedMap(vs []VanishedRoute) map[string]VanishedRoute {
+	m := make(map[string]VanishedRoute, len(vs))
+	for _, v := range vs {
+		if c, err := Canonical(v.Match); err == nil {
+			m[string(c)] = v
+		}
+	}
+	return m
 }
 
 // adoptState makes the state file's plan, if it was read and nothing was
