@@ -19,6 +19,9 @@ type reqBody struct {
 	closed  bool
 	err     error // sticky: the body failed (the connection cannot be reused)
 	read    int64 // bytes of body delivered
+	// handlerRead is what the handlers read (Caddy's access log counts
+	// the reads through the request's body, not the server's drain)
+	handlerRead int64
 }
 
 // maxPostHandlerReadBytes is how much of a body the handler left unread is
@@ -39,7 +42,9 @@ func (b *reqBody) Read(p []byte) (int, error) {
 	if b.closed {
 		return 0, http.ErrBodyReadAfterClose
 	}
-	return b.readBody(p)
+	n, err := b.readBody(p)
+	b.handlerRead += int64(n)
+	return n, err
 }
 
 func (b *reqBody) readBody(p []byte) (int, error) {

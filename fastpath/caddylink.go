@@ -2,11 +2,13 @@ package fastpath
 
 import (
 	"net/http"
+	"reflect"
 	"unsafe" // go:linkname
 
 	"github.com/caddyserver/caddy/v2"
 	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
 	"github.com/caddyserver/caddy/v2/modules/caddyhttp/reverseproxy"
+	"go.uber.org/zap/zapcore"
 )
 
 // The one place the fast path reaches into Caddy's unexported code. The
@@ -53,3 +55,36 @@ func metricsRouteServeHTTP(route unsafe.Pointer, w http.ResponseWriter, r *http.
 
 //go:linkname addHTTPVarsToReplacer github.com/caddyserver/caddy/v2/modules/caddyhttp.addHTTPVarsToReplacer
 func addHTTPVarsToReplacer(repl *caddy.Replacer, req *http.Request, w http.ResponseWriter)
+
+// Whether a request comes from a trusted proxy, and the client's address
+// it names (trusted_proxies, client_ip_headers, trusted_proxies_strict,
+// trusted_proxies_unix): Caddy's prepareRequest decides it per request
+// with this function, and so does the plan, so that {client_ip}, the
+// client_ip matcher, X-Forwarded-* and everything keyed on the client's
+// address are the same on both paths.
+
+//go:linkname determineTrustedProxy github.com/caddyserver/caddy/v2/modules/caddyhttp.determineTrustedProxy
+func determineTrustedProxy(r *http.Request, s *caddyhttp.Server) (bool, string)
+
+// hasTrustedProxies reports whether the server has trusted_proxies: its
+// provisioned IP source (Caddy clears TrustedProxiesRaw once it loaded
+// the module, so the raw config cannot tell). A server whose field cannot
+// be read is treated as having one (the decision is then made per request,
+// as Caddy makes it). TestCaddyInternals checks the field against the
+// pinned Caddy.
+func hasTrustedProxies(s *caddyhttp.Server) bool {
+	f := reflect.ValueOf(s).Elem().FieldByName("trustedProxies")
+	if !f.IsValid() || f.Kind() != reflect.Interface {
+		return true
+	}
+	return !f.IsNil() || s.TrustedProxiesUnix
+}
+
+// extraLogFields are the fields handlers added to the request's access log
+// record (log_append; caddyhttp.ExtraLogFields.Add and Set), which Caddy
+// keeps in an unexported field and writes in logRequest. The plan writes
+// the record itself, so it reads them. TestCaddyInternals checks the
+// layout against the pinned Caddy.
+func extraLogFields(e *caddyhttp.ExtraLogFields) []zapcore.Field {
+	return (*struct{ fields []zapcore.Field })(unsafe.Pointer(e)).fields
+}

@@ -45,8 +45,30 @@ func TestCaddyInternals(t *testing.T) {
 		incInFlightRequest("127.0.0.1:9")
 		decInFlightRequest("127.0.0.1:9")
 	})
+	t.Run("trustedProxies", func(t *testing.T) {
+		loadTwinOpts(t, twinOpts{serverOpts: "\t\ttrusted_proxies static 10.0.0.0/8"}, `	respond "x"`)
+		if !planOf(t, "fast").trusted {
+			t.Fatal("a server with trusted_proxies: hasTrustedProxies is false")
+		}
+		loadTwin(t, "", `	respond "x"`)
+		if planOf(t, "fast").trusted {
+			t.Fatal("a server without trusted_proxies: hasTrustedProxies is true")
+		}
+	})
 	// newMetricsInstrumentedRoute and its ServeHTTP: TestMetrics (every
 	// caddy_http_* series the same on both paths).
+}
+
+// planOf is server's plan in the running config.
+func planOf(t *testing.T, server string) *plan {
+	t.Helper()
+	statusMu.Lock()
+	e, ok := statuses[server]
+	statusMu.Unlock()
+	if !ok || e.owner.plan == nil {
+		t.Fatalf("no plan for server %q", server)
+	}
+	return e.owner.plan
 }
 
 // proxyHandler finds the provisioned reverse_proxy handler of the first

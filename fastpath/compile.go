@@ -7,11 +7,7 @@ import (
 
 	"github.com/caddyserver/caddy/v2"
 	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
-	"github.com/caddyserver/caddy/v2/modules/caddyhttp/encode"
-	"github.com/caddyserver/caddy/v2/modules/caddyhttp/headers"
-	maphandler "github.com/caddyserver/caddy/v2/modules/caddyhttp/map"
 	"github.com/caddyserver/caddy/v2/modules/caddyhttp/reverseproxy"
-	"github.com/caddyserver/caddy/v2/modules/caddyhttp/rewrite"
 	"go.uber.org/zap"
 
 	"github.com/apigate/gateway/caddyh1"
@@ -22,16 +18,10 @@ import (
 // support, named as the config names it.
 func compileServer(ctx caddy.Context, srv *caddyhttp.Server, app *caddyhttp.App, logger *zap.Logger) (*plan, string) {
 	switch {
-	case srv.Logs != nil:
-		return nil, "access logs (log)"
-	case srv.TrustedProxiesRaw != nil:
-		return nil, "trusted_proxies"
 	case len(srv.ExpectedUnderscoreHeaders) > 0:
 		return nil, "expected_underscore_headers"
 	case len(srv.ExpectedDotHeaders) > 0:
 		return nil, "expected_dot_headers"
-	case srv.EnableFullDuplex:
-		return nil, "enable_full_duplex"
 	case srv.ReadMinRate > 0:
 		return nil, "read_min_rate"
 	case srv.WriteMinRate > 0:
@@ -44,8 +34,21 @@ func compileServer(ctx caddy.Context, srv *caddyhttp.Server, app *caddyhttp.App,
 		srv:       srv,
 		name:      srv.Name(),
 		strictSNI: srv.StrictSNIHost != nil && *srv.StrictSNIHost,
+		trusted:   hasTrustedProxies(srv),
 		altSvc:    altSvc(srv, app),
-		errLogger: caddy.Log().Named("http.log.error"),
+	}
+	// Caddy's server logs through the http app's logger (so that a custom
+	// log including http.log.access.* gets the records)
+	httpLogger := caddy.Log().Named("http")
+	if app != nil {
+		httpLogger = ctx.Logger(app)
+	}
+	p.errLogger = httpLogger.Named("log.error")
+	if srv.Logs != nil {
+		p.access = newAccessLog(srv.Logs, httpLogger)
+		if srv.Logs.Trace {
+			p.trace = httpLogger.Named("log.trace")
+		}
 	}
 	var reason string
 	if p.routes, reason = c.routes(srv.Routes); reason != "" {
@@ -80,13 +83,6 @@ func (c *compiler) routes(list caddyhttp.RouteList) ([]*route, string) {
 	for i := range list {
 		r := &list[i]
 		rt := &route{group: r.Group, sets: r.MatcherSets, terminal: r.Terminal}
-		for _, set := range r.MatcherSets {
-			for _, m := range set {
-				if reason := matcherSupport(m); reason != "" {
-					return nil, reason
-				}
-			}
-		}
 		for _, h := range r.Handlers {
 			s, reason := c.handler(h)
 			if reason != "" {
@@ -97,32 +93,6 @@ func (c *compiler) routes(list caddyhttp.RouteList) ([]*route, string) {
 		out = append(out, rt)
 	}
 	return out, ""
-}
-
-// matcherSupport says why the plan does not run matcher m, or "".
-func matcherSupport(m any) string {
-	switch m := m.(type) {
-	case *caddyhttp.MatchHost, caddyhttp.MatchHost, *caddyhttp.MatchPath, caddyhttp.MatchPath,
-		*caddyhttp.MatchMethod, caddyhttp.MatchMethod, *caddyhttp.MatchHeader, caddyhttp.MatchHeader,
-		*caddyhttp.MatchProtocol, caddyhttp.MatchProtocol, *caddyhttp.MatchExpression:
-		return ""
-	case *caddyhttp.MatchNot:
-		return notSupport(m.MatcherSets)
-	case caddyhttp.MatchNot:
-		return notSupport(m.MatcherSets)
-	}
-	return "matcher " + moduleName(m)
-}
-
-func notSupport(sets caddyhttp.MatcherSets) string {
-	for _, set := range sets {
-		for _, m := range set {
-			if reason := matcherSupport(m); reason != "" {
-				return reason
-			}
-		}
-	}
-	return ""
 }
 
 // handler compiles one handler module.
@@ -136,72 +106,54 @@ func (c *compiler) handler(h caddyhttp.MiddlewareHandler) (step, string) {
 		if reason != "" {
 			return nil, reason
 		}
-		return &subroute{routes: routes}, ""
+		return &subroute{h: h, routes: routes}, ""
 	case interface{ Subroute() *caddyhttp.Subroute }: // a handler running routes of its own (docker_routes)
 		return c.handler(h.Subroute())
 	case *reverseproxy.Handler:
 		return c.proxy(h)
-	case *caddyhttp.StaticResponse, *caddyhttp.StaticError, *headers.Handler, *rewrite.Rewrite,
-		*caddyhttp.VarsMiddleware, *maphandler.Handler, *encode.Encode:
-		return &delegated{h: h}, ""
 	}
-	if duties[moduleID(h)] {
-		return &delegated{h: h}, ""
-	}
-	return nil, moduleName(h)
+	// Any other handler module runs as Caddy's route chain calls it: its
+	// provisioned instance, on the request as Caddy's server prepares one,
+	// with the plan's writer and a "next" that goes on with the plan.
+	return &delegated{h: h}, ""
 }
 
-// duties are the gateway's handlers (and caddy-ratelimit's) that run on the
-// plan as they are: the same provisioned instance and its shared state
-// (verifier and token cache, keys file, policies, decision cache, audit
-// sinks and chain, rate-limit zones), on the request as Caddy's server
-// prepares it, so their decisions, placeholders, identity and audit events
-// are those of Caddy's path. Named by module ID so that this package
-// imports none of them.
-var duties = map[string]bool{
-	"http.handlers.audit":             true,
-	"http.handlers.jwt_auth":          true,
-	"http.handlers.api_key":           true,
-	"http.handlers.client_cert_auth":  true,
-	"http.handlers.rbac":              true,
-	"http.handlers.permission":        true,
-	"http.handlers.rate_limit":        true,
-	"http.handlers.gateway_dashboard": true,
-}
-
-// proxy compiles a reverse_proxy handler.
+// proxy compiles a reverse_proxy handler: the plan's own proxy step for
+// what it runs step for step as Caddy does, else Caddy's handler itself
+// (called as Caddy's route chain calls it; at Caddy's cost for that
+// handler, with the plan's savings around it).
 func (c *compiler) proxy(h *reverseproxy.Handler) (step, string) {
 	t, _ := h.Transport.(*caddyh1.Transport)
 	if ppt, ok := h.Transport.(reverseproxy.ProxyProtocolTransport); ok && ppt.ProxyProtocolEnabled() {
-		return nil, "reverse_proxy transport with proxy_protocol"
+		return caddyProxy(h, "reverse_proxy transport with proxy_protocol"), ""
 	}
 	if clt, ok := h.Transport.(reverseproxy.ContentLengthRequiredTransport); ok && clt.RequiresContentLength() {
-		return nil, "reverse_proxy transport " + moduleName(h.Transport)
+		return caddyProxy(h, "reverse_proxy transport "+moduleName(h.Transport)), ""
 	}
 	switch {
 	case len(h.HandleResponse) > 0:
-		return nil, "reverse_proxy handle_response"
+		return caddyProxy(h, "reverse_proxy handle_response"), ""
 	case h.RequestBuffers != 0:
-		return nil, "reverse_proxy request_buffers"
+		return caddyProxy(h, "reverse_proxy request_buffers"), ""
 	case h.ResponseBuffers != 0:
-		return nil, "reverse_proxy response_buffers"
+		return caddyProxy(h, "reverse_proxy response_buffers"), ""
 	case h.FlushInterval > 0:
-		return nil, "reverse_proxy flush_interval"
+		return caddyProxy(h, "reverse_proxy flush_interval"), ""
 	case h.Rewrite != nil:
-		return nil, "reverse_proxy rewrite"
+		return caddyProxy(h, "reverse_proxy rewrite"), ""
 	case len(h.TrustedProxies) > 0:
-		return nil, "reverse_proxy trusted_proxies"
+		return caddyProxy(h, "reverse_proxy trusted_proxies"), ""
 	case h.CB != nil:
-		return nil, "reverse_proxy circuit breaker"
+		return caddyProxy(h, "reverse_proxy circuit breaker"), ""
 	case h.LoadBalancing == nil || h.LoadBalancing.SelectionPolicy == nil:
-		return nil, "reverse_proxy without a selection policy"
+		return caddyProxy(h, "reverse_proxy without a selection policy"), ""
 	}
 	for _, set := range h.LoadBalancing.RetryMatch {
 		for _, m := range set {
-			if _, ok := m.(*caddyhttp.MatchExpression); ok || matcherSupport(m) != "" {
+			if _, ok := m.(*caddyhttp.MatchExpression); ok {
 				// (an expression may read the response: reverse_proxy
 				// retries on it, which the plan does not)
-				return nil, "reverse_proxy retry_match " + moduleName(m)
+				return caddyProxy(h, "reverse_proxy retry_match "+moduleName(m)), ""
 			}
 		}
 	}
@@ -214,18 +166,18 @@ func (c *compiler) proxy(h *reverseproxy.Handler) (step, string) {
 	}
 	if h.DynamicUpstreams != nil {
 		if id := moduleID(h.DynamicUpstreams); id != "http.reverse_proxy.upstreams.docker" {
-			return nil, "reverse_proxy dynamic upstreams " + id
+			return caddyProxy(h, "reverse_proxy dynamic upstreams "+id), ""
 		}
 		p.dynamic = h.DynamicUpstreams
 		p.caching, _ = h.DynamicUpstreams.(reverseproxy.CachingUpstreamSource)
 	}
 	for _, u := range h.Upstreams {
 		if strings.Contains(u.Dial, "{") {
-			return nil, "reverse_proxy upstream with placeholders (" + u.Dial + ")"
+			return caddyProxy(h, "reverse_proxy upstream with placeholders ("+u.Dial+")"), ""
 		}
 		di, err := parseDial(u.Dial)
 		if err != nil {
-			return nil, fmt.Sprintf("reverse_proxy upstream %s: %v", u.Dial, err)
+			return caddyProxy(h, fmt.Sprintf("reverse_proxy upstream %s: %v", u.Dial, err)), ""
 		}
 		p.static[u] = di
 	}
@@ -239,12 +191,18 @@ func (c *compiler) proxy(h *reverseproxy.Handler) (step, string) {
 	if tph, ok := h.Transport.(reverseproxy.RequestHeaderOpsTransport); ok {
 		if ops := tph.RequestHeaderOps(); ops != nil {
 			if err := ops.Provision(c.ctx); err != nil {
-				return nil, "reverse_proxy transport header operations: " + err.Error()
+				return caddyProxy(h, "reverse_proxy transport header operations: "+err.Error()), ""
 			}
 			p.transOps = ops
 		}
 	}
 	return p, ""
+}
+
+// caddyProxy is reverse_proxy's own handler as a step, with why the plan's
+// proxy step does not take it (for the debug log).
+func caddyProxy(h *reverseproxy.Handler, why string) step {
+	return &delegated{h: h, why: why}
 }
 
 func moduleID(m any) string {

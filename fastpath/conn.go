@@ -46,6 +46,7 @@ type conn struct {
 	ipOK        bool
 
 	lastMethod string
+	headSlack  int                // bytes of the head max_header_size does not count (readHead)
 	status     atomic.Int32       // stateIdle, stateActive, stateClosed
 	readable   func(uintptr) bool // idleRead, bound once
 	idleErr    error              // how idleRead ended, when not with bytes
@@ -299,6 +300,15 @@ func (c *conn) serve() {
 				return
 			}
 		}
+		// net/http counts max_header_size (plus 4096) from the bytes it
+		// reads after its wait for the next request: what that wait read
+		// (up to its 4096-byte buffer) is not counted, on every request
+		// but a connection's first. So the same head is refused on a new
+		// connection and taken on a reused one; the plan does as it does.
+		c.headSlack = 0
+		if !first {
+			c.headSlack = min(len(c.rb.Buffered()), readBufferSize)
+		}
 		first = false
 		c.status.Store(stateActive)
 		c.headDL = false
@@ -436,7 +446,7 @@ func (c *conn) headDeadline() {
 
 // readHead returns the next whole request head in the read buffer.
 func (c *conn) readHead() ([]byte, error) {
-	limit := c.l.headLimit
+	limit := c.l.headLimit + c.headSlack
 	from := 0
 	for {
 		buf := c.rb.Buffered()

@@ -201,14 +201,16 @@ func TestHandoffWebSocket(t *testing.T) {
 	}
 }
 
-// TestOffWhenUnsupported: a server with a handler the plan cannot run stays
-// wholly on Caddy's path, named with the reason, and answers as Caddy.
+// TestOffWhenUnsupported: a server with an option the plan does not honour
+// (read_body_idle with a minimum rate) stays wholly on Caddy's path, named
+// with the reason, and answers as Caddy: the option is never ignored.
 func TestOffWhenUnsupported(t *testing.T) {
-	caddytester.Load(t, adminPort, twin(twinOpts{}, `	templates
-	respond "{{.Host}}" 200`))
+	caddytester.Load(t, adminPort, twin(twinOpts{serverOpts: `		timeouts {
+			read_body_idle 5s 100
+		}`}, `	respond "{http.request.host}" 200`))
 	s := stats(t, "fast")
-	if s.On || s.Reason != "http.handlers.templates" {
-		t.Fatalf("want the fast path off for http.handlers.templates, got %+v", s)
+	if s.On || s.Reason != "read_min_rate" {
+		t.Fatalf("want the fast path off for read_min_rate, got %+v", s)
 	}
 	compareSeq(t, []difftest.Request{{Method: "GET", Path: "/"}})
 	if st := stats(t, "fast"); st.Served != 0 {

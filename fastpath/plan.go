@@ -31,8 +31,11 @@ type plan struct {
 	errRoutes []*route // handle_errors; nil when the server has none
 	strictSNI bool
 	altSvc    []string // HTTP/3 advertisement; nil when HTTP/3 is off
+	trusted   bool     // trusted_proxies (or trusted_proxies_unix) is set
 
-	errLogger *zap.Logger
+	errLogger *zap.Logger // http.log.error
+	access    *accessLog  // the server's access logs; nil without
+	trace     *zap.Logger // http.log.trace, with the trace server option; nil without
 }
 
 // route is one compiled route.
@@ -51,6 +54,7 @@ type route struct {
 // step is one compiled handler: run it with what comes after it.
 type step interface {
 	serve(ex *exchange, w http.ResponseWriter, next *cont) error
+	module() caddyhttp.MiddlewareHandler // the handler module it runs
 }
 
 // cont is what runs after a handler (Caddy's "next"): the rest of a
@@ -103,6 +107,9 @@ func (k *cont) run(w http.ResponseWriter) error {
 func (ex *exchange) runSteps(w http.ResponseWriter, steps []step, from int, next *cont) error {
 	if from == len(steps) {
 		return next.run(w)
+	}
+	if ex.plan.trace != nil {
+		ex.plan.traceStep(steps[from])
 	}
 	return steps[from].serve(ex, w, ex.newCont(contSteps, steps, nil, from+1, next))
 }
@@ -171,19 +178,26 @@ func (ex *exchange) newCont(kind contKind, steps []step, routes []*route, from i
 }
 
 // subroute is Caddy's subroute handler (handle, handle_path, route).
-type subroute struct{ routes []*route }
+type subroute struct {
+	h      *caddyhttp.Subroute
+	routes []*route
+}
+
+func (s *subroute) module() caddyhttp.MiddlewareHandler { return s.h }
 
 func (s *subroute) serve(ex *exchange, w http.ResponseWriter, next *cont) error {
 	return ex.runRoutes(w, s.routes, 0, next)
 }
 
-// delegated runs a Caddy handler module as it is, on the request as
-// Caddy's server prepares it. It is for handlers whose own work is cheap
-// next to what the fast path saves around them: headers, respond,
-// rewrite, vars, map, encode.
+// delegated runs a Caddy handler module as Caddy's route chain calls it:
+// its provisioned instance, on the request as Caddy's server prepares it,
+// with the plan's response writer and a "next" that goes on with the plan.
 type delegated struct {
-	h caddyhttp.MiddlewareHandler
+	h   caddyhttp.MiddlewareHandler
+	why string // why the plan has no step of its own for it ("": none needed)
 }
+
+func (d *delegated) module() caddyhttp.MiddlewareHandler { return d.h }
 
 func (d *delegated) serve(ex *exchange, w http.ResponseWriter, next *cont) error {
 	return d.h.ServeHTTP(w, ex.req, next)
@@ -214,7 +228,15 @@ type exchange struct {
 	rpPlaceholders caddy.ReplacerFunc
 	groupM         map[string]struct{}
 	extra          *caddyhttp.ExtraLogFields
-	orig           struct {
+
+	// access and error logs: the request as it came in, made when a record
+	// is written; scratch space
+	logReq       http.Request
+	logHdr       http.Header
+	logVals      []string
+	logScratch   []*zap.Logger
+	fieldScratch []zap.Field
+	orig         struct {
 		method, remoteAddr, requestURI string
 		url                            url.URL
 	}
@@ -341,6 +363,7 @@ func (ex *exchange) begin(now time.Time) {
 	ex.repl = nil // a new one when asked for (replacer)
 	ex.gone.reset()
 
+	ex.logReq.Header = nil // (made again when a record needs it)
 	ex.url = url.URL{Path: h.path, RawPath: h.rawPath, RawQuery: h.rawQuery}
 	if h.rawQuery == "" && strings.IndexByte(h.target, '?') >= 0 {
 		ex.url.ForceQuery = true
@@ -377,12 +400,6 @@ func (ex *exchange) begin(now time.Time) {
 		hdr["Cache-Control"] = noCacheValue
 	}
 
-	clear(ex.vars)
-	ex.vars[caddyhttp.TrustedProxyVarKey] = false
-	ex.vars[caddyhttp.ClientIPVarKey] = c.clientIPAny
-	ex.startBox = now
-	ex.vars["start_time"] = ex.startBox
-
 	r := &ex.shadow
 	*r = ex.tmpl
 	r.Method = h.method
@@ -397,6 +414,24 @@ func (ex *exchange) begin(now time.Time) {
 	r.Close = h.close
 	o := &ex.orig
 	o.method, o.remoteAddr, o.requestURI, o.url = r.Method, r.RemoteAddr, r.RequestURI, ex.url
+
+	clear(ex.vars)
+	if ex.plan.trusted {
+		// trusted_proxies: Caddy's own decision (prepareRequest's), from
+		// the request's headers, per request
+		trusted, ip := determineTrustedProxy(r, ex.plan.srv)
+		ex.vars[caddyhttp.TrustedProxyVarKey] = trusted
+		if ip == c.clientIP {
+			ex.vars[caddyhttp.ClientIPVarKey] = c.clientIPAny
+		} else {
+			ex.vars[caddyhttp.ClientIPVarKey] = ip
+		}
+	} else {
+		ex.vars[caddyhttp.TrustedProxyVarKey] = false
+		ex.vars[caddyhttp.ClientIPVarKey] = c.clientIPAny
+	}
+	ex.startBox = now
+	ex.vars["start_time"] = ex.startBox
 	switch {
 	case h.chunked:
 		r.ContentLength = -1
@@ -438,12 +473,26 @@ func (ex *exchange) serve(now time.Time) result {
 	if p.altSvc != nil {
 		w.handlerHeader["Alt-Svc"] = p.altSvc
 	}
+	if p.srv.EnableFullDuplex {
+		w.fullDuplex = true // (Caddy's server asks for it on every HTTP/1 request)
+	}
+	logging := p.access != nil && p.access.shouldLog(ex.req.Host)
 	err := ex.checkRequest()
 	if err == nil {
 		err = ex.runRoutes(w, p.routes, 0, ex.endCont())
 	}
+	duration := time.Since(now) // (as Caddy's: before the error routes)
 	if err != nil {
-		ex.handleError(w, err)
+		ex.handleError(w, err, duration)
+	}
+	if logging {
+		var writeErr error
+		if d := p.srv.WriteTimeout; d > 0 && duration >= time.Duration(d) {
+			// as Caddy: past the write timeout, flush, so that the record
+			// has the write error
+			writeErr = w.FlushError()
+		}
+		ex.logAccess(duration, writeErr)
 	}
 	ex.st.c.l.stats.served.Add(1)
 	if m := ex.st.c.l.metrics; m != nil {
@@ -483,32 +532,31 @@ func (ex *exchange) checkRequest() error {
 }
 
 // handleError is the end of Caddy's Server.ServeHTTP: the server's error
-// routes (handle_errors) answer, or an empty response with the status.
-func (ex *exchange) handleError(w *respWriter, err error) {
+// routes (handle_errors) answer, or an empty response with the status. The
+// error is logged as Caddy logs it: http.log.error (per host logger names
+// when the server has access logs), with the request as it came in and
+// the duration.
+func (ex *exchange) handleError(w *respWriter, err error, duration time.Duration) {
 	p := ex.plan
 	status, msg, fields := errValues(err)
-	logger := p.errLogger
+	r := ex.req
+	if orig, ok := r.Context().Value(caddyhttp.OriginalRequestCtxKey).(http.Request); ok {
+		r.Method = orig.Method
+		r.RemoteAddr = orig.RemoteAddr
+		r.RequestURI = orig.RequestURI
+		u := *orig.URL
+		*r.URL = u
+	}
+	loggers := ex.errLoggers(r)
 	if p.errRoutes != nil {
-		r := ex.req
-		if orig, ok := r.Context().Value(caddyhttp.OriginalRequestCtxKey).(http.Request); ok {
-			r.Method = orig.Method
-			r.RemoteAddr = orig.RemoteAddr
-			r.RequestURI = orig.RequestURI
-			u := *orig.URL
-			*r.URL = u
-		}
 		r = p.srv.Errors.WithError(r, err)
 		ex.setReq(r)
 		ex.err, ex.inErrors = err, true
 		if err2 := ex.runRoutes(w, p.errRoutes, 0, ex.endCont()); err2 == nil {
-			if ce := logger.Check(zapcore.DebugLevel, msg); ce != nil {
-				ce.Write(ex.logFields(fields)...)
-			}
+			ex.logError(loggers, zapcore.DebugLevel, msg, duration, fields)
 		} else {
-			if ce := logger.Check(zapcore.ErrorLevel, "error handling handler error"); ce != nil {
-				f := append([]zap.Field{zap.String("error", err2.Error()), zap.Namespace("first_error"), zap.String("msg", msg)}, ex.logFields(fields)...)
-				ce.Write(f...)
-			}
+			ex.logError(loggers, zapcore.ErrorLevel, "error handling handler error", duration,
+				append([]zap.Field{zap.String("error", err2.Error()), zap.Namespace("first_error"), zap.String("msg", msg)}, fields...))
 			if he, ok := err.(caddyhttp.HandlerError); ok {
 				w.WriteHeader(he.StatusCode)
 			} else {
@@ -521,18 +569,36 @@ func (ex *exchange) handleError(w *respWriter, err error) {
 	if status >= 500 {
 		lvl = zapcore.ErrorLevel
 	}
-	if ce := logger.Check(lvl, msg); ce != nil {
-		ce.Write(ex.logFields(fields)...)
-	}
+	ex.logError(loggers, lvl, msg, duration, fields)
 	w.WriteHeader(status)
 }
 
-func (ex *exchange) logFields(fields []zap.Field) []zap.Field {
-	r := ex.req
-	return append([]zap.Field{
-		zap.Object("request", caddyhttp.LoggableHTTPRequest{Request: r}),
-		zap.Duration("duration", time.Since(ex.start)),
-	}, fields...)
+// errLoggers are the loggers of the request's error: http.log.error, or
+// with access logs the names the request's host maps to.
+func (ex *exchange) errLoggers(r *http.Request) []*zap.Logger {
+	p := ex.plan
+	if p.access == nil {
+		return append(ex.logScratch[:0], p.errLogger)
+	}
+	return p.access.loggers(ex.logScratch[:0], p.errLogger, ex.vars, r.Host)
+}
+
+func (ex *exchange) logError(loggers []*zap.Logger, lvl zapcore.Level, msg string, duration time.Duration, fields []zap.Field) {
+	var all []zap.Field
+	for _, l := range loggers {
+		ce := l.Check(lvl, msg)
+		if ce == nil {
+			continue
+		}
+		if all == nil {
+			all = append([]zap.Field{
+				zap.Object("request", (*loggedRequest)(ex)),
+				zap.Duration("duration", duration),
+			}, fields...)
+		}
+		ce.Write(all...)
+	}
+	clear(loggers)
 }
 
 // errValues is Caddy's errLogValues: the status, message and log fields of

@@ -223,34 +223,56 @@ func (ps *proxyState) prepare(r *http.Request, derived bool) *http.Request {
 	return out
 }
 
-// addForwarded is reverse_proxy's addForwardedHeaders for a client that is
-// not a trusted proxy (the plan is off for configs with trusted proxies).
+// addForwarded is reverse_proxy's addForwardedHeaders: from a trusted
+// proxy (trusted_proxies), X-Forwarded-For grows and the proxy's
+// X-Forwarded-Proto and X-Forwarded-Host are kept; from anyone else they
+// are replaced.
 func (ps *proxyState) addForwarded(out *http.Request) {
 	hdr := out.Header
 	c := ps.ex.st.c
-	if out.RemoteAddr == "@" || !c.ipOK {
+	trusted, _ := ps.ex.vars[caddyhttp.TrustedProxyVarKey].(bool)
+	unix := out.RemoteAddr == "@"
+	if unix && !trusted || !unix && !c.ipOK {
 		delete(hdr, "X-Forwarded-For")
 		delete(hdr, "X-Forwarded-Proto")
 		delete(hdr, "X-Forwarded-Host")
 		return
 	}
 	if v, ok := hdr["X-Forwarded-For"]; !(ok && v == nil) {
-		hdr["X-Forwarded-For"] = c.xff
+		switch {
+		case trusted && len(v) > 0 && strings.Join(v, ", ") != "":
+			prior := strings.Join(v, ", ")
+			if !unix {
+				prior += ", " + c.xff[0]
+			}
+			hdr["X-Forwarded-For"] = []string{prior}
+		case !unix:
+			hdr["X-Forwarded-For"] = c.xff
+		}
 	}
 	if v, ok := hdr["X-Forwarded-Proto"]; !(ok && v == nil) {
-		if out.TLS == nil {
+		switch {
+		case trusted && len(v) > 0 && v[len(v)-1] != "":
+			hdr["X-Forwarded-Proto"] = v[len(v)-1:]
+		case out.TLS == nil:
 			hdr["X-Forwarded-Proto"] = protoHTTP
-		} else {
+		default:
 			hdr["X-Forwarded-Proto"] = protoHTTPS
 		}
 	}
 	if v, ok := hdr["X-Forwarded-Host"]; !(ok && v == nil) {
-		if len(ps.xfh) != 1 || ps.xfh[0] != out.Host {
-			ps.xfh = []string{out.Host}
+		if trusted && len(v) > 0 && v[len(v)-1] != "" {
+			hdr["X-Forwarded-Host"] = v[len(v)-1:]
+		} else {
+			if len(ps.xfh) != 1 || ps.xfh[0] != out.Host {
+				ps.xfh = []string{out.Host}
+			}
+			hdr["X-Forwarded-Host"] = ps.xfh
 		}
-		hdr["X-Forwarded-Host"] = ps.xfh
 	}
 }
+
+func (p *proxyStep) module() caddyhttp.MiddlewareHandler { return p.h }
 
 func (p *proxyStep) serve(ex *exchange, w http.ResponseWriter, next *cont) error {
 	r := ex.req

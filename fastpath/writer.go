@@ -43,6 +43,7 @@ type respWriter struct {
 	closeAfter    bool
 	handlerDone   bool
 	tooBig        bool // the unread request body was too large to drain
+	fullDuplex    bool // EnableFullDuplex: the body is not read before the head
 
 	canWriteContinue bool // a 100 Continue may still be sent
 	wroteContinue    bool
@@ -54,6 +55,12 @@ type respWriter struct {
 	sawEOF   bool
 
 	bytesOut int64 // body bytes sent, for the audit log and metrics
+
+	// what Caddy's access log recorder sees: the last status written
+	// (informational ones too, until a final one), the body bytes the
+	// handlers wrote
+	logStatus int
+	size      int64
 }
 
 // bufferBeforeChunkingSize is net/http's: this much of a response body is
@@ -121,6 +128,7 @@ func (w *respWriter) WriteHeader(code int) {
 	if w.wroteHeader {
 		return // net/http logs a "superfluous response.WriteHeader call"
 	}
+	w.logStatus = code
 	if code < 100 || code > 999 {
 		panic(fmt.Sprintf("invalid WriteHeader code %v", code))
 	}
@@ -156,6 +164,12 @@ func (w *respWriter) WriteHeader(code int) {
 
 // Write writes body bytes.
 func (w *respWriter) Write(p []byte) (int, error) {
+	n, err := w.write(p)
+	w.size += int64(n)
+	return n, err
+}
+
+func (w *respWriter) write(p []byte) (int, error) {
 	if w.canWriteContinue {
 		w.canWriteContinue = false
 	}
@@ -257,7 +271,13 @@ func (w *respWriter) SetReadDeadline(t time.Time) error {
 	w.c.readDL = t
 	return w.c.nc.SetReadDeadline(t)
 }
-func (w *respWriter) EnableFullDuplex() error { return http.ErrNotSupported }
+
+// EnableFullDuplex lets the handler read the request body after the
+// response head went out (net/http's: the body is then not read ahead).
+func (w *respWriter) EnableFullDuplex() error {
+	w.fullDuplex = true
+	return nil
+}
 
 // finish ends the response after the handler returned; it reports whether
 // the connection can serve another request.
@@ -388,7 +408,7 @@ func (w *respWriter) commit(p []byte) {
 
 	// Read the rest of the request body first, so that clients that send a
 	// whole request before reading the response do not deadlock.
-	if !b.empty() && !w.closeAfter {
+	if !b.empty() && !w.closeAfter && !w.fullDuplex {
 		switch {
 		case b.closed && !b.sawEOF && b.err != nil:
 			w.closeAfter = true

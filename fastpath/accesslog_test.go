@@ -1,0 +1,196 @@
+package fastpath
+
+import (
+	"bufio"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"path/filepath"
+	"reflect"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/apigate/gateway/internal/caddytester"
+	"github.com/apigate/gateway/internal/difftest"
+)
+
+// accessLogConfig has three sites on both servers (plain, on Caddy's path,
+// and fast): a.example with a JSON access log and the log directives,
+// b.example with a log of its own name, c.example with none (so skipped).
+// Errors are logged through the per-host loggers too (error logs of a
+// server with access logs follow the host's logger names).
+func accessLogConfig(logA, logB, up string) string {
+	return fmt.Sprintf(`{
+	admin localhost:%[1]d
+	http_port 20400
+	https_port 20401
+	grace_period 1ms
+	servers :%[2]d {
+		name plain
+		trusted_proxies static private_ranges
+	}
+	servers :%[3]d {
+		name fast
+		trusted_proxies static private_ranges
+		listener_wrappers {
+			apigate
+		}
+	}
+}
+http://a.example:%[2]d, http://a.example:%[3]d {
+	log {
+		output file %[4]s
+		format json
+	}
+	log_skip /skip/*
+	log_append x_name {http.request.header.X-Name}
+	log_append @post early_body {http.request.body}
+	log_name /renamed/* other
+	log_level /quiet/* DEBUG
+	@post method POST
+	handle /up/* {
+		reverse_proxy %[6]s {
+			transport h1
+		}
+	}
+	handle /err/* {
+		error "broken {path}" 503
+	}
+	handle /none/* {
+	}
+	handle /large {
+		respond "%[7]s" 200
+	}
+	handle {
+		header X-Site a
+		respond "a {path} {client_ip}" 200
+	}
+}
+http://b.example:%[2]d, http://b.example:%[3]d {
+	log blog {
+		output file %[5]s
+		format json
+	}
+	respond "b {uri}" 201
+}
+http://c.example:%[2]d, http://c.example:%[3]d {
+	respond "c" 200
+}
+`, adminPort, plainPort, fastPort, logA, logB, up, strings.Repeat("L", 3000))
+}
+
+// TestAccessLog: with access logs on, the fast path serves the server
+// (the plan writes the records), and each record is Caddy's, field by
+// field: the same logger, message, level, request (every header field the
+// client sent, the client IP from trusted_proxies), bytes read, user,
+// size, status, response headers, extra fields, in the same order; only
+// the time, the duration and the client's port differ.
+func TestAccessLog(t *testing.T) {
+	dir := t.TempDir()
+	logA, logB := filepath.Join(dir, "a.log"), filepath.Join(dir, "b.log")
+	up := newEchoUpstream(t)
+	caddytester.Load(t, adminPort, accessLogConfig(logA, logB, up.Addr()))
+	requireFast(t, "fast")
+
+	body := func(s string) func() io.Reader { return func() io.Reader { return strings.NewReader(s) } }
+	a := func(h http.Header) http.Header {
+		out := http.Header{"Host": {"a.example"}}
+		for k, v := range h {
+			out[k] = v
+		}
+		return out
+	}
+	seq := []difftest.Request{
+		{Method: "GET", Path: "/hello?q=1", Header: a(http.Header{"X-Name": {"n1"}, "X_under": {"u"}, "Authorization": {"Bearer secret"}, "Cookie": {"c=1"}})},
+		{Method: "GET", Path: "/hello", Header: a(http.Header{"X-Forwarded-For": {"203.0.113.9"}, "Pragma": {"no-cache"}})},
+		{Method: "HEAD", Path: "/hello", Header: a(nil)},
+		{Method: "POST", Path: "/up/echo", Header: a(http.Header{"Content-Type": {"text/plain"}}), Body: body("posted body"), Length: 11},
+		{Method: "POST", Path: "/up/chunked", Header: a(nil), Body: body("chunked body"), Length: -1},
+		{Method: "GET", Path: "/err/x", Header: a(nil)},
+		{Method: "GET", Path: "/none/x", Header: a(nil)},
+		// (a body the handler does not read: the server drains it, which
+		// the record does not count)
+		{Method: "POST", Path: "/large", Header: a(nil), Body: body("unread body"), Length: 11},
+		{Method: "GET", Path: "/skip/x", Header: a(nil)},
+		{Method: "GET", Path: "/renamed/x", Header: a(nil)},
+		{Method: "GET", Path: "/quiet/x", Header: a(nil)},
+		{Method: "DELETE", Path: "/b/path?x=%20y", Header: http.Header{"Host": {"b.example"}}},
+		{Method: "GET", Path: "/c", Header: http.Header{"Host": {"c.example"}}},
+	}
+	before := servedCount(t, "fast")
+	compareSeq(t, seq)
+	if n := servedCount(t, "fast") - before; int(n) != len(seq) {
+		t.Errorf("the fast path served %v of %d requests", n, len(seq))
+	}
+	for _, file := range []string{logA, logB} {
+		plain, fast := readAccessLog(t, file)
+		if len(plain) == 0 {
+			t.Fatalf("%s: no records", file)
+		}
+		if len(plain) != len(fast) {
+			t.Errorf("%s: %d records from Caddy's path, %d from the fast path", file, len(plain), len(fast))
+		}
+		for i := 0; i < min(len(plain), len(fast)); i++ {
+			if !reflect.DeepEqual(plain[i], fast[i]) {
+				t.Errorf("%s: record %d differs\nCaddy's path: %v\nfast path:    %v", file, i, plain[i], fast[i])
+			}
+		}
+	}
+}
+
+// logRecord is one access log record, normalized: its keys in order, and
+// the values but the time, the duration and the client's port.
+type logRecord struct {
+	Keys   []string
+	Values map[string]any
+}
+
+// readAccessLog reads a JSON access log file (waiting for the writes of
+// both servers), split by server: compareSeq sends its requests to Caddy's
+// path first, and each record is written before its response is sent.
+func readAccessLog(t *testing.T, file string) (plain, fast []logRecord) {
+	t.Helper()
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		var all []logRecord
+		f, err := os.Open(file)
+		if err == nil {
+			sc := bufio.NewScanner(f)
+			sc.Buffer(nil, 1<<20)
+			for sc.Scan() {
+				all = append(all, normRecord(t, sc.Bytes()))
+			}
+			f.Close()
+		}
+		if len(all) > 0 && len(all)%2 == 0 || time.Now().After(deadline) {
+			return all[:len(all)/2], all[len(all)/2:]
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+func normRecord(t *testing.T, line []byte) logRecord {
+	t.Helper()
+	var m map[string]any
+	if err := json.Unmarshal(line, &m); err != nil {
+		t.Fatalf("a record that is not JSON: %q: %v", line, err)
+	}
+	dec := json.NewDecoder(strings.NewReader(string(line)))
+	dec.Token()
+	var keys []string
+	for dec.More() {
+		k, _ := dec.Token()
+		keys = append(keys, k.(string))
+		var skip json.RawMessage
+		dec.Decode(&skip)
+	}
+	delete(m, "ts")
+	delete(m, "duration")
+	if req, ok := m["request"].(map[string]any); ok {
+		delete(req, "remote_port")
+	}
+	return logRecord{Keys: keys, Values: m}
+}
