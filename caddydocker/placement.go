@@ -165,9 +165,14 @@ func policiesOf(raw json.RawMessage) []string {
 	if json.Unmarshal(raw, &rt) != nil {
 		return nil
 	}
+	return policyNames(rt.Handle, gating(rt.Match))
+}
+
+// policyNames names the policies among handlers (gate: behind a gating
+// matcher).
+func policyNames(handlers []json.RawMessage, gate bool) []string {
 	var out []string
-	gate := gating(rt.Match)
-	for _, h := range rt.Handle {
+	for _, h := range handlers {
 		var hj struct {
 			Handler string            `json:"handler"`
 			Abort   bool              `json:"abort"`
@@ -249,6 +254,26 @@ func siteName(raw json.RawMessage) string {
 	return "the site for every host"
 }
 
+// isSiteRoute reports whether a top-level route is a site block: one
+// subroute, matched by host or by nothing, not a handle block. (A
+// Caddyfile with a single site without hosts has its directives at the
+// top level instead.)
+func isSiteRoute(raw json.RawMessage) bool {
+	var rt routeJSONView
+	if json.Unmarshal(raw, &rt) != nil || rt.Group != "" || len(rt.Handle) != 1 {
+		return false
+	}
+	for _, set := range rt.Match {
+		for k := range set {
+			if k != "host" {
+				return false
+			}
+		}
+	}
+	hs := routeHandlers(raw)
+	return len(hs) == 1 && hs[0].Handler == "subroute"
+}
+
 // PlacementWarnings says, for a server's route list, where site policies
 // do not cover the discovered routes: with the default placement (the
 // docker_routes route in front of the server's routes), every policy of
@@ -256,63 +281,75 @@ func siteName(raw json.RawMessage) string {
 // after it (a `respond @blocked 403` written beside it: Caddy orders
 // respond, error and abort after the handle blocks and docker_routes).
 func PlacementWarnings(server string, routes []json.RawMessage) []string {
-	var out []string
-	if len(routes) > 0 && SameRoutes(routes[:1], []json.RawMessage{RoutesHandlerRoute}) {
-		for _, r := range routes[1:] {
-			if isCatchAll(r) {
-				continue
-			}
+	if len(routes) == 0 || !SameRoutes(routes[:1], []json.RawMessage{RoutesHandlerRoute}) {
+		return after(server, "the site for every host", routes, true)
+	}
+	var out, flat []string
+	for _, r := range routes[1:] {
+		switch {
+		case isCatchAll(r):
+		case isSiteRoute(r):
 			var names []string
-			for _, h := range routeHandlers(r) {
-				if h.Handler != "subroute" {
-					continue
-				}
-				for _, sr := range h.Routes {
-					names = append(names, policiesOf(sr)...)
-				}
+			for _, sr := range routeHandlers(r)[0].Routes {
+				names = append(names, policiesOf(sr)...)
 			}
 			if len(names) > 0 {
-				out = append(out, fmt.Sprintf("server %s: discovered routes run in front of %s, so its %s do not apply to them; put `docker_routes` in the site where they should run (docs/caddydocker.md, \"Where discovered routes run\")",
-					server, siteName(r), strings.Join(uniq(names), ", ")))
+				out = append(out, frontWarning(server, siteName(r), names))
 			}
+		default:
+			flat = append(flat, policiesOf(r)...)
 		}
-		return out
 	}
-	for _, r := range routes {
-		if isCatchAll(r) {
-			continue
-		}
-		out = append(out, after(server, siteName(r), []json.RawMessage{r})...)
+	if len(flat) > 0 {
+		out = append(out, frontWarning(server, "the site for every host", flat))
 	}
 	return out
 }
 
-// after finds the docker_routes handler in routes (one level of a site)
-// and names the policies after it, at its level and at each level around
-// it; nil when routes hold none.
-func after(server, site string, routes []json.RawMessage) []string {
+func frontWarning(server, site string, names []string) string {
+	return fmt.Sprintf("server %s: discovered routes run in front of %s, so its %s do not apply to them; put `docker_routes` in the site where they should run (docs/caddydocker.md, \"Where discovered routes run\")",
+		server, site, strings.Join(uniq(names), ", "))
+}
+
+// after finds the docker_routes handler in routes (one level: the server's
+// routes when top, else a subroute's) and names the policies that run
+// after it, at its level and at each level around it; nil when routes
+// hold none.
+func after(server, site string, routes []json.RawMessage, top bool) []string {
 	for i, r := range routes {
-		found, inner := false, []string(nil)
-		for _, h := range routeHandlers(r) {
-			switch {
-			case h.Handler == "docker_routes" && !h.CatchAll:
-				found = true
-			case h.Handler == "subroute" && HasRoutesHandler(h.Routes):
-				found, inner = true, after(server, site, h.Routes)
-			}
-		}
-		if !found {
+		var rt routeJSONView
+		if json.Unmarshal(r, &rt) != nil {
 			continue
 		}
-		var names []string
-		for _, later := range routes[i+1:] {
-			names = append(names, policiesOf(later)...)
+		hs := routeHandlers(r)
+		for j, h := range hs {
+			var inner []string
+			switch {
+			case h.Handler == "docker_routes" && !h.CatchAll:
+			case h.Handler == "subroute" && HasRoutesHandler(h.Routes):
+				innerSite := site
+				if top && isSiteRoute(r) {
+					innerSite = siteName(r)
+				}
+				inner = after(server, innerSite, h.Routes, false)
+			default:
+				continue
+			}
+			var names []string
+			if j+1 < len(rt.Handle) {
+				names = policyNames(rt.Handle[j+1:], gating(rt.Match))
+			}
+			for _, later := range routes[i+1:] {
+				if !isCatchAll(later) {
+					names = append(names, policiesOf(later)...)
+				}
+			}
+			if len(names) > 0 {
+				inner = append(inner, fmt.Sprintf("server %s, %s: %s runs after docker_routes, so it does not apply to discovered routes; write it before docker_routes in a `route` block, or as a `handle` block and docker_routes in the site's catch-all `handle` (docs/caddydocker.md, \"Where discovered routes run\")",
+					server, site, strings.Join(uniq(names), ", ")))
+			}
+			return inner
 		}
-		if len(names) > 0 {
-			inner = append(inner, fmt.Sprintf("server %s, %s: %s runs after docker_routes, so it does not apply to discovered routes; write it before docker_routes in a `route` block, or as a `handle` block and docker_routes in the site's catch-all `handle` (docs/caddydocker.md, \"Where discovered routes run\")",
-				server, site, strings.Join(uniq(names), ", ")))
-		}
-		return inner
 	}
 	return nil
 }

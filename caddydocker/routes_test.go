@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 )
 
 var update = flag.Bool("update", false, "rewrite golden files in testdata/routes")
@@ -364,5 +365,69 @@ func BenchmarkBuildRoutes(b *testing.B) {
 		if err != nil || len(plan.Routes) != 50 {
 			b.Fatal(err)
 		}
+	}
+}
+
+// TestTrackVanished: a route that leaves the route set answers 404
+// no_route (its matcher, after the live routes) until keep ends or it is
+// live again; a route without a matcher never does.
+func TestTrackVanished(t *testing.T) {
+	build := func(cs ...Container) Plan {
+		t.Helper()
+		p, err := BuildRoutes(Discover(cs, fullLabels), testOpts)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	orders := c("orders", base("gateway.router.api.path_prefix", "/orders")...)
+	billing := c("billing", base("gateway.router.api.path_prefix", "/billing")...)
+	root := c("root", base("gateway.router.api.path_prefix", "/")...)
+	vanished := map[string]VanishedRoute{}
+	t0 := time.Unix(1_800_000_000, 0)
+	before := build(orders, billing, root)
+	trackVanished("gateway", vanished, nil, &before, time.Hour, t0)
+	if len(before.Vanished) != 0 || len(before.Routes) != 3 {
+		t.Fatalf("nothing vanished yet: %+v", before.Vanished)
+	}
+
+	now := build(billing)
+	trackVanished("gateway", vanished, &before, &now, time.Hour, t0.Add(time.Minute))
+	if len(now.Vanished) != 1 || now.Vanished[0].ID != "docker:gateway:orders:api" {
+		t.Fatalf("vanished %+v, want orders only (the route without a matcher never)", now.Vanished)
+	}
+	last := now.Routes[len(now.Routes)-1]
+	if RouteID(last) != "docker:gateway:vanished:orders:api" || !strings.Contains(string(last), `"status_code":404`) ||
+		!strings.Contains(string(last), `/orders/*`) {
+		t.Fatalf("vanished route: %s", last)
+	}
+	if now.Hash != HashRoutes(now.Routes) || now.Hash == build(billing).Hash {
+		t.Fatalf("the hash does not cover the vanished route")
+	}
+
+	// still gone later: kept, from the first time it went
+	later := build(billing)
+	trackVanished("gateway", vanished, &now, &later, time.Hour, t0.Add(30*time.Minute))
+	if len(later.Vanished) != 1 || !later.Vanished[0].Since.Equal(t0.Add(time.Minute)) {
+		t.Fatalf("vanished %+v", later.Vanished)
+	}
+	// keep over
+	expired := build(billing)
+	trackVanished("gateway", vanished, &later, &expired, time.Hour, t0.Add(time.Hour+time.Minute))
+	if len(expired.Vanished) != 0 || len(expired.Routes) != 1 {
+		t.Fatalf("expired: %+v", expired.Vanished)
+	}
+	// back, then gone, then live again
+	trackVanished("gateway", vanished, &before, &expired, time.Hour, t0.Add(2*time.Hour))
+	again := build(orders, billing)
+	trackVanished("gateway", vanished, &expired, &again, time.Hour, t0.Add(3*time.Hour))
+	if len(again.Vanished) != 0 || len(vanished) != 0 {
+		t.Fatalf("a live route is not vanished: %+v", again.Vanished)
+	}
+	// keep 0: none
+	off := build(billing)
+	trackVanished("gateway", vanished, &before, &off, 0, t0)
+	if len(off.Vanished) != 0 {
+		t.Fatalf("forget_after 0 kept %+v", off.Vanished)
 	}
 }
