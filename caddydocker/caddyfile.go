@@ -56,6 +56,7 @@ func parseGlobalOption(d *caddyfile.Dispenser, existing any) (any, error) {
 //		resync_interval 30s
 //		stream_close_delay 1h
 //		forget_after    24h       # a gone service's routes answer 404 no_route this long
+//		scope           <label>=<value> ...  # route only the containers with these labels
 //		state_file      /var/lib/gateway/docker-routes.json
 //		server          gateway
 //		admin           localhost:2019   # default: the config's own admin address
@@ -134,6 +135,17 @@ func (a *App) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 				a.Debounce = caddy.Duration(dur)
 			} else {
 				a.ResyncInterval = caddy.Duration(dur)
+			}
+		case "scope":
+			args := d.RemainingArgs()
+			if len(args) == 0 {
+				return d.Errf("scope: expected <label>=<value> (or <label>), e.g. scope com.docker.compose.project=shop")
+			}
+			for _, arg := range args {
+				if _, err := ParseScope(arg); err != nil {
+					return d.Errf("%v", err)
+				}
+				a.Scope = append(a.Scope, arg)
 			}
 		case "fleet":
 			f, err := parseFleet(d)

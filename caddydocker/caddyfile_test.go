@@ -84,6 +84,12 @@ func TestUnmarshalCaddyfile(t *testing.T) {
 		{name: "fleet ttl", input: "docker {\n fleet {\n  advertise x\n  ttl soon\n }\n}", wantErr: `fleet ttl "soon"`},
 		{name: "fleet two buckets", input: "docker {\n fleet {\n  advertise x\n  bucket a b\n }\n}", wantErr: "fleet bucket: expected one value, got 2"},
 		{name: "fleet unknown", input: "docker {\n fleet {\n  advertise x\n  ttls 5s\n }\n}", wantErr: "unrecognized subdirective 'ttls'"},
+		{name: "scope", input: "docker {\n scope com.docker.compose.project=shop gateway.instance\n scope tier=\n}"},
+		{name: "scope without label", input: "docker {\n scope\n}", wantErr: "scope: expected <label>=<value>"},
+		{name: "scope without key", input: "docker {\n scope =shop\n}", wantErr: `invalid scope "=shop"`},
+		{name: "forget_after", input: "docker {\n forget_after 0\n}"},
+		{name: "bad forget_after", input: "docker {\n forget_after later\n}", wantErr: `invalid forget_after "later"`},
+		{name: "negative forget_after", input: "docker {\n forget_after -1h\n}", wantErr: "invalid forget_after \"-1h\": must not be negative"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			var a App
@@ -116,6 +122,8 @@ func TestValidate(t *testing.T) {
 		{name: "fleet short ttl", app: App{Fleet: &FleetOptions{Advertise: "10.0.0.5", Node: "h1", TTL: caddy.Duration(1e8)}}, wantErr: "docker: fleet:"},
 		{name: "fleet bad node", app: App{Fleet: &FleetOptions{Advertise: "10.0.0.5", Node: "a b"}}, wantErr: "docker: fleet:"},
 		{name: "fleet advertise with port", app: App{Fleet: &FleetOptions{Advertise: "10.0.0.5:80", Node: "h1"}}, wantErr: "docker: fleet:"},
+		{name: "bad scope", app: App{Scope: []string{"a b=c"}}, wantErr: `docker: invalid scope "a b=c"`},
+		{name: "negative forget_after", app: App{ForgetAfter: func() *caddy.Duration { d := caddy.Duration(-1); return &d }()}, wantErr: "invalid forget_after"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			err := tc.app.Validate()

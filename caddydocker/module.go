@@ -99,6 +99,14 @@ type App struct {
 	// once, as Caddy does by default. Default: 1h.
 	StreamCloseDelay *caddy.Duration `json:"stream_close_delay,omitempty"`
 
+	// Scope are labels a container must carry (all of them) for this
+	// gateway to route it, beside gateway.enable=true: "<label>=<value>",
+	// or "<label>" for the label with any value. Several gateways (or
+	// several Compose projects) on one engine each route their own, e.g.
+	// "com.docker.compose.project=shop" or "gateway.instance=edge".
+	// Default: none (every opted-in container).
+	Scope []string `json:"scope,omitempty"`
+
 	// ForgetAfter is how long the routes of a service that is gone (its
 	// last container stopped, or its labels no longer claim them) keep
 	// answering 404 {"error":"no_route"} in the docker_routes handlers, so
@@ -188,6 +196,13 @@ func (a *App) Provision(ctx caddy.Context) error {
 	}
 	build.RBAC = rbacBuilder(rbacBase)
 	labels := LabelOptions{HaveJWT: len(build.JWTAuth) > 0, HavePermission: len(build.Permission) > 0}
+	for _, sc := range a.Scope {
+		l, err := ParseScope(sc)
+		if err != nil {
+			return fmt.Errorf("docker: %w", err)
+		}
+		labels.Scope = append(labels.Scope, l)
+	}
 
 	if err := globalMetrics().register(ctx.GetMetricsRegistry()); err != nil {
 		return fmt.Errorf("docker: registering metrics: %w", err)
@@ -352,6 +367,11 @@ func (a *App) Validate() error {
 	}
 	if a.StreamCloseDelay != nil && *a.StreamCloseDelay < 0 {
 		return fmt.Errorf("docker: invalid stream_close_delay %s: must not be negative", time.Duration(*a.StreamCloseDelay))
+	}
+	for _, sc := range a.Scope {
+		if _, err := ParseScope(sc); err != nil {
+			return fmt.Errorf("docker: %w", err)
+		}
 	}
 	if a.ForgetAfter != nil && *a.ForgetAfter < 0 {
 		return fmt.Errorf("docker: invalid forget_after %s: must not be negative", time.Duration(*a.ForgetAfter))

@@ -47,11 +47,11 @@ const (
 
 // Discover parses the labels of every opted-in container and returns them
 // sorted by container name, then ID, each with its State. Containers that
-// did not opt in are left out.
+// did not opt in, or lack a label of opts.Scope, are left out.
 func Discover(containers []Container, opts LabelOptions) []Discovered {
 	out := make([]Discovered, 0, len(containers))
 	for _, c := range containers {
-		if !Enabled(c.Labels) {
+		if !Enabled(c.Labels) || !InScope(c.Labels, opts.Scope) {
 			continue
 		}
 		svc, errs := ParseLabels(c, opts)

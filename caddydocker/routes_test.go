@@ -431,3 +431,32 @@ func TestTrackVanished(t *testing.T) {
 		t.Fatalf("forget_after 0 kept %+v", off.Vanished)
 	}
 }
+
+// TestScope: only containers with every scope label are discovered; a
+// scope label under gateway.* is not an unknown label.
+func TestScope(t *testing.T) {
+	mine := c("mine", base("gateway.router.api.path_prefix", "/mine", "gateway.instance", "edge", "tier", "front")...)
+	other := c("other", base("gateway.router.api.path_prefix", "/other", "gateway.instance", "internal", "tier", "front")...)
+	bare := c("bare", base("gateway.router.api.path_prefix", "/bare")...)
+	opts := fullLabels
+	for _, s := range []string{"gateway.instance=edge", "tier"} {
+		l, err := ParseScope(s)
+		if err != nil {
+			t.Fatal(err)
+		}
+		opts.Scope = append(opts.Scope, l)
+	}
+	ds := Discover([]Container{mine, other, bare}, opts)
+	if len(ds) != 1 || ds[0].Container.Name != "mine" || ds[0].State != StateRouted || len(ds[0].Errors) != 0 {
+		t.Fatalf("discovered %+v, want mine only, routed", ds)
+	}
+	// without the scope, gateway.instance is an unknown label
+	if ds := Discover([]Container{mine}, fullLabels); len(ds) != 1 || ds[0].State != StateInvalid {
+		t.Fatalf("without scope: %+v", ds)
+	}
+	for _, bad := range []string{"", "=x", " =x", "a b"} {
+		if _, err := ParseScope(bad); err == nil {
+			t.Errorf("ParseScope(%q) accepted", bad)
+		}
+	}
+}

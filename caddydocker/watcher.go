@@ -96,6 +96,11 @@ type Snapshot struct {
 	// Placement says where site policies of the server do not cover the
 	// discovered routes (PlacementWarnings), at the last apply.
 	Placement []string `json:"placement,omitempty"`
+	// Scope are the labels this gateway routes containers by (the app's
+	// scope option); OutOfScope counts the opted-in containers without
+	// them, which it leaves alone.
+	Scope      []string `json:"scope,omitempty"`
+	OutOfScope int      `json:"out_of_scope,omitempty"`
 }
 
 // RouteApplier applies discovered routes to a server (the admin API client).
@@ -173,6 +178,14 @@ type Watcher struct {
 	stopPolled bool
 }
 
+func scopeStrings(scope []ScopeLabel) []string {
+	var out []string
+	for _, l := range scope {
+		out = append(out, l.String())
+	}
+	return out
+}
+
 // HealthPoll is how often the watcher re-lists while a container has a
 // health check, since Podman reports health changes in no event.
 const HealthPoll = 2 * time.Second
@@ -210,7 +223,7 @@ func NewWatcher(cfg WatcherConfig, engine Engine, applier RouteApplier, log *zap
 		gone:     map[string]bool{},
 		stopping: map[string]time.Time{},
 		warned:   map[string]bool{},
-		snap:     Snapshot{Server: cfg.Server},
+		snap:     Snapshot{Server: cfg.Server, Scope: scopeStrings(cfg.Labels.Scope)},
 	}
 }
 
@@ -572,6 +585,14 @@ func (w *Watcher) build() {
 	}
 	ds := Discover(containers, w.cfg.Labels)
 	w.logLabelErrors(ds)
+	outOfScope := 0
+	if len(w.cfg.Labels.Scope) > 0 {
+		for _, c := range containers {
+			if Enabled(c.Labels) && !InScope(c.Labels, w.cfg.Labels.Scope) {
+				outOfScope++
+			}
+		}
+	}
 	plan, err := BuildRoutes(ds, w.cfg.Build)
 	if err == nil {
 		if w.vanished == nil {
@@ -609,6 +630,7 @@ func (w *Watcher) build() {
 	w.update(func(s *Snapshot) {
 		s.Containers, s.Warnings, s.Routes, s.Hash = ds, plan.Warnings, len(plan.Routes)-len(plan.Vanished), plan.Hash
 		s.EngineReachable, s.FromStateFile, s.Vanished = w.reachable, false, plan.Vanished
+		s.OutOfScope = outOfScope
 	})
 	// (setPools adds the canary conflicts to the snapshot's warnings)
 	w.plan, w.containers, w.fromState = &plan, containers, false
