@@ -246,6 +246,7 @@ func (a *App) Provision(ctx caddy.Context) error {
 		}
 		wc := WatcherConfig{
 			Server:    a.Server,
+			Engine:    a.Host,
 			Debounce:  time.Duration(a.Debounce),
 			Resync:    time.Duration(a.ResyncInterval),
 			StateFile: a.StateFile,

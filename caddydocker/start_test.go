@@ -116,8 +116,8 @@ func TestStartsFromStateFile(t *testing.T) {
 		routed(t, "right after a reload")
 		startGateway(t, startConfig(stateFile, "150ms"))
 		routed(t, "right after a reload that replaces the docker app's options")
-		if s := snapshot(t); !s.FromStateFile || s.Routes != 1 {
-			t.Errorf("snapshot: from state file %v, %d routes", s.FromStateFile, s.Routes)
+		if s := snapshot(t); !s.FromStateFile || s.Routes != 1 || s.EngineReachable || s.Engine != "unix:///nonexistent/docker.sock" {
+			t.Errorf("snapshot: from state file %v, %d routes, engine %q reachable %v", s.FromStateFile, s.Routes, s.Engine, s.EngineReachable)
 		}
 		if routes, ok := ServedRoutes("gateway"); !ok || len(routes) != 1 || RouteID(routes[0]) != "docker:gateway:svc:api" {
 			t.Errorf("served routes: %v %s", ok, routes)

@@ -18,6 +18,8 @@ import (
 type WatcherConfig struct {
 	// Server is the HTTP server that receives the routes.
 	Server string
+	// Engine is the engine's address (the app's host), for the snapshot.
+	Engine string
 	// Debounce is the minimum time between two re-lists; an isolated event
 	// is handled at once, a burst at most once per Debounce.
 	Debounce time.Duration
@@ -64,6 +66,9 @@ type FleetPeer interface {
 type Snapshot struct {
 	// Server is the HTTP server that receives the routes.
 	Server string `json:"server"`
+	// Engine is the address of the engine the app lists (its host
+	// option, DOCKER_HOST, or the default socket).
+	Engine string `json:"engine,omitempty"`
 	// Containers are the opted-in running containers at the last list, with
 	// their parsed labels (Service) or label errors (Errors).
 	Containers []Discovered `json:"containers"`
@@ -223,7 +228,7 @@ func NewWatcher(cfg WatcherConfig, engine Engine, applier RouteApplier, log *zap
 		gone:     map[string]bool{},
 		stopping: map[string]time.Time{},
 		warned:   map[string]bool{},
-		snap:     Snapshot{Server: cfg.Server, Scope: scopeStrings(cfg.Labels.Scope)},
+		snap:     Snapshot{Server: cfg.Server, Engine: cfg.Engine, Scope: scopeStrings(cfg.Labels.Scope)},
 	}
 }
 
@@ -549,7 +554,7 @@ func (w *Watcher) sync() {
 		// One line when the engine goes away (or is away from the
 		// start), not one per retry: the metric counts the retries.
 		if w.reachable || !w.everListed && !w.downLogged {
-			w.log.Warn("container engine unreachable; keeping the current routes", zap.Error(err))
+			w.log.Warn("container engine unreachable; keeping the current routes", zap.String("engine", w.cfg.Engine), zap.Error(err))
 			w.downLogged = true
 		}
 		w.reachable = false

@@ -67,6 +67,7 @@ type Containers struct {
 	// Enabled is false when no docker app runs.
 	Enabled         bool        `json:"enabled"`
 	Server          string      `json:"server,omitempty"`
+	Engine          string      `json:"engine,omitempty"`
 	EngineReachable bool        `json:"engine_reachable"`
 	FromStateFile   bool        `json:"from_state_file,omitempty"`
 	LastList        time.Time   `json:"last_list,omitzero"`
@@ -81,6 +82,12 @@ type Containers struct {
 	// Canaries are the canary releases in use: per service, the state,
 	// the weight and each side's share, error rate and P99 in the window.
 	Canaries []caddydocker.CanaryStatus `json:"canaries"`
+	// Scope are the labels the app routes containers by; OutOfScope the
+	// opted-in containers without them; Placement where site policies do
+	// not cover the discovered routes.
+	Scope      []string `json:"scope,omitempty"`
+	OutOfScope int      `json:"out_of_scope,omitempty"`
+	Placement  []string `json:"placement,omitempty"`
 }
 
 // Container is one discovered container.
@@ -111,7 +118,8 @@ func ContainersFrom(s caddydocker.Snapshot, ok bool) Containers {
 	if s.Canaries != nil {
 		c.Canaries = s.Canaries
 	}
-	c.Server, c.EngineReachable, c.FromStateFile = s.Server, s.EngineReachable, s.FromStateFile
+	c.Server, c.Engine, c.EngineReachable, c.FromStateFile = s.Server, s.Engine, s.EngineReachable, s.FromStateFile
+	c.Scope, c.OutOfScope, c.Placement = s.Scope, s.OutOfScope, s.Placement
 	c.LastList, c.LastApply, c.LastError, c.Warnings = s.LastList, s.LastApply, s.LastError, s.Warnings
 	c.Fleet = s.Fleet
 	for _, d := range s.Containers {
