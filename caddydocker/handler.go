@@ -122,31 +122,9 @@ const DiscoveryStartingBody = `{"error":"discovery_starting"}`
 
 // noRouteRoute and startingRoute are what the catch-all handler runs.
 var (
-	noRouteRoute = mustJSON(map[string]any{
-		"handle": []map[string]any{{
-			"handler":     "static_response",
-			"status_code": 404,
-			"headers":     map[string][]string{"Content-Type": {"application/json"}},
-			"body":        NoRouteBody,
-		}},
-	})
-	startingRoute = mustJSON(map[string]any{
-		"handle": []map[string]any{{
-			"handler":     "static_response",
-			"status_code": 503,
-			"headers":     map[string][]string{"Content-Type": {"application/json"}, "Retry-After": {"1"}},
-			"body":        DiscoveryStartingBody,
-		}},
-	})
+	noRouteRoute  = mustJSON(map[string]any{"handle": []map[string]any{jsonAnswer(404, NoRouteBody, "")}})
+	startingRoute = mustJSON(map[string]any{"handle": []map[string]any{jsonAnswer(503, DiscoveryStartingBody, "1")}})
 )
-
-func mustJSON(v any) json.RawMessage {
-	b, err := json.Marshal(v)
-	if err != nil {
-		panic(err)
-	}
-	return b
-}
 
 // servingSet is the route set the docker_routes handlers of one config
 // load run. known is false while the docker app has none (no state file

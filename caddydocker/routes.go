@@ -150,18 +150,25 @@ const NoHealthyUpstreamBody = `{"error":"no_healthy_upstream"}`
 const NoHealthyUpstreamRetryAfter = 5
 
 // NoHealthyUpstreamHandler answers 503 {"error":"no_healthy_upstream"}.
-var NoHealthyUpstreamHandler = func() json.RawMessage {
-	b, _ := json.Marshal(map[string]any{
-		"handler":     "static_response",
-		"status_code": 503,
-		"headers": map[string][]string{
-			"Content-Type": {"application/json"},
-			"Retry-After":  {fmt.Sprint(NoHealthyUpstreamRetryAfter)},
-		},
-		"body": NoHealthyUpstreamBody,
-	})
+var NoHealthyUpstreamHandler = mustJSON(jsonAnswer(503, NoHealthyUpstreamBody, fmt.Sprint(NoHealthyUpstreamRetryAfter)))
+
+// jsonAnswer is the static_response handler of the gateway's own JSON
+// answers (with a Retry-After when retryAfter is set).
+func jsonAnswer(status int, body, retryAfter string) map[string]any {
+	headers := map[string][]string{"Content-Type": {"application/json"}}
+	if retryAfter != "" {
+		headers["Retry-After"] = []string{retryAfter}
+	}
+	return map[string]any{"handler": "static_response", "status_code": status, "headers": headers, "body": body}
+}
+
+func mustJSON(v any) json.RawMessage {
+	b, err := json.Marshal(v)
+	if err != nil {
+		panic(err)
+	}
 	return b
-}()
+}
 
 // Plan is the generated route set for a server.
 type Plan struct {
@@ -194,24 +201,6 @@ type Plan struct {
 
 // RouteIDPrefix is the "@id" prefix of every route the app manages on server.
 func RouteIDPrefix(server string) string { return "docker:" + server + ":" }
-
-// NoRouteID is the "@id" of the catch-all 404 route.
-func NoRouteID(server string) string { return RouteIDPrefix(server) + "no_route" }
-
-// NoRouteRoute is the catch-all route that answers 404 {"error":"no_route"}.
-func NoRouteRoute(server string) json.RawMessage {
-	b, _ := json.Marshal(map[string]any{
-		"@id": NoRouteID(server),
-		"handle": []map[string]any{{
-			"handler":     "static_response",
-			"status_code": 404,
-			"headers":     map[string][]string{"Content-Type": {"application/json"}},
-			"body":        NoRouteBody,
-		}},
-		"terminal": true,
-	})
-	return b
-}
 
 type service struct {
 	name       string
@@ -828,16 +817,10 @@ func trackVanished(server string, vanished map[string]VanishedRoute, before, pla
 // vanishedRoute is the 404 no_route route of a vanished route.
 func vanishedRoute(server string, v VanishedRoute) json.RawMessage {
 	id := strings.TrimPrefix(v.ID, RouteIDPrefix(server))
-	b, _ := json.Marshal(map[string]any{
-		"@id":   vanishedIDPrefix(server) + id,
-		"match": v.Match,
-		"handle": []map[string]any{{
-			"handler":     "static_response",
-			"status_code": 404,
-			"headers":     map[string][]string{"Content-Type": {"application/json"}},
-			"body":        NoRouteBody,
-		}},
+	return mustJSON(map[string]any{
+		"@id":      vanishedIDPrefix(server) + id,
+		"match":    v.Match,
+		"handle":   []map[string]any{jsonAnswer(404, NoRouteBody, "")},
 		"terminal": true,
 	})
-	return b
 }

@@ -296,7 +296,8 @@ func TestEnsureHandlers(t *testing.T) {
 		}
 	})
 	t.Run("routes of earlier versions are dropped", func(t *testing.T) {
-		got := EnsureHandlers("gateway", []json.RawMessage{legacy, own, NoRouteRoute("gateway")})
+		legacyNoRoute := json.RawMessage(`{"@id":"docker:gateway:no_route","handle":[{"handler":"static_response","status_code":404}],"terminal":true}`)
+		got := EnsureHandlers("gateway", []json.RawMessage{legacy, own, legacyNoRoute})
 		if len(got) != 3 || string(got[0]) != string(RoutesHandlerRoute) {
 			t.Fatalf("unexpected: %s", got)
 		}

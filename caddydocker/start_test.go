@@ -15,28 +15,7 @@ import (
 // startConfig is a gateway whose engine never answers (a socket that does
 // not exist), so what it routes comes from the state file alone.
 func startConfig(stateFile, debounce string) string {
-	return fmt.Sprintf(`{
-	admin %s
-	auto_https off
-	http_port 19500
-	https_port 19599
-	servers :19501 {
-		name gateway
-	}
-	docker {
-		host unix:///nonexistent/docker.sock
-		state_file %s
-		server gateway
-		debounce %s
-	}
-}
-
-:19501 {
-	handle /own {
-		respond "own route"
-	}
-}
-`, adminAddr, stateFile, debounce)
+	return dockerConfig("unix:///nonexistent/docker.sock", stateFile, "debounce "+debounce, ownSite)
 }
 
 // ask sends one request and returns its's status, Retry-After and body.

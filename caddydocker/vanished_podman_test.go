@@ -1,7 +1,6 @@
 package caddydocker
 
 import (
-	"fmt"
 	"path/filepath"
 	"testing"
 	"time"
@@ -12,32 +11,11 @@ import (
 // vanishedConfig is a gateway whose site has a catch-all of its own, with
 // the discovered routes in it (docker_routes in the catch-all handle).
 func vanishedConfig(p *podmantest.Podman, stateFile, extra string) string {
-	return fmt.Sprintf(`{
-	admin %s
-	auto_https off
-	http_port 19500
-	https_port 19599
-	servers :19501 {
-		name gateway
-	}
-	docker {
-		host %s
-		state_file %s
-		server gateway
-		debounce 50ms%s
-	}
-}
-
-:19501 {
-	handle /own {
-		respond "own route"
-	}
+	return dockerConfig(p.Host(), stateFile, "debounce 50ms"+extra, ownSite+`
 	handle {
 		docker_routes
 		respond "public"
-	}
-}
-`, adminAddr, p.Host(), stateFile, extra)
+	}`)
 }
 
 // TestVanishedServiceAnswersNoRoute: a service that disappears answers

@@ -1,7 +1,6 @@
 package e2e
 
 import (
-	"context"
 	"fmt"
 	"os"
 	"os/exec"
@@ -9,7 +8,6 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
@@ -24,25 +22,7 @@ import (
 // and v2.1 beside the rolled-back v2 promoted to complete at weight 100.
 func TestCanaryWorkedExample(t *testing.T) {
 	bin := caddyBin(t)
-	data, err := os.ReadFile("../docs/caddydocker.md")
-	if err != nil {
-		t.Fatal(err)
-	}
-	section := string(data)
-	start := strings.Index(section, "\n### A worked example\n")
-	if start < 0 {
-		t.Fatal(`docs/caddydocker.md has no "### A worked example" section`)
-	}
-	section = section[start+1:]
-	if end := strings.Index(section[4:], "\n### "); end >= 0 {
-		section = section[:end+4]
-	}
-	var blocks []docBlock
-	for _, b := range docBlocks(t) {
-		if b.file == "docs/caddydocker.md" && strings.Contains(section, "```"+b.info+"\n"+b.text+"```") {
-			blocks = append(blocks, b)
-		}
-	}
+	blocks := sectionBlocks(t, "docs/caddydocker.md", "### A worked example")
 	// image, Caddyfile, start + v1, broken v2, v2.1, clean up, the
 	// production variant (not run)
 	if len(blocks) != 7 || blocks[1].info != "caddyfile" {
@@ -90,40 +70,19 @@ func TestCanaryWorkedExample(t *testing.T) {
 			env = append(env, v+"="+strings.TrimSpace(string(out)))
 		}
 	}
-	t.Cleanup(func() {
-		// the gateway caddy start left running, if the clean-up block did not stop it
-		if b, err := os.ReadFile(filepath.Join(dir, "caddy.pid")); err == nil {
-			if pid, err := strconv.Atoi(strings.TrimSpace(string(b))); err == nil {
-				syscall.Kill(pid, syscall.SIGTERM)
-			}
-		}
-	})
-
-	// sh runs a block with bash -euo pipefail in dir (at most 3 minutes),
-	// in a process group of its own, and returns its output.
+	// sh runs a block (each in a process group the test ends, so the
+	// gateway that `caddy start` leaves running ends with the test) and
+	// returns its output.
 	sh := func(step int, script string) string {
 		t.Helper()
-		logPath := filepath.Join(dir, fmt.Sprintf("step%d.log", step))
-		log, err := os.Create(logPath)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer log.Close()
-		ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
-		defer cancel()
-		cmd := exec.CommandContext(ctx, "bash", "-euo", "pipefail", "-c", script)
-		cmd.Dir, cmd.Env, cmd.Stdout, cmd.Stderr = dir, env, log, log
-		cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
-		cmd.Cancel = func() error { return syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL) }
 		began := time.Now()
-		err = cmd.Run()
-		out, _ := os.ReadFile(logPath)
+		out, err := runScript(t, dir, env, fmt.Sprintf("step%d", step), script, 3*time.Minute)
 		if err != nil {
 			status, _ := exec.Command("curl", "-s", "http://"+adminAddr+"/gateway/containers").Output()
 			t.Fatalf("step %d of the example: %v\n%s\nthe gateway's containers: %s", step, err, out, status)
 		}
-		t.Logf("step %d (%s):\n%s", step, time.Since(began).Round(time.Millisecond), strings.TrimSpace(string(out)))
-		return string(out)
+		t.Logf("step %d (%s):\n%s", step, time.Since(began).Round(time.Millisecond), strings.TrimSpace(out))
+		return out
 	}
 	if err := os.WriteFile(filepath.Join(dir, "Caddyfile.canary"), []byte(replace.Replace(blocks[1].text)), 0o644); err != nil {
 		t.Fatal(err)

@@ -38,18 +38,8 @@ func TestDiscovery(t *testing.T) {
 }
 
 func testDiscovery(t *testing.T, v variant, rec *pathtest.Recorder) {
-	s := newStack(t)
-	s.use(v)
-	pm, err := podmantest.New("..", "e2e")
-	pm = podmantest.Require(t, pm, err)
-	t.Cleanup(pm.Close)
-	s.permDeny.Store("carol", true)
-	stateFile := filepath.Join(s.dir, "docker-routes.json")
-	s.global = fmt.Sprintf(`	docker {
-		host %s
-		state_file %s
-		server gateway
-		debounce 50ms
+	s, pm, stateFile := discoveryStack(t, v, func(s *stack) string {
+		return fmt.Sprintf(`
 		jwt_auth {
 			jwks_url %s/jwks.json
 			algorithms RS256
@@ -67,8 +57,9 @@ func testDiscovery(t *testing.T, v variant, rec *pathtest.Recorder) {
 			negative_ttl 60s
 			stale_if_error 5m
 			on_error deny
-		}
-	}`, pm.Host(), stateFile, s.jwks.URL(), s.perm.URL())
+		}`, s.jwks.URL(), s.perm.URL())
+	})
+	s.permDeny.Store("carol", true)
 	s.start()
 
 	ordersPort, err := podmantest.FreePort()

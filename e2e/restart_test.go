@@ -35,18 +35,7 @@ func TestRestartServesLastGoodRoutes(t *testing.T) {
 }
 
 func testRestart(t *testing.T, v variant, rec *pathtest.Recorder) {
-	s := newStack(t)
-	s.use(v)
-	pm, err := podmantest.New("..", "e2e")
-	pm = podmantest.Require(t, pm, err)
-	t.Cleanup(pm.Close)
-	stateFile := filepath.Join(s.dir, "docker-routes.json")
-	s.global = fmt.Sprintf(`	docker {
-		host %s
-		state_file %s
-		server gateway
-		debounce 50ms
-	}`, pm.Host(), stateFile)
+	s, pm, stateFile := discoveryStack(t, v, func(*stack) string { return "" })
 	s.start()
 
 	port, err := podmantest.FreePort()
@@ -92,6 +81,26 @@ func testRestart(t *testing.T, v variant, rec *pathtest.Recorder) {
 	}
 	resp, body = do(t, "GET", "/svc/x", "", nil)
 	rec.AddNamed(v.name, "routed after the restarts", clientSaw(resp, body))
+}
+
+// discoveryStack is a stack (on variant v) with a private Podman and a
+// docker app routing its containers to the gateway server, keeping the
+// returned state file, with the further docker options docker(s) gives;
+// the gateway is not started.
+func discoveryStack(t *testing.T, v variant, docker func(s *stack) string) (*stack, *podmantest.Podman, string) {
+	s := newStack(t)
+	s.use(v)
+	pm, err := podmantest.New("..", "e2e")
+	pm = podmantest.Require(t, pm, err)
+	t.Cleanup(pm.Close)
+	stateFile := filepath.Join(s.dir, "docker-routes.json")
+	s.global = fmt.Sprintf(`	docker {
+		host %s
+		state_file %s
+		server gateway
+		debounce 50ms%s
+	}`, pm.Host(), stateFile, docker(s))
+	return s, pm, stateFile
 }
 
 // probeResult is what the requests after one restart got.
