@@ -37,6 +37,7 @@ func parseHandler(h httpcaddyfile.Helper) (caddyhttp.MiddlewareHandler, error) {
 // UnmarshalCaddyfile sets up the audit app from the global option:
 //
 //	audit {
+//		node              gw-1
 //		queue_size        65536
 //		spool_dir         /var/lib/gateway/audit
 //		durability        memory|disk
@@ -85,6 +86,12 @@ func (a *App) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 				return err
 			}
 			a.QueueSize = n
+		case "node":
+			v, err := stringArg(d)
+			if err != nil {
+				return err
+			}
+			a.Node = v
 		case "spool_dir":
 			if !d.NextArg() {
 				return d.ArgErr()

@@ -27,6 +27,9 @@ type ChainConfig struct {
 	// CheckpointInterval is how often a signed checkpoint is recorded
 	// when events were recorded since the last one. Default: 10s.
 	CheckpointInterval caddy.Duration `json:"checkpoint_interval,omitempty"`
+
+	// node names the gateway in chain_start events (the app's node).
+	node string
 }
 
 // chains holds one chain per key (and interval), so that a config reload
@@ -87,7 +90,10 @@ func acquireChain(cc ChainConfig, sinks []*worker, log *zap.Logger) (*chain, str
 			c.interval = 10 * time.Second
 		}
 		c.sinks.Store(&sinks)
-		node, _ := os.Hostname()
+		node := cc.node
+		if node == "" {
+			node, _ = os.Hostname()
+		}
 		c.record(&Event{Kind: auditchain.KindStart, Time: time.Now(), KeyID: c.keyID, Node: node}, sinks)
 		log.Info("audit chain started", zap.String("chain", c.id), zap.String("key_id", c.keyID))
 		go c.run()

@@ -17,9 +17,15 @@ import (
 type Event struct {
 	// Time is when the request arrived.
 	Time time.Time `json:"time"`
-	// RequestID identifies the request ({http.request.uuid} or a header);
-	// consumers deduplicate on it (delivery is at least once).
+	// RequestID identifies the request: the gateway's own id, Caddy's
+	// {http.request.uuid}, never a value the client sent. Consumers
+	// deduplicate on it (delivery is at least once).
 	RequestID string `json:"request_id"`
+	// ClientRequestID is the value of the handler's request_id_header as
+	// the client (or a proxy in front) sent it, for correlation; absent
+	// when the header is not configured or not sent. It is recorded, never
+	// trusted: nothing deduplicates on it.
+	ClientRequestID string `json:"client_request_id,omitempty"`
 	// Route is the name given to the audit handler, if any.
 	Route string `json:"route"`
 	// Method, Host and Path are the request's.
@@ -157,6 +163,10 @@ func (e *Event) AppendJSON(buf []byte) []byte {
 	if e.Chain != "" {
 		buf = append(buf, `,"chain":`...)
 		buf = auditchain.AppendString(buf, e.Chain)
+	}
+	if e.ClientRequestID != "" {
+		buf = append(buf, `,"client_request_id":`...)
+		buf = auditchain.AppendString(buf, e.ClientRequestID)
 	}
 	if e.CredentialID != "" {
 		buf = append(buf, `,"credential_id":`...)

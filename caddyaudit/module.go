@@ -13,6 +13,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"os"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -84,6 +85,11 @@ type App struct {
 	Chain *ChainConfig `json:"chain,omitempty"`
 	// Sinks are where events are delivered; each has its own queue.
 	Sinks []SinkConfig `json:"sinks,omitempty"`
+	// Node names this gateway in the JetStream message ids of its events
+	// (<node>/<request_id>, so that JetStream's de-duplication only ever
+	// merges retries of one event) and in chain_start events. Give each
+	// gateway of a fleet its own. Default: the host name.
+	Node string `json:"node,omitempty"`
 
 	// plans are the sinks Provision checked, for Start to acquire;
 	// chainCfg is the chain's config with placeholders expanded.
@@ -113,9 +119,10 @@ type starting struct {
 // sinkPlan is one sink as Provision checked it: its pool key and the
 // settings Start opens it with.
 type sinkPlan struct {
-	key string
-	sc  SinkConfig
-	wc  workerConfig
+	key  string
+	sc   SinkConfig
+	wc   workerConfig
+	node string
 }
 
 // SinkConfig configures one sink.
@@ -196,6 +203,13 @@ func (a *App) Provision(ctx caddy.Context) error {
 	a.starting = new(starting)
 	repl := caddy.NewReplacer()
 	a.SpoolDir = repl.ReplaceAll(a.SpoolDir, "")
+	a.Node = strings.TrimSpace(repl.ReplaceAll(a.Node, ""))
+	if a.Node == "" {
+		a.Node, _ = os.Hostname()
+	}
+	if a.Node == "" {
+		a.Node = "gateway"
+	}
 	names := map[string]bool{}
 	for i := range a.Sinks {
 		sc := a.Sinks[i].expand(repl)
@@ -209,15 +223,17 @@ func (a *App) Provision(ctx caddy.Context) error {
 		names[name] = true
 		wc := a.workerConfig(sc, name)
 		keyb, _ := json.Marshal(struct {
-			S SinkConfig
-			W workerConfig
-		}{sc, wc})
-		a.plans = append(a.plans, sinkPlan{key: string(keyb), sc: sc, wc: wc})
+			S    SinkConfig
+			W    workerConfig
+			Node string
+		}{sc, wc, a.Node})
+		a.plans = append(a.plans, sinkPlan{key: string(keyb), sc: sc, wc: wc, node: a.Node})
 		a.rejects = a.rejects || wc.OnFull == onFullReject
 	}
 	if a.Chain != nil {
 		cc := *a.Chain
 		cc.KeyFile = repl.ReplaceAll(cc.KeyFile, "")
+		cc.node = a.Node
 		// the key must load now, so that validate reports a bad one
 		if _, _, err := cc.poolKey(); err != nil {
 			return err
@@ -253,7 +269,7 @@ func (a *App) started() bool { return a.starting == nil || a.starting.done.Load(
 func (a *App) open() error {
 	for _, p := range a.plans {
 		v, _, err := workerPool.LoadOrNew(p.key, func() (caddy.Destructor, error) {
-			sink, err := newSink(p.sc)
+			sink, err := newSink(p.sc, p.node)
 			if err != nil {
 				return nil, err
 			}
@@ -394,13 +410,14 @@ func (sc SinkConfig) defaultName() string {
 	return sc.Type + ":" + urls.Redact(sc.URL)
 }
 
-func newSink(sc SinkConfig) (Sink, error) {
+// newSink opens sc's sink; node is the app's, for NATS message ids.
+func newSink(sc SinkConfig, node string) (Sink, error) {
 	switch sc.Type {
 	case "http":
 		return newHTTPSink(sc.URL, sc.Headers, time.Duration(sc.Timeout)), nil
 	case "nats":
 		return newNATSSink(natsconn.Options{Servers: natsconn.SplitServers(sc.URL), User: sc.User, Password: sc.Password,
-			Token: sc.Token, CredsFile: sc.CredsFile}, sc.Subject, sc.JetStream, sc.Stream, time.Duration(sc.Timeout))
+			Token: sc.Token, CredsFile: sc.CredsFile}, node, sc.Subject, sc.JetStream, sc.Stream, time.Duration(sc.Timeout))
 	case "file":
 		return newFileSink(sc.Path)
 	}
@@ -525,9 +542,11 @@ func (a *App) full() *worker {
 type Handler struct {
 	// Route names the route in events.
 	Route string `json:"route,omitempty"`
-	// RequestIDHeader, when set, takes the request id from this request
-	// header; when the header is absent (or this is empty) the id is
-	// Caddy's {http.request.uuid}.
+	// RequestIDHeader, when set, records this request header's value (as
+	// the client or a proxy in front sent it) in the event's
+	// client_request_id field, for correlation. The event's request_id is
+	// always the gateway's own, Caddy's {http.request.uuid}: a client
+	// cannot choose it, so it cannot make two requests one event.
 	RequestIDHeader string `json:"request_id_header,omitempty"`
 	// IncludeHeaders, IncludeClaims and IncludeQuery add request headers
 	// (as the client sent them), claims of the verified token and query
@@ -615,15 +634,16 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyht
 		Roles:      identity.Roles(r),
 	}
 	if h.RequestIDHeader != "" {
-		ev.RequestID = r.Header.Get(h.RequestIDHeader)
+		// Recorded for correlation, never the event's id: a client
+		// that repeats an id must not make its events look like
+		// retries of one (JetStream would store them once).
+		ev.ClientRequestID = clip(r.Header.Get(h.RequestIDHeader))
 	}
-	if ev.RequestID == "" {
-		// Already generated (and put in the access log) by an earlier
-		// {http.request.uuid}: read it without the replacer's log-field
-		// bookkeeping.
-		if id, ok := caddyhttp.GetVar(r.Context(), "uuid").(fmt.Stringer); ok {
-			ev.RequestID = id.String()
-		}
+	// Already generated (and put in the access log) by an earlier
+	// {http.request.uuid}: read it without the replacer's log-field
+	// bookkeeping.
+	if id, ok := caddyhttp.GetVar(r.Context(), "uuid").(fmt.Stringer); ok {
+		ev.RequestID = id.String()
 	}
 	if ev.RequestID == "" {
 		if repl, ok := r.Context().Value(caddy.ReplacerCtxKey).(*caddy.Replacer); ok {

@@ -174,9 +174,11 @@ func TestHandlerEvents(t *testing.T) {
 			want: Event{Status: 200, Decision: "allow"},
 		},
 		{
-			name: "request id from header", header: "X-Request-Id", reqHeader: "req-42",
+			// The client's id is recorded beside the gateway's own, never
+			// instead of it (JetStream de-duplicates on request_id).
+			name: "request id header", header: "X-Request-Id", reqHeader: "req-42",
 			next: func(w http.ResponseWriter, r *http.Request) error { return nil },
-			want: Event{Status: 200, Decision: "allow", RequestID: "req-42"},
+			want: Event{Status: 200, Decision: "allow", ClientRequestID: "req-42"},
 		},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -227,6 +229,7 @@ func TestEventJSON(t *testing.T) {
 		Subject: "s<>&", Roles: []string{"a", "b"}, Decision: "deny", Reason: "missing role", BytesOut: 9}
 	chained := ev
 	chained.Auth, chained.CredentialID, chained.DecidedBy, chained.PermissionCache = "api_key", "k\"1", "rbac: require any a,b", "hit"
+	chained.ClientRequestID = "client \"id\""
 	chained.Extra = Fields{{"b", "2"}, {"a", "1\x00"}}
 	chained.Chain, chained.Seq, chained.Hash = "0123456789abcdef", 7, strings.Repeat("ab", 32)
 	checkpoint := Event{Time: ev.Time, Kind: auditchain.KindCheckpoint, Chain: "0123456789abcdef", Seq: 8,

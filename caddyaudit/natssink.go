@@ -13,10 +13,15 @@ import (
 )
 
 // natsSink publishes one message per event: core NATS (flushed per batch)
-// or JetStream (each message acknowledged, with Nats-Msg-Id = request id so
-// that the server drops the duplicates of a retried batch).
+// or JetStream (each message acknowledged, with Nats-Msg-Id =
+// "<node>/<request id>" so that the server drops the duplicates of a
+// retried batch). The request id is the gateway's own
+// ({http.request.uuid}), never a client's header: JetStream drops a
+// message whose id it stored within the stream's duplicate window, so an
+// id a client could choose would let it erase its own events.
 type natsSink struct {
 	conn      *natsconn.Conn
+	node      string
 	release   func()
 	subject   string
 	jetstream bool
@@ -25,9 +30,15 @@ type natsSink struct {
 	js        jetstream.JetStream
 	ensured   bool
 	futures   []jetstream.PubAckFuture
+	ready     chan struct{} // signalled when the connection is (re)established
+	unhook    func()
 }
 
-func newNATSSink(opts natsconn.Options, subject string, useJS bool, stream string, timeout time.Duration) (*natsSink, error) {
+// Ready is signalled when NATS is reachable again: a batch waiting to be
+// retried goes at once, not after its backoff (up to retry_max).
+func (s *natsSink) Ready() <-chan struct{} { return s.ready }
+
+func newNATSSink(opts natsconn.Options, node, subject string, useJS bool, stream string, timeout time.Duration) (*natsSink, error) {
 	if timeout <= 0 {
 		timeout = 5 * time.Second
 	}
@@ -35,10 +46,18 @@ func newNATSSink(opts natsconn.Options, subject string, useJS bool, stream strin
 	if err != nil {
 		return nil, err
 	}
-	s := &natsSink{conn: c, release: release, subject: subject, jetstream: useJS || stream != "", stream: stream, timeout: timeout}
+	s := &natsSink{conn: c, node: node, release: release, subject: subject, jetstream: useJS || stream != "", stream: stream, timeout: timeout,
+		ready: make(chan struct{}, 1)}
+	s.unhook = c.OnReconnect(func() {
+		select {
+		case s.ready <- struct{}{}:
+		default:
+		}
+	})
 	if s.jetstream {
 		js, err := c.JetStream()
 		if err != nil {
+			s.unhook()
 			release()
 			return nil, fmt.Errorf("jetstream: %w", err)
 		}
@@ -75,7 +94,7 @@ func (s *natsSink) Send(ctx context.Context, recs []record) error {
 	for _, r := range recs {
 		msg := &nats.Msg{Subject: s.subject, Data: r.data, Header: nats.Header{}}
 		if id := recordID(r); id != "" {
-			msg.Header.Set(jetstream.MsgIDHeader, id)
+			msg.Header.Set(jetstream.MsgIDHeader, s.msgID(id))
 		}
 		f, err := s.js.PublishMsgAsync(msg)
 		if err != nil {
@@ -95,6 +114,9 @@ func (s *natsSink) Send(ctx context.Context, recs []record) error {
 	return nil
 }
 
+// msgID is the JetStream message id of the event with request id id.
+func (s *natsSink) msgID(id string) string { return s.node + "/" + id }
+
 // ensureStream creates the configured stream for the subject when it does
 // not exist.
 func (s *natsSink) ensureStream(ctx context.Context) error {
@@ -113,6 +135,7 @@ func (s *natsSink) ensureStream(ctx context.Context) error {
 }
 
 func (s *natsSink) Close() error {
+	s.unhook()
 	s.release()
 	return nil
 }

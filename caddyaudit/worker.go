@@ -122,7 +122,8 @@ type worker struct {
 	// default) of memory once the ring has gone round.
 	q        chan *Event
 	wake     chan struct{}
-	pendingN atomic.Int64 // events the worker took from q but has not sent
+	ready    <-chan struct{} // the sink's Ready (nil: none)
+	pendingN atomic.Int64    // events the worker took from q but has not sent
 	spool    *Spool
 	spooling atomic.Bool
 
@@ -179,6 +180,9 @@ func newWorker(cfg workerConfig, sink Sink, log *zap.Logger) (*worker, error) {
 		done:    make(chan struct{}),
 	}
 	w.hard, w.cancel = context.WithCancel(context.Background())
+	if rs, ok := sink.(readySink); ok {
+		w.ready = rs.Ready()
+	}
 	if cfg.SpoolDir != "" {
 		sp, err := acquireSpool(cfg.SpoolDir, cfg.SyncInterval, func(b BadRange) {
 			w.m.corrupt.Add(float64(b.Length))
@@ -621,11 +625,19 @@ func (w *worker) send(recs []record, fromSpool bool) bool {
 		t := time.NewTimer(d)
 		select {
 		case <-t.C:
+		case <-w.ready:
+			t.Stop() // the destination is back: retry now
 		case <-w.hard.Done():
 			t.Stop()
 			return false
 		}
 	}
+}
+
+// readySink is a Sink that knows when its destination is reachable again
+// (the NATS sink: its connection reconnected).
+type readySink interface {
+	Ready() <-chan struct{}
 }
 
 // backoff is exponential with full jitter in [d/2, d].

@@ -64,6 +64,8 @@ func parseGlobalOption(d *caddyfile.Dispenser, existing any) (any, error) {
 //		rbac            { ... }   # base of auth.roles checks, e.g. roles_claim
 //		permission      { ... }   # as the permission directive
 //		audit           [{ ... }] # as the audit handler directive
+//		rate_limit_sync 250ms|off # rate_limit labels across the fleet
+//		fleet           { ... }
 //	}
 //
 // jwt_auth, rbac, permission and audit are parsed by those modules' own
@@ -147,6 +149,23 @@ func (a *App) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 				}
 				a.Scope = append(a.Scope, arg)
 			}
+		case "rate_limit_sync":
+			if !d.NextArg() {
+				return d.ArgErr()
+			}
+			v := d.Val()
+			if d.NextArg() {
+				return d.ArgErr()
+			}
+			var dur time.Duration
+			if v != "off" {
+				var err error
+				if dur, err = caddy.ParseDuration(v); err != nil || dur <= 0 {
+					return d.Errf("invalid rate_limit_sync %q: a positive duration (e.g. 250ms), or off", v)
+				}
+			}
+			cd := caddy.Duration(dur)
+			a.RateLimitSync = &cd
 		case "fleet":
 			f, err := parseFleet(d)
 			if err != nil {
@@ -183,6 +202,7 @@ func (a *App) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 //		advertise <address>
 //		ttl       <duration>
 //		node      <name>
+//		restart_grace <duration>|off
 //	}
 func parseFleet(d *caddyfile.Dispenser) (*FleetOptions, error) {
 	if d.NextArg() {
@@ -198,7 +218,7 @@ func parseFleet(d *caddyfile.Dispenser) (*FleetOptions, error) {
 				return nil, d.Errf("fleet nats: expected one or more NATS URLs")
 			}
 			f.NATS = append(f.NATS, args...)
-		case "bucket", "advertise", "ttl", "node":
+		case "bucket", "advertise", "ttl", "node", "restart_grace":
 			if len(args) != 1 {
 				return nil, d.Errf("fleet %s: expected one value, got %d", name, len(args))
 			}
@@ -215,9 +235,19 @@ func parseFleet(d *caddyfile.Dispenser) (*FleetOptions, error) {
 					return nil, d.Errf("fleet ttl %q: %v", args[0], err)
 				}
 				f.TTL = caddy.Duration(dur)
+			case "restart_grace":
+				var dur time.Duration
+				if args[0] != "off" {
+					var err error
+					if dur, err = caddy.ParseDuration(args[0]); err != nil || dur < 0 {
+						return nil, d.Errf("fleet restart_grace %q: a duration (0 or off: withdraw this host's containers when the gateway stops)", args[0])
+					}
+				}
+				g := caddy.Duration(dur)
+				f.RestartGrace = &g
 			}
 		default:
-			return nil, d.Errf("fleet: unrecognized subdirective '%s' (expected nats, bucket, advertise, ttl or node)", name)
+			return nil, d.Errf("fleet: unrecognized subdirective '%s' (expected nats, bucket, advertise, ttl, node or restart_grace)", name)
 		}
 	}
 	if f.Advertise == "" {

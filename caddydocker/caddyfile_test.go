@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/caddyserver/caddy/v2"
 	"github.com/caddyserver/caddy/v2/caddyconfig"
@@ -83,6 +84,13 @@ func TestUnmarshalCaddyfile(t *testing.T) {
 		{name: "fleet nats without url", input: "docker {\n fleet {\n  nats\n  advertise x\n }\n}", wantErr: "expected one or more NATS URLs"},
 		{name: "fleet ttl", input: "docker {\n fleet {\n  advertise x\n  ttl soon\n }\n}", wantErr: `fleet ttl "soon"`},
 		{name: "fleet two buckets", input: "docker {\n fleet {\n  advertise x\n  bucket a b\n }\n}", wantErr: "fleet bucket: expected one value, got 2"},
+		{name: "rate_limit_sync", input: "docker {\n rate_limit_sync 100ms\n}"},
+		{name: "rate_limit_sync off", input: "docker {\n rate_limit_sync off\n}"},
+		{name: "bad rate_limit_sync", input: "docker {\n rate_limit_sync often\n}", wantErr: `invalid rate_limit_sync "often"`},
+		{name: "zero rate_limit_sync", input: "docker {\n rate_limit_sync 0s\n}", wantErr: `invalid rate_limit_sync "0s"`},
+		{name: "fleet restart_grace", input: "docker {\n fleet {\n  advertise x\n  restart_grace 2m\n }\n}"},
+		{name: "fleet restart_grace off", input: "docker {\n fleet {\n  advertise x\n  restart_grace off\n }\n}"},
+		{name: "fleet bad restart_grace", input: "docker {\n fleet {\n  advertise x\n  restart_grace -1s\n }\n}", wantErr: `fleet restart_grace "-1s"`},
 		{name: "fleet unknown", input: "docker {\n fleet {\n  advertise x\n  ttls 5s\n }\n}", wantErr: "unrecognized subdirective 'ttls'"},
 		{name: "scope", input: "docker {\n scope com.docker.compose.project=shop gateway.instance\n scope tier=\n}"},
 		{name: "scope without label", input: "docker {\n scope\n}", wantErr: "scope: expected <label>=<value>"},
@@ -121,6 +129,8 @@ func TestValidate(t *testing.T) {
 		{name: "fleet ok", app: App{Fleet: &FleetOptions{Advertise: "10.0.0.5", Node: "h1", TTL: caddy.Duration(5e9)}}},
 		{name: "fleet short ttl", app: App{Fleet: &FleetOptions{Advertise: "10.0.0.5", Node: "h1", TTL: caddy.Duration(1e8)}}, wantErr: "docker: fleet:"},
 		{name: "fleet bad node", app: App{Fleet: &FleetOptions{Advertise: "10.0.0.5", Node: "a b"}}, wantErr: "docker: fleet:"},
+		{name: "negative rate_limit_sync", app: App{RateLimitSync: func() *caddy.Duration { d := caddy.Duration(-1); return &d }()}, wantErr: "invalid rate_limit_sync"},
+		{name: "fleet long restart_grace", app: App{Fleet: &FleetOptions{Advertise: "10.0.0.5", Node: "h1", RestartGrace: func() *caddy.Duration { d := caddy.Duration(48 * time.Hour); return &d }()}}, wantErr: "restart_grace"},
 		{name: "fleet advertise with port", app: App{Fleet: &FleetOptions{Advertise: "10.0.0.5:80", Node: "h1"}}, wantErr: "docker: fleet:"},
 		{name: "bad scope", app: App{Scope: []string{"a b=c"}}, wantErr: `docker: invalid scope "a b=c"`},
 		{name: "negative forget_after", app: App{ForgetAfter: func() *caddy.Duration { d := caddy.Duration(-1); return &d }()}, wantErr: "invalid forget_after"},

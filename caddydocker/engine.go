@@ -9,6 +9,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/docker/docker/api/types"
 	"github.com/docker/docker/api/types/container"
@@ -33,7 +34,7 @@ type Engine interface {
 	// signals the process and sends its stop event only after the process
 	// exited. Such a container leaves the running list at once, so the
 	// watcher re-lists every StopPoll while this host has routed
-	// containers. False until the engine first answered.
+	// containers. True until the engine said which it is.
 	StopsUnannounced() bool
 }
 
@@ -53,9 +54,10 @@ type dockerEngine struct {
 	// its first request, and two goroutines (list and events) doing that
 	// at once race on the client's version field while the engine is
 	// unreachable. ready() settles it before any other call.
-	vmu      sync.Mutex
-	vsettled bool
-	podman   atomic.Bool // the engine is Podman (its /version says so)
+	vmu       sync.Mutex
+	vsettled  bool
+	podman    atomic.Bool // the engine is Podman (its /version says so)
+	kindKnown atomic.Bool // /version answered
 
 	// net caches the facts of running opted-in containers that the list
 	// does not report (Podman's compat list has no HostConfig, networks or
@@ -95,13 +97,28 @@ func (e *dockerEngine) ready(ctx context.Context) error {
 		return err
 	}
 	e.cli.NegotiateAPIVersionPing(ping)
+	e.vsettled = true
+	// Which engine it is comes from /version, which Podman takes about
+	// 2 s to answer (it gathers host facts): asked in the background, so
+	// that the first list, and a restarted gateway's routes, do not wait
+	// for it (issue 37).
+	go e.learnKind()
+	return nil
+}
+
+// learnKind asks the engine's /version whether it is Podman.
+func (e *dockerEngine) learnKind() {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
 	v, err := e.cli.ServerVersion(ctx)
 	if err != nil {
-		return err
+		e.vmu.Lock()
+		e.vsettled = false // ask again at the next call
+		e.vmu.Unlock()
+		return
 	}
 	e.podman.Store(isPodman(v))
-	e.vsettled = true
-	return nil
+	e.kindKnown.Store(true)
 }
 
 // isPodman reports whether an engine's version answer is Podman's: its
@@ -115,7 +132,7 @@ func isPodman(v types.Version) bool {
 	return strings.Contains(strings.ToLower(v.Platform.Name), "podman")
 }
 
-func (e *dockerEngine) StopsUnannounced() bool { return e.podman.Load() }
+func (e *dockerEngine) StopsUnannounced() bool { return e.podman.Load() || !e.kindKnown.Load() }
 
 func (e *dockerEngine) List(ctx context.Context) ([]Container, error) {
 	if err := e.ready(ctx); err != nil {

@@ -18,9 +18,20 @@ package caddydocker
 // reader keeps, per node, the LOCAL time at which it received the node's
 // last good update and drops the node once that is older than ttl. The
 // writer's "updated" field is for people: hosts' clocks differ, so it is
-// never compared with the reader's clock. A graceful Stop deletes the key,
-// and readers drop the node at once. The bucket's max age (4 ttl when this
-// package creates it) lets the server clean keys of gateways that died.
+// never compared with the reader's clock. A graceful Stop does not take
+// the host's containers away (they keep running while the gateway
+// restarts): it re-puts the entry marked "restarting" with the writer's
+// restart grace, and readers keep the node for that long after they
+// received it (on their clock), or until it heartbeats again. Only with
+// no grace does Stop delete the key, and readers drop the node at once. A
+// killed gateway's entry expires after ttl, as any silent node's. The
+// bucket's max age (4 ttl when this package creates it) lets the server
+// clean keys of gateways that died.
+//
+// A restart under the same node name takes its records over: the entries
+// of earlier runs (revisions up to this run's first put) are not a
+// namesake's, and the old run writes its "restarting" entry only over its
+// own last put (compare-and-set), never over the new run's.
 //
 // Expiry needs evidence that the watch works. Silence from a node means
 // the node is gone only if the watch would have delivered its heartbeats:
@@ -89,6 +100,13 @@ const (
 	fleetVersion = 1
 	// fleetForget is how long an expired node stays listed in Status.
 	fleetForget = 30 * time.Minute
+	// DefaultRestartGrace is FleetConfig.RestartGrace's default.
+	DefaultRestartGrace = time.Minute
+	// maxRestartGrace bounds the grace a reader grants an entry.
+	maxRestartGrace = 24 * time.Hour
+	// stateRestarting marks the entry a gracefully stopped gateway
+	// leaves.
+	stateRestarting = "restarting"
 )
 
 // FleetConfig configures a Fleet.
@@ -105,6 +123,11 @@ type FleetConfig struct {
 	// TTL is how long a node's entry counts without a heartbeat (default
 	// 15s, at least 1s). Heartbeats go every TTL/3.
 	TTL time.Duration
+	// RestartGrace is how long the other gateways keep routing this host's
+	// containers after this gateway stops gracefully (a restart, an
+	// upgrade), unless it returns sooner. 0 means the default (1m); a
+	// negative value withdraws the host at Stop (its key is deleted).
+	RestartGrace time.Duration
 }
 
 // FleetStatus is what a Fleet knows, for status pages.
@@ -157,9 +180,14 @@ type FleetNodeStatus struct {
 	// Containers is the number of its containers in Remote (0 when
 	// expired).
 	Containers int `json:"containers"`
-	// Expired is true when it stopped heart-beating for TTL; it stays
-	// listed for a while.
+	// Expired is true when it stopped heart-beating for TTL (or its
+	// restart grace ran out); it stays listed for a while.
 	Expired bool `json:"expired"`
+	// Restarting is true while its gateway stopped gracefully and its
+	// containers stay routed for its restart grace; RestartingUntil is
+	// when that ends (local time).
+	Restarting      bool      `json:"restarting,omitempty"`
+	RestartingUntil time.Time `json:"restarting_until,omitzero"`
 	// Error says why its last update was skipped.
 	Error string `json:"error,omitempty"`
 }
@@ -173,6 +201,10 @@ type fleetEntry struct {
 	Updated    time.Time       `json:"updated"`
 	Instance   string          `json:"instance,omitempty"`
 	Containers json.RawMessage `json:"containers"`
+	// State is "restarting" in the entry a gracefully stopped gateway
+	// leaves, with Grace: how long the others keep its containers.
+	State string `json:"state,omitempty"`
+	Grace string `json:"grace,omitempty"`
 }
 
 // fleetNode is what this gateway holds of another node.
@@ -187,6 +219,13 @@ type fleetNode struct {
 	heard      time.Time // local time of the last update of any kind
 	err        string    // why the last update was skipped
 	logged     string    // the error last logged
+	// restartUntil is set while the node's gateway is restarting: it
+	// stays live until then (local time), whatever its heartbeats.
+	restartUntil time.Time
+	// seeded is true for a node known only from the state file of this
+	// gateway's previous run: kept until the first watch has delivered
+	// the bucket's values, dropped then unless they include it.
+	seeded bool
 }
 
 func (n *fleetNode) live() bool { return n.good && !n.expired }
@@ -237,9 +276,6 @@ type Fleet struct {
 	// canaryKeyPrefix), as the watch delivered them.
 	canary        map[string]fleetCanary
 	canaryChanged chan struct{}
-
-	// synced: a watch delivered the bucket's initial values (Synced).
-	synced bool
 }
 
 // fleetCanary is one canary record of the bucket.
@@ -324,6 +360,12 @@ func (c FleetConfig) withDefaults() (FleetConfig, error) {
 	case c.TTL < MinFleetTTL:
 		return c, fmt.Errorf("invalid fleet ttl %q: must be at least %v (heartbeats go every ttl/3)", c.TTL, MinFleetTTL)
 	}
+	switch {
+	case c.RestartGrace == 0:
+		c.RestartGrace = DefaultRestartGrace
+	case c.RestartGrace > maxRestartGrace:
+		return c, fmt.Errorf("invalid fleet restart_grace %q: at most %v", c.RestartGrace, maxRestartGrace)
+	}
 	return c, nil
 }
 
@@ -406,25 +448,53 @@ func (f *Fleet) Start() {
 	})
 }
 
-// Stop stops the goroutines, waits for them, and deletes this node's key
-// so that the other gateways drop this host at once (not only after TTL).
-// The delete is skipped while NATS is unreachable (the key then expires).
-// Later calls do nothing.
+// Stop stops the goroutines, waits for them, and leaves this node's
+// entry marked "restarting": the other gateways keep routing this host's
+// containers, which keep running, for the restart grace or until this
+// node heartbeats again (a restarted gateway). With a negative restart
+// grace it deletes the key instead, and the others drop this host at
+// once. Either write is made only over this run's own last put (a new run
+// of this node that already wrote wins), and skipped while NATS is
+// unreachable (the entry then expires after ttl). Later calls do nothing.
 func (f *Fleet) Stop() {
-	if !f.halt() {
-		return
+	if f.halt() {
+		f.leave()
 	}
+}
+
+// leave writes this node's last entry (Stop's second half): the
+// restarting mark, or with a negative restart grace a delete, each only
+// over this run's own last put.
+func (f *Fleet) leave() {
 	f.mu.Lock()
-	kv := f.kv
+	kv, rev := f.kv, f.putRev
 	f.mu.Unlock()
-	if kv == nil || !f.conn.NATS().IsConnected() {
+	if kv == nil || rev == 0 || !f.conn.NATS().IsConnected() {
 		return
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), f.opTimeout())
 	defer cancel()
-	if err := kv.Delete(ctx, f.cfg.Node); err != nil {
-		f.log.Warn("fleet: deleting this node's entry failed; the other gateways drop it after ttl",
+	if f.cfg.RestartGrace < 0 {
+		if err := kv.Delete(ctx, f.cfg.Node, jetstream.LastRevision(rev)); err != nil && !errors.Is(err, jetstream.ErrKeyExists) {
+			f.log.Warn("fleet: deleting this node's entry failed; the other gateways drop it after ttl",
+				zap.Duration("ttl", f.cfg.TTL), zap.Error(err))
+		}
+		return
+	}
+	val, err := f.entry(stateRestarting)
+	if err != nil {
+		return
+	}
+	_, err = kv.Update(ctx, f.cfg.Node, val, rev)
+	switch {
+	case errors.Is(err, jetstream.ErrKeyExists):
+		f.log.Info("fleet: this node's entry was written again meanwhile (a new run of this node); leaving it")
+	case err != nil:
+		f.log.Warn("fleet: marking this node restarting failed; the other gateways keep its containers for ttl",
 			zap.Duration("ttl", f.cfg.TTL), zap.Error(err))
+	default:
+		f.log.Info("fleet: stopped; the other gateways keep routing this host's containers while it restarts",
+			zap.Duration("restart_grace", f.cfg.RestartGrace))
 	}
 }
 
@@ -484,6 +554,36 @@ func (f *Fleet) Publish(local []Container) {
 	}
 }
 
+// Seed hands the Fleet the other nodes' containers of this gateway's
+// previous run (from its state file), before its first watch delivers
+// the bucket: a restarted gateway routes them at once, also while NATS is
+// unreachable, instead of only its own host's. Each is replaced by what
+// the bucket holds once the watch delivers it, and a node the bucket no
+// longer has is dropped when the watch has delivered every value. It does
+// nothing once the watch has delivered anything.
+func (f *Fleet) Seed(remote []Container) {
+	byNode := map[string][]Container{}
+	for _, c := range remote {
+		if c.Node != "" && c.Node != f.cfg.Node && validAdvertise(c.Advertise) == nil {
+			byNode[c.Node] = append(byNode[c.Node], c)
+		}
+	}
+	if len(byNode) == 0 {
+		return
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if len(f.nodes) > 0 || !f.proof.IsZero() {
+		return
+	}
+	now := time.Now()
+	for node, cs := range byNode {
+		f.nodes[node] = &fleetNode{good: true, seeded: true, advertise: cs[0].Advertise, containers: cs, seen: now, heard: now}
+	}
+	f.log.Info("fleet: routing the other nodes' containers of the previous run until the bucket is read", zap.Int("nodes", len(byNode)))
+	f.rebuild()
+}
+
 // Remote returns the other nodes' live containers, each with Node and
 // Advertise set to its node's, sorted by Node, Name and ID. This node's
 // own entry is never part of it. The slice and the containers are shared:
@@ -492,16 +592,6 @@ func (f *Fleet) Remote() []Container {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	return f.remote
-}
-
-// Synced reports whether a watch of the bucket has delivered all the
-// values it held (once is enough): until then Remote lacks nodes that the
-// bucket has, and a restarted gateway keeps serving its state file's
-// containers of other nodes in their place.
-func (f *Fleet) Synced() bool {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	return f.synced
 }
 
 // Changed is signalled (capacity 1, never blocking the Fleet) whenever
@@ -530,7 +620,7 @@ func (f *Fleet) Status() FleetStatus {
 	}
 	for name, n := range f.nodes {
 		ns := FleetNodeStatus{Node: name, Advertise: n.advertise, LastSeen: n.heard,
-			Expired: n.expired, Error: n.err}
+			Expired: n.expired, Error: n.err, Restarting: !n.restartUntil.IsZero(), RestartingUntil: n.restartUntil}
 		if n.live() {
 			ns.Containers = len(n.containers)
 		}
@@ -691,7 +781,7 @@ func (f *Fleet) bindOnce() (jetstream.KeyValue, int, error) {
 		cfg.Replicas = 1 // a single server: replicas are refused
 	}
 	kv, err = js.CreateKeyValue(ctx, cfg)
-	if err != nil && cfg.Replicas > 1 && tooFewServers(err) {
+	if err != nil && cfg.Replicas > 1 && natsconn.TooFewServers(err) {
 		f.log.Warn("fleet: too few NATS servers for a bucket with 3 replicas; creating it with 1. "+
 			"Once 3 servers run, raise it with: nats stream edit KV_"+f.cfg.Bucket+" --replicas 3",
 			zap.Error(err))
@@ -710,22 +800,6 @@ func (f *Fleet) bindOnce() (jetstream.KeyValue, int, error) {
 	}
 	f.log.Info("fleet: created bucket", zap.Int("replicas", cfg.Replicas), zap.Duration("max_age", cfg.TTL))
 	return kv, cfg.Replicas, nil
-}
-
-// tooFewServers tells a placement failure (too few servers for the
-// replicas) from other errors.
-func tooFewServers(err error) bool {
-	var apiErr *jetstream.APIError
-	if !errors.As(err, &apiErr) {
-		return false
-	}
-	switch apiErr.ErrorCode {
-	case 10005, // no suitable peers for placement
-		10023, // insufficient resources
-		10074: // replicas > 1 not supported in non-clustered mode
-		return true
-	}
-	return false
 }
 
 // checkBucket logs settings of an existing bucket that weaken the fleet
@@ -749,6 +823,20 @@ func (f *Fleet) checkBucket(ctx context.Context, kv jetstream.KeyValue) int {
 	return replicas
 }
 
+// entry encodes this node's entry with the last published containers,
+// in state ("" running, or restarting).
+func (f *Fleet) entry(state string) ([]byte, error) {
+	f.pubMu.Lock()
+	local := f.local
+	f.pubMu.Unlock()
+	e := fleetEntry{V: fleetVersion, Node: f.cfg.Node, Advertise: f.cfg.Advertise,
+		Updated: time.Now().UTC(), Instance: f.instance, Containers: local, State: state}
+	if state == stateRestarting {
+		e.Grace = f.cfg.RestartGrace.String()
+	}
+	return json.Marshal(e)
+}
+
 // put stores this node's entry; false when it failed.
 func (f *Fleet) put(kv jetstream.KeyValue) bool {
 	f.pubMu.Lock()
@@ -757,8 +845,7 @@ func (f *Fleet) put(kv jetstream.KeyValue) bool {
 	if local == nil {
 		return true // nothing published yet
 	}
-	val, err := json.Marshal(fleetEntry{V: fleetVersion, Node: f.cfg.Node, Advertise: f.cfg.Advertise,
-		Updated: time.Now().UTC(), Instance: f.instance, Containers: local})
+	val, err := f.entry("")
 	if err != nil {
 		f.setErr(errPut, "publishing this node's entry", err)
 		return false
@@ -917,9 +1004,18 @@ func (f *Fleet) deliver(e jetstream.KeyValueEntry, now time.Time) {
 	}
 	f.proof = now
 	if e == nil {
-		if !f.synced {
-			f.synced = true
-			signal(f.changed)
+		// The bucket's values are in: nodes known only from the state
+		// file that the bucket no longer has are gone.
+		dropped := false
+		for name, n := range f.nodes {
+			if n.seeded {
+				delete(f.nodes, name)
+				dropped = true
+				f.log.Info("fleet: a node of the previous run is no longer in the bucket", zap.String("other", name))
+			}
+		}
+		if dropped {
+			f.rebuild()
 		}
 		return
 	}
@@ -953,6 +1049,11 @@ func (f *Fleet) deliver(e jetstream.KeyValueEntry, now time.Time) {
 		return // delivered again (a new watch): not a new heartbeat
 	}
 	n.rev, n.heard = e.Revision(), now
+	if n.seeded {
+		// Known from the state file until now: take this entry's
+		// containers, whatever the file had.
+		n.seeded, n.good = false, false
+	}
 	ent, containers, err := decodeFleetEntry(key, e.Value(), n)
 	if err != nil {
 		n.err = err.Error()
@@ -970,6 +1071,20 @@ func (f *Fleet) deliver(e jetstream.KeyValueEntry, now time.Time) {
 		f.log.Info("fleet: node is back", zap.String("other", key))
 	}
 	n.expired = false
+	wasRestarting := !n.restartUntil.IsZero()
+	if ent.State == stateRestarting {
+		grace, _ := time.ParseDuration(ent.Grace)
+		grace = min(max(grace, 0), maxRestartGrace)
+		n.restartUntil = now.Add(grace)
+		f.log.Info("fleet: node's gateway is restarting; keeping its containers", zap.String("other", key),
+			zap.Duration("restart_grace", grace))
+	} else {
+		n.restartUntil = time.Time{}
+		if wasRestarting {
+			f.log.Info("fleet: node's gateway is back", zap.String("other", key))
+		}
+	}
+
 	if containers == nil { // same as before
 		if !wasLive {
 			f.rebuild()
@@ -1031,6 +1146,7 @@ func (f *Fleet) own(e jetstream.KeyValueEntry) {
 	var ent struct {
 		Instance  string `json:"instance"`
 		Advertise string `json:"advertise"`
+		State     string `json:"state"`
 	}
 	_ = json.Unmarshal(e.Value(), &ent)
 	if ent.Instance == f.instance {
@@ -1046,6 +1162,12 @@ func (f *Fleet) own(e jetstream.KeyValueEntry) {
 	// namesake's.
 	if f.firstRev == 0 || e.Revision() <= f.firstRev {
 		return
+	}
+	if ent.State == stateRestarting {
+		// An earlier run of this node saying goodbye after this run's
+		// first put (it writes only over its own put, so this is a
+		// namesake's): not a heartbeat; put this run's entry back.
+		signal(f.reput)
 	}
 	now := time.Now()
 	ns := f.namesakes[ent.Instance]
@@ -1097,6 +1219,17 @@ func (f *Fleet) expire(now time.Time) (broken bool) {
 		if !n.live() {
 			if now.Sub(n.heard) > fleetForget {
 				delete(f.nodes, name)
+			}
+			continue
+		}
+		if !n.restartUntil.IsZero() {
+			// Its gateway stopped gracefully: its containers keep
+			// running; they stay until the grace ends (or it is back).
+			if judge && now.After(n.restartUntil) {
+				n.expired = true
+				n.restartUntil = time.Time{}
+				changed = true
+				f.log.Warn("fleet: node expired: its gateway did not come back within its restart grace", zap.String("other", name))
 			}
 			continue
 		}

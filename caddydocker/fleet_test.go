@@ -66,6 +66,22 @@ func startFleet(t *testing.T, c *natstest.Cluster, node, advertise string, ttl t
 	return f
 }
 
+// startFleetCfg is startFleet with a whole configuration.
+func startFleetCfg(t *testing.T, c *natstest.Cluster, cfg FleetConfig, log *zap.Logger) *Fleet {
+	t.Helper()
+	conn := fleetConn(t, c, cfg.Node+fmt.Sprint(time.Now().UnixNano()))
+	if log == nil {
+		log, _ = observed(t)
+	}
+	f, err := NewFleet(cfg, conn, log.Named(cfg.Node))
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.Start()
+	t.Cleanup(f.Stop)
+	return f
+}
+
 // testKV is the test's own handle on the fleet bucket (for putting values
 // by hand and checking keys), once some Fleet created it.
 func testKV(t *testing.T, c *natstest.Cluster) jetstream.KeyValue {
@@ -256,20 +272,71 @@ func TestFleetExpiresKilledNode(t *testing.T) {
 	}
 }
 
-// TestFleetStopDeletesKey: a graceful Stop deletes the key, and b drops a
-// at once, long before the TTL.
-func TestFleetStopDeletesKey(t *testing.T) {
+// TestFleetStopKeepsContainers: a graceful Stop leaves the node's entry
+// marked restarting, and b keeps a's containers (they keep running while
+// a's gateway restarts) past the TTL, until the restart grace ends.
+func TestFleetStopKeepsContainers(t *testing.T) {
+	const ttl, grace = time.Second, 4 * time.Second
+	c := natstest.StartCluster(t, 1)
+	a := startFleetCfg(t, c, FleetConfig{Node: "a", Advertise: "10.0.0.1", TTL: ttl, RestartGrace: grace}, nil)
+	b := startFleet(t, c, "b", "10.0.0.2", ttl, nil)
+	a.Publish([]Container{ctr("web", 30001)})
+	b.Publish(nil)
+	remoteIs(t, b, "a/web", 30*time.Second)
+	waitFor(t, "a's first put", 10*time.Second, func() error {
+		if a.Status().LastPublish.IsZero() {
+			return errors.New("not yet")
+		}
+		return nil
+	})
+
+	stopped := time.Now()
+	a.Stop()
+	a.Stop() // idempotent
+	waitFor(t, "b sees a restarting", 5*time.Second, func() error {
+		if ns, ok := nodeStatus(b, "a"); !ok || !ns.Restarting {
+			return fmt.Errorf("b's status of a: %+v", ns)
+		}
+		return nil
+	})
+	// Well past the TTL, a's containers are still routed.
+	for time.Since(stopped) < 2*ttl+time.Second {
+		if got := names(b.Remote()); got != "a/web" {
+			t.Fatalf("%v after a's graceful stop, b's Remote = %q: a's containers were withdrawn", time.Since(stopped).Round(time.Millisecond), got)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	// They go when the grace ends.
+	remoteIs(t, b, "", grace+3*time.Second)
+	gone := time.Since(stopped)
+	t.Logf("a's containers left b %v after its graceful stop (ttl %v, restart grace %v)", gone.Round(time.Millisecond), ttl, grace)
+	if gone < grace {
+		t.Errorf("a's containers left %v after the stop, before the grace of %v", gone, grace)
+	}
+	if ns, _ := nodeStatus(b, "a"); !ns.Expired {
+		t.Errorf("b's status of a after the grace: %+v", ns)
+	}
+}
+
+// TestFleetStopWithoutGrace: with no restart grace (restart_grace 0), a
+// graceful Stop deletes the key, and b drops a at once.
+func TestFleetStopWithoutGrace(t *testing.T) {
 	const ttl = time.Minute
-	c := natstest.StartCluster(t, 3)
-	a := startFleet(t, c, "a", "10.0.0.1", ttl, nil)
+	c := natstest.StartCluster(t, 1)
+	a := startFleetCfg(t, c, FleetConfig{Node: "a", Advertise: "10.0.0.1", TTL: ttl, RestartGrace: -1}, nil)
 	b := startFleet(t, c, "b", "10.0.0.2", ttl, nil)
 	a.Publish([]Container{ctr("web", 30001)})
 	remoteIs(t, b, "a/web", 30*time.Second)
+	waitFor(t, "a's first put", 10*time.Second, func() error {
+		if a.Status().LastPublish.IsZero() {
+			return errors.New("not yet")
+		}
+		return nil
+	})
 
 	drain(b.Changed())
 	stopped := time.Now()
 	a.Stop()
-	a.Stop() // idempotent
 	remoteIs(t, b, "", 5*time.Second)
 	t.Logf("a dropped %v after its Stop", time.Since(stopped).Round(time.Millisecond))
 	select {
@@ -282,6 +349,125 @@ func TestFleetStopDeletesKey(t *testing.T) {
 	if _, err := testKV(t, c).Get(ctx, "a"); !errors.Is(err, jetstream.ErrKeyNotFound) {
 		t.Errorf("a's key after Stop: %v, want deleted", err)
 	}
+}
+
+// TestFleetRestartTakesOver: node a's gateway stops gracefully and a new
+// run of it starts: b keeps a's containers throughout, the new run takes
+// the key over with no namesake reported, and an old run's restarting
+// mark never overwrites a newer run's entry.
+func TestFleetRestartTakesOver(t *testing.T) {
+	const ttl = time.Second
+	c := natstest.StartCluster(t, 1)
+	old := startFleetCfg(t, c, FleetConfig{Node: "a", Advertise: "10.0.0.1", TTL: ttl}, nil)
+	logB, logsB := observed(t)
+	b := startFleet(t, c, "b", "10.0.0.2", ttl, logB)
+	old.Publish([]Container{ctr("web", 30001)})
+	b.Publish(nil)
+	remoteIs(t, b, "a/web", 30*time.Second)
+	putDone := func(f *Fleet) {
+		t.Helper()
+		waitFor(t, "a first put", 10*time.Second, func() error {
+			if f.Status().LastPublish.IsZero() {
+				return errors.New("not yet")
+			}
+			return nil
+		})
+	}
+	putDone(old)
+
+	// b keeps a's containers from the stop to the new run's first put
+	// and after.
+	var dropped atomic.Bool
+	watching := make(chan struct{})
+	go func() {
+		defer close(watching)
+		for end := time.Now().Add(3 * ttl); time.Now().Before(end); time.Sleep(20 * time.Millisecond) {
+			if !strings.Contains(names(b.Remote()), "a/web") {
+				dropped.Store(true)
+			}
+		}
+	}()
+	old.Stop()
+	log2, logs2 := observed(t)
+	neu := startFleetCfg(t, c, FleetConfig{Node: "a", Advertise: "10.0.0.1", TTL: ttl}, log2)
+	neu.Publish([]Container{ctr("web", 30001), ctr("api", 30002)})
+	remoteIs(t, b, "a/api a/web", 10*time.Second)
+	<-watching
+	if dropped.Load() {
+		t.Error("b dropped a's containers during a's restart")
+	}
+	if ns, _ := nodeStatus(b, "a"); ns.Restarting || ns.Expired {
+		t.Errorf("b's status of a after the new run's put: %+v", ns)
+	}
+	if n := logs2.FilterMessage(NamesakeMessage).Len(); n != 0 {
+		t.Errorf("the new run reports its old run as a namesake (%d)", n)
+	}
+
+	// An old run whose stop comes after the new run's put (the new
+	// process started before the old one was told to stop) leaves the
+	// new run's entry alone.
+	marks := logsB.FilterMessage("fleet: node's gateway is restarting; keeping its containers").Len()
+	late := startFleetCfg(t, c, FleetConfig{Node: "x", Advertise: "10.0.0.3", TTL: ttl}, nil)
+	late.Publish([]Container{ctr("x1", 30003)})
+	putDone(late)
+	late.halt() // stopped heart-beating; its mark comes later
+	next := startFleetCfg(t, c, FleetConfig{Node: "x", Advertise: "10.0.0.3", TTL: ttl}, nil)
+	next.Publish([]Container{ctr("x2", 30004)})
+	remoteIs(t, b, "a/api a/web x/x2", 10*time.Second)
+	late.leave()
+	time.Sleep(300 * time.Millisecond)
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	e, err := testKV(t, c).Get(ctx, "x")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var ent fleetEntry
+	if err := json.Unmarshal(e.Value(), &ent); err != nil {
+		t.Fatal(err)
+	}
+	if ent.Instance != next.instance || ent.State != "" {
+		t.Errorf("x's entry is %s's (state %q) after the old run's stop, want the new run's %s", ent.Instance, ent.State, next.instance)
+	}
+	if n := logsB.FilterMessage("fleet: node's gateway is restarting; keeping its containers").Len(); n != marks {
+		t.Errorf("b received the old run's restarting mark over the new run's entry")
+	}
+}
+
+// TestFleetSeed: a restarted gateway routes the other nodes' containers
+// of its state file at once; the bucket's values replace them, and a node
+// the bucket no longer has is dropped once the watch delivered them all.
+func TestFleetSeed(t *testing.T) {
+	const ttl = 10 * time.Second // longer than the test: no expiry by ttl
+	c := natstest.StartCluster(t, 1)
+	a := startFleet(t, c, "a", "10.0.0.1", ttl, nil)
+	a.Publish([]Container{ctr("web", 30001)})
+	waitFor(t, "a's first put", 10*time.Second, func() error {
+		if a.Status().LastPublish.IsZero() {
+			return errors.New("not yet")
+		}
+		return nil
+	})
+
+	conn := fleetConn(t, c, "b")
+	log, _ := observed(t)
+	b, err := NewFleet(FleetConfig{Node: "b", Advertise: "10.0.0.2", TTL: ttl}, conn, log)
+	if err != nil {
+		t.Fatal(err)
+	}
+	seeded := func(node, name string) Container {
+		x := ctr(name, 30009)
+		x.Node, x.Advertise = node, "10.0.0.9"
+		return x
+	}
+	// The state file: a's old containers, and a node that is gone.
+	b.Seed([]Container{seeded("a", "old-web"), seeded("gone", "db"), seeded("b", "mine")})
+	if got := names(b.Remote()); got != "a/old-web gone/db" {
+		t.Fatalf("Remote after Seed = %q", got)
+	}
+	b.Start()
+	defer b.Stop()
+	remoteIs(t, b, "a/web", 5*time.Second)
 }
 
 // TestFleetKeepsRoutesWhileNATSDown: with every NATS server down, b keeps

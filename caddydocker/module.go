@@ -119,6 +119,15 @@ type App struct {
 	// through a JetStream KV bucket, so that each routes the union.
 	Fleet *FleetOptions `json:"fleet,omitempty"`
 
+	// RateLimitSync is how often the gateways exchange the counts of the
+	// rate_limit labels' limits, when they are shared: with the
+	// `storage nats` global option (through it) or a fleet (through a
+	// bucket <fleet bucket>_rate_limit on the fleet's NATS), a label's
+	// limit holds for the whole fleet, as caddy-ratelimit's distributed
+	// mode does (read and write intervals). 0 turns sharing off (each
+	// gateway counts alone). Default: 250ms.
+	RateLimitSync *caddy.Duration `json:"rate_limit_sync,omitempty"`
+
 	key     string
 	watcher *Watcher
 	logger  *zap.Logger
@@ -226,6 +235,9 @@ func (a *App) Provision(ctx caddy.Context) error {
 			return fmt.Errorf("docker: registering metrics: %w", err)
 		}
 	}
+	if build.RateLimitSync, build.RateLimitStorage, err = a.rateLimitSharing(ctx, natsOpts); err != nil {
+		return err
+	}
 
 	cfgJSON, err := json.Marshal(a)
 	if err != nil {
@@ -263,10 +275,7 @@ func (a *App) Provision(ctx caddy.Context) error {
 				_ = engine.Close()
 				return nil, fmt.Errorf("fleet: %w", err)
 			}
-			f, err := NewFleet(FleetConfig{
-				Node: a.Fleet.Node, Advertise: a.Fleet.Advertise,
-				Bucket: a.Fleet.Bucket, TTL: time.Duration(a.Fleet.TTL),
-			}, conn, logger.Named("fleet"))
+			f, err := NewFleet(a.Fleet.config(), conn, logger.Named("fleet"))
 			if err != nil {
 				release()
 				_ = engine.Close()
@@ -350,6 +359,49 @@ func (a *App) fleetNATS(ctx caddy.Context) (natsconn.Options, error) {
 	return natsconn.Options{}, fmt.Errorf("docker: fleet needs NATS servers: set fleet { nats <url>... }, or configure the `storage nats` global option")
 }
 
+// DefaultRateLimitSync is RateLimitSync's default.
+const DefaultRateLimitSync = 250 * time.Millisecond
+
+// rateLimitSharing returns how the rate_limit labels' limits are shared:
+// the sync interval (0: not shared) and the storage of their counts (nil:
+// the config's own, `storage nats`). natsOpts are the fleet's connection
+// options (none without a fleet).
+func (a *App) rateLimitSharing(ctx caddy.Context, natsOpts natsconn.Options) (time.Duration, json.RawMessage, error) {
+	sync := DefaultRateLimitSync
+	if a.RateLimitSync != nil {
+		sync = time.Duration(*a.RateLimitSync)
+	}
+	if sync <= 0 {
+		return 0, nil, nil
+	}
+	if _, ok := ctx.Storage().(natsconn.OptionsProvider); ok {
+		return sync, nil, nil
+	}
+	if a.Fleet == nil {
+		return 0, nil, nil
+	}
+	if _, err := caddy.GetModule("caddy.storage.nats"); err != nil {
+		return 0, nil, fmt.Errorf("docker: rate_limit labels are counted across the fleet through NATS, which needs module caddy.storage.nats in this binary (or set rate_limit_sync off)")
+	}
+	bucket := a.Fleet.Bucket
+	if bucket == "" {
+		bucket = DefaultFleetBucket
+	}
+	st, err := json.Marshal(map[string]any{
+		"module":     "nats",
+		"servers":    natsOpts.Servers,
+		"user":       natsOpts.User,
+		"password":   natsOpts.Password,
+		"token":      natsOpts.Token,
+		"creds_file": natsOpts.CredsFile,
+		"tls_ca":     natsOpts.TLSCA,
+		"tls_cert":   natsOpts.TLSCert,
+		"tls_key":    natsOpts.TLSKey,
+		"bucket":     bucket + "_rate_limit",
+	})
+	return sync, st, err
+}
+
 // Validate checks the configuration.
 func (a *App) Validate() error {
 	if a.Debounce < 0 {
@@ -362,9 +414,12 @@ func (a *App) Validate() error {
 		return fmt.Errorf("docker: invalid host %q: expected unix:///path/to.sock or tcp://host:port", a.Host)
 	}
 	if f := a.Fleet; f != nil {
-		if _, err := (FleetConfig{Node: f.Node, Advertise: f.Advertise, Bucket: f.Bucket, TTL: time.Duration(f.TTL)}).withDefaults(); err != nil {
+		if _, err := f.config().withDefaults(); err != nil {
 			return fmt.Errorf("docker: fleet: %w", err)
 		}
+	}
+	if a.RateLimitSync != nil && *a.RateLimitSync < 0 {
+		return fmt.Errorf("docker: invalid rate_limit_sync %s: must not be negative (0 or off: each gateway counts alone)", time.Duration(*a.RateLimitSync))
 	}
 	if a.StreamCloseDelay != nil && *a.StreamCloseDelay < 0 {
 		return fmt.Errorf("docker: invalid stream_close_delay %s: must not be negative", time.Duration(*a.StreamCloseDelay))
@@ -396,8 +451,19 @@ func (a *App) Start() error {
 	return nil
 }
 
-// Stop does nothing: the watcher outlives config reloads; Cleanup releases it.
-func (a *App) Stop() error { return nil }
+// Stop does nothing on a config reload: the watcher outlives reloads, and
+// Cleanup releases it. When the process exits, it stops the watcher at
+// once, first of all the shutdown: no more routes are applied through the
+// admin API (a new process of this gateway may already listen there) and
+// the fleet entry, marked restarting, stops heart-beating (so a new
+// process of this node is not taken for a namesake), while the HTTP
+// servers drain.
+func (a *App) Stop() error {
+	if caddy.Exiting() && a.watcher != nil {
+		a.watcher.Stop()
+	}
+	return nil
+}
 
 // Cleanup releases this config's reference to the watcher; the last
 // reference stops it.
@@ -536,6 +602,24 @@ type FleetOptions struct {
 	TTL caddy.Duration `json:"ttl,omitempty"`
 	// Node is this host's name in the bucket. Default: the host name.
 	Node string `json:"node,omitempty"`
+	// RestartGrace is how long the other gateways keep routing this
+	// host's containers after this gateway stops gracefully (they keep
+	// running while it restarts), unless it is back sooner. 0 withdraws
+	// them at once. Default: 1m. A killed gateway's containers stay for
+	// ttl.
+	RestartGrace *caddy.Duration `json:"restart_grace,omitempty"`
+}
+
+// config is the Fleet's configuration.
+func (o *FleetOptions) config() FleetConfig {
+	c := FleetConfig{Node: o.Node, Advertise: o.Advertise, Bucket: o.Bucket, TTL: time.Duration(o.TTL)}
+	if o.RestartGrace != nil {
+		c.RestartGrace = time.Duration(*o.RestartGrace)
+		if c.RestartGrace == 0 {
+			c.RestartGrace = -1 // withdraw at Stop
+		}
+	}
+	return c
 }
 
 type watcherDestructor struct{ *Watcher }

@@ -104,6 +104,13 @@ type BuildOptions struct {
 	// StreamCloseDelay, when positive, is the reverse_proxy
 	// stream_close_delay: streams survive a reload for this long.
 	StreamCloseDelay time.Duration
+	// RateLimitSync, when positive, makes the rate_limit handlers of
+	// routes with a rate_limit label count across the fleet:
+	// caddy-ratelimit's distributed mode, reading and writing the
+	// gateways' counts this often, through RateLimitStorage (nil: the
+	// config's storage, `storage nats`).
+	RateLimitSync    time.Duration
+	RateLimitStorage json.RawMessage
 }
 
 // Retries is how many times a discovered route retries a failed request,
@@ -495,12 +502,22 @@ func buildRoute(s *service, r Router, opts BuildOptions) (json.RawMessage, error
 		if r.AuthRequired {
 			key = "{http.auth.user.id}"
 		}
-		raw, err := json.Marshal(map[string]any{
+		h := map[string]any{
 			"handler": "rate_limit",
 			"rate_limits": map[string]rateZoneJSON{
 				ZoneName(opts.Server, s.name, r.Name): {Key: key, MaxEvents: r.RateLimit.Events, Window: r.RateLimit.Window.String()},
 			},
-		})
+		}
+		if opts.RateLimitSync > 0 {
+			h["distributed"] = map[string]string{
+				"read_interval":  opts.RateLimitSync.String(),
+				"write_interval": opts.RateLimitSync.String(),
+			}
+			if len(opts.RateLimitStorage) > 0 {
+				h["storage"] = opts.RateLimitStorage
+			}
+		}
+		raw, err := json.Marshal(h)
 		if err != nil {
 			return nil, err
 		}

@@ -461,3 +461,47 @@ func TestScope(t *testing.T) {
 		}
 	}
 }
+
+// TestRateLimitShared: with RateLimitSync the rate_limit label's handler
+// runs caddy-ratelimit's distributed mode at that interval, through
+// RateLimitStorage when set (a fleet without `storage nats`); without it
+// each gateway counts alone.
+func TestRateLimitShared(t *testing.T) {
+	ds := Discover([]Container{c("orders", base("gateway.router.api.rate_limit", "10/1m")...)}, fullLabels)
+	handler := func(opts BuildOptions) map[string]any {
+		t.Helper()
+		plan, err := BuildRoutes(ds, opts)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var rt struct {
+			Handle []map[string]any `json:"handle"`
+		}
+		if err := json.Unmarshal(plan.Routes[0], &rt); err != nil {
+			t.Fatal(err)
+		}
+		for _, h := range rt.Handle {
+			if h["handler"] == "rate_limit" {
+				return h
+			}
+		}
+		t.Fatalf("no rate_limit handler in %s", plan.Routes[0])
+		return nil
+	}
+	if h := handler(testOpts); h["distributed"] != nil || h["storage"] != nil {
+		t.Errorf("not shared: %v", h)
+	}
+	opts := testOpts
+	opts.RateLimitSync = 250 * time.Millisecond
+	h := handler(opts)
+	if d, _ := json.Marshal(h["distributed"]); string(d) != `{"read_interval":"250ms","write_interval":"250ms"}` {
+		t.Errorf("distributed = %s", d)
+	}
+	if h["storage"] != nil {
+		t.Errorf("storage %v: the config's storage (storage nats) is rate_limit's default", h["storage"])
+	}
+	opts.RateLimitStorage = json.RawMessage(`{"module":"nats","bucket":"gateway_routes_rate_limit"}`)
+	if s, _ := json.Marshal(handler(opts)["storage"]); string(s) != `{"bucket":"gateway_routes_rate_limit","module":"nats"}` {
+		t.Errorf("storage = %s", s)
+	}
+}

@@ -4,9 +4,12 @@ import (
 	"encoding/json"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/caddyserver/caddy/v2"
 	"github.com/caddyserver/caddy/v2/caddyconfig/caddyfile"
+
+	_ "github.com/apigate/gateway/natsstore" // the storage of labels' limits shared by a fleet
 )
 
 // TestGeneratedRoutesLoad checks that Caddy, with the real jwt_auth, rbac,
@@ -56,6 +59,30 @@ func TestGeneratedRoutesLoad(t *testing.T) {
 			}
 		}
 	}
+	for _, shared := range []struct {
+		name    string
+		sync    time.Duration
+		storage json.RawMessage
+	}{
+		{name: "counted per gateway"},
+		{name: "shared through storage nats", sync: DefaultRateLimitSync},
+		// a fleet without storage nats: the labels' limits go through
+		// a bucket of the fleet's NATS (none runs here: the storage
+		// connects in the background, and validate writes nothing)
+		{name: "shared through the fleet's NATS", sync: DefaultRateLimitSync,
+			storage: json.RawMessage(`{"module":"nats","servers":["nats://127.0.0.1:1"],"bucket":"gateway_routes_rate_limit"}`)},
+	} {
+		t.Run(shared.name, func(t *testing.T) {
+			opts := opts
+			opts.RateLimitSync, opts.RateLimitStorage = shared.sync, shared.storage
+			validateRoutes(t, all, opts)
+		})
+	}
+}
+
+// validateRoutes builds the routes of cs and has Caddy validate them.
+func validateRoutes(t *testing.T, all []Container, opts BuildOptions) {
+	t.Helper()
 	plan, err := BuildRoutes(Discover(all, fullLabels), opts)
 	if err != nil {
 		t.Fatal(err)

@@ -52,11 +52,11 @@ type FleetPeer interface {
 	Publish(local []Container)
 	// Remote returns the other hosts' containers, with Node and Advertise.
 	Remote() []Container
+	// Seed gives it the other hosts' containers of the previous run (the
+	// state file's), until the bucket is read.
+	Seed(remote []Container)
 	// Changed is signalled when Remote may have changed.
 	Changed() <-chan struct{}
-	// Synced reports whether Remote has once held everything the fleet
-	// announced (the bucket's initial values were delivered).
-	Synced() bool
 	// Status describes the fleet for the snapshot.
 	Status() FleetStatus
 }
@@ -128,6 +128,7 @@ type Watcher struct {
 	cancel    context.CancelFunc
 	wg        sync.WaitGroup
 	startOnce sync.Once
+	stopOnce  sync.Once
 	kick      chan struct{}
 	recheck   chan struct{}
 
@@ -254,19 +255,23 @@ func (w *Watcher) Start() {
 	}
 }
 
-// Stop stops the goroutines and waits for them.
+// Stop stops the goroutines and waits for them, then stops the fleet
+// (which leaves this host's containers to the other gateways while this
+// one restarts). Later calls do nothing.
 func (w *Watcher) Stop() {
-	w.cancel()
-	w.wg.Wait()
-	if w.cfg.Fleet != nil {
-		w.cfg.Fleet.Stop()
-	}
-	if w.engine != nil {
-		_ = w.engine.Close()
-	}
-	if w.cfg.OnStop != nil {
-		w.cfg.OnStop()
-	}
+	w.stopOnce.Do(func() {
+		w.cancel()
+		w.wg.Wait()
+		if w.cfg.Fleet != nil {
+			w.cfg.Fleet.Stop()
+		}
+		if w.engine != nil {
+			_ = w.engine.Close()
+		}
+		if w.cfg.OnStop != nil {
+			w.cfg.OnStop()
+		}
+	})
 }
 
 // Snapshot returns the current read-only view.
@@ -359,6 +364,7 @@ func (w *Watcher) publish(plan *Plan) {
 
 func (w *Watcher) loop() {
 	w.adoptState()
+	w.seedFleet()
 	w.sync()
 	resync := w.cfg.Resync
 	if resync <= 0 {
@@ -586,7 +592,7 @@ func (w *Watcher) sync() {
 func (w *Watcher) build() {
 	containers := w.local
 	if w.cfg.Fleet != nil {
-		containers = append(slices.Clip(containers), w.remote()...)
+		containers = append(slices.Clip(containers), w.cfg.Fleet.Remote()...)
 	}
 	ds := Discover(containers, w.cfg.Labels)
 	w.logLabelErrors(ds)
@@ -645,26 +651,6 @@ func (w *Watcher) build() {
 		return
 	}
 	w.apply(plan, containers, false)
-}
-
-// remote returns the other hosts' containers: the fleet's, or until the
-// fleet has delivered the bucket once, the other hosts' containers of the
-// state file, so that a restarted member keeps serving its last good
-// route set while it catches up with the bucket (not drop every other
-// host's service until then).
-func (w *Watcher) remote() []Container {
-	if w.cfg.Fleet.Synced() {
-		return w.cfg.Fleet.Remote()
-	}
-	w.pubMu.Lock()
-	defer w.pubMu.Unlock()
-	var out []Container
-	for _, c := range w.stateContainers {
-		if c.Node != "" {
-			out = append(out, c)
-		}
-	}
-	return out
 }
 
 // setPools publishes the plan's replicas to the routes, with the canary
@@ -742,6 +728,28 @@ func (w *Watcher) notePlacement() {
 	}
 	w.placementLogged = seen
 	w.update(func(s *Snapshot) { s.Placement = warnings })
+}
+
+// seedFleet hands the fleet the other hosts' containers of the state
+// file (the last route set that applied: read by the first config load,
+// else here), so that a restarted gateway routes them from its first
+// build, before its bucket watch delivers them, or while NATS is
+// unreachable.
+func (w *Watcher) seedFleet() {
+	if w.cfg.Fleet == nil || w.cfg.StateFile == "" {
+		return
+	}
+	w.pubMu.Lock()
+	tried, cs := w.stateTried, w.stateContainers
+	w.pubMu.Unlock()
+	if !tried {
+		st, err := ReadState(w.cfg.StateFile)
+		if err != nil || st.Server != w.cfg.Server {
+			return
+		}
+		cs = st.Containers
+	}
+	w.cfg.Fleet.Seed(cs)
 }
 
 // readStateLocked reads the state file (w.pubMu held) and makes its route

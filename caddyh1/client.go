@@ -239,6 +239,22 @@ func connReset(err error) bool {
 // both sides allow it. A request that cannot be sent again safely
 // (see replayable) is never sent twice.
 func (c *Client) RoundTrip(req *http.Request, network, addr string) (*http.Response, error) {
+	return c.RoundTripReuse(req, network, addr, nil)
+}
+
+// Reuse is the storage of a response for a caller that has one exchange at
+// a time (the fast path's connection): with it, a round trip makes no
+// *http.Response, body reader or header map of its own. The response it
+// returns is then valid until the next round trip with the same Reuse.
+type Reuse struct {
+	res  http.Response
+	body body
+	hdr  http.Header
+	vals []string
+}
+
+// RoundTripReuse is RoundTrip with the response in ru (nil: allocated).
+func (c *Client) RoundTripReuse(req *http.Request, network, addr string, ru *Reuse) (*http.Response, error) {
 	p, err := c.pool(network, addr)
 	if err != nil {
 		return nil, err
@@ -256,7 +272,7 @@ func (c *Client) RoundTrip(req *http.Request, network, addr string) (*http.Respo
 		if err != nil {
 			return nil, err
 		}
-		res, err := cn.roundTrip(req, &wr)
+		res, err := cn.roundTrip(req, &wr, ru)
 		if err == nil {
 			return res, nil
 		}
@@ -545,7 +561,7 @@ func (cn *conn) alive() bool {
 }
 
 // roundTrip writes req and reads the response head.
-func (cn *conn) roundTrip(req *http.Request, wr *writtenRequest) (*http.Response, error) {
+func (cn *conn) roundTrip(req *http.Request, wr *writtenRequest, ru *Reuse) (*http.Response, error) {
 	ctx := req.Context()
 	cn.rd.Got = 0
 	cn.ctx = ctx
@@ -564,7 +580,7 @@ func (cn *conn) roundTrip(req *http.Request, wr *writtenRequest) (*http.Response
 		return nil, err
 	}
 	var h head
-	res, err := cn.readResponse(req, &h)
+	res, err := cn.readResponse(req, &h, ru)
 	if err != nil {
 		cn.done(false)
 		if ctxErr := ctx.Err(); ctxErr != nil {
@@ -584,26 +600,35 @@ func (cn *conn) roundTrip(req *http.Request, wr *writtenRequest) (*http.Response
 		cn.done(keep)
 		return res, nil
 	}
+	newBody := func(b body) *body {
+		if ru != nil {
+			ru.body = b
+			return &ru.body
+		}
+		nb := new(body)
+		*nb = b
+		return nb
+	}
 	switch {
 	case h.chunked:
 		res.ContentLength = -1
-		res.Body = &body{cn: cn, kind: bodyChunked, keep: keep, res: res, maxTrailer: cn.pool.c.opts.MaxResponseHeaderSize}
+		res.Body = newBody(body{cn: cn, kind: bodyChunked, keep: keep, res: res, maxTrailer: cn.pool.c.opts.MaxResponseHeaderSize})
 	case h.contentLength == 0:
 		res.Body = http.NoBody
 		cn.done(keep)
 	case h.contentLength > 0:
-		res.Body = &body{cn: cn, kind: bodyFixed, n: h.contentLength, keep: keep}
+		res.Body = newBody(body{cn: cn, kind: bodyFixed, n: h.contentLength, keep: keep})
 	default:
 		res.ContentLength = -1
 		res.Close = true
-		res.Body = &body{cn: cn, kind: bodyToEOF}
+		res.Body = newBody(body{cn: cn, kind: bodyToEOF})
 	}
 	return res, nil
 }
 
 // readResponse reads response heads until the final (non-1xx) one, passing
 // informational responses to the request's httptrace.ClientTrace.
-func (cn *conn) readResponse(req *http.Request, h *head) (*http.Response, error) {
+func (cn *conn) readResponse(req *http.Request, h *head, ru *Reuse) (*http.Response, error) {
 	opts := &cn.pool.c.opts
 	var headerDeadline, deadline time.Time
 	if t := opts.ResponseHeaderTimeout; t > 0 || cn.stopWatch == nil && cn.ctx.Done() != nil {
@@ -638,7 +663,7 @@ func (cn *conn) readResponse(req *http.Request, h *head) (*http.Response, error)
 		if err != nil {
 			return nil, err
 		}
-		err = parseHead(b, h)
+		err = parseHead(b, h, ru)
 		cn.rd.Discard(len(b))
 		if err != nil {
 			return nil, err
@@ -665,7 +690,13 @@ func (cn *conn) readResponse(req *http.Request, h *head) (*http.Response, error)
 		}
 	}
 	cn.watching = true // from here on, reads from the network are watched
-	res := &http.Response{
+	var res *http.Response
+	if ru != nil {
+		res = &ru.res
+	} else {
+		res = new(http.Response)
+	}
+	*res = http.Response{
 		Status:        h.statusText,
 		StatusCode:    h.status,
 		Proto:         "HTTP/1.1",

@@ -60,8 +60,9 @@ var crlfcrlf = []byte("\r\n\r\n")
 
 // parseHead parses one complete response head, b, which ends with CRLF CRLF
 // (see findHeadEnd). Field names and values are substrings of one string
-// copied from b, so parsing allocates a few times whatever the head's size.
-func parseHead(b []byte, h *head) error {
+// copied from b, so parsing allocates a few times whatever the head's size;
+// with ru, once (the header map and its values are ru's).
+func parseHead(b []byte, h *head, ru *Reuse) error {
 	*h = head{contentLength: -1}
 	// Check every byte once: only CRLF pairs may hold a CR or an LF, and the
 	// only other control byte allowed anywhere is HTAB.
@@ -102,11 +103,20 @@ func parseHead(b []byte, h *head) error {
 
 	// field-line = field-name ":" OWS field-value OWS
 	fields := lines - 2 // minus the status line and the empty last line
-	if fields > 0 {
-		h.header = make(http.Header, fields)
-	}
 	var vals []string
-	if fields > 0 {
+	switch {
+	case ru != nil:
+		if ru.hdr == nil {
+			ru.hdr = make(http.Header, max(fields, 8))
+		}
+		clear(ru.hdr)
+		if cap(ru.vals) < fields {
+			ru.vals = make([]string, fields+8)
+		}
+		clear(ru.vals)
+		h.header, vals = ru.hdr, ru.vals[:max(fields, 0)]
+	case fields > 0:
+		h.header = make(http.Header, fields)
 		vals = make([]string, fields)
 	}
 	var clSeen, teSeen bool

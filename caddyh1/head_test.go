@@ -63,7 +63,7 @@ func TestParseHead(t *testing.T) {
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			var h head
-			if err := parseHead([]byte(tc.head), &h); err != nil {
+			if err := parseHead([]byte(tc.head), &h, nil); err != nil {
 				t.Fatalf("parseHead: %v", err)
 			}
 			if h.status != tc.status || h.statusText != tc.text || h.contentLength != tc.length ||
@@ -128,7 +128,7 @@ func TestParseHeadRefuses(t *testing.T) {
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			var h head
-			err := parseHead([]byte(tc.head), &h)
+			err := parseHead([]byte(tc.head), &h, nil)
 			if err == nil {
 				t.Fatalf("parsed; want an error containing %q", tc.want)
 			}
@@ -163,7 +163,7 @@ func TestParseHeadAllocations(t *testing.T) {
 		"Content-Type: application/json\r\nContent-Length: 72\r\nConnection: keep-alive\r\n\r\n")
 	var h head
 	allocs := testing.AllocsPerRun(100, func() {
-		if err := parseHead(b, &h); err != nil {
+		if err := parseHead(b, &h, nil); err != nil {
 			t.Fatal(err)
 		}
 	})
@@ -179,7 +179,7 @@ func BenchmarkParseHead(b *testing.B) {
 	b.ReportAllocs()
 	var h head
 	for b.Loop() {
-		if err := parseHead(raw, &h); err != nil {
+		if err := parseHead(raw, &h, nil); err != nil {
 			b.Fatal(err)
 		}
 	}
@@ -208,7 +208,7 @@ func FuzzParseHead(f *testing.F) {
 		}
 		b = b[:end]
 		var h head
-		if err := parseHead(b, &h); err != nil {
+		if err := parseHead(b, &h, nil); err != nil {
 			return
 		}
 		if h.status < 100 || h.status > 599 {

@@ -244,12 +244,18 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 //
 // An AnswerObserver set on the request (Observe) learns the outcome.
 func (t *Transport) RoundTripTo(req *http.Request, network, addr string) (*http.Response, error) {
+	return t.RoundTripReuse(req, network, addr, nil)
+}
+
+// RoundTripReuse is RoundTripTo with the response's storage in ru (see
+// Reuse; nil: allocated).
+func (t *Transport) RoundTripReuse(req *http.Request, network, addr string, ru *Reuse) (*http.Response, error) {
 	o := observerOf(req)
 	var start time.Time
 	if o != nil {
 		start = time.Now()
 	}
-	res, err := t.client.RoundTrip(req, network, addr)
+	res, err := t.client.RoundTripReuse(req, network, addr, ru)
 	observe(o, res, err, start)
 	if err != nil {
 		resets, _ := caddyhttp.GetVar(req.Context(), resetsVar).(int)

@@ -276,12 +276,14 @@ func TestGateway(t *testing.T) {
 			}
 		}
 		// both servers have the apigate wrapper: the gateway's (every duty)
-		// is on the fast path, the page's access log keeps it on Caddy's
-		// path, and the page says why
-		if fp := b.text(t, `#fastpath tr[data-fastpath="on"]`); !strings.Contains(fp, "gateway") || !strings.Contains(fp, "on") {
-			t.Errorf("fast path row %q lacks the gateway server on", fp)
+		// is on the fast path, with its routes; the page server's
+		// expected_underscore_headers keeps it on Caddy's path, and the page
+		// says why
+		if fp := b.text(t, `#fastpath tr[data-fastpath="on"]`); !strings.Contains(fp, "gateway") || !strings.Contains(fp, "on") ||
+			!strings.Contains(fp, "route 0: plan") {
+			t.Errorf("fast path row %q lacks the gateway server on, with its routes", fp)
 		}
-		if fp := b.text(t, `#fastpath tr[data-fastpath="off"]`); !strings.Contains(fp, "page") || !strings.Contains(fp, "off: access logs (log)") {
+		if fp := b.text(t, `#fastpath tr[data-fastpath="off"]`); !strings.Contains(fp, "page") || !strings.Contains(fp, "off: expected_underscore_headers") {
 			t.Errorf("fast path row %q lacks the page server and the reason", fp)
 		}
 	})

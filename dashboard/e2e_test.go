@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -75,6 +76,7 @@ func gatewayConfig(dockerHost, dir string) string {
 		listener_wrappers {
 			apigate
 		}
+		expected_underscore_headers X_Debug_Token
 	}
 	audit {
 		sink file %s
@@ -125,8 +127,8 @@ func gatewayConfig(dockerHost, dir string) string {
 	}
 }
 
-# The page, on its own site bound to loopback; its access log keeps the
-# server on Caddy's path (the page shows why).
+# The page, on its own site bound to loopback; its server's
+# expected_underscore_headers keeps it on Caddy's path (the page shows why).
 :19802 {
 	bind 127.0.0.1
 	log {
@@ -276,8 +278,9 @@ func findContainer(o Overview, name string) (Container, bool) {
 }
 
 // TestOverviewFastPath: the overview lists each server with the apigate
-// listener wrapper, on (a server with the dashboard handler, too), or off
-// with the reason the load logged.
+// listener wrapper, on (a server with an access log and the dashboard
+// handler, too) with how each route runs, or off with every reason the
+// load logged.
 func TestOverviewFastPath(t *testing.T) {
 	startGateway(t, fmt.Sprintf(`{
 	admin %s
@@ -296,6 +299,14 @@ func TestOverviewFastPath(t *testing.T) {
 			apigate
 		}
 	}
+	servers 127.0.0.1:19805 {
+		name legacy
+		listener_wrappers {
+			apigate
+		}
+		expected_underscore_headers X_A
+		expected_dot_headers X.B
+	}
 }
 :19803 {
 	respond "fast"
@@ -306,6 +317,10 @@ func TestOverviewFastPath(t *testing.T) {
 		output discard
 	}
 	gateway_dashboard
+}
+:19805 {
+	bind 127.0.0.1
+	respond "legacy"
 }
 `, adminAddr))
 	if code, body, err := get("http://127.0.0.1:19803/"); err != nil || code != 200 || body != "fast" {
@@ -318,7 +333,10 @@ func TestOverviewFastPath(t *testing.T) {
 	if s := got["fast"]; !s.On || s.Served < 1 {
 		t.Errorf("server fast: want on with a request served, got %+v", s)
 	}
-	if s := got["page"]; s.On || s.Reason != "access logs (log)" {
-		t.Errorf("server page: want off for its access log, got %+v", s)
+	if s := got["page"]; !s.On || len(s.Routes) != 1 || !s.Routes[0].Plan || !slices.Contains(s.Routes[0].AsCaddy, "http.handlers.gateway_dashboard") {
+		t.Errorf("server page: want on with an access log, its route on the plan running gateway_dashboard as Caddy calls it, got %+v", s)
+	}
+	if s := got["legacy"]; s.On || s.Reason != "expected_underscore_headers; expected_dot_headers" {
+		t.Errorf("server legacy: want off with both reasons, got %+v", s)
 	}
 }

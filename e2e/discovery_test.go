@@ -256,6 +256,9 @@ func testDiscovery(t *testing.T, v variant, rec *pathtest.Recorder) {
 		if err != nil {
 			t.Fatalf("gateway-reload: %v\n%s", err, out)
 		}
+		if s.fast && !strings.Contains(string(out), "fast path on for server") {
+			t.Errorf("gateway-reload does not say that the fast path is on:\n%s", out)
+		}
 		echo(t, "after gateway-reload")
 		time.Sleep(300 * time.Millisecond)
 		r := ld.stop()

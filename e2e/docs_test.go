@@ -183,7 +183,9 @@ func TestDocSnippets(t *testing.T) {
 				cmd := exec.Command(bin, "adapt", "--config", p, "--adapter", "caddyfile")
 				// the adapt-time variables ({$VAR}) the docs' examples read
 				cmd.Env = append(os.Environ(), "HOME="+dir, "GATEWAY_ADMIN=127.0.0.1:2019",
-					"GATEWAY_HTTP_PORT=80", "GATEWAY_HTTPS_PORT=443", "NATS_URLS=nats://127.0.0.1:4222")
+					"GATEWAY_HTTP_PORT=80", "GATEWAY_HTTPS_PORT=443", "NATS_URLS=nats://127.0.0.1:4222",
+					"GATEWAY_NODE=gw-1", "GATEWAY_ADVERTISE=10.0.0.5", "AUDIT_SPOOL="+filepath.Join(dir, "audit"),
+					"DOCKER_HOST=unix:///run/podman/podman.sock")
 				var stderr bytes.Buffer
 				cmd.Stderr = &stderr
 				if err := cmd.Run(); err == nil {

@@ -3,6 +3,8 @@ package fastpath
 import (
 	"net/http"
 	"reflect"
+	"sync"
+	"sync/atomic"
 	"unsafe" // go:linkname
 
 	"github.com/caddyserver/caddy/v2"
@@ -33,6 +35,25 @@ func handlerProvisionUpstream(h reverseproxy.Handler, upstream *reverseproxy.Ups
 
 //go:linkname incInFlightRequest github.com/caddyserver/caddy/v2/modules/caddyhttp/reverseproxy.incInFlightRequest
 func incInFlightRequest(address string)
+
+// inFlightRequests is the table incInFlightRequest and decInFlightRequest
+// keep (address -> *atomic.Int64), which the admin API reads.
+//
+//go:linkname inFlightRequests github.com/caddyserver/caddy/v2/modules/caddyhttp/reverseproxy.inFlightRequests
+var inFlightRequests sync.Map
+
+// incInFlight is incInFlightRequest without its allocation when the
+// address has requests in flight already (Caddy's makes a counter for
+// LoadOrStore on every call): under load the entry is there.
+func incInFlight(address string) {
+	if v, ok := inFlightRequests.Load(address); ok {
+		if c, ok := v.(*atomic.Int64); ok {
+			c.Add(1)
+			return
+		}
+	}
+	incInFlightRequest(address)
+}
 
 //go:linkname decInFlightRequest github.com/caddyserver/caddy/v2/modules/caddyhttp/reverseproxy.decInFlightRequest
 func decInFlightRequest(address string)
@@ -87,4 +108,31 @@ func hasTrustedProxies(s *caddyhttp.Server) bool {
 // layout against the pinned Caddy.
 func extraLogFields(e *caddyhttp.ExtraLogFields) []zapcore.Field {
 	return (*struct{ fields []zapcore.Field })(unsafe.Pointer(e)).fields
+}
+
+// A request's replacer is made anew per request on Caddy's path; the plan
+// keeps one per request state and resets it: the providers a request
+// added (jwt_auth's claims, ...) dropped, its values (Set) cleared. Caddy
+// offers no reset, so these read its fields (caddy.Replacer: providers,
+// static, mapMutex, in this order). TestCaddyInternals checks them against
+// the pinned Caddy.
+type replacerLayout struct {
+	providers []struct{ tab, data unsafe.Pointer } // []replacementProvider
+	static    map[string]any
+	mapMutex  *sync.RWMutex
+}
+
+// replacerProviders is how many providers r has.
+func replacerProviders(r *caddy.Replacer) int {
+	return len((*replacerLayout)(unsafe.Pointer(r)).providers)
+}
+
+// resetReplacer drops the providers after the first n and every value.
+func resetReplacer(r *caddy.Replacer, n int) {
+	l := (*replacerLayout)(unsafe.Pointer(r))
+	if n <= len(l.providers) {
+		clear(l.providers[n:])
+		l.providers = l.providers[:n]
+	}
+	clear(l.static)
 }

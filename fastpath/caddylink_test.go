@@ -1,7 +1,11 @@
 package fastpath
 
 import (
+	"runtime"
+	"sync/atomic"
 	"testing"
+
+	"github.com/caddyserver/caddy/v2"
 
 	"github.com/caddyserver/caddy/v2/modules/caddyhttp/reverseproxy"
 )
@@ -42,8 +46,22 @@ func TestCaddyInternals(t *testing.T) {
 		}
 	})
 	t.Run("in-flight requests", func(t *testing.T) {
-		incInFlightRequest("127.0.0.1:9")
+		count := func() int64 {
+			if v, ok := inFlightRequests.Load("127.0.0.1:9"); ok {
+				return v.(*atomic.Int64).Load()
+			}
+			return 0
+		}
+		incInFlight("127.0.0.1:9")
+		incInFlight("127.0.0.1:9")
+		if n := count(); n != 2 {
+			t.Fatalf("after two incInFlight: %d in flight", n)
+		}
 		decInFlightRequest("127.0.0.1:9")
+		decInFlightRequest("127.0.0.1:9")
+		if _, ok := inFlightRequests.Load("127.0.0.1:9"); ok {
+			t.Fatal("the entry stays after the count reached 0")
+		}
 	})
 	t.Run("trustedProxies", func(t *testing.T) {
 		loadTwinOpts(t, twinOpts{serverOpts: "\t\ttrusted_proxies static 10.0.0.0/8"}, `	respond "x"`)
@@ -53,6 +71,26 @@ func TestCaddyInternals(t *testing.T) {
 		loadTwin(t, "", `	respond "x"`)
 		if planOf(t, "fast").trusted {
 			t.Fatal("a server without trusted_proxies: hasTrustedProxies is true")
+		}
+	})
+	t.Run("replacer reset", func(t *testing.T) {
+		r := caddy.NewReplacer()
+		n := replacerProviders(r)
+		if n != 3 {
+			t.Fatalf("a new replacer has %d providers, want Caddy's 3", n)
+		}
+		r.Map(func(key string) (any, bool) { return "mapped", key == "req.x" })
+		r.Set("req.y", "set")
+		if r.ReplaceAll("{req.x} {req.y}", "-") != "mapped set" {
+			t.Fatal("the request's provider and value do not replace")
+		}
+		resetReplacer(r, n)
+		if got := r.ReplaceAll("{req.x} {req.y} {system.os}", "-"); got != "- - "+runtime.GOOS {
+			t.Fatalf("after reset: %q, want the request's gone and Caddy's own there", got)
+		}
+		r.Set("req.z", "again")
+		if r.ReplaceAll("{req.z}", "-") != "again" {
+			t.Fatal("a reset replacer takes no new values")
 		}
 	})
 	// newMetricsInstrumentedRoute and its ServeHTTP: TestMetrics (every

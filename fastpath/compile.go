@@ -13,21 +13,30 @@ import (
 	"github.com/apigate/gateway/caddyh1"
 )
 
-// compileServer compiles srv's routes into a plan, or says why the server
-// stays on Caddy's path: the first module or option the plan does not
-// support, named as the config names it.
+// serverReasons are the server's options the plan does not honour, named
+// as the config names them: each keeps the whole server on Caddy's path
+// (an option is never ignored). Every other option, handler and matcher
+// runs on the plan. It reads only the server's options, so it decides the
+// same from a provisioned server and from one read from JSON (Report).
+func serverReasons(srv *caddyhttp.Server) []string {
+	var r []string
+	if len(srv.ExpectedUnderscoreHeaders) > 0 {
+		r = append(r, "expected_underscore_headers")
+	}
+	if len(srv.ExpectedDotHeaders) > 0 {
+		r = append(r, "expected_dot_headers")
+	}
+	if len(srv.Protocols) > 0 && !slices.Contains(srv.Protocols, "h1") {
+		r = append(r, "protocols without h1")
+	}
+	return r
+}
+
+// compileServer compiles srv's routes into a plan, for a server without
+// serverReasons; it reports why not otherwise.
 func compileServer(ctx caddy.Context, srv *caddyhttp.Server, app *caddyhttp.App, logger *zap.Logger) (*plan, string) {
-	switch {
-	case len(srv.ExpectedUnderscoreHeaders) > 0:
-		return nil, "expected_underscore_headers"
-	case len(srv.ExpectedDotHeaders) > 0:
-		return nil, "expected_dot_headers"
-	case srv.ReadMinRate > 0:
-		return nil, "read_min_rate"
-	case srv.WriteMinRate > 0:
-		return nil, "write_min_rate"
-	case !slices.Contains(srv.Protocols, "h1"):
-		return nil, "protocols without h1"
+	if r := serverReasons(srv); len(r) > 0 {
+		return nil, strings.Join(r, "; ")
 	}
 	c := compiler{ctx: ctx, logger: logger}
 	p := &plan{
@@ -44,6 +53,8 @@ func compileServer(ctx caddy.Context, srv *caddyhttp.Server, app *caddyhttp.App,
 		httpLogger = ctx.Logger(app)
 	}
 	p.errLogger = httpLogger.Named("log.error")
+	p.logger = httpLogger
+	p.rateTimeouts = srv.ReadMinRate > 0 || srv.WriteMinRate > 0
 	if srv.Logs != nil {
 		p.access = newAccessLog(srv.Logs, httpLogger)
 		if srv.Logs.Trace {

@@ -46,10 +46,21 @@ type conn struct {
 	ipOK        bool
 
 	lastMethod string
-	headSlack  int                // bytes of the head max_header_size does not count (readHead)
-	status     atomic.Int32       // stateIdle, stateActive, stateClosed
-	readable   func(uintptr) bool // idleRead, bound once
-	idleErr    error              // how idleRead ended, when not with bytes
+	// a handler set the request's read or write deadline itself (through
+	// http.ResponseController): the server's idle timeouts leave it alone
+	// until the next request, as on Caddy's path, where a handler's
+	// deadline replaces the server's
+	ownReadDL, ownWriteDL bool
+	headSlack             int // bytes of the head max_header_size does not count (readHead)
+	// a head being received while the connection holds no request state
+	// (parkHead)
+	partial             []byte
+	parkScan, parkLimit int
+	parkErr             error
+	parkRead            func(uintptr) bool
+	status              atomic.Int32       // stateIdle, stateActive, stateClosed
+	readable            func(uintptr) bool // idleRead, bound once
+	idleErr             error              // how idleRead ended, when not with bytes
 }
 
 // state is what a connection needs while it has a request: its buffers
@@ -173,12 +184,28 @@ func (w connWriter) Write(p []byte) (int, error) {
 	if c.werr != nil {
 		return 0, c.werr
 	}
-	c.setWriteDeadline()
-	n, err := c.nc.Write(p)
-	if err != nil {
-		c.werr = err
+	chunk := c.l.maxWriteChunk
+	if c.l.writeIdleTimeout <= 0 || c.ownWriteDL || chunk <= 0 {
+		chunk = len(p)
 	}
-	return n, err
+	// with write_idle_timeout, a large write goes in pieces of
+	// write_max_chunk, each with the deadline moved (as Caddy's idle
+	// timeout writer does), so that a slow reader that keeps reading is
+	// not cut
+	var n int
+	for n < len(p) || len(p) == 0 {
+		c.setWriteDeadline()
+		m, err := c.nc.Write(p[n:min(len(p), n+chunk)])
+		n += m
+		if err != nil {
+			c.werr = err
+			return n, err
+		}
+		if len(p) == 0 {
+			break
+		}
+	}
+	return n, nil
 }
 
 func (c *conn) flush() {
@@ -190,6 +217,9 @@ func (c *conn) flush() {
 func (c *conn) checkWrite() error { return c.werr }
 
 func (c *conn) setWriteDeadline() {
+	if c.ownWriteDL {
+		return // a handler set the write deadline (http.ResponseController)
+	}
 	d, ok := nextDeadline(time.Now(), c.writeDL, c.l.writeIdleTimeout, c.hardWrite)
 	if ok {
 		c.writeDL = d
@@ -207,6 +237,9 @@ func (c *conn) setReadDeadline(t time.Time) {
 // bodyReadDeadline moves the read deadline before a read of the request
 // body, as read_idle_timeout (and read_timeout) ask.
 func (c *conn) bodyReadDeadline() {
+	if c.ownReadDL {
+		return // a handler set the read deadline (the timeouts handler, ...)
+	}
 	d, ok := nextDeadline(time.Now(), c.readDL, c.l.readIdleTimeout, c.hardRead)
 	if ok {
 		c.readDL = d
@@ -273,10 +306,26 @@ func (c *conn) serve() {
 		}
 	}
 
-	c.acquire()
+	if c.raw == nil {
+		c.acquire() // (TLS: the state's buffer reads from the TLS connection)
+	}
 	first := true
 	for {
-		if !first && len(c.rb.Buffered()) == 0 {
+		keepHeadDL := false
+		if first && c.raw != nil {
+			// The first request: its head within read_header_timeout
+			// from now (net/http's), and no request state held until its
+			// first bytes arrive (the poller's callback takes one).
+			var dl time.Time
+			if d := c.l.readHeaderTimeout; d > 0 {
+				dl = time.Now().Add(d)
+				c.nc.SetReadDeadline(dl)
+			}
+			if !c.idleFill() {
+				return
+			}
+			c.readDL, keepHeadDL = dl, true
+		} else if !first && len(c.rb.Buffered()) == 0 {
 			// Wait for the next request's first bytes within idle_timeout
 			// (moved only when less than that is left: see nextDeadline).
 			c.status.Store(stateIdle)
@@ -311,7 +360,7 @@ func (c *conn) serve() {
 		}
 		first = false
 		c.status.Store(stateActive)
-		c.headDL = false
+		c.headDL = keepHeadDL
 		if c.lastMethod == http.MethodPost {
 			c.skipLeadingCRLF()
 		}
@@ -335,6 +384,7 @@ func (c *conn) serve() {
 
 		now := time.Now()
 		c.hardRead, c.hardWrite = time.Time{}, time.Time{}
+		c.ownReadDL, c.ownWriteDL = false, false
 		if d := c.l.readTimeout; d > 0 {
 			c.hardRead = now.Add(d)
 		}
@@ -349,7 +399,16 @@ func (c *conn) serve() {
 		c.body.reset(c, &c.head)
 		c.w.reset(c, &c.head)
 
-		switch c.ex.serve(now) {
+		var res result
+		switch {
+		case c.head.expectFail:
+			res = c.ex.expectationFailed()
+		case c.head.delegate != "":
+			res = c.ex.delegate(now, b)
+		default:
+			res = c.ex.serve(now)
+		}
+		switch res {
 		case served:
 		case handOff:
 			handedOff = c.handoffRequest(b)
@@ -465,6 +524,16 @@ func (c *conn) readHead() ([]byte, error) {
 		}
 		from = len(buf)
 		c.headDeadline()
+		if c.raw != nil && c.bw.Buffered() == 0 {
+			// The head is not whole yet: wait for the rest holding only a
+			// buffer the size of what arrived (a slow client holds no
+			// request state; nginx holds 1 KB then 8 KB buffers).
+			var err error
+			if from, err = c.parkHead(from, limit); err != nil {
+				return nil, err
+			}
+			continue
+		}
 		err := c.rb.Fill()
 		if err == io.ErrShortBuffer {
 			if !c.rb.Grow(limit) {
@@ -476,6 +545,97 @@ func (c *conn) readHead() ([]byte, error) {
 			return nil, err // EOF, timeout or reset: closed without an answer, as net/http does
 		}
 	}
+}
+
+// parkHead waits for the rest of a head that has not arrived whole with
+// the connection holding no request state: what arrived goes into a
+// buffer of the connection's own, sized to it and grown as the head
+// grows (up to limit), and the state goes back to the pool. When the head
+// is whole (or bad, or over the limit), a state is taken again with the
+// bytes in its buffer. scanned is how much of the head findHeadEnd has
+// looked at; it returns the same for the bytes now buffered.
+func (c *conn) parkHead(scanned, limit int) (int, error) {
+	buf := c.rb.Buffered()
+	if cap(c.partial) < len(buf) {
+		c.partial = make([]byte, 0, min(max(parkBufferSize, 2*len(buf)), max(limit, len(buf))))
+	}
+	c.partial = append(c.partial[:0], buf...)
+	c.rb.Discard(len(buf))
+	readDL, writeDL := c.readDL, c.writeDL // (as set on the connection)
+	c.release()
+	if c.state != nil { // (not released: read into the state as before)
+		c.rb.Added(copy(mustSpace(&c.rb), c.partial))
+		return scanned, c.rb.Fill()
+	}
+	c.parkScan, c.parkLimit, c.parkErr = scanned, limit, nil
+	if c.parkRead == nil {
+		c.parkRead = c.parkReady // made once: a closure per wait would allocate
+	}
+	err := c.raw.Read(c.parkRead)
+	c.acquire()
+	c.readDL, c.writeDL = readDL, writeDL
+	// (the state's buffer is empty: make room for all of it, then copy)
+	need := len(c.partial)
+	for {
+		p, _ := c.rb.Space()
+		if len(p) >= need || !c.rb.Grow(max(limit, need)) {
+			c.rb.Added(copy(p, c.partial))
+			break
+		}
+	}
+	if cap(c.partial) > parkBufferSize {
+		c.partial = nil // (a long-lived connection keeps no large buffer)
+	} else {
+		c.partial = c.partial[:0]
+	}
+	if err == nil {
+		err = c.parkErr
+	}
+	return c.parkScan, err
+}
+
+// parkBufferSize is a parked head's first buffer (nginx's
+// client_header_buffer_size is 1 KB).
+const parkBufferSize = 1024
+
+// parkReady is parkHead's callback: it reads what is there into the
+// connection's buffer, growing it, and reports done (true) once the head
+// is whole, bad or over the limit, at EOF or on an error; false, to wait,
+// only after a read found nothing (the poller wakes it on the next bytes).
+func (c *conn) parkReady(fd uintptr) bool {
+	for {
+		if len(c.partial) == cap(c.partial) {
+			if cap(c.partial) >= c.parkLimit {
+				return true // (readHead says it is too large)
+			}
+			nb := make([]byte, len(c.partial), min(2*cap(c.partial), c.parkLimit))
+			copy(nb, c.partial)
+			c.partial = nb
+		}
+		n, err := syscall.Read(int(fd), c.partial[len(c.partial):cap(c.partial)])
+		switch {
+		case err == syscall.EINTR:
+			continue
+		case err == syscall.EAGAIN || err == syscall.EWOULDBLOCK:
+			return false
+		case err != nil:
+			c.parkErr = err
+			return true
+		case n <= 0:
+			c.parkErr = io.EOF
+			return true
+		}
+		c.partial = c.partial[:len(c.partial)+n]
+		if end, bad := findHeadEnd(c.partial, c.parkScan); end >= 0 || bad != nil {
+			return true
+		}
+		c.parkScan = len(c.partial)
+	}
+}
+
+func mustSpace(b *h1wire.Rbuf) []byte {
+	p, _ := b.Space()
+	return p
 }
 
 // refuse answers a malformed request as net/http would, and ends the

@@ -202,18 +202,60 @@ func TestHandoffWebSocket(t *testing.T) {
 }
 
 // TestOffWhenUnsupported: a server with an option the plan does not honour
-// (read_body_idle with a minimum rate) stays wholly on Caddy's path, named
-// with the reason, and answers as Caddy: the option is never ignored.
+// (expected_underscore_headers) stays wholly on Caddy's path, named with
+// the reason, and answers as Caddy: the option is never ignored.
 func TestOffWhenUnsupported(t *testing.T) {
-	caddytester.Load(t, adminPort, twin(twinOpts{serverOpts: `		timeouts {
-			read_body_idle 5s 100
-		}`}, `	respond "{http.request.host}" 200`))
+	caddytester.Load(t, adminPort, twin(twinOpts{serverOpts: `		expected_underscore_headers X_Token`}, `	respond "{http.request.header.X_Token}" 200`))
 	s := stats(t, "fast")
-	if s.On || s.Reason != "read_min_rate" {
-		t.Fatalf("want the fast path off for read_min_rate, got %+v", s)
+	if s.On || s.Reason != "expected_underscore_headers" {
+		t.Fatalf("want the fast path off for expected_underscore_headers, got %+v", s)
 	}
-	compareSeq(t, []difftest.Request{{Method: "GET", Path: "/"}})
+	compareSeq(t, []difftest.Request{{Method: "GET", Path: "/", Header: http.Header{"X_token": {"t"}}}})
 	if st := stats(t, "fast"); st.Served != 0 {
 		t.Fatalf("the plan served %d requests of a server it is off for", st.Served)
+	}
+}
+
+// TestDelegated: a request the plan does not take, but that changes no
+// protocol (an absolute-form target, an ACME HTTP challenge), is served
+// through Caddy's server handler on the fast path's own connection, which
+// then goes on serving on the plan: no hand-off, and
+// gateway_fastpath_delegated_total counts it with the reason.
+func TestDelegated(t *testing.T) {
+	up := newEchoUpstream(t)
+	loadTwin(t, "", fmt.Sprintf(`	reverse_proxy %s {
+		transport h1
+	}`, up.Addr()))
+	raw := "GET http://example.com/abs?q=1 HTTP/1.1\r\nHost: example.com\r\n\r\n" +
+		"GET /.well-known/acme-challenge/token HTTP/1.1\r\nHost: example.com\r\n\r\n" +
+		"GET /plan HTTP/1.1\r\nHost: example.com\r\n\r\n"
+	before := stats(t, "fast")
+	reasons := func() map[string]float64 {
+		out := map[string]float64{}
+		for _, r := range []string{"request-target form", "ACME HTTP challenge"} {
+			out[r] = counterValue(delegatedTotal.WithLabelValues("fast", r))
+		}
+		return out
+	}
+	r0 := reasons()
+	plain := rawExchange(t, plainPort, raw)
+	fast := rawExchange(t, fastPort, raw)
+	if !reflect.DeepEqual(plain, fast) || len(fast.Responses) != 3 {
+		t.Fatalf("results differ\nCaddy's path:%v\nfast path:   %v", plain, fast)
+	}
+	after := stats(t, "fast")
+	if d := after.Delegated - before.Delegated; d != 2 {
+		t.Errorf("delegated %d requests, want 2", d)
+	}
+	if d := after.HandedOff - before.HandedOff; d != 0 {
+		t.Errorf("handed off %d connections, want none", d)
+	}
+	if d := after.Served - before.Served; d != 1 {
+		t.Errorf("the plan served %d requests, want 1 (the third, on the same connection)", d)
+	}
+	for r, v := range reasons() {
+		if v-r0[r] != 1 {
+			t.Errorf("gateway_fastpath_delegated_total{reason=%q} went up by %v, want 1", r, v-r0[r])
+		}
 	}
 }

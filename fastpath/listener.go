@@ -46,6 +46,7 @@ type listener struct {
 	readIdleTimeout     time.Duration
 	writeIdleTimeout    time.Duration
 	tlsHandshakeTimeout time.Duration
+	maxWriteChunk       int
 
 	stats       *serverStats
 	dateCache   atomic.Pointer[dateStamp]
@@ -59,9 +60,10 @@ type dateStamp struct {
 
 // serverStats are counted over all the listeners of a server.
 type serverStats struct {
-	served   atomic.Int64 // requests the plan served
-	refused  atomic.Int64 // malformed requests refused
-	handoffs atomic.Int64 // connections handed to Caddy's server
+	served    atomic.Int64 // requests the plan served
+	refused   atomic.Int64 // malformed requests refused
+	handoffs  atomic.Int64 // connections handed to Caddy's server
+	delegated atomic.Int64 // requests served through Caddy's server handler
 }
 
 func newListener(inner net.Listener, p *plan, s settings, stats *serverStats, logger *zap.Logger, metrics prometheus.Counter) *listener {
@@ -85,6 +87,7 @@ func newListener(inner net.Listener, p *plan, s settings, stats *serverStats, lo
 		readIdleTimeout:     s.readIdleTimeout,
 		writeIdleTimeout:    s.writeIdleTimeout,
 		tlsHandshakeTimeout: s.tlsHandshakeTimeout,
+		maxWriteChunk:       s.maxWriteChunk,
 	}
 	go l.acceptLoop()
 	return l
@@ -101,6 +104,7 @@ type settings struct {
 	readIdleTimeout     time.Duration
 	writeIdleTimeout    time.Duration
 	tlsHandshakeTimeout time.Duration
+	maxWriteChunk       int // write_max_chunk: the largest write one deadline covers
 }
 
 func (l *listener) acceptLoop() {

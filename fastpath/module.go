@@ -1,15 +1,18 @@
 // Package fastpath is the gateway's fast path: the listener wrapper
 // caddy.listeners.apigate, which serves a server's HTTP/1.1 requests on a
 // lean engine of its own, running the server's routes compiled into a plan
-// of the same provisioned module instances, and hands every other
-// connection (HTTP/2, h2c, upgrades, and any request the plan does not
-// take) to Caddy's server unchanged. A server whose routes use anything
-// the plan cannot run stays wholly on Caddy's path. See docs/fastpath.md.
+// of the same provisioned module instances (any handler and matcher module,
+// access logs and trusted proxies included), serves the requests the plan
+// does not take through Caddy's server handler on the same connection, and
+// hands every connection whose protocol changes (HTTP/2, h2c, upgrades) to
+// Caddy's server unchanged. A server with an option the plan does not
+// honour stays wholly on Caddy's path. See docs/fastpath.md.
 package fastpath
 
 import (
 	"net"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -61,7 +64,22 @@ func (lw *ListenerWrapper) Provision(ctx caddy.Context) error {
 	lw.once = new(sync.Once)
 	lw.stats = new(serverStats)
 	lw.logger = ctx.Logger()
-	return metrics.Register(ctx.GetMetricsRegistry(), requestsTotal)
+	if err := metrics.Register(ctx.GetMetricsRegistry(), requestsTotal, delegatedTotal, onGauge); err != nil {
+		return err
+	}
+	// The decision is the server's options' alone (serverReasons), so it
+	// is logged here, once per load, and by `caddy validate` too, which
+	// provisions but never listens.
+	name := srv.Name()
+	if r := serverReasons(srv); len(r) > 0 {
+		lw.reason = strings.Join(r, "; ")
+		lw.logger.Warn("fast path off", zap.String("server", name), zap.String("reason", lw.reason), zap.Strings("reasons", r))
+		return nil
+	}
+	lw.logger.Info("fast path on", zap.String("server", name), zap.Int("routes", len(srv.Routes)))
+	// (the status is set when the server listens: a config that fails to
+	// load must not replace the running one's)
+	return nil
 }
 
 var errNotInServer = caddyError("apigate is a listener wrapper of an HTTP server (servers { listener_wrappers { apigate } })")
@@ -78,6 +96,24 @@ var requestsTotal = prometheus.NewCounterVec(prometheus.CounterOpts{
 	Help:      "Requests the fast path (caddy.listeners.apigate) served, per server.",
 }, []string{"server"})
 
+// delegatedTotal counts the requests the fast path's connections served
+// through Caddy's server handler, per server and reason.
+var delegatedTotal = prometheus.NewCounterVec(prometheus.CounterOpts{
+	Namespace: "gateway",
+	Subsystem: "fastpath",
+	Name:      "delegated_total",
+	Help:      "Requests the fast path's connections served through Caddy's handler chain, per server and reason.",
+}, []string{"server", "reason"})
+
+// onGauge is 1 for a server of the running config the fast path serves, 0
+// for one with the apigate wrapper that stays on Caddy's path.
+var onGauge = prometheus.NewGaugeVec(prometheus.GaugeOpts{
+	Namespace: "gateway",
+	Subsystem: "fastpath",
+	Name:      "on",
+	Help:      "1 when the fast path (caddy.listeners.apigate) serves the server, 0 when it stays on Caddy's path.",
+}, []string{"server"})
+
 // WrapListener compiles the server's plan (once per config) and wraps ln
 // when the plan runs; otherwise ln is Caddy's as it is.
 func (lw *ListenerWrapper) WrapListener(ln net.Listener) net.Listener {
@@ -91,6 +127,10 @@ func (lw *ListenerWrapper) WrapListener(ln net.Listener) net.Listener {
 
 func (lw *ListenerWrapper) compile() {
 	name := lw.srv.Name()
+	if lw.reason != "" {
+		lw.setStatus(name, false, lw.reason, nil) // (logged at provisioning)
+		return
+	}
 	var app *caddyhttp.App
 	if a, err := lw.ctx.App("http"); err == nil {
 		app, _ = a.(*caddyhttp.App)
@@ -99,12 +139,11 @@ func (lw *ListenerWrapper) compile() {
 	if reason != "" {
 		lw.reason = reason
 		lw.logger.Warn("fast path off", zap.String("server", name), zap.String("reason", reason))
-		lw.setStatus(name, false, reason)
+		lw.setStatus(name, false, reason, nil)
 		return
 	}
 	lw.plan = p
-	lw.logger.Info("fast path on", zap.String("server", name))
-	lw.setStatus(name, true, "")
+	lw.setStatus(name, true, "", describeRoutes(p.routes))
 }
 
 func (lw *ListenerWrapper) settings(ln net.Listener) settings {
@@ -117,6 +156,7 @@ func (lw *ListenerWrapper) settings(ln net.Listener) settings {
 		idleTimeout:       time.Duration(srv.IdleTimeout),
 		readIdleTimeout:   time.Duration(srv.ReadIdleTimeout),
 		writeIdleTimeout:  time.Duration(srv.WriteIdleTimeout),
+		maxWriteChunk:     srv.MaxWriteChunk,
 	}
 	if s.maxHeaderBytes <= 0 {
 		s.maxHeaderBytes = 16 << 10

@@ -88,6 +88,10 @@ func TestServerOptions(t *testing.T) {
 			{Method: "GET", Path: "/ip"},
 		}},
 		{"trace", "\t\ttrace", plain, get},
+		{"idle timeouts with minimum rates", "\t\ttimeouts {\n\t\t\tread_body_idle 5s 100\n\t\t\twrite_idle 5s 100\n\t\t\twrite_max_chunk 16KB\n\t\t}", ipSite, []difftest.Request{
+			{Method: "POST", Path: "/up/x", Body: func() io.Reader { return strings.NewReader("with a minimum rate") }, Length: 19},
+			{Method: "GET", Path: "/ip"},
+		}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			loadTwinOpts(t, twinOpts{serverOpts: tc.opts}, tc.site)

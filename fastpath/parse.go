@@ -19,11 +19,13 @@ import (
 // are not tokens, control bytes in values, a missing, repeated or malformed
 // Host, codings other than "chunked" (501), oversized heads (431).
 //
-// A well-formed request the plan does not serve (an upgrade, CONNECT, an
-// absolute-form or asterisk target, an Expect other than 100-continue, an
-// unusual target, another HTTP version) is not refused: its connection is
-// handed to Caddy's server with the bytes already read, and Caddy answers
-// it exactly as without the fast path.
+// A well-formed request whose protocol changes (an upgrade, CONNECT),
+// that announces trailers or has another HTTP version is not refused: its
+// connection is handed to Caddy's server with the bytes already read, and
+// Caddy answers it exactly as without the fast path. An absolute-form or
+// asterisk target and an ACME HTTP challenge are served through Caddy's
+// server handler on the fast path's connection (delegate); an Expect other
+// than 100-continue gets net/http's 417.
 
 // field is one header field line: its canonical name and its value.
 type field struct {
@@ -52,8 +54,17 @@ type reqHead struct {
 	pragmaNoCache bool // net/http adds "Cache-Control: no-cache" for it
 
 	// handoff, when set, names why Caddy's server takes this connection
-	// from this request on (the request is well-formed).
+	// from this request on (the request is well-formed): the protocol
+	// changes (an upgrade, CONNECT), or the request announces trailers, or
+	// it has another HTTP version.
 	handoff string
+	// delegate, when set, names why this request is served by Caddy's
+	// server handler on the fast path's connection (an absolute-form or
+	// asterisk target, an ACME HTTP challenge).
+	delegate string
+	// expectFail: an Expect other than 100-continue, which net/http
+	// answers with 417 before any handler runs.
+	expectFail bool
 }
 
 // badRequest is a head the plan refuses, answered as net/http answers:
@@ -212,8 +223,8 @@ func parseRequest(b []byte, h *reqHead) *badRequest {
 		case "Expect":
 			if strings.EqualFold(value, "100-continue") {
 				h.expect100 = true
-			} else if value != "" && h.handoff == "" {
-				h.handoff = "Expect " + value // net/http answers 417
+			} else if value != "" {
+				h.expectFail = true // net/http answers 417
 			}
 		case "Upgrade":
 			if h.handoff == "" {
@@ -267,24 +278,22 @@ func parseRequest(b []byte, h *reqHead) *badRequest {
 }
 
 // parseTarget splits an origin-form target into the path and query that
-// net/http's url.ParseRequestURI gives. Other forms are handed off.
+// net/http's url.ParseRequestURI gives. Other forms are served through
+// Caddy's server handler; a target net/http refuses is refused.
 func parseTarget(h *reqHead) *badRequest {
 	t := h.target
 	if t[0] != '/' {
-		h.handoff = "request-target form" // absolute-form, "*", or an error net/http reports
+		if _, err := url.ParseRequestURI(t); err != nil {
+			return refuse("malformed request-target")
+		}
+		h.delegate = "request-target form" // absolute-form or "*"
 		return nil
 	}
 	path, query, _ := strings.Cut(t, "?")
 	h.rawQuery = query
 	plain := true
-	for i := 0; i < len(t); i++ {
-		if c := t[i]; !targetByte[c] {
-			if c != '%' {
-				h.handoff = "request-target byte"
-				return nil
-			}
-			plain = false
-		}
+	for i := 0; plain && i < len(t); i++ {
+		plain = targetByte[t[i]]
 	}
 	for i := 0; plain && i < len(path); i++ {
 		// bytes net/url escapes in a path: its URL then keeps a RawPath
@@ -293,17 +302,17 @@ func parseTarget(h *reqHead) *badRequest {
 	if plain {
 		h.path = path
 	} else {
-		// Percent-encoding: the decoded path and RawPath as net/http has them.
+		// Percent-encoding or bytes a URL would escape: the path, RawPath
+		// and query as net/http has them.
 		u, err := url.ParseRequestURI(t)
 		if err != nil {
-			h.handoff = "request-target escaping" // net/http answers 400
-			return nil
+			return refuse("malformed request-target") // (net/http: 400)
 		}
-		h.path, h.rawPath = u.Path, u.RawPath
+		h.path, h.rawPath, h.rawQuery = u.Path, u.RawPath, u.RawQuery
 	}
 	// ACME HTTP challenges are answered by Caddy's TLS app, before routes.
 	if strings.HasPrefix(h.path, acmeChallengePrefix) {
-		h.handoff = "ACME HTTP challenge"
+		h.delegate = "ACME HTTP challenge"
 	}
 	return nil
 }

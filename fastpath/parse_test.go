@@ -26,7 +26,7 @@ func FuzzParseRequest(f *testing.F) {
 		}
 		b := data[:end]
 		var h reqHead
-		if bad := parseRequest(b, &h); bad != nil || h.handoff != "" {
+		if bad := parseRequest(b, &h); bad != nil || h.handoff != "" || h.delegate != "" {
 			return
 		}
 		req, err := http.ReadRequest(bufio.NewReader(bytes.NewReader(data)))

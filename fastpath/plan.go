@@ -1,8 +1,11 @@
 package fastpath
 
 import (
+	"bufio"
+	"bytes"
 	"errors"
 	"fmt"
+	"io"
 	"net/http"
 	"net/url"
 	"strings"
@@ -36,6 +39,11 @@ type plan struct {
 	errLogger *zap.Logger // http.log.error
 	access    *accessLog  // the server's access logs; nil without
 	trace     *zap.Logger // http.log.trace, with the trace server option; nil without
+	logger    *zap.Logger // the http app's (Caddy's server logs its own warnings there)
+
+	// rateTimeouts: the server has a minimum read or write rate; its idle
+	// timeouts are Caddy's own wrappers (idleTimeouts)
+	rateTimeouts bool
 }
 
 // route is one compiled route.
@@ -224,6 +232,10 @@ type exchange struct {
 	vals   []string
 	vars   map[string]any
 	repl   *caddy.Replacer // the request's, made on first use
+	// replKeep is the replacer reset for each request; replBase the number
+	// of its providers before a request adds any
+	replKeep *caddy.Replacer
+	replBase int
 	// rpPlaceholders is reverse_proxy's placeholder provider (made once)
 	rpPlaceholders caddy.ReplacerFunc
 	groupM         map[string]struct{}
@@ -251,7 +263,6 @@ type exchange struct {
 	conts    []*cont
 	ncont    int
 	start    time.Time
-	startBox any // start, boxed once (the vars table holds it)
 
 	px proxyState
 }
@@ -285,18 +296,27 @@ func (ex *exchange) clear() {
 }
 
 // replacer returns the request's replacer, made on first use: handlers add
-// providers to it (jwt_auth its claims), which belong to one request, so
-// each request has its own, as on Caddy's path. It has Caddy's HTTP
-// placeholders ({http.request.*}, {http.vars.*}, {http.response.header.*},
-// ...), which read the shadow request (refilled, never moved), and
-// reverse_proxy's.
+// providers to it (jwt_auth its claims) and values (Set), which belong to
+// one request, so each request starts with none, as on Caddy's path. It
+// has Caddy's HTTP placeholders ({http.request.*}, {http.vars.*},
+// {http.response.header.*}, ...), which read the shadow request (refilled,
+// never moved), and reverse_proxy's. The replacer is the state's, made
+// once and reset for each request that asks for one (resetReplacer): no
+// module keeps a request's replacer past the request.
 func (ex *exchange) replacer() *caddy.Replacer {
 	if ex.repl == nil {
-		r := caddy.NewReplacer()
-		addHTTPVarsToReplacer(r, &ex.shadow, &ex.st.w)
-		ex.vars["start_time"] = ex.startBox // (as set when the request began)
-		r.Map(ex.rpPlaceholders)
-		ex.repl = r
+		if ex.replKeep == nil {
+			r := caddy.NewReplacer()
+			addHTTPVarsToReplacer(r, &ex.shadow, &ex.st.w)
+			r.Map(ex.rpPlaceholders)
+			ex.replKeep, ex.replBase = r, replacerProviders(r)
+		} else {
+			resetReplacer(ex.replKeep, ex.replBase)
+		}
+		// (Caddy's HTTP placeholders set it when they are made, and only
+		// they read it: {http.request.duration}, {http.vars.start_time})
+		ex.vars["start_time"] = ex.start
+		ex.repl = ex.replKeep
 	}
 	return ex.repl
 }
@@ -430,8 +450,6 @@ func (ex *exchange) begin(now time.Time) {
 		ex.vars[caddyhttp.TrustedProxyVarKey] = false
 		ex.vars[caddyhttp.ClientIPVarKey] = c.clientIPAny
 	}
-	ex.startBox = now
-	ex.vars["start_time"] = ex.startBox
 	switch {
 	case h.chunked:
 		r.ContentLength = -1
@@ -476,14 +494,20 @@ func (ex *exchange) serve(now time.Time) result {
 	if p.srv.EnableFullDuplex {
 		w.fullDuplex = true // (Caddy's server asks for it on every HTTP/1 request)
 	}
+	var hw http.ResponseWriter = w
+	var idleR *caddyhttp.IdleTimeoutReader
+	var idleW *caddyhttp.IdleTimeoutWriter
+	if p.rateTimeouts {
+		hw, idleR, idleW = ex.idleTimeouts(w, now)
+	}
 	logging := p.access != nil && p.access.shouldLog(ex.req.Host)
 	err := ex.checkRequest()
 	if err == nil {
-		err = ex.runRoutes(w, p.routes, 0, ex.endCont())
+		err = ex.runRoutes(hw, p.routes, 0, ex.endCont())
 	}
 	duration := time.Since(now) // (as Caddy's: before the error routes)
 	if err != nil {
-		ex.handleError(w, err, duration)
+		ex.handleError(hw, err, duration)
 	}
 	if logging {
 		var writeErr error
@@ -494,11 +518,130 @@ func (ex *exchange) serve(now time.Time) result {
 		}
 		ex.logAccess(duration, writeErr)
 	}
+	if idleW != nil {
+		idleW.HandlerDone()
+	}
+	if idleR != nil {
+		idleR.HandlerDone()
+	}
 	ex.st.c.l.stats.served.Add(1)
 	if m := ex.st.c.l.metrics; m != nil {
 		m.Inc()
 	}
 	ex.px.end()
+	return served
+}
+
+// idleTimeouts wraps the request's body and the response writer in
+// Caddy's own idle timeout reader and writer, as Caddy's server does, for
+// a server with a minimum rate (read_body_idle / write_idle with a rate):
+// they own the request's deadlines, handlers find them in the context
+// (the timeouts handler overrides them). Other servers' idle timeouts are
+// the engine's own (conn.go), with no allocation per request.
+func (ex *exchange) idleTimeouts(w *respWriter, start time.Time) (http.ResponseWriter, *caddyhttp.IdleTimeoutReader, *caddyhttp.IdleTimeoutWriter) {
+	srv, c, r := ex.plan.srv, ex.st.c, ex.req
+	rc := http.NewResponseController(w)
+	var hw http.ResponseWriter = w
+	var ir *caddyhttp.IdleTimeoutReader
+	var iw *caddyhttp.IdleTimeoutWriter
+	if srv.ReadIdleTimeout > 0 {
+		ir = &caddyhttp.IdleTimeoutReader{
+			ReadCloser: r.Body,
+			Ctrl:       rc,
+			Deadline: caddyhttp.IdleDeadline{
+				Start:        start,
+				Timeout:      time.Duration(srv.ReadIdleTimeout),
+				MinRate:      srv.ReadMinRate,
+				HardDeadline: c.hardRead,
+			},
+			Logger:        ex.plan.logger,
+			DrainDeadline: r.ContentLength != 0,
+		}
+		r.Body = ir
+		hw = &idleReadWriter{ResponseWriterWrapper: caddyhttp.ResponseWriterWrapper{ResponseWriter: hw}, reader: ir}
+		c.ownReadDL = true
+	}
+	if srv.WriteIdleTimeout > 0 {
+		iw = &caddyhttp.IdleTimeoutWriter{
+			ResponseWriterWrapper: &caddyhttp.ResponseWriterWrapper{ResponseWriter: hw},
+			Ctrl:                  rc,
+			Deadline: caddyhttp.IdleDeadline{
+				Start:        start,
+				Timeout:      time.Duration(srv.WriteIdleTimeout),
+				MinRate:      srv.WriteMinRate,
+				HardDeadline: c.hardWrite,
+			},
+			MaxChunk: srv.MaxWriteChunk,
+			Logger:   ex.plan.logger,
+		}
+		hw = iw
+		c.ownWriteDL = true
+	}
+	ex.req = r.WithContext(caddyhttp.ContextWithIdleTimeouts(r.Context(), ir, iw))
+	return hw, ir, iw
+}
+
+// idleReadWriter is Caddy's readDeadlineWriter: a read deadline a handler
+// sets goes through the request's idle timeout reader.
+type idleReadWriter struct {
+	caddyhttp.ResponseWriterWrapper
+	reader *caddyhttp.IdleTimeoutReader
+}
+
+func (w *idleReadWriter) SetReadDeadline(t time.Time) error { return w.reader.SetReadDeadline(t) }
+
+// expectationFailed answers a request with an Expect other than
+// 100-continue as net/http does, before any handler: 417, and the
+// connection closes.
+func (ex *exchange) expectationFailed() result {
+	w := &ex.st.c.w
+	w.handlerHeader["Connection"] = []string{"close"}
+	w.WriteHeader(http.StatusExpectationFailed)
+	ex.st.c.l.stats.served.Add(1)
+	return served
+}
+
+// delegate serves a request the plan does not take through Caddy's own
+// server handler (Server.ServeHTTP: its routes, logs and error routes), on
+// the fast path's connection and response writer: the request is made as
+// net/http makes it from the head (head), with the body the connection
+// reads.
+func (ex *exchange) delegate(now time.Time, head []byte) result {
+	c := ex.st.c
+	h := &ex.st.head
+	req, err := http.ReadRequest(bufio.NewReader(bytes.NewReader(head)))
+	if err != nil {
+		c.refuse(refuse("request net/http does not read: " + err.Error()))
+		return abort
+	}
+	ex.plan = c.l.plan
+	ex.start = now
+	ex.gone.reset()
+	req.RemoteAddr, req.TLS = c.remoteAddr, c.tlsState
+	switch {
+	case h.chunked:
+		req.Body = &ex.st.body
+	case h.contentLength > 0:
+		req.Body = &ex.st.body
+	default:
+		req.Body = http.NoBody
+	}
+	w := &ex.st.c.w
+	if req.RequestURI == "*" && req.Method == http.MethodOptions {
+		// net/http answers "OPTIONS *" itself (its globalOptionsHandler)
+		w.Header().Set("Content-Length", "0")
+		if req.ContentLength != 0 {
+			io.Copy(io.Discard, http.MaxBytesReader(w, req.Body, 4<<10))
+		}
+		c.l.stats.served.Add(1)
+		return served
+	}
+	// (the exchange's context: the local address, and canceled when the
+	// client goes away; Caddy's server puts its own values over it)
+	req = req.WithContext(&ex.ctx)
+	ex.plan.srv.ServeHTTP(w, req)
+	c.l.stats.delegated.Add(1)
+	delegatedTotal.WithLabelValues(ex.plan.name, h.delegate).Inc()
 	return served
 }
 
@@ -536,7 +679,7 @@ func (ex *exchange) checkRequest() error {
 // error is logged as Caddy logs it: http.log.error (per host logger names
 // when the server has access logs), with the request as it came in and
 // the duration.
-func (ex *exchange) handleError(w *respWriter, err error, duration time.Duration) {
+func (ex *exchange) handleError(w http.ResponseWriter, err error, duration time.Duration) {
 	p := ex.plan
 	status, msg, fields := errValues(err)
 	r := ex.req

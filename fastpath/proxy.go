@@ -116,6 +116,9 @@ type proxyState struct {
 	ph     phState
 	body   nopCloserIfNotRead
 	ctx    outCtx
+	// reuse holds the h1 transport's response (with its header map and
+	// body reader) for the request in hand: none made per request
+	reuse caddyh1.Reuse
 }
 
 var (
@@ -495,7 +498,7 @@ func (p *proxyStep) roundTrip(ex *exchange, rw http.ResponseWriter, req *http.Re
 	upstream *reverseproxy.Upstream, di dialInfo,
 ) error {
 	_ = hostCountRequest(upstream.Host, 1)
-	incInFlightRequest(di.address)
+	incInFlight(di.address)
 	defer func() {
 		_ = hostCountRequest(upstream.Host, -1)
 		decInFlightRequest(di.address)
@@ -510,7 +513,7 @@ func (p *proxyStep) roundTrip(ex *exchange, rw http.ResponseWriter, req *http.Re
 	var res *http.Response
 	var err error
 	if p.transport != nil {
-		res, err = p.transport.RoundTripTo(req, di.network, di.address)
+		res, err = p.transport.RoundTripReuse(req, di.network, di.address, &ex.px.reuse)
 	} else {
 		ctx := context.WithValue(req.Context(), dialInfoCtxKey, reverseproxy.DialInfo{
 			Upstream: upstream, Network: di.network, Address: di.address, Host: di.host, Port: di.port,

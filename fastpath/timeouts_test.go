@@ -119,3 +119,43 @@ func TestIdleHoldsNoState(t *testing.T) {
 		ask(i)
 	}
 }
+
+// TestSlowHeadHoldsNoState: a connection that has sent part of a head
+// (a slow client, or slowloris), or nothing yet, holds no request state:
+// only a buffer the size of what arrived. Fifty connections each send half
+// a head, fifty more connect and send nothing; none holds a state; then
+// each head is finished, and answered whole.
+func TestSlowHeadHoldsNoState(t *testing.T) {
+	countStates.Store(true)
+	t.Cleanup(func() { countStates.Store(false) })
+	loadTwinOpts(t, twinOpts{}, `	respond "ok {http.request.header.X-Last}"`)
+	before := statesHeld.Load()
+	var conns []net.Conn
+	for i := range 100 {
+		c := dial(t, fastPort)
+		if i < 50 {
+			fmt.Fprintf(c, "GET /%d HTTP/1.1\r\nHost: a\r\nX-A: %s\r\n", i, strings.Repeat("a", 100))
+		}
+		conns = append(conns, c)
+	}
+	deadline := time.Now().Add(3 * time.Second)
+	for statesHeld.Load() > before {
+		if time.Now().After(deadline) {
+			t.Fatalf("%d request states held by 100 connections without a whole head, want none", statesHeld.Load()-before)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	for i, c := range conns {
+		if i >= 50 {
+			fmt.Fprintf(c, "GET /%d HTTP/1.1\r\nHost: a\r\n", i)
+		}
+		fmt.Fprintf(c, "X-Last: %d\r\n\r\n", i)
+		res, err := http.ReadResponse(bufio.NewReader(c), nil)
+		if err != nil || res.StatusCode != 200 {
+			t.Fatalf("connection %d: %v %v", i, res, err)
+		}
+		if b, _ := io.ReadAll(res.Body); string(b) != fmt.Sprintf("ok %d", i) {
+			t.Fatalf("connection %d: body %q", i, b)
+		}
+	}
+}

@@ -263,11 +263,13 @@ func (w *respWriter) FlushError() error {
 // http.ResponseController finds on net/http's writer.
 // (through the connection's own bookkeeping of its deadlines)
 func (w *respWriter) SetWriteDeadline(t time.Time) error {
+	w.c.ownWriteDL = true
 	w.c.writeDL = t
 	return w.c.nc.SetWriteDeadline(t)
 }
 
 func (w *respWriter) SetReadDeadline(t time.Time) error {
+	w.c.ownReadDL = true
 	w.c.readDL = t
 	return w.c.nc.SetReadDeadline(t)
 }

@@ -22,6 +22,7 @@ import (
 //		replicas   3
 //		lock_ttl   30s
 //		timeout    5s
+//		local_copy /var/lib/gateway/storage_nats
 //	}
 //
 // Servers may be given as arguments, in the block, or both.
@@ -37,7 +38,7 @@ func (s *Storage) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 				return d.ArgErr()
 			}
 			s.Servers = append(s.Servers, args...)
-		case "creds_file", "user", "password", "token", "tls_ca", "tls_cert", "tls_key", "bucket":
+		case "creds_file", "user", "password", "token", "tls_ca", "tls_cert", "tls_key", "bucket", "local_copy":
 			if !d.NextArg() {
 				return d.ArgErr()
 			}
@@ -62,6 +63,8 @@ func (s *Storage) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 				s.TLSKey = v
 			case "bucket":
 				s.Bucket = v
+			case "local_copy":
+				s.LocalCopy = v
 			}
 		case "replicas":
 			if !d.NextArg() {

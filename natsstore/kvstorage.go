@@ -84,58 +84,71 @@ func (s *KV) opCtx(ctx context.Context) (context.Context, context.CancelFunc) {
 	return context.WithTimeout(ctx, s.cfg.Timeout)
 }
 
-// buckets binds (or creates) the two buckets.
-func (s *KV) buckets(ctx context.Context) (jetstream.KeyValue, jetstream.KeyValue, error) {
+// errNoBucket is returned by read operations on a data bucket that does
+// not exist yet: reads never create buckets (so that `caddy validate` and a
+// config load write nothing to NATS), and an absent bucket holds nothing.
+var errNoBucket = errors.New("bucket does not exist yet")
+
+// dataBucket binds the data bucket; with create it creates a missing one.
+func (s *KV) dataBucket(ctx context.Context, create bool) (jetstream.KeyValue, error) {
 	s.bindMu.Lock()
 	defer s.bindMu.Unlock()
-	if s.data != nil && s.locks != nil {
-		return s.data, s.locks, nil
+	if s.data != nil {
+		return s.data, nil
 	}
 	ctx, cancel := s.opCtx(ctx)
 	defer cancel()
-	if s.data == nil {
-		kv, err := s.bind(ctx, jetstream.KeyValueConfig{
-			Bucket:      s.cfg.Bucket,
-			Description: "Caddy storage (certificates, rate limit state) of the apigate fleet",
-			History:     1,
-			Storage:     jetstream.FileStorage,
-			Replicas:    s.cfg.Replicas,
-		})
-		if err != nil {
-			return nil, nil, err
-		}
-		s.data = kv
+	kv, err := s.bind(ctx, create, jetstream.KeyValueConfig{
+		Bucket:      s.cfg.Bucket,
+		Description: "Caddy storage (certificates, rate limit state) of the apigate fleet",
+		History:     1,
+		Storage:     jetstream.FileStorage,
+		Replicas:    s.cfg.Replicas,
+	})
+	if err != nil {
+		return nil, err
 	}
-	if s.locks == nil {
-		kv, err := s.bind(ctx, jetstream.KeyValueConfig{
-			Bucket:      s.cfg.Bucket + "_locks",
-			Description: "Caddy storage locks of the apigate fleet (entries expire unless refreshed)",
-			History:     1,
-			TTL:         s.cfg.LockTTL,
-			Storage:     jetstream.FileStorage,
-			Replicas:    s.cfg.Replicas,
-		})
-		if err != nil {
-			return nil, nil, err
-		}
-		st, err := kv.Status(ctx)
-		if err != nil {
-			return nil, nil, fmt.Errorf("reading lock bucket status: %w", err)
-		}
-		s.ttl = st.TTL()
-		if s.ttl <= 0 {
-			return nil, nil, fmt.Errorf("lock bucket %q has no TTL: locks of a dead holder would never expire; delete it or give it a max age", s.cfg.Bucket+"_locks")
-		}
-		if s.ttl != s.cfg.LockTTL {
-			s.logger.Warn("lock bucket exists with another TTL; using it",
-				zap.Duration("bucket_ttl", s.ttl), zap.Duration("lock_ttl", s.cfg.LockTTL))
-		}
-		s.locks = kv
-	}
-	return s.data, s.locks, nil
+	s.data = kv
+	return kv, nil
 }
 
-func (s *KV) bind(ctx context.Context, cfg jetstream.KeyValueConfig) (jetstream.KeyValue, error) {
+// lockBucket binds (or creates) the lock bucket.
+func (s *KV) lockBucket(ctx context.Context) (jetstream.KeyValue, error) {
+	s.bindMu.Lock()
+	defer s.bindMu.Unlock()
+	if s.locks != nil {
+		return s.locks, nil
+	}
+	ctx, cancel := s.opCtx(ctx)
+	defer cancel()
+	kv, err := s.bind(ctx, true, jetstream.KeyValueConfig{
+		Bucket:      s.cfg.Bucket + "_locks",
+		Description: "Caddy storage locks of the apigate fleet (entries expire unless refreshed)",
+		History:     1,
+		TTL:         s.cfg.LockTTL,
+		Storage:     jetstream.FileStorage,
+		Replicas:    s.cfg.Replicas,
+	})
+	if err != nil {
+		return nil, err
+	}
+	st, err := kv.Status(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("reading lock bucket status: %w", err)
+	}
+	s.ttl = st.TTL()
+	if s.ttl <= 0 {
+		return nil, fmt.Errorf("lock bucket %q has no TTL: locks of a dead holder would never expire; delete it or give it a max age", s.cfg.Bucket+"_locks")
+	}
+	if s.ttl != s.cfg.LockTTL {
+		s.logger.Warn("lock bucket exists with another TTL; using it",
+			zap.Duration("bucket_ttl", s.ttl), zap.Duration("lock_ttl", s.cfg.LockTTL))
+	}
+	s.locks = kv
+	return kv, nil
+}
+
+func (s *KV) bind(ctx context.Context, create bool, cfg jetstream.KeyValueConfig) (jetstream.KeyValue, error) {
 	kv, err := s.js.KeyValue(ctx, cfg.Bucket)
 	if err == nil {
 		return kv, nil
@@ -143,7 +156,17 @@ func (s *KV) bind(ctx context.Context, cfg jetstream.KeyValueConfig) (jetstream.
 	if !errors.Is(err, jetstream.ErrBucketNotFound) {
 		return nil, fmt.Errorf("binding bucket %q: %w", cfg.Bucket, err)
 	}
+	if !create {
+		return nil, errNoBucket
+	}
 	kv, err = s.js.CreateKeyValue(ctx, cfg)
+	if err != nil && cfg.Replicas > 1 && natsconn.TooFewServers(err) {
+		s.logger.Warn("too few NATS servers for the configured replicas; creating the bucket with 1. "+
+			"Once enough servers run, raise it with: nats stream edit KV_"+cfg.Bucket+" --replicas N",
+			zap.String("bucket", cfg.Bucket), zap.Int("replicas", cfg.Replicas), zap.Error(err))
+		cfg.Replicas = 1
+		kv, err = s.js.CreateKeyValue(ctx, cfg)
+	}
 	if errors.Is(err, jetstream.ErrBucketExists) || errors.Is(err, jetstream.ErrStreamNameAlreadyInUse) {
 		// another replica created it meanwhile
 		kv, err = s.js.KeyValue(ctx, cfg.Bucket)
@@ -165,7 +188,7 @@ func (s *KV) Store(ctx context.Context, key string, value []byte) error {
 	if k == "" {
 		return fmt.Errorf("invalid storage key %q: empty", key)
 	}
-	data, _, err := s.buckets(ctx)
+	data, err := s.dataBucket(ctx, true)
 	if err != nil {
 		return err
 	}
@@ -191,7 +214,10 @@ func (s *KV) get(ctx context.Context, key string) (jetstream.KeyValueEntry, erro
 	if k == "" {
 		return nil, notExist(key)
 	}
-	data, _, err := s.buckets(ctx)
+	data, err := s.dataBucket(ctx, false)
+	if errors.Is(err, errNoBucket) {
+		return nil, notExist(key)
+	}
 	if err != nil {
 		return nil, err
 	}
@@ -209,7 +235,10 @@ func (s *KV) get(ctx context.Context, key string) (jetstream.KeyValueEntry, erro
 
 // below returns the decoded paths of every key strictly below dir.
 func (s *KV) below(ctx context.Context, dir string) ([]string, error) {
-	data, _, err := s.buckets(ctx)
+	data, err := s.dataBucket(ctx, false)
+	if errors.Is(err, errNoBucket) {
+		return nil, nil
+	}
 	if err != nil {
 		return nil, err
 	}
@@ -244,7 +273,10 @@ func (s *KV) below(ctx context.Context, dir string) ([]string, error) {
 // Delete deletes key and, if it is a directory, every key below it. A key
 // that does not exist is not an error.
 func (s *KV) Delete(ctx context.Context, key string) error {
-	data, _, err := s.buckets(ctx)
+	data, err := s.dataBucket(ctx, false)
+	if errors.Is(err, errNoBucket) {
+		return nil // nothing to delete
+	}
 	if err != nil {
 		return err
 	}
@@ -271,24 +303,103 @@ func (s *KV) Delete(ctx context.Context, key string) error {
 
 // Exists reports whether key is a stored value or a directory.
 func (s *KV) Exists(ctx context.Context, key string) bool {
-	if _, err := s.get(ctx, key); err == nil {
-		return true
+	ok, err := s.exists(ctx, key)
+	return err == nil && ok
+}
+
+// exists is Exists with the error of a failed NATS operation.
+func (s *KV) exists(ctx context.Context, key string) (bool, error) {
+	_, err := s.get(ctx, key)
+	if err == nil {
+		return true, nil
+	}
+	if !errors.Is(err, fs.ErrNotExist) {
+		return false, err
 	}
 	sub, err := s.below(ctx, key)
-	return err == nil && len(sub) > 0
+	return len(sub) > 0, err
+}
+
+// entry returns key's value and revision; a missing key gives (nil, 0,
+// nil): revision 0 is what Create expects.
+func (s *KV) entry(ctx context.Context, key string) ([]byte, uint64, error) {
+	e, err := s.get(ctx, key)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil, 0, nil
+	}
+	if err != nil {
+		return nil, 0, err
+	}
+	return e.Value(), e.Revision(), nil
+}
+
+// errChanged is returned by the conditional writes when the key is no
+// longer at the revision the caller read.
+var errChanged = errors.New("changed meanwhile")
+
+// putAt stores value at key if the key is still at revision rev (0: if
+// it does not exist), creating the bucket if needed.
+func (s *KV) putAt(ctx context.Context, key string, value []byte, rev uint64) error {
+	data, err := s.dataBucket(ctx, true)
+	if err != nil {
+		return err
+	}
+	ctx, cancel := s.opCtx(ctx)
+	defer cancel()
+	k := encodeKey(key)
+	if rev == 0 {
+		_, err = data.Create(ctx, k, value)
+	} else {
+		_, err = data.Update(ctx, k, value, rev)
+	}
+	if errors.Is(err, jetstream.ErrKeyExists) {
+		return errChanged
+	}
+	if err != nil {
+		return fmt.Errorf("storing %q: %w", key, err)
+	}
+	return nil
+}
+
+// deleteAt deletes key if it is still at revision rev.
+func (s *KV) deleteAt(ctx context.Context, key string, rev uint64) error {
+	data, err := s.dataBucket(ctx, false)
+	if errors.Is(err, errNoBucket) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	ctx, cancel := s.opCtx(ctx)
+	defer cancel()
+	err = data.Delete(ctx, encodeKey(key), jetstream.LastRevision(rev))
+	if errors.Is(err, jetstream.ErrKeyExists) {
+		return errChanged
+	}
+	if err != nil && !errors.Is(err, jetstream.ErrKeyNotFound) {
+		return fmt.Errorf("deleting %q: %w", key, err)
+	}
+	return nil
 }
 
 // List returns the keys below dir: with recursive, every key and
 // directory at any depth; without, the keys and directories directly in
-// dir. An empty directory gives an error wrapping fs.ErrNotExist, as
-// CertMagic's file storage does.
+// dir. A directory with nothing below it gives an empty list and no
+// error: a key-value bucket has no empty directories to tell from missing
+// ones, and callers (caddy-ratelimit's first read of an empty bucket)
+// would log a missing one as an error.
 func (s *KV) List(ctx context.Context, dir string, recursive bool) ([]string, error) {
 	sub, err := s.below(ctx, dir)
 	if err != nil {
 		return nil, err
 	}
+	return listOf(dir, sub, recursive), nil
+}
+
+// listOf turns the paths below dir into List's answer.
+func listOf(dir string, sub []string, recursive bool) []string {
 	if len(sub) == 0 {
-		return nil, notExist(dir)
+		return nil
 	}
 	base := normalizePath(dir)
 	prefix := base
@@ -315,7 +426,7 @@ func (s *KV) List(ctx context.Context, dir string, recursive bool) ([]string, er
 		}
 	}
 	sort.Strings(out)
-	return out, nil
+	return out
 }
 
 // Stat describes key: a stored value (terminal) or a directory.
@@ -349,7 +460,7 @@ func (s *KV) TryLock(ctx context.Context, name string) (bool, error) {
 	if k == "" {
 		return false, fmt.Errorf("invalid lock name %q: empty", name)
 	}
-	_, locks, err := s.buckets(ctx)
+	locks, err := s.lockBucket(ctx)
 	if err != nil {
 		return false, err
 	}
@@ -370,14 +481,20 @@ func (s *KV) TryLock(ctx context.Context, name string) (bool, error) {
 // Lock blocks until it holds the named lock or ctx is done. A lock whose
 // holder died expires after the lock bucket's TTL.
 func (s *KV) Lock(ctx context.Context, name string) error {
+	return lockLoop(ctx, name, s.TryLock, s.logger)
+}
+
+// lockLoop calls try until it takes the lock or ctx ends, backing off
+// from 20ms to 1s and logging failed attempts.
+func lockLoop(ctx context.Context, name string, try func(context.Context, string) (bool, error), log *zap.Logger) error {
 	wait := 20 * time.Millisecond
 	for {
-		ok, err := s.TryLock(ctx, name)
+		ok, err := try(ctx, name)
 		if ok {
 			return nil
 		}
 		if err != nil && ctx.Err() == nil {
-			s.logger.Warn("lock attempt failed; retrying", zap.String("lock", name), zap.Error(err))
+			log.Warn("lock attempt failed; retrying", zap.String("lock", name), zap.Error(err))
 		}
 		t := time.NewTimer(wait)
 		select {
@@ -386,9 +503,7 @@ func (s *KV) Lock(ctx context.Context, name string) error {
 			return fmt.Errorf("waiting for lock %q: %w", name, ctx.Err())
 		case <-t.C:
 		}
-		if wait *= 2; wait > time.Second {
-			wait = time.Second
-		}
+		wait = min(wait*2, time.Second)
 	}
 }
 
@@ -451,7 +566,7 @@ func (s *KV) Unlock(ctx context.Context, name string) error {
 	}
 	h.cancel()
 	<-h.done
-	_, locks, err := s.buckets(ctx)
+	locks, err := s.lockBucket(ctx)
 	if err != nil {
 		return err
 	}

@@ -136,8 +136,11 @@ func TestKVStorage(t *testing.T) {
 				t.Errorf("List(%q, %v) = %q, %v; want %q", tc.dir, tc.recursive, got, err, tc.want)
 			}
 		}
-		if _, err := st.List(ctx, "nope", true); !errors.Is(err, fs.ErrNotExist) {
-			t.Errorf("List of a missing dir: %v", err)
+		// A bucket has no empty directories: nothing below is an empty
+		// list, not an error (caddy-ratelimit logged its first read of a
+		// new bucket as an ERROR).
+		if got, err := st.List(ctx, "nope", true); err != nil || len(got) != 0 {
+			t.Errorf("List of a missing dir = %q, %v; want nothing, no error", got, err)
 		}
 	})
 
@@ -325,4 +328,20 @@ func BenchmarkEncodeKey(b *testing.B) {
 	for i := 0; i < b.N; i++ {
 		_ = encodeKey("certificates/local/api.example.com/api.example.com.crt")
 	}
+}
+
+// TestKVReplicasOnOneServer: `replicas 3` (the reference config's) on a
+// single NATS server creates the buckets with 1 replica and says so,
+// instead of failing every write.
+func TestKVReplicasOnOneServer(t *testing.T) {
+	s := runJetStream(t)
+	st := newTestKV(t, s.ClientURL(), KVConfig{Replicas: 3})
+	ctx := context.Background()
+	if err := st.Store(ctx, "a", []byte("1")); err != nil {
+		t.Fatalf("Store with replicas 3 on one server: %v", err)
+	}
+	if ok, err := st.TryLock(ctx, "l"); err != nil || !ok {
+		t.Fatalf("TryLock with replicas 3 on one server: %v, %v", ok, err)
+	}
+	_ = st.Unlock(ctx, "l")
 }

@@ -5,7 +5,9 @@
 package natsstore
 
 import (
+	"encoding/json"
 	"fmt"
+	"path/filepath"
 	"regexp"
 	"time"
 
@@ -23,9 +25,12 @@ func init() {
 // Storage is a Caddy storage module on NATS JetStream key-value buckets.
 // Data goes to Bucket, locks to Bucket+"_locks" (a bucket whose entries
 // expire after LockTTL unless their holder refreshes them, so the lock of
-// a crashed replica frees itself). Both buckets are created on first use
-// when missing. The NATS connection is shared with every other module of
-// the process that uses the same servers and credentials.
+// a crashed replica frees itself). Both buckets are created by the first
+// write of a running config when missing. Everything read or written is
+// also kept in a local copy (LocalCopy), which serves reads and queues
+// writes while NATS does not answer. The NATS connection is shared with
+// every other module of the process that uses the same servers and
+// credentials.
 type Storage struct {
 	// Servers are the NATS URLs (nats://host:4222, tls://host:4222); list
 	// every node of the cluster. An entry may hold several URLs separated
@@ -57,11 +62,23 @@ type Storage struct {
 	LockTTL caddy.Duration `json:"lock_ttl,omitempty"`
 	// Timeout bounds each NATS operation. Default: 5s.
 	Timeout caddy.Duration `json:"timeout,omitempty"`
+	// LocalCopy is the directory of the local copy: every value this
+	// gateway reads or writes is kept there too, so that it starts,
+	// reloads and serves while NATS is unreachable (reads come from it,
+	// writes are queued in it until NATS answers again). One directory
+	// per gateway, never shared. Default: storage_nats/<bucket> under
+	// Caddy's data directory.
+	LocalCopy string `json:"local_copy,omitempty"`
 
-	kv      *KV
-	release func()
-	logger  *zap.Logger
+	store  *configStorage
+	key    string
+	logger *zap.Logger
 }
+
+// locals holds the local copies, one per bucket, servers and directory,
+// shared by the configs (and modules) that use them: a reload keeps the
+// copy, its queue and its NATS connection.
+var locals = caddy.NewUsagePool()
 
 // CaddyModule returns the Caddy module information.
 func (Storage) CaddyModule() caddy.ModuleInfo {
@@ -73,8 +90,10 @@ func (Storage) CaddyModule() caddy.ModuleInfo {
 
 var bucketName = regexp.MustCompile(`^[a-zA-Z0-9_-]+$`)
 
-// Provision expands placeholders, sets defaults and takes the shared
-// connection (which keeps connecting in the background if NATS is down).
+// Provision expands placeholders, sets defaults and takes the shared local
+// copy and NATS connection (which keeps connecting in the background if
+// NATS is down). It writes nothing: a read of a missing bucket finds
+// nothing, and the config's writes wait until it runs.
 func (s *Storage) Provision(ctx caddy.Context) error {
 	s.logger = ctx.Logger()
 	repl := caddy.NewReplacer()
@@ -110,28 +129,67 @@ func (s *Storage) Provision(ctx caddy.Context) error {
 	if err := natsconn.RegisterMetrics(ctx.GetMetricsRegistry()); err != nil {
 		return err
 	}
+	if err := registerMetrics(ctx.GetMetricsRegistry()); err != nil {
+		return err
+	}
 	opts := natsconn.Options{
 		Servers: s.Servers, User: s.User, Password: s.Password, Token: s.Token,
 		CredsFile: s.CredsFile, TLSCA: s.TLSCA, TLSCert: s.TLSCert, TLSKey: s.TLSKey,
 	}
-	c, release, err := natsconn.Get(opts)
-	if err != nil {
-		return fmt.Errorf("storage nats: %w", err)
+	s.LocalCopy = repl.ReplaceKnown(s.LocalCopy, "")
+	if s.LocalCopy == "" {
+		s.LocalCopy = filepath.Join(caddy.AppDataDir(), "storage_nats", s.Bucket)
 	}
-	js, err := c.JetStream()
-	if err != nil {
-		release()
-		return fmt.Errorf("storage nats: jetstream: %w", err)
-	}
-	s.release = release
-	s.kv = NewKV(js, KVConfig{
+	kvCfg := KVConfig{
 		Bucket: s.Bucket, Replicas: s.Replicas,
 		LockTTL: time.Duration(s.LockTTL), Timeout: time.Duration(s.Timeout),
-	}, s.logger)
+	}
+	keyb, err := json.Marshal(struct {
+		KV   KVConfig
+		NATS natsconn.Options
+		Dir  string
+	}{kvCfg, opts, s.LocalCopy})
+	if err != nil {
+		return err
+	}
+	s.key = string(keyb)
+	logger := s.logger
+	v, _, err := locals.LoadOrNew(s.key, func() (caddy.Destructor, error) {
+		c, release, err := natsconn.Get(opts)
+		if err != nil {
+			return nil, err
+		}
+		js, err := c.JetStream()
+		if err != nil {
+			release()
+			return nil, fmt.Errorf("jetstream: %w", err)
+		}
+		kv := NewKV(js, kvCfg, logger)
+		kv.natsOpts = opts
+		return newLocal(s.LocalCopy, kv, c, release, logger)
+	})
+	if err != nil {
+		s.key = ""
+		return fmt.Errorf("storage nats: %w", err)
+	}
 	// Modules of this config without NATS servers of their own (permission
-	// invalidation) use this cluster and share this connection.
-	s.kv.natsOpts = opts
+	// invalidation, the docker fleet) use this cluster and share this
+	// connection (NATSOptions).
+	s.store = newConfigStorage(v.(*local), opts, runningConfig(ctx), ctx.Done(), s.logger)
 	return nil
+}
+
+// runningConfig returns the check of whether ctx's config is the one Caddy
+// runs: its context is the active one. Module contexts are Caddy's config
+// context with values added (caddy.Context.WithValue), so they share its
+// Done channel; `caddy validate` and a config being loaded are not active
+// (TestValidateWritesNothing fails when this answers true for them).
+func runningConfig(ctx caddy.Context) func() bool {
+	done := ctx.Done()
+	return func() bool {
+		ac := caddy.ActiveContext()
+		return ac.Context != nil && ac.Done() == done
+	}
 }
 
 // Validate checks the configuration.
@@ -156,19 +214,18 @@ func (s *Storage) Validate() error {
 
 // CertMagicStorage returns the storage.
 func (s *Storage) CertMagicStorage() (certmagic.Storage, error) {
-	if s.kv == nil {
+	if s.store == nil {
 		return nil, fmt.Errorf("storage nats: not provisioned")
 	}
-	return s.kv, nil
+	return s.store, nil
 }
 
-// Cleanup stops lock refreshers and releases the shared connection.
+// Cleanup releases this config's use of the local copy; the last user
+// stops its goroutine, its lock refreshers and its NATS connection.
 func (s *Storage) Cleanup() error {
-	if s.kv != nil {
-		s.kv.Close()
-	}
-	if s.release != nil {
-		s.release()
+	if s.key != "" {
+		_, _ = locals.Delete(s.key)
+		s.key = ""
 	}
 	return nil
 }

@@ -320,15 +320,34 @@ func procTicks(pid int) int64 {
 type coreShare struct {
 	pid               int
 	busy0, total0, p0 int64
+	lbusy0, ltotal0   int64 // core 0 (the load side)
+	p1                int64 // the server's ticks at end
 }
 
 func startCoreShare(pid int) *coreShare {
 	c := &coreShare{pid: pid}
 	c.busy0, c.total0 = cpuTicks(coreGateway)
+	c.lbusy0, c.ltotal0 = cpuTicks(coreLoad)
 	if pid > 0 {
 		c.p0 = procTicks(pid)
 	}
 	return c
+}
+
+// clockTicks is USER_HZ, the unit of /proc's CPU times (100 on Linux).
+const clockTicks = 100
+
+// cpuSeconds is the server's CPU time (user + system, its processes and
+// their children) between start and end.
+func (c *coreShare) cpuSeconds() float64 { return float64(c.p1-c.p0) / clockTicks }
+
+// load is core 0's busy share since start (call after end).
+func (c *coreShare) load() float64 {
+	busy, total := cpuTicks(coreLoad)
+	if total <= c.ltotal0 {
+		return 0
+	}
+	return float64(busy-c.lbusy0) / float64(total-c.ltotal0)
 }
 
 // end returns the server's share and the others' share of the core.
@@ -340,7 +359,8 @@ func (c *coreShare) end() (ours, others float64) {
 	}
 	var p int64
 	if c.pid > 0 {
-		p = procTicks(c.pid) - c.p0
+		c.p1 = procTicks(c.pid)
+		p = c.p1 - c.p0
 	}
 	ours = float64(p) / dt
 	others = float64(busy-c.busy0-p) / dt

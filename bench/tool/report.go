@@ -162,6 +162,24 @@ func (r *Report) pairs(name, against string, conns int, f func(a, b Sample) floa
 	return out, unsat
 }
 
+// cpuPairs is, round by round, name's CPU per request over against's, for
+// the rounds where both ran without error (saturated or not).
+func (r *Report) cpuPairs(name, against string) map[int]float64 {
+	base := map[int]float64{}
+	for _, s := range r.Samples[against] {
+		if s.Err == "" && s.CPUPerReq > 0 {
+			base[s.Round] = s.CPUPerReq
+		}
+	}
+	out := map[int]float64{}
+	for _, s := range r.Samples[name] {
+		if b, ok := base[s.Round]; ok && s.Err == "" && s.CPUPerReq > 0 {
+			out[s.Round] = s.CPUPerReq / b
+		}
+	}
+	return out
+}
+
 // Stat is a median with its range.
 type Stat struct{ Med, Min, Max float64 }
 
@@ -257,6 +275,28 @@ func (r *Report) peakAnon(name string) float64 {
 		}
 	}
 	return m
+}
+
+// cpuPerReq is a row's CPU µs per request over its rounds.
+func (r *Report) cpuPerReq(name string) Stat {
+	var v []float64
+	for _, s := range r.Samples[name] {
+		if s.Err == "" && s.CPUPerReq > 0 {
+			v = append(v, s.CPUPerReq)
+		}
+	}
+	return stat(v)
+}
+
+// core0 is a row's core-0 busy share over its rounds.
+func (r *Report) core0(name string) Stat {
+	var v []float64
+	for _, s := range r.Samples[name] {
+		if s.Err == "" && s.Core0Busy > 0 {
+			v = append(v, s.Core0Busy)
+		}
+	}
+	return stat(v)
 }
 
 // coreStr is the median share of core 1 taken by the server and by other
@@ -355,6 +395,8 @@ func (r *Report) evaluate() {
 			if t.Report {
 				tr.Goal = "reported (vs " + against + ")"
 			}
+		case "cpu":
+			tr.Goal = fmt.Sprintf("<= %.2fx %s's", t.Limit, against)
 		case "ratio":
 			switch {
 			case t.Report:
@@ -377,11 +419,17 @@ func (r *Report) evaluate() {
 		}
 		ratio := func(a, b Sample) float64 { return a.At[c].RPS / b.At[c].RPS }
 		vals, unsat := r.pairs(t.Scenario, against, c, ratio)
+		if t.Kind == "cpu" {
+			// (valid whether or not the rows were saturated)
+			vals, unsat = r.cpuPairs(t.Scenario, against), 0
+		}
 		var meets func(float64) bool
 		if t.Kind == "cost" {
 			for k, v := range vals {
 				vals[k] = 1 - v
 			}
+			meets = func(x float64) bool { return x <= t.Limit }
+		} else if t.Kind == "cpu" {
 			meets = func(x float64) bool { return x <= t.Limit }
 		} else {
 			meets = func(x float64) bool { return x >= t.Limit }
@@ -399,6 +447,8 @@ func (r *Report) evaluate() {
 		switch {
 		case t.Kind == "cost":
 			tr.Measured = fmt.Sprintf("%s [%s .. %s]", pct(st.Med), pct(st.Min), pct(st.Max))
+		case t.Kind == "cpu":
+			tr.Measured = fmt.Sprintf("%.2fx [%.2f .. %.2f]", st.Med, st.Min, st.Max)
 		case t.Limit >= 1 || t.Report && st.Med >= 1:
 			tr.Measured = ratioStr(st)
 		default:
@@ -644,8 +694,8 @@ func (r *Report) markdown(png string) string {
 		}
 		p("## %s", g.title)
 		p("")
-		p("| scenario | what | req/s | p99 ms | vs baseline | peak RSS | core 1: server / others | upstream connections | served by |")
-		p("|---|---|---|---|---|---|---|---|---|")
+		p("| scenario | what | req/s | p99 ms | vs baseline | cpu_us_per_req | core0_busy | peak RSS | core 1: server / others | upstream connections | served by |")
+		p("|---|---|---|---|---|---|---|---|---|---|---|")
 		for _, s := range rows {
 			vs := func(c int) string {
 				if s.Baseline == "" {
@@ -662,10 +712,13 @@ func (r *Report) markdown(png string) string {
 			if s.Server == "gateway" {
 				served = pathLabel(r.Samples[s.Name])
 			}
-			p("| %s | %s | %s | %s | %s | %s | %s | %s | %s |", s.Name, s.Label,
+			p("| %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s |", s.Name, s.Label,
 				fmtStat(r.rps(s.Name, 300), "%.0f"), fmtStat(r.lat(s.Name, 300, true), "%.1f"),
-				vs(300), mem, r.coreStr(s.Name), r.upstreamStr(s.Name), served)
+				vs(300), fmtStat(r.cpuPerReq(s.Name), "%.1f"), fmtStat(r.core0(s.Name), "%.2f"), mem, r.coreStr(s.Name), r.upstreamStr(s.Name), served)
 		}
+		p("")
+		p("cpu_us_per_req: the proxy's own CPU time (user + system of its processes, from /proc) over the measured run, divided by the requests completed, in µs: what a request costs it, valid whether or not it was saturated. " +
+			"core0_busy: the busy share of core 0 (wrk, the backend, the helper services); near 1, req/s measured the load side, and only cpu_us_per_req compares the proxies.")
 		p("")
 		p("All at 300 connections. Core 1 (the proxy's core): the median share of its time the server used during the measured run, and the share other processes of the machine took; a run in which others took more than %.0f%% was run again (up to %d times). "+
 			"A row marked *not saturated* had its server less than %.0f%% busy in at least one round: it was limited by the load (wrk and the backend on core 0), not by itself, and those rounds count toward no target. "+

@@ -63,6 +63,15 @@ type Sample struct {
 	// processes during the measured runs (noise indicator)
 	CoreOurs   float64 `json:"core_share_server"`
 	CoreOthers float64 `json:"core_share_others"`
+	// CPUPerReq is the proxy's own CPU (user + system time of its
+	// processes, from /proc) over the measured runs divided by the requests
+	// wrk completed, in µs: the cost of a request, valid when the proxy is
+	// not saturated too (req/s then measures the load side).
+	CPUPerReq float64 `json:"cpu_us_per_req"`
+	// Core0Busy is the busy share of core 0 (wrk, the backend and the
+	// helper services) over the measured runs: near 1, req/s measured the
+	// load side.
+	Core0Busy float64 `json:"core0_busy"`
 	// PeakAnon is the sampled peak of anonymous memory (heap, stacks),
 	// i.e. VmHWM without the pages of the mapped binary
 	PeakAnon int64              `json:"peak_anon_rss_bytes"`
@@ -108,6 +117,9 @@ func (b *Bench) conf(s Scenario, port int) Conf {
 	if c.AuditDisk {
 		c.AuditSpool = filepath.Join(b.Work, "audit-spool")
 	}
+	if c.AccessLog {
+		c.AccessLogFile = filepath.Join(b.Work, "access.log")
+	}
 	switch s.Server {
 	case "gateway":
 		c.Admin = gwAdmin
@@ -143,6 +155,12 @@ func (b *Bench) caddyEnv() []string {
 // to the gateway core. It returns nil for "direct".
 func (b *Bench) startServer(s Scenario, c Conf, tag string) (*Proc, error) {
 	log := filepath.Join(b.logDir, tag+".log")
+	if c.AccessLogFile != "" {
+		// (each run starts with an empty log: the disk stays bounded)
+		if err := os.Remove(c.AccessLogFile); err != nil && !os.IsNotExist(err) {
+			return nil, err
+		}
+	}
 	switch s.Server {
 	case "direct":
 		return nil, nil
@@ -282,6 +300,10 @@ func (b *Bench) runScenario(s Scenario, idx, round int) Sample {
 		smp.At[conns] = r
 	}
 	smp.CoreOurs, smp.CoreOthers = share.end()
+	smp.Core0Busy = share.load()
+	if n := requestsOf(smp); n > 0 && pid > 0 {
+		smp.CPUPerReq = share.cpuSeconds() * 1e6 / float64(n)
+	}
 	smp.Saturated = s.Server == "direct" || smp.CoreOurs >= minBusy
 	if p != nil {
 		smp.PeakAnon = anon.stop()

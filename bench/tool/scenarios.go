@@ -51,6 +51,8 @@ type Conf struct {
 	Upstreams      []string // several upstreams (circuit breaking) instead of Backend
 	FDLimit        int      // the open-file limit the servers run with
 	MaxConn        int      // client connections a server must take: maxConns()
+	AccessLog      bool     // a JSON access log to a file (gateway: Caddy's log with format json; nginx: access_log with a JSON log_format)
+	AccessLogFile  string   // (set at run time; emptied before each start)
 }
 
 // Target is a goal from issue 7, checked against the measured medians at
@@ -58,7 +60,7 @@ type Conf struct {
 type Target struct {
 	Name     string
 	Scenario string
-	Kind     string  // cost (<= Limit), ratio (>= Limit), p99 (<= Limit x Against's), conns (<= Limit), rss (<= Against's), rssmax (<= Limit MB), anon (<= Against's + Limit MB)
+	Kind     string  // cost (<= Limit), ratio (>= Limit), cpu (CPU per request <= Limit x Against's), p99 (<= Limit x Against's), conns (<= Limit), rss (<= Against's), rssmax (<= Limit MB), anon (<= Against's + Limit MB)
 	Against  string  // scenario the ratio is taken against (default: Baseline)
 	Limit    float64 // fraction
 	Report   bool    // reported only, no limit
@@ -93,6 +95,10 @@ func scenarios() []Scenario {
 		{Name: "gw", Label: "gateway, no duties", Group: "bare", Server: "gateway", Baseline: "caddy"},
 		{Name: "gw-h1", Label: "gateway, no duties, transport h1", Group: "bare", Server: "gateway", Conf: Conf{Transport: "h1"}, Baseline: "caddy"},
 		{Name: "gw-fast", Label: "gateway, no duties, apigate wrapper, transport h1", Group: "bare", Server: "gateway", Conf: fast(Conf{}), Baseline: "nginx"},
+		// access logs, which nearly every production gateway keeps: a JSON
+		// record per request to a file, on both
+		{Name: "nginx-log", Label: "nginx 1.22, JSON access_log to a file", Group: "bare", Server: "nginx", Conf: Conf{AccessLog: true}, Baseline: "nginx"},
+		{Name: "gw-fast-log", Label: "gateway, no duties, apigate wrapper, JSON access log to a file", Group: "bare", Server: "gateway", Conf: fast(Conf{AccessLog: true}), Baseline: "nginx-log"},
 
 		// 2. authentication
 		{Name: "gw-jwt-hs256", Label: "gateway jwt_auth HS256, one token", Group: "auth", Server: "gateway", Conf: Conf{JWT: "HS256"}, Token: "HS256", Baseline: "gw"},
@@ -202,6 +208,19 @@ func targets() []Target {
 		{Name: "fast path: audit NATS core cost", Scenario: "gw-fast-audit-nats", Kind: "cost", Report: true},
 		{Name: "fast path: audit NATS JetStream cost", Scenario: "gw-fast-audit-natsjs", Kind: "cost", Report: true},
 		{Name: "fast path: audit HTTP cost on top of the other duties", Scenario: "gw-fast-all", Kind: "cost", Against: "gw-fast-steps-perm", Report: true},
+		// issue 31: cost per request (the proxy's own CPU over the requests
+		// served), which holds where req/s measures the load side
+		{Name: "fast path, no duties: CPU per request vs the fasthttp proxy", Scenario: "gw-fast", Kind: "cpu", Against: "go-fasthttp", Limit: 1.15},
+		{Name: "fast path, no duties: CPU per request vs nginx", Scenario: "gw-fast", Kind: "cpu", Against: "nginx", Limit: 1.3},
+		{Name: "fast path, no duties, vs the fasthttp proxy (both saturated)", Scenario: "gw-fast", Kind: "ratio", Against: "go-fasthttp", Limit: 0.9},
+		{Name: "fast path, every duty: CPU per request vs the fast path bare", Scenario: "gw-fast-all", Kind: "cpu", Against: "gw-fast", Limit: 1.25},
+		{Name: "fast path: JWT HS256, CPU per request vs bare", Scenario: "gw-fast-jwt-hs256", Kind: "cpu", Against: "gw-fast", Limit: 1.05},
+		{Name: "fast path: rbac, CPU per request vs jwt_auth alone", Scenario: "gw-fast-rbac", Kind: "cpu", Against: "gw-fast-jwt-hs256", Limit: 1.01},
+		{Name: "fast path: rate_limit, CPU per request vs jwt_auth + rbac", Scenario: "gw-fast-steps-rl", Kind: "cpu", Against: "gw-fast-rbac", Limit: 1.02},
+		{Name: "fast path: permission cached, CPU per request vs jwt_auth + rbac + rate_limit", Scenario: "gw-fast-steps-perm", Kind: "cpu", Against: "gw-fast-steps-rl", Limit: 1.01},
+		{Name: "fast path: audit HTTP batched, CPU per request vs bare", Scenario: "gw-fast-audit-http", Kind: "cpu", Against: "gw-fast", Limit: 1.05},
+		{Name: "fast path, JSON access log: CPU per request vs nginx with access_log", Scenario: "gw-fast-log", Kind: "cpu", Against: "nginx-log", Limit: 1.3},
+		{Name: "fast path, JSON access log, vs nginx with access_log", Scenario: "gw-fast-log", Kind: "ratio", Against: "nginx-log", Limit: 0.7},
 		// issue 26: against Traefik
 		{Name: "gateway fast path, no duties, vs Traefik", Scenario: "gw-fast", Kind: "ratio", Against: "traefik", Report: true},
 		{Name: "gateway fast path, every duty, vs Traefik + ForwardAuth (HS256)", Scenario: "gw-fast-all", Kind: "ratio", Against: "traefik-fwdauth-hs256", Report: true},

@@ -61,6 +61,8 @@ func TestHelp(t *testing.T) {
 		{[]string{"apikey", "-h"}, "gatewayctl apikey new"},
 		{[]string{"apikey", "new", "-h"}, "--file"},
 		{[]string{"apikey", "new", "--help"}, "-expires"},
+		{[]string{"fleet", "-h"}, "gatewayctl fleet init"},
+		{[]string{"fleet", "init", "-h"}, "--replicas"},
 	}
 	for _, tc := range tests {
 		t.Run(strings.Join(tc.args, " "), func(t *testing.T) {
@@ -103,7 +105,7 @@ func TestReadmeListsCommands(t *testing.T) {
 		if cmd == "help" {
 			continue
 		}
-		if cmd == "audit" || cmd == "apikey" {
+		if cmd == "audit" || cmd == "apikey" || cmd == "fleet" {
 			cmd += " " + fields[1]
 		}
 		if !strings.Contains(string(readme), "| `gatewayctl "+cmd) {

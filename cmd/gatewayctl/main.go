@@ -38,6 +38,8 @@ commands:
   audit verify -key K FILE...       verify audit trails against the public key K
   apikey new --sub S [...]          make an API key: print it once, and its keys file entry
                                     (--file keys.json adds the entry to the file)
+  fleet init --nats URL [--replicas N]
+                                    create the fleet's audit stream and buckets on NATS
   help [<command>]                  this text, or a command's usage
 
 gatewayctl <command> -h prints a command's flags. Flags take one dash or two
@@ -67,6 +69,8 @@ func run(args []string, out io.Writer) error {
 		return cmdAudit(args[1:], out)
 	case "apikey":
 		return cmdAPIKey(args[1:], out)
+	case "fleet":
+		return cmdFleet(args[1:], out)
 	case "help", "-h", "-help", "--help":
 		if len(args) > 1 && args[0] == "help" {
 			// help <command> [<subcommand>]: that command's usage
@@ -75,7 +79,7 @@ func run(args []string, out io.Writer) error {
 		_, err := io.WriteString(out, usage)
 		return err
 	default:
-		return fmt.Errorf("unknown command %q: want secret, token, keygen, audit or apikey (gatewayctl -h for help)", args[0])
+		return fmt.Errorf("unknown command %q: want secret, token, keygen, audit, apikey or fleet (gatewayctl -h for help)", args[0])
 	}
 }
 

@@ -97,13 +97,20 @@
 
   function renderFastPath(o) {
     const fp = o.fast_path || [];
+    // per route: on the plan (with the modules it runs as Caddy calls
+    // them), or on Caddy's path with the reason
+    const routeText = (r) => "route " + r.route + ": " + (r.plan
+      ? "plan" + (r.as_caddy_calls_it ? " (as Caddy calls them: " + r.as_caddy_calls_it.join(", ") + ")" : "")
+      : "Caddy's path: " + r.reason);
     const rows = fp.map((s) => el("tr", { "data-fastpath": s.on ? "on" : "off" },
       el("td", { class: "mono", text: s.server }),
       el("td", { text: s.on ? "on" : "off: " + s.reason }),
+      el("td", { class: "mono", text: (s.routes || []).map(routeText).join("; ") }),
       el("td", { text: String(s.served) }),
+      el("td", { text: String(s.delegated || 0) }),
       el("td", { text: String(s.refused) }),
       el("td", { text: String(s.handed_off) })));
-    fill($("fastpath").tBodies[0], rows, "no server has the apigate listener wrapper", 5);
+    fill($("fastpath").tBodies[0], rows, "no server has the apigate listener wrapper", 7);
     setText("fastpath-note", fp.length ? "counts of the running config (docs/fastpath.md)" : "");
   }
 
@@ -144,7 +151,7 @@
         const live = (f.nodes || []).filter((n) => !n.expired);
         eng += " · fleet " + f.node + (f.connected ? "" : " (NATS UNREACHABLE: keeping the last merged set)") +
           ", " + live.length + " other host" + (live.length === 1 ? "" : "s") +
-          (live.length ? " (" + live.map((n) => n.node + ": " + n.containers).join(", ") + ")" : "");
+          (live.length ? " (" + live.map((n) => n.node + (n.restarting ? " restarting" : "") + ": " + n.containers).join(", ") + ")" : "");
         if (f.last_error) eng += " · fleet error: " + f.last_error;
       }
     }

@@ -53,13 +53,15 @@ func init() {
 }
 
 // Adapter is a config adapter whose errors name one position: the first,
-// the bad token's; its output has gone through the AfterAdapt steps.
+// the bad token's. Its output has gone through the AfterAdapt steps, and
+// its warnings end with what the reporters say of that output (`caddy
+// adapt`, `caddy validate` and `caddy run` print them).
 type Adapter struct {
 	caddyconfig.Adapter
 }
 
 // Adapt adapts body with the wrapped adapter, then runs the AfterAdapt
-// steps on the result.
+// steps on the result and the reporters on what they made.
 func (a Adapter) Adapt(body []byte, options map[string]any) ([]byte, []caddyconfig.Warning, error) {
 	out, warnings, err := a.Adapter.Adapt(body, options)
 	if err != nil {
@@ -72,6 +74,9 @@ func (a Adapter) Adapt(body []byte, options map[string]any) ([]byte, []caddyconf
 		}
 		out = more.Config
 		warnings = append(warnings, more.Warnings...)
+	}
+	for _, r := range reporters {
+		warnings = append(warnings, r(out)...)
 	}
 	return out, warnings, nil
 }
@@ -86,12 +91,21 @@ type Adapted struct {
 var afterAdapt []func(cfg []byte, options map[string]any) (Adapted, error)
 
 // AfterAdapt registers a step that every successfully adapted Caddyfile
-// goes through, in registration order (call it from an init function). A
-// step returns the config unchanged when it has nothing to do; its
-// warnings are printed as the adapter's own (`caddy adapt`, `caddy
-// validate`, `caddy run`).
+// goes through, in registration order (call it from an init function),
+// before the reporters see it. A step returns the config unchanged when it
+// has nothing to do; its warnings are printed as the adapter's own
+// (`caddy adapt`, `caddy validate`, `caddy run`).
 func AfterAdapt(step func(cfg []byte, options map[string]any) (Adapted, error)) {
 	afterAdapt = append(afterAdapt, step)
+}
+
+// reporters say something of an adapted config (AddReporter).
+var reporters []func(config []byte) []caddyconfig.Warning
+
+// AddReporter adds a reporter of adapted configs, from a package's init:
+// the fast path says, per server, whether it serves it.
+func AddReporter(r func(config []byte) []caddyconfig.Warning) {
+	reporters = append(reporters, r)
 }
 
 // position is one ", at <file>:<line>" that Caddy's Dispenser.WrapErr

@@ -227,6 +227,14 @@ func TestCanaryAcrossFleet(t *testing.T) {
 			}
 			return ""
 		})
+		// The release's record and A's containers come from the same
+		// watch; the routes apply a moment after the record is known.
+		podmantest.Eventually(t, "B routes the service", 10*time.Second, func() string {
+			if code, body, err := podmantest.Get(b.url(path)); err != nil || code != 200 {
+				return fmt.Sprintf("%d %q %v", code, body, err)
+			}
+			return ""
+		})
 		for range 100 {
 			code, body, err := podmantest.Get(b.url(path))
 			if err != nil || code != 200 || !strings.HasPrefix(body, svc+"-v1") {

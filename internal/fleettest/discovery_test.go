@@ -75,18 +75,8 @@ func TestDiscoveryAcrossHosts(t *testing.T) {
 	a.start(t, bin, nats.URL())
 	b.start(t, bin, nats.URL())
 
-	step := func(name string, fn func(t *testing.T)) {
-		if !t.Run(name, fn) {
-			t.FailNow()
-		}
-	}
-	port := func() int {
-		p, err := podmantest.FreePort()
-		if err != nil {
-			t.Fatal(err)
-		}
-		return p
-	}
+	step := func(name string, fn func(t *testing.T)) { runStep(t, name, fn) }
+	port := func() int { return freePort(t) }
 
 	pOnlyA, pSharedA, pSharedB := port(), port(), port()
 	step("a container on A is served through B", func(t *testing.T) {

@@ -8,19 +8,22 @@ import (
 )
 
 // TestGuideShowsTestedConfig keeps docs/fleet.md honest: it must show the
-// replica configuration this package runs, verbatim, and the AUDIT stream
-// settings the test creates.
+// reference configurations this package runs (a replica, a gateway on a
+// container host), verbatim, and the AUDIT stream settings the test
+// creates.
 func TestGuideShowsTestedConfig(t *testing.T) {
 	guide, err := os.ReadFile(filepath.Join(repoRoot(t), "docs", "fleet.md"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	cfg, err := os.ReadFile(filepath.Join("testdata", "replica.Caddyfile"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if !strings.Contains(string(guide), "```caddyfile\n"+string(cfg)+"```\n") {
-		t.Error("docs/fleet.md does not show testdata/replica.Caddyfile verbatim in a ```caddyfile block")
+	for _, name := range []string{"replica.Caddyfile", "host.Caddyfile"} {
+		cfg, err := os.ReadFile(filepath.Join("testdata", name))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !strings.Contains(string(guide), "```caddyfile\n"+string(cfg)+"```\n") {
+			t.Errorf("docs/fleet.md does not show testdata/%s verbatim in a ```caddyfile block", name)
+		}
 	}
 	for _, want := range []string{
 		"nats stream add AUDIT --subjects " + auditStreamConfig.Subjects[0] + " --replicas 3 --storage file",

@@ -129,6 +129,8 @@ func startReplica(t *testing.T, bin, config string, idx int, env []string) *repl
 		fmt.Sprintf("GATEWAY_ADMIN=127.0.0.1:%d", adminPorts[idx]),
 		fmt.Sprintf("GATEWAY_HTTP_PORT=%d", httpPorts[idx]),
 		fmt.Sprintf("GATEWAY_HTTPS_PORT=%d", httpsPorts[idx]),
+		fmt.Sprintf("GATEWAY_NODE=replica-%d", idx),
+		"AUDIT_SPOOL="+filepath.Join(dir, "audit"),
 	)
 	cmd.Env = append(cmd.Env, env...)
 	cmd.Stdout, cmd.Stderr = logf, logf
@@ -209,9 +211,13 @@ func get(url, bearer, reqID string) (int, error) {
 
 // certFingerprint returns the SHA-256 of the leaf certificate served for
 // fleet.localhost on the replica's HTTPS port.
-func certFingerprint(idx int) (string, error) {
+func certFingerprint(idx int) (string, error) { return certFingerprintAt(httpsPorts[idx]) }
+
+// certFingerprintAt returns the SHA-256 of the leaf certificate served
+// for fleet.localhost on 127.0.0.1:port.
+func certFingerprintAt(port int) (string, error) {
 	d := &net.Dialer{Timeout: 2 * time.Second}
-	conn, err := tls.DialWithDialer(d, "tcp", fmt.Sprintf("127.0.0.1:%d", httpsPorts[idx]),
+	conn, err := tls.DialWithDialer(d, "tcp", fmt.Sprintf("127.0.0.1:%d", port),
 		&tls.Config{ServerName: "fleet.localhost", InsecureSkipVerify: true})
 	if err != nil {
 		return "", err
@@ -473,11 +479,13 @@ func TestFleet(t *testing.T) {
 				k := 0
 				for m := range batch.Messages() {
 					k++
+					// The client's ids (X-Request-Id) are recorded as
+					// client_request_id; request_id is the gateway's.
 					var ev struct {
-						RequestID string `json:"request_id"`
+						ClientRequestID string `json:"client_request_id"`
 					}
-					if json.Unmarshal(m.Data(), &ev) == nil && strings.HasPrefix(ev.RequestID, "kill-"+run+"-") {
-						got[ev.RequestID]++
+					if json.Unmarshal(m.Data(), &ev) == nil && strings.HasPrefix(ev.ClientRequestID, "kill-"+run+"-") {
+						got[ev.ClientRequestID]++
 					}
 				}
 				if k == 0 {

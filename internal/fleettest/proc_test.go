@@ -26,18 +26,26 @@ type gatewayProc struct {
 // is shown when the test failed), and waits until readyURL answers 200.
 func runGateway(t *testing.T, bin, name string, config func(dir string) string, readyURL string) *gatewayProc {
 	t.Helper()
-	dir := t.TempDir()
+	return runGatewayIn(t, bin, name, t.TempDir(), nil, config, readyURL)
+}
+
+// runGatewayIn is runGateway in dir (a host's data that outlives a
+// restart: its local storage copy, state file, instance id), with env
+// added to the process's environment.
+func runGatewayIn(t *testing.T, bin, name, dir string, env []string, config func(dir string) string, readyURL string) *gatewayProc {
+	t.Helper()
 	cfg := filepath.Join(dir, "Caddyfile")
 	if err := os.WriteFile(cfg, []byte(config(dir)), 0o644); err != nil {
 		t.Fatal(err)
 	}
 	p := &gatewayProc{log: filepath.Join(dir, "caddy.log"), done: make(chan struct{})}
-	logf, err := os.Create(p.log)
+	logf, err := os.OpenFile(p.log, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
 	if err != nil {
 		t.Fatal(err)
 	}
 	cmd := exec.Command(bin, "run", "--config", cfg, "--adapter", "caddyfile")
 	cmd.Env = append(os.Environ(), "HOME="+dir, "XDG_DATA_HOME="+filepath.Join(dir, "data"), "XDG_CONFIG_HOME="+filepath.Join(dir, "config"))
+	cmd.Env = append(cmd.Env, env...)
 	cmd.Stdout, cmd.Stderr = logf, logf
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
@@ -82,6 +90,18 @@ func (p *gatewayProc) kill() {
 	<-p.done
 }
 
+// stop stops the gateway gracefully (SIGTERM, as systemd does) and waits
+// for it to exit.
+func (p *gatewayProc) stop(t *testing.T) {
+	t.Helper()
+	_ = p.cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case <-p.done:
+	case <-time.After(30 * time.Second):
+		t.Fatalf("gateway did not exit within 30s of SIGTERM")
+	}
+}
+
 // twoPodmans sets up the private Podmans of two "hosts" in parallel
 // (names keep their images and containers apart), closed when the test
 // ends; without podman the test skips (fails under CI=true).
@@ -119,6 +139,11 @@ type fleetHost struct {
 	admin, http int // the gateway's admin and HTTP ports
 	proc        *gatewayProc
 	config      func(h *fleetHost, nats, dir string) string
+	// home, when set, is the host's data directory, kept across restarts
+	// (else each start is a new instance); env is added to the process's
+	// environment (the reference configs take their settings from it).
+	home string
+	env  func(h *fleetHost, nats string) []string
 }
 
 func (h *fleetHost) url(path string) string {
@@ -133,8 +158,35 @@ func (h *fleetHost) adminURL(path string) string {
 // until it answers GET /ready.
 func (h *fleetHost) start(t *testing.T, bin, nats string) {
 	t.Helper()
-	h.proc = runGateway(t, bin, h.name, func(dir string) string { return h.config(h, nats, dir) }, h.url("/ready"))
+	dir := h.home
+	if dir == "" {
+		dir = t.TempDir()
+	}
+	var env []string
+	if h.env != nil {
+		env = h.env(h, nats)
+	}
+	h.proc = runGatewayIn(t, bin, h.name, dir, env, func(dir string) string { return h.config(h, nats, dir) }, h.url("/ready"))
 }
 
 // kill SIGKILLs the gateway: it cannot delete its fleet entry.
 func (h *fleetHost) kill() { h.proc.kill() }
+
+// runStep runs fn as t's subtest name, and stops t when it fails (the
+// next steps build on it).
+func runStep(t *testing.T, name string, fn func(t *testing.T)) {
+	t.Helper()
+	if !t.Run(name, fn) {
+		t.FailNow()
+	}
+}
+
+// freePort is a free loopback port, for a container's server.
+func freePort(t *testing.T) int {
+	t.Helper()
+	p, err := podmantest.FreePort()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return p
+}

@@ -12,59 +12,41 @@ import (
 	"github.com/apigate/gateway/internal/podmantest"
 )
 
-// Ports of the restart fleet test: two gateways ("hosts" A and B).
-var (
-	restartAdmin = []int{2983, 2984}
-	restartHTTP  = []int{19783, 19784}
-)
-
 // TestRestartedMemberServesLastGoodSet: a fleet member that restarts
 // serves its last good route set, the other hosts' services included,
 // from its first request and while it catches up with the bucket: here
-// the bucket cannot be read at all (NATS down), so its state file is all
-// it has; once NATS is back it follows the bucket again.
+// the bucket cannot be read at all (NATS down), so its state file (in its
+// data directory, kept across restarts) is all it has; once NATS is back
+// it follows the bucket again.
 func TestRestartedMemberServesLastGoodSet(t *testing.T) {
 	bin := gatewayBinary(t)
 	pods := twoPodmans(t, [2]string{"ra", "rb"})
 	nats := natstest.StartCluster(t, 3)
-	// state files that outlive a host's gateway process (its data
-	// directory is new at each start)
-	states := map[string]string{"a": t.TempDir(), "b": t.TempDir()}
-	config := func(h *fleetHost, nats, _ string) string {
-		return strings.Replace(discoConfig(h, nats, ""), "server gateway\n",
-			"server gateway\n\t\tstate_file "+filepath.Join(states[h.name], "routes.json")+"\n", 1)
-	}
-	a := &fleetHost{name: "a", pod: pods[0], admin: restartAdmin[0], http: restartHTTP[0], config: config}
-	b := &fleetHost{name: "b", pod: pods[1], admin: restartAdmin[1], http: restartHTTP[1], config: config}
+	ports := natstest.FreePorts(t, 4)
+	a := &fleetHost{name: "a", pod: pods[0], admin: ports[0], http: ports[1], config: discoConfig, home: t.TempDir()}
+	b := &fleetHost{name: "b", pod: pods[1], admin: ports[2], http: ports[3], config: discoConfig, home: t.TempDir()}
 	a.start(t, bin, nats.URL())
 	b.start(t, bin, nats.URL())
 
-	step := func(name string, fn func(t *testing.T)) {
-		if !t.Run(name, fn) {
-			t.FailNow()
-		}
-	}
-	p, err := podmantest.FreePort()
-	if err != nil {
-		t.Fatal(err)
-	}
+	p := freePort(t)
 	want := podmantest.Expect(b.url("/far/x"), 200, "far /far/x")
-	step("B routes A's container and keeps it in its state file", func(t *testing.T) {
+	runStep(t, "B routes A's container and keeps it in its state file", func(t *testing.T) {
 		if err := a.pod.Run("far", p, discoLabels("far", p, "/far")); err != nil {
 			t.Fatal(err)
 		}
 		podmantest.Eventually(t, "B routes A's", 20*time.Second, want)
+		state := filepath.Join(b.home, "data", "caddy", "docker", "routes-gateway.json")
 		podmantest.Eventually(t, "B's state file", 10*time.Second, func() string {
-			b, err := os.ReadFile(filepath.Join(states["b"], "routes.json"))
+			b, err := os.ReadFile(state)
 			if err != nil || !strings.Contains(string(b), `"node": "host-a"`) {
-				return fmt.Sprintf("%v", err)
+				return fmt.Sprintf("%s: %v", state, err)
 			}
 			return ""
 		})
 	})
 
 	outer := t
-	step("B restarted with NATS down: A's service from the first request on", func(t *testing.T) {
+	runStep(t, "B restarted with NATS down: A's service from the first request on", func(t *testing.T) {
 		b.kill()
 		nats.ShutdownAll()
 		b.start(outer, bin, nats.URL())
@@ -80,13 +62,10 @@ func TestRestartedMemberServesLastGoodSet(t *testing.T) {
 		}
 	})
 
-	step("NATS back: B follows the bucket again", func(t *testing.T) {
+	runStep(t, "NATS back: B follows the bucket again", func(t *testing.T) {
 		nats.RestartAll()
-		pLate, err := podmantest.FreePort()
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := a.pod.Run("late", pLate, discoLabels("late", pLate, "/late")); err != nil {
+		late := freePort(t)
+		if err := a.pod.Run("late", late, discoLabels("late", late, "/late")); err != nil {
 			t.Fatal(err)
 		}
 		podmantest.Eventually(t, "B routes A's new container", 30*time.Second, podmantest.Expect(b.url("/late/x"), 200, "late /late/x"))

@@ -15,6 +15,7 @@ import (
 	"sort"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/caddyserver/caddy/v2"
@@ -97,12 +98,18 @@ type Conn struct {
 	lmu       sync.Mutex
 	listeners map[int]func()
 	nextL     int
+
+	// late is set when the first connect failed: the connect that
+	// follows (nats.go's connected callback) counts as a reconnect.
+	late atomic.Bool
 }
 
 // OnReconnect registers fn to run (on nats.go's callback goroutine, so it
 // must not block) each time the connection is re-established after a
-// loss; subscribers use it to resynchronize, since core NATS messages sent
-// while disconnected are not delivered. The returned function removes fn.
+// loss, and when it is first established after the servers were
+// unreachable at Get; subscribers use it to resynchronize, since core
+// NATS messages sent while disconnected are not delivered, and senders to
+// retry at once. The returned function removes fn.
 func (c *Conn) OnReconnect(fn func()) (remove func()) {
 	c.lmu.Lock()
 	defer c.lmu.Unlock()
@@ -175,9 +182,16 @@ func Get(opts Options) (*Conn, func(), error) {
 		sorted := append([]string(nil), opts.Servers...)
 		sort.Strings(sorted)
 		c := &Conn{key: k, labels: [2]string{redact(sorted), opts.Name}}
-		nc, err := connect(opts, c.reconnected)
+		nc, err := connect(opts, c.reconnected, func() {
+			if c.late.CompareAndSwap(true, false) {
+				c.reconnected()
+			}
+		})
 		if err != nil {
 			return nil, err
+		}
+		if !nc.IsConnected() {
+			c.late.Store(true)
 		}
 		c.nc = nc
 		return c, nil
@@ -222,9 +236,10 @@ func open() []*Conn {
 // Count returns how many distinct connections are open (for tests).
 func Count() int { return len(open()) }
 
-func connect(o Options, onReconnect func()) (*nats.Conn, error) {
+func connect(o Options, onReconnect, onConnect func()) (*nats.Conn, error) {
 	nopts := []nats.Option{
 		nats.ReconnectHandler(func(*nats.Conn) { onReconnect() }),
+		nats.ConnectHandler(func(*nats.Conn) { onConnect() }),
 		nats.Name(o.Name),
 		nats.Timeout(o.ConnectTimeout),
 		nats.ReconnectWait(o.ReconnectWait),
@@ -255,6 +270,24 @@ func connect(o Options, onReconnect func()) (*nats.Conn, error) {
 		return nil, fmt.Errorf("natsconn: connecting to %s: %w", redact(o.Servers), err)
 	}
 	return nc, nil
+}
+
+// TooFewServers tells a JetStream placement failure (fewer servers than
+// the replicas asked for, or replicas on a server that is not clustered)
+// from other errors: the modules that create streams then create them
+// with one replica, and say so.
+func TooFewServers(err error) bool {
+	var apiErr *jetstream.APIError
+	if !errors.As(err, &apiErr) {
+		return false
+	}
+	switch apiErr.ErrorCode {
+	case 10005, // no suitable peers for placement
+		10023, // insufficient resources
+		10074: // replicas > 1 not supported in non-clustered mode
+		return true
+	}
+	return false
 }
 
 // redact drops user info from URLs for error messages.

@@ -1,6 +1,7 @@
 package natsconn
 
 import (
+	"fmt"
 	"net"
 	"strings"
 	"testing"
@@ -166,5 +167,49 @@ func TestMetrics(t *testing.T) {
 	}
 	if !found {
 		t.Fatal("no gateway_nats_connected 1")
+	}
+}
+
+// TestOnReconnectAfterLateStart: the servers were down at Get, and come
+// up later: that first connect runs the OnReconnect callbacks too (a
+// sender waiting to retry goes at once), and a connect at Get does not.
+func TestOnReconnectAfterLateStart(t *testing.T) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	port := l.Addr().(*net.TCPAddr).Port
+	l.Close()
+	c, rel, err := Get(Options{Servers: []string{"nats://127.0.0.1:" + fmt.Sprint(port)}, ReconnectWait: 20 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rel()
+	got := make(chan struct{}, 4)
+	remove := c.OnReconnect(func() { got <- struct{}{} })
+	defer remove()
+	opts := natstest.DefaultTestOptions
+	opts.Port = port
+	s := natstest.RunServer(&opts)
+	defer s.Shutdown()
+	select {
+	case <-got:
+	case <-time.After(20 * time.Second):
+		t.Fatal("no callback for the first connect after the servers came up")
+	}
+
+	// Connected at Get: no callback.
+	c2, rel2, err := Get(Options{Servers: []string{s.ClientURL()}, Name: "at-get"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rel2()
+	got2 := make(chan struct{}, 4)
+	remove2 := c2.OnReconnect(func() { got2 <- struct{}{} })
+	defer remove2()
+	select {
+	case <-got2:
+		t.Fatal("callback for the connect made at Get")
+	case <-time.After(300 * time.Millisecond):
 	}
 }

@@ -259,9 +259,9 @@ func Event(ev caddyaudit.Event, replace ...string) caddyaudit.Event {
 	ev.Chain, ev.Seq, ev.Hash = "", 0, ""
 	if len(replace) > 0 {
 		r := strings.NewReplacer(replace...)
-		ev.Route, ev.Host, ev.Path, ev.Subject, ev.Reason, ev.DecidedBy, ev.CredentialID =
+		ev.Route, ev.Host, ev.Path, ev.Subject, ev.Reason, ev.DecidedBy, ev.CredentialID, ev.ClientRequestID =
 			r.Replace(ev.Route), r.Replace(ev.Host), r.Replace(ev.Path), r.Replace(ev.Subject),
-			r.Replace(ev.Reason), r.Replace(ev.DecidedBy), r.Replace(ev.CredentialID)
+			r.Replace(ev.Reason), r.Replace(ev.DecidedBy), r.Replace(ev.CredentialID), r.Replace(ev.ClientRequestID)
 		for i := range ev.Extra {
 			ev.Extra[i].Value = r.Replace(ev.Extra[i].Value)
 		}

@@ -1,0 +1,79 @@
+package main
+
+import (
+	"context"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/apigate/gateway/internal/natstest"
+)
+
+// TestFleetInit runs `gatewayctl fleet init` against a real NATS server:
+// it creates the audit stream and the buckets with the settings the
+// gateways use, and a second run leaves them as they are.
+func TestFleetInit(t *testing.T) {
+	c := natstest.StartCluster(t, 1)
+	var out strings.Builder
+	if err := run([]string{"fleet", "init", "--nats", c.URL()}, &out); err != nil {
+		t.Fatalf("fleet init: %v\n%s", err, out.String())
+	}
+	t.Logf("first run:\n%s", out.String())
+	for _, want := range []string{"created stream AUDIT", "created bucket gateway_storage:", "created bucket gateway_storage_locks:",
+		"created bucket gateway_routes:", "created bucket gateway_routes_rate_limit:", "1 replica"} {
+		if !strings.Contains(out.String(), want) {
+			t.Errorf("output lacks %q", want)
+		}
+	}
+
+	nc, err := nats.Connect(c.URL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	js, _ := jetstream.New(nc)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	st, err := js.Stream(ctx, "AUDIT")
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := st.CachedInfo().Config
+	if len(cfg.Subjects) != 1 || cfg.Subjects[0] != "gateway.audit" || cfg.Duplicates != 2*time.Minute ||
+		cfg.MaxAge != 7*24*time.Hour || cfg.Storage != jetstream.FileStorage || cfg.Replicas != 1 {
+		t.Errorf("AUDIT stream config: %+v", cfg)
+	}
+	for bucket, ttl := range map[string]time.Duration{"gateway_storage": 0, "gateway_storage_locks": 30 * time.Second,
+		"gateway_routes": time.Minute, "gateway_routes_rate_limit": 0} {
+		kv, err := js.KeyValue(ctx, bucket)
+		if err != nil {
+			t.Errorf("bucket %s: %v", bucket, err)
+			continue
+		}
+		s, err := kv.Status(ctx)
+		if err != nil || s.TTL() != ttl || s.History() != 1 {
+			t.Errorf("bucket %s: ttl %v history %d (%v), want ttl %v history 1", bucket, s.TTL(), s.History(), err, ttl)
+		}
+	}
+
+	out.Reset()
+	if err := run([]string{"fleet", "init", "--nats", c.URL()}, &out); err != nil {
+		t.Fatalf("second fleet init: %v", err)
+	}
+	if strings.Contains(out.String(), "created") || !strings.Contains(out.String(), "stream AUDIT exists (1 replica)") {
+		t.Errorf("second run:\n%s\nwant everything left as it is", out.String())
+	}
+
+	// Replicas a single server cannot place: a clear error.
+	other := natstest.StartCluster(t, 1)
+	err = run([]string{"fleet", "init", "--nats", other.URL(), "--replicas", "3"}, &out)
+	if err == nil || !strings.Contains(err.Error(), "--replicas at most the number of JetStream servers") {
+		t.Errorf("--replicas 3 on one server: %v", err)
+	}
+	if err := run([]string{"fleet", "init"}, &out); err == nil || !strings.Contains(err.Error(), "--nats is required") {
+		t.Errorf("without --nats: %v", err)
+	}
+}

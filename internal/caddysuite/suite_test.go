@@ -1,0 +1,415 @@
+package caddysuite
+
+import (
+	"bufio"
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/http/httputil"
+	"net/url"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/caddyserver/caddy/v2"
+	"github.com/caddyserver/caddy/v2/caddyconfig"
+	_ "github.com/caddyserver/caddy/v2/modules/standard"
+	_ "github.com/mholt/caddy-ratelimit"
+
+	_ "github.com/apigate/gateway" // every module of the gateway binary
+	"github.com/apigate/gateway/fastpath"
+)
+
+// suiteTests are the tests of Caddy's integration suite the fast path must
+// pass as Caddy does (issue 30 names these files: caddyfile, reverseproxy,
+// forwardauth, intercept, handler, map, try_files, stream,
+// rewrite_security, logging and request_body_timeout; all their tests).
+var suiteTests = []string{
+	// caddyfile_test.go
+	"TestRespond", "TestRedirect", "TestDuplicateHosts", "TestReadCookie", "TestReplIndex",
+	"TestInvalidPrefix", "TestValidPrefix", "TestUriReplace", "TestUriOps",
+	"TestHttpRequestLocalPortPlaceholder", "TestSetThenAddQueryParams", "TestSetThenDeleteParams",
+	"TestRenameAndOtherOps", "TestReplaceOps", "TestReplaceWithReplacementPlaceholder",
+	"TestReplaceWithKeyPlaceholder", "TestPartialReplacement", "TestNonExistingSearch",
+	"TestReplaceAllOps", "TestUriOpsBlock", "TestHandleErrorSimpleCodes", "TestHandleErrorRange",
+	"TestHandleErrorSort", "TestHandleErrorRangeAndCodes", "TestHandleErrorOverlappingCodesKeepOrder",
+	"TestHandleErrorSubHandlers", "TestHeaderDefaults", "TestHeaderDefaultMatcherSameField",
+	"TestInvalidSiteAddressesAsDirectives",
+	// reverseproxy_test.go
+	"TestSRVReverseProxy", "TestDialWithPlaceholderUnix", "TestReverseProxyWithPlaceholderDialAddress",
+	"TestReverseProxyWithPlaceholderTCPDialAddress", "TestReverseProxyHealthCheck",
+	"TestReverseProxyHealthCheckPortUsed", "TestReverseProxyHealthCheckUnixSocket",
+	"TestReverseProxyHealthCheckUnixSocketWithoutPort", "TestReverseProxyRetryMatchStatusCode",
+	"TestReverseProxyRetryMatchHeader", "TestReverseProxyRetryMatchCombined",
+	"TestReverseProxyRetryMatchIsTransportError", "TestReverseProxySNIPlaceHolder",
+	"TestReverseProxyNormalizeWebSocketHeaders", "TestWeightedRoundRobinSelectionValidation",
+	"TestReverseProxyResponseHandling", "TestReverseProxyUnlimitedRequestBuffersRespectMaxSize",
+	// forwardauth_test.go
+	"TestForwardAuthCopyHeadersStripsClientHeaders", "TestForwardAuthCopyHeadersAuthResponseWins",
+	"TestForwardAuthCopyHeadersUnderscoreAlias",
+	// intercept_test.go
+	"TestIntercept", "TestInterceptReplaceStatusWithMatcher", "TestInterceptReplaceStatusWithoutMatcher",
+	"TestInterceptReplaceStatusNotMatched",
+	// handler_test.go
+	"TestBrowse", "TestRespondWithJSON", "TestRequestBodyPlaceholderRespectsMaxSizeInTemplate",
+	"TestRequestBodyPlaceholderRespectsMaxSizeInVarsRegexp", "TestRequestBodyPlaceholderDirectRespondExpansion",
+	"TestRequestBodyMaxSizeLimitsErrorRoute",
+	// map_test.go
+	"TestMap", "TestMapRespondWithDefault", "TestMapInvalidDestination", "TestMapAsJSON",
+	// try_files_test.go
+	"TestTryFilesErrorCodeAfterQueryItem", "TestSkippedGroupedRouteKeepsRegexpCapture",
+	// stream_test.go
+	"TestH2ToH2CStream", "TestH2ToH1ChunkedResponse",
+	// rewrite_security_test.go
+	"TestStripRewritePreservesPathAuthorization",
+	// logging_test.go
+	"TestLoggerNamesCaseInsensitive",
+	// request_body_timeout_test.go
+	"TestReverseProxyRequestBodyTimeout",
+}
+
+// suiteAdmin is where caddytest looks for a running Caddy.
+const suiteAdmin = "localhost:2999"
+
+// TestCaddyIntegrationSuite runs Caddy's integration tests twice against
+// the gateway: as the configs are (the baseline), and with the apigate
+// wrapper in every server. Every test that passes on the baseline must
+// pass with the wrapper; every server of every config must run on the fast
+// path (docs/fastpath.md lists the exceptions, none today). It reports the
+// share of the suite's requests the plan served.
+func TestCaddyIntegrationSuite(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs Caddy's integration suite (minutes)")
+	}
+	ln, err := net.Listen("tcp", suiteAdmin)
+	if err != nil {
+		msg := "caddysuite: " + suiteAdmin + " is taken: " + err.Error()
+		if os.Getenv("CI") != "" {
+			t.Fatal(msg)
+		}
+		t.Skip("!!! SKIPPING CADDY'S INTEGRATION SUITE: " + msg)
+	}
+	realAdmin := freeAddr(t)
+	if err := caddy.Load([]byte(fmt.Sprintf(`{"admin":{"listen":%q}}`, realAdmin)), true); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { caddy.Stop() })
+	p := newAdminProxy(t, realAdmin)
+	srv := &http.Server{Handler: p}
+	go srv.Serve(ln)
+	t.Cleanup(func() { srv.Close() })
+
+	base := p.runSuite(t, false)
+	p.resetStats()
+	with := p.runSuite(t, true)
+
+	var passedBase []string
+	for _, name := range suiteTests {
+		if base[name] == "pass" {
+			passedBase = append(passedBase, name)
+			if with[name] != "pass" {
+				t.Errorf("%s passes on Caddy's path and is %q with the fast path", name, with[name])
+			}
+		}
+	}
+	var failedBase []string
+	for _, name := range suiteTests {
+		if base[name] != "pass" {
+			failedBase = append(failedBase, name+" ("+base[name]+")")
+		}
+	}
+	loads, off := p.loadSummary()
+	fast, total := p.requestShare()
+	t.Logf("Caddy's integration suite, %d tests: %d pass on the baseline (not passing there: %v), %d with the wrapper",
+		len(suiteTests), len(passedBase), failedBase, countPass(with))
+	t.Logf("server loads with the wrapper: %d, on the fast path %d; off: %v", loads, loads-len(off), off)
+	if total > 0 {
+		t.Logf("requests with the wrapper: %.0f (access log records), %.0f served by the plan (%.1f%%)", total, fast, 100*fast/total)
+	}
+	for _, o := range off {
+		t.Errorf("a server load stayed on Caddy's path: %s", o)
+	}
+	if len(passedBase) < 60 {
+		t.Errorf("only %d of %d tests pass on the baseline: the harness is broken", len(passedBase), len(suiteTests))
+	}
+}
+
+func countPass(m map[string]string) int {
+	n := 0
+	for _, v := range m {
+		if v == "pass" {
+			n++
+		}
+	}
+	return n
+}
+
+// adminProxy answers caddytest at localhost:2999 for the gateway's admin
+// API at real: it injects the wrapper into loaded configs and takes it out
+// of configs read back.
+type adminProxy struct {
+	t    *testing.T
+	real string
+	rp   *httputil.ReverseProxy
+
+	mu       sync.Mutex
+	wrap     bool
+	last     *Injection
+	loads    int
+	off      []string
+	prevM    map[string]float64
+	fast     float64
+	reqBase  int64
+	loadErrs int
+}
+
+func newAdminProxy(t *testing.T, real string) *adminProxy {
+	u, _ := url.Parse("http://" + real)
+	rp := httputil.NewSingleHostReverseProxy(u)
+	director := rp.Director
+	rp.Director = func(r *http.Request) {
+		director(r)
+		r.Host = real // (the admin API checks the Host it is asked by)
+	}
+	return &adminProxy{t: t, real: real, rp: rp, prevM: map[string]float64{}}
+}
+
+func (p *adminProxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	switch {
+	case r.Method == http.MethodPost && r.URL.Path == "/load":
+		p.load(w, r)
+	case r.Method == http.MethodGet && (r.URL.Path == "/config/" || r.URL.Path == "/config"):
+		p.config(w, r)
+	default:
+		p.rp.ServeHTTP(w, r)
+	}
+}
+
+// load adapts the config, injects, loads it into the gateway and records
+// which servers the fast path serves.
+func (p *adminProxy) load(w http.ResponseWriter, r *http.Request) {
+	body, _ := io.ReadAll(r.Body)
+	ct := r.Header.Get("Content-Type")
+	cfg := body
+	if i := strings.IndexByte(ct, '/'); i >= 0 && !strings.HasSuffix(ct, "/json") {
+		adapter := caddyconfig.GetAdapter(strings.TrimPrefix(ct[i+1:], "x-"))
+		if adapter == nil {
+			http.Error(w, "unknown adapter "+ct, http.StatusBadRequest)
+			return
+		}
+		var err error
+		if cfg, _, err = adapter.Adapt(body, nil); err != nil {
+			http.Error(w, err.Error(), http.StatusBadRequest)
+			return
+		}
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.scrape()
+	out, in, err := Inject(cfg, p.real, p.wrap)
+	if err != nil {
+		http.Error(w, err.Error(), http.StatusBadRequest)
+		return
+	}
+	res, err := http.Post("http://"+p.real+"/load", "application/json", bytes.NewReader(out))
+	if err != nil {
+		http.Error(w, err.Error(), http.StatusBadGateway)
+		return
+	}
+	defer res.Body.Close()
+	rb, _ := io.ReadAll(res.Body)
+	if res.StatusCode == http.StatusOK {
+		p.last = in
+		if p.wrap {
+			p.recordLoad(in)
+		}
+	} else {
+		p.loadErrs++
+	}
+	w.WriteHeader(res.StatusCode)
+	w.Write(rb)
+}
+
+// recordLoad notes each server of the config just loaded: on the fast path
+// or off, with the reason.
+func (p *adminProxy) recordLoad(in *Injection) {
+	st := map[string]fastpath.ServerStatus{}
+	for _, s := range fastpath.Status() {
+		st[s.Server] = s
+	}
+	for name := range in.wrappers {
+		p.loads++
+		s, ok := st[name]
+		switch {
+		case !ok:
+			p.off = append(p.off, name+": no status (never listened)")
+		case !s.On:
+			p.off = append(p.off, name+": "+s.Reason)
+		}
+	}
+}
+
+func (p *adminProxy) config(w http.ResponseWriter, r *http.Request) {
+	res, err := http.Get("http://" + p.real + r.URL.Path)
+	if err != nil {
+		http.Error(w, err.Error(), http.StatusBadGateway)
+		return
+	}
+	defer res.Body.Close()
+	b, _ := io.ReadAll(res.Body)
+	p.mu.Lock()
+	in := p.last
+	p.mu.Unlock()
+	if in != nil && res.StatusCode == http.StatusOK {
+		if u, err := in.Undo(b); err == nil {
+			b = u
+		}
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(res.StatusCode)
+	w.Write(b)
+}
+
+// scrape adds the requests the plan served since the last scrape
+// (gateway_fastpath_requests_total, a process-wide counter per server).
+func (p *adminProxy) scrape() {
+	res, err := http.Get("http://" + p.real + "/metrics")
+	if err != nil {
+		return
+	}
+	defer res.Body.Close()
+	sc := bufio.NewScanner(res.Body)
+	sc.Buffer(nil, 1<<20)
+	for sc.Scan() {
+		line := sc.Text()
+		if !strings.HasPrefix(line, "gateway_fastpath_requests_total{") {
+			continue
+		}
+		i := strings.LastIndexByte(line, ' ')
+		v, err := strconv.ParseFloat(line[i+1:], 64)
+		if err != nil {
+			continue
+		}
+		key := line[:i]
+		p.fast += v - p.prevM[key]
+		p.prevM[key] = v
+	}
+}
+
+func (p *adminProxy) resetStats() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.scrape()
+	p.fast, p.loads, p.off = 0, 0, nil
+	p.reqBase = Requests.Load()
+}
+
+func (p *adminProxy) loadSummary() (int, []string) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	off := append([]string(nil), p.off...)
+	sort.Strings(off)
+	return p.loads, off
+}
+
+func (p *adminProxy) requestShare() (fast, total float64) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.scrape()
+	return p.fast, float64(Requests.Load() - p.reqBase)
+}
+
+// runSuite runs the integration tests (go test, in the repository's
+// module) and returns each test's outcome: pass, fail or skip.
+func (p *adminProxy) runSuite(t *testing.T, wrap bool) map[string]string {
+	p.mu.Lock()
+	p.wrap = wrap
+	p.mu.Unlock()
+	_, file, _, _ := runtime.Caller(0)
+	root := filepath.Join(filepath.Dir(file), "..", "..")
+	run := "^(" + strings.Join(suiteTests, "|") + ")$"
+	if r := os.Getenv("CADDYSUITE_RUN"); r != "" {
+		run = r // (to look at some tests by hand)
+	}
+	cmd := exec.Command("go", "test", "github.com/caddyserver/caddy/v2/caddytest/integration",
+		"-run", run, "-count=1", "-json", "-timeout", "15m")
+	cmd.Dir = root
+	cmd.Env = append(os.Environ(), "GOFLAGS=")
+	var out bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &out
+	start := time.Now()
+	cmd.Run() // (a failing test makes it exit non-zero)
+	if f := os.Getenv("CADDYSUITE_OUT"); f != "" {
+		os.WriteFile(fmt.Sprintf("%s.%v", f, wrap), out.Bytes(), 0o644)
+	}
+	res := map[string]string{}
+	failOut := map[string]*strings.Builder{}
+	for _, line := range strings.Split(out.String(), "\n") {
+		var ev struct{ Action, Test, Output string }
+		if json.Unmarshal([]byte(line), &ev) != nil || ev.Test == "" {
+			continue
+		}
+		top, sub, _ := strings.Cut(ev.Test, "/")
+		if sub != "" {
+			if ev.Action == "output" {
+				if b := failOut[top]; b != nil && b.Len() < 8000 {
+					b.WriteString(ev.Output)
+				}
+			}
+			continue
+		}
+		switch ev.Action {
+		case "pass", "fail", "skip":
+			res[ev.Test] = ev.Action
+		case "output":
+			b := failOut[ev.Test]
+			if b == nil {
+				b = new(strings.Builder)
+				failOut[ev.Test] = b
+			}
+			if b.Len() < 8000 {
+				b.WriteString(ev.Output)
+			}
+		}
+	}
+	if len(res) == 0 {
+		t.Fatalf("the integration suite did not run:\n%s", tail(out.String(), 4000))
+	}
+	for _, name := range suiteTests {
+		if res[name] == "" {
+			res[name] = "not run"
+		}
+		if wrap && res[name] == "fail" && failOut[name] != nil || os.Getenv("CADDYSUITE_RUN") != "" && failOut[name] != nil {
+			t.Logf("with the wrapper, %s failed:\n%s", name, tail(failOut[name].String(), 3000))
+		}
+	}
+	t.Logf("suite run (wrapper %v) took %v", wrap, time.Since(start).Round(time.Second))
+	return res
+}
+
+func tail(s string, n int) string {
+	if len(s) > n {
+		return s[len(s)-n:]
+	}
+	return s
+}
+
+func freeAddr(t *testing.T) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	return ln.Addr().String()
+}
