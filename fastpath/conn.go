@@ -217,8 +217,8 @@ func (c *conn) flush() {
 func (c *conn) checkWrite() error { return c.werr }
 
 func (c *conn) setWriteDeadline() {
-	if c.ownWriteDL {
-		return // a handler set the write deadline (http.ResponseController)
+	if c.ownWriteDL || c.l.writeIdleTimeout <= 0 && c.hardWrite.IsZero() && c.writeDL.IsZero() {
+		return // a handler set the write deadline (http.ResponseController), or none is due
 	}
 	d, ok := nextDeadline(time.Now(), c.writeDL, c.l.writeIdleTimeout, c.hardWrite)
 	if ok {
