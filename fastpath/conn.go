@@ -51,7 +51,8 @@ type conn struct {
 	// until the next request, as on Caddy's path, where a handler's
 	// deadline replaces the server's
 	ownReadDL, ownWriteDL bool
-	headSlack             int // bytes of the head max_header_size does not count (readHead)
+	hijacked              bool // a handler took the connection (Hijack)
+	headSlack             int  // bytes of the head max_header_size does not count (readHead)
 	// a head being received while the connection holds no request state
 	// (parkHead)
 	partial             []byte
@@ -407,6 +408,10 @@ func (c *conn) serve() {
 			res = c.ex.delegate(now, b)
 		default:
 			res = c.ex.serve(now)
+		}
+		if c.hijacked {
+			handedOff = true // (the handler's now)
+			return
 		}
 		switch res {
 		case served:
