@@ -30,6 +30,16 @@ func init() {
 // keeps the discovered routes. The docker app changes the route set by
 // reloading the config through the admin API.
 //
+// While the docker app has no route set at all (no state file yet and no
+// listing applied: a gateway's first start), the handler answers 503
+// {"error":"discovery_starting"} with Retry-After: 1 to every request that
+// reaches it, since it cannot tell yet which of them are discovered paths:
+// the routes after it (a site's catch-all `respond 404`, say) would
+// otherwise answer for a service that is about to be routed. Only the
+// handler the docker app puts in front of a server that has none
+// (PassWhileStarting) lets them through to the server's own routes, and
+// the catch-all then answers for what they leave.
+//
 // With CatchAll set it is instead the server's last route: it answers
 // 404 {"error":"no_route"}, or, while the docker app has no route set at
 // all (no state file yet and no listing applied), 503
@@ -38,6 +48,13 @@ func init() {
 type RoutesHandler struct {
 	// CatchAll makes the handler the server's catch-all route (see above).
 	CatchAll bool `json:"catch_all,omitempty"`
+
+	// PassWhileStarting lets requests through to the handlers after it
+	// while the docker app has no route set yet, instead of answering 503
+	// discovery_starting. The docker app sets it on the handler it puts in
+	// front of a server's own routes (the default placement), so that
+	// they answer during a first start; the catch-all answers the rest.
+	PassWhileStarting bool `json:"pass_while_starting,omitempty"`
 
 	sub    caddyhttp.Subroute
 	ctx    caddy.Context
@@ -86,8 +103,9 @@ func (h *RoutesHandler) ServeHTTP(w http.ResponseWriter, r *http.Request, next c
 // path compiles them into its plan as it compiles a subroute.
 func (h *RoutesHandler) Subroute() *caddyhttp.Subroute { return &h.sub }
 
-// load provisions the routes the handler runs: the route set (a catch-all
-// handler: its answer, by whether the route set is known). A route that
+// load provisions the routes the handler runs: the route set, or while it
+// is not known the 503 (unless PassWhileStarting); a catch-all handler:
+// its answer, by whether the route set is known. A route that
 // fails to provision is left out with a logged error, so that one bad
 // route never fails a config load.
 func (h *RoutesHandler) load(set servingSet) {
@@ -95,7 +113,7 @@ func (h *RoutesHandler) load(set servingSet) {
 	switch {
 	case h.CatchAll && set.known:
 		raws = []json.RawMessage{noRouteRoute}
-	case h.CatchAll:
+	case h.CatchAll, !set.known && !h.PassWhileStarting:
 		raws = []json.RawMessage{startingRoute}
 	default:
 		raws = set.routes

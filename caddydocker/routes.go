@@ -642,8 +642,10 @@ func RouteID(raw json.RawMessage) string {
 
 // RoutesHandlerRoute is the route that holds the docker_routes handler
 // where a server's routes have none: in front of the server's own routes
-// (the default placement of discovered routes).
-var RoutesHandlerRoute = json.RawMessage(`{"handle":[{"handler":"docker_routes"}]}`)
+// (the default placement of discovered routes). It lets requests through
+// while discovery starts, to the server's own routes, and the catch-all
+// answers 503 for what they leave.
+var RoutesHandlerRoute = json.RawMessage(`{"handle":[{"handler":"docker_routes","pass_while_starting":true}]}`)
 
 // CatchAllRoute is the server's last route: the catch-all docker_routes
 // handler (404 no_route, or 503 discovery_starting before any route set).

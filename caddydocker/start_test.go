@@ -10,6 +10,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/apigate/gateway/internal/pathtest"
 )
 
 // startConfig is a gateway whose engine never answers (a socket that does
@@ -101,5 +103,54 @@ func TestStartsFromStateFile(t *testing.T) {
 		if routes, ok := ServedRoutes("gateway"); !ok || len(routes) != 1 || RouteID(routes[0]) != "docker:gateway:svc:api" {
 			t.Errorf("served routes: %v %s", ok, routes)
 		}
+	})
+}
+
+// TestPlacedHandlerWhileStarting: before the first list, with no state
+// file, a docker_routes placed in a site's catch-all handle answers 503
+// discovery_starting with Retry-After: 1 to what reaches it (a GET and a
+// POST for a path about to be discovered, and any other path), not the
+// site's catch-all answer after it; the site's own handle blocks before
+// it answer as usual. Once a route set is known (here the state file's,
+// at a reload that starts a new watcher) the same site routes the
+// service and its catch-all answers the rest. On both request paths.
+func TestPlacedHandlerWhileStarting(t *testing.T) {
+	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		b, _ := io.ReadAll(r.Body)
+		fmt.Fprintf(w, "orders %s %s %s", r.Method, r.URL.Path, b)
+	}))
+	t.Cleanup(up.Close)
+	_, upPort, _ := net.SplitHostPort(strings.TrimPrefix(up.URL, "http://"))
+	site := `handle /health {
+		respond "ok"
+	}
+	handle {
+		docker_routes
+		respond "public" 404
+	}`
+	pathtest.Run(t, func(t *testing.T, p pathtest.Path, rec *pathtest.Recorder) {
+		stateFile := filepath.Join(t.TempDir(), "routes.json")
+		tester := p.Load(t, 2905, dockerConfig("unix:///nonexistent/docker.sock", stateFile, "debounce 100ms", site), "gateway")
+		check := func(t *testing.T, when, method, path string, status int, retry, body string) {
+			t.Helper()
+			got, gotRetry, gotBody := ask(t, method, path)
+			rec.Add(p, when+" "+method+" "+path, fmt.Sprintf("%d %q %s", got, gotRetry, gotBody))
+			if got != status || gotRetry != retry || gotBody != body {
+				t.Errorf("%s, %s %s: %d Retry-After %q %q, want %d Retry-After %q %q", when, method, path, got, gotRetry, gotBody, status, retry, body)
+			}
+		}
+		const starting = "starting"
+		check(t, starting, "GET", "/orders/1", 503, "1", DiscoveryStartingBody)
+		check(t, starting, "POST", "/orders/1", 503, "1", DiscoveryStartingBody)
+		check(t, starting, "GET", "/elsewhere", 503, "1", DiscoveryStartingBody)
+		check(t, starting, "GET", "/health", 200, "", "ok")
+
+		writeState(t, stateFile, hostContainer("orders", upPort, "/orders"))
+		p.Reload(t, tester, dockerConfig("unix:///nonexistent/docker.sock", stateFile, "debounce 150ms", site), "gateway")
+		const known = "with a route set"
+		check(t, known, "GET", "/orders/1", 200, "", "orders GET /orders/1 order")
+		check(t, known, "POST", "/orders/1", 200, "", "orders POST /orders/1 order")
+		check(t, known, "GET", "/elsewhere", 404, "", "public")
+		check(t, known, "GET", "/health", 200, "", "ok")
 	})
 }
