@@ -36,18 +36,26 @@ func ask(t *testing.T, method, path string) (int, string, string) {
 	return resp.StatusCode, resp.Header.Get("Retry-After"), string(b)
 }
 
+// echoUpstream serves "<name> <method> <path> <body>" until t ends and
+// returns its port.
+func echoUpstream(t *testing.T, name string) string {
+	t.Helper()
+	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		b, _ := io.ReadAll(r.Body)
+		fmt.Fprintf(w, "%s %s %s %s", name, r.Method, r.URL.Path, b)
+	}))
+	t.Cleanup(up.Close)
+	_, port, _ := net.SplitHostPort(strings.TrimPrefix(up.URL, "http://"))
+	return port
+}
+
 // TestStartsFromStateFile: the config a gateway starts with runs the
 // discovered routes from its first request: the state file's, or,
 // without one, a 503 discovery_starting for what no route matches. A
 // reload (the same config, or one that changes the docker options and so
 // starts a new watcher) runs them from its first request too.
 func TestStartsFromStateFile(t *testing.T) {
-	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		b, _ := io.ReadAll(r.Body)
-		fmt.Fprintf(w, "svc %s %s %s", r.Method, r.URL.Path, b)
-	}))
-	t.Cleanup(up.Close)
-	_, upPort, _ := net.SplitHostPort(strings.TrimPrefix(up.URL, "http://"))
+	upPort := echoUpstream(t, "svc")
 	stateFile := filepath.Join(t.TempDir(), "routes.json")
 
 	t.Run("no state file: 503 discovery_starting for what no route matches", func(t *testing.T) {
@@ -115,12 +123,7 @@ func TestStartsFromStateFile(t *testing.T) {
 // at a reload that starts a new watcher) the same site routes the
 // service and its catch-all answers the rest. On both request paths.
 func TestPlacedHandlerWhileStarting(t *testing.T) {
-	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		b, _ := io.ReadAll(r.Body)
-		fmt.Fprintf(w, "orders %s %s %s", r.Method, r.URL.Path, b)
-	}))
-	t.Cleanup(up.Close)
-	_, upPort, _ := net.SplitHostPort(strings.TrimPrefix(up.URL, "http://"))
+	upPort := echoUpstream(t, "orders")
 	site := `handle /health {
 		respond "ok"
 	}
