@@ -1,6 +1,7 @@
 package caddydocker
 
 import (
+	"fmt"
 	"path/filepath"
 	"testing"
 	"time"
@@ -45,7 +46,16 @@ func TestVanishedServiceAnswersNoRoute(t *testing.T) {
 		t.Errorf("snapshot: %d vanished routes, want 2: %+v", len(s.Vanished), s.Vanished)
 	}
 
-	// a restart keeps it (the state file), from the first request
+	// a restart keeps it (the state file), from the first request; the
+	// state file is written just after the reload that answers the 404,
+	// so the test waits for it before stopping the gateway
+	podmantest.Eventually(t, "the vanished routes in the state file", 10*time.Second, func() string {
+		st, err := ReadState(stateFile)
+		if err != nil || len(st.Vanished) != 2 {
+			return fmt.Sprintf("%d vanished routes in the state file (%v)", len(st.Vanished), err)
+		}
+		return ""
+	})
 	stopGateway(t)
 	startGateway(t, vanishedConfig(p, stateFile, ""))
 	if status, body, err := get("/gone/x"); err != nil || status != 404 || body != noRoute {
