@@ -11,6 +11,7 @@ import (
 	"net/http"
 	"net/url"
 	"strings"
+	"sync"
 	"time"
 )
 
@@ -22,6 +23,17 @@ type AdminClient struct {
 	base string
 	host string
 	hc   *http.Client
+
+	mu       sync.Mutex
+	warnings []string // PlacementWarnings of the server's routes at the last apply
+}
+
+// PlacementWarnings returns where the server's site policies did not
+// cover the discovered routes at the last apply (PlacementWarnings).
+func (a *AdminClient) PlacementWarnings() []string {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.warnings
 }
 
 // NewAdminClient returns a client for the admin endpoint at network/address,
@@ -63,7 +75,7 @@ func (a *AdminClient) serverPath(server string) string {
 	return "/config/apps/http/servers/" + url.PathEscape(server)
 }
 
-func (a *AdminClient) do(ctx context.Context, method, path string, body []byte, ifMatch string) (*http.Response, []byte, error) {
+func (a *AdminClient) do(ctx context.Context, method, path string, body []byte, ifMatch string, force bool) (*http.Response, []byte, error) {
 	var rd io.Reader
 	if body != nil {
 		rd = bytes.NewReader(body)
@@ -81,6 +93,10 @@ func (a *AdminClient) do(ctx context.Context, method, path string, body []byte, 
 	if ifMatch != "" {
 		req.Header.Set("If-Match", ifMatch)
 	}
+	if force {
+		// reload even when the config is unchanged
+		req.Header.Set("Cache-Control", "must-revalidate")
+	}
 	resp, err := a.hc.Do(req)
 	if err != nil {
 		return nil, nil, err
@@ -93,7 +109,7 @@ func (a *AdminClient) do(ctx context.Context, method, path string, body []byte, 
 // GetRoutes reads a server's routes with the ETag of the server object.
 func (a *AdminClient) GetRoutes(ctx context.Context, server string) (ServerRoutes, error) {
 	var sr ServerRoutes
-	resp, body, err := a.do(ctx, http.MethodGet, a.serverPath(server), nil, "")
+	resp, body, err := a.do(ctx, http.MethodGet, a.serverPath(server), nil, "", false)
 	if err != nil {
 		return sr, fmt.Errorf("admin API: %w", err)
 	}
@@ -115,9 +131,11 @@ func (a *AdminClient) GetRoutes(ctx context.Context, server string) (ServerRoute
 }
 
 // SetRoutes replaces a server's routes if the server object still has the
-// ETag etag; it returns errConflict otherwise. It returns once Caddy has
-// loaded the new config.
-func (a *AdminClient) SetRoutes(ctx context.Context, server string, routes []json.RawMessage, hadRoutes bool, etag string) error {
+// ETag etag; it returns errConflict otherwise. force reloads the config
+// even when the routes are the same (the docker_routes handlers then load
+// the docker app's current route set). It returns once Caddy has loaded
+// the new config.
+func (a *AdminClient) SetRoutes(ctx context.Context, server string, routes []json.RawMessage, hadRoutes bool, etag string, force bool) error {
 	body, err := json.Marshal(routes)
 	if err != nil {
 		return err
@@ -126,7 +144,7 @@ func (a *AdminClient) SetRoutes(ctx context.Context, server string, routes []jso
 	if !hadRoutes {
 		method = http.MethodPut
 	}
-	resp, rb, err := a.do(ctx, method, a.serverPath(server)+"/routes", body, etag)
+	resp, rb, err := a.do(ctx, method, a.serverPath(server)+"/routes", body, etag, force)
 	if err != nil {
 		return fmt.Errorf("admin API: %w", err)
 	}
@@ -140,21 +158,33 @@ func (a *AdminClient) SetRoutes(ctx context.Context, server string, routes []jso
 	}
 }
 
-// ApplyRoutes puts discovered in front of the server's own routes, with the
-// catch-all 404 last. It changes nothing (and causes no reload) when the
-// live routes already equal the result; changed reports whether it wrote.
-// A concurrent config change is retried a few times.
-func (a *AdminClient) ApplyRoutes(ctx context.Context, server string, discovered []json.RawMessage) (changed bool, err error) {
+// ApplyRoutes makes the server's running config run routes in its
+// docker_routes handlers. The routes are not written into the config:
+// the handlers load the docker app's current route set (which the watcher
+// set to routes before calling) at every config load. So it reloads the
+// config: with the handlers added where the server lacks them
+// (EnsureHandlers), else as it is (a forced reload). It changes nothing
+// (and causes no reload) when the running config has the handlers and
+// already runs routes; changed reports whether it reloaded. A concurrent
+// config change is retried a few times.
+func (a *AdminClient) ApplyRoutes(ctx context.Context, server string, routes []json.RawMessage) (changed bool, err error) {
+	want := HashRoutes(routes)
 	for attempt := 0; attempt < 5; attempt++ {
 		sr, err := a.GetRoutes(ctx, server)
 		if err != nil {
 			return false, err
 		}
-		merged := MergeRoutes(server, sr.Routes, discovered)
-		if SameRoutes(sr.Routes, merged) {
-			return false, nil
+		merged := EnsureHandlers(server, sr.Routes)
+		a.mu.Lock()
+		a.warnings = PlacementWarnings(server, merged)
+		a.mu.Unlock()
+		same := SameRoutes(sr.Routes, merged)
+		if same {
+			if st, ok := servedOf(server); ok && st.set.known && st.set.hash == want && st.handlers > 0 && st.catchAll {
+				return false, nil
+			}
 		}
-		err = a.SetRoutes(ctx, server, merged, sr.HasRoutes, sr.ETag)
+		err = a.SetRoutes(ctx, server, merged, sr.HasRoutes, sr.ETag, same)
 		if errors.Is(err, errConflict) {
 			continue
 		}

@@ -8,10 +8,33 @@ import (
 	"github.com/caddyserver/caddy/v2/caddyconfig"
 	"github.com/caddyserver/caddy/v2/caddyconfig/caddyfile"
 	"github.com/caddyserver/caddy/v2/caddyconfig/httpcaddyfile"
+	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
 )
 
 func init() {
 	httpcaddyfile.RegisterGlobalOption("docker", parseGlobalOption)
+	httpcaddyfile.RegisterHandlerDirective("docker_routes", parseRoutesDirective)
+	// after every directive that wraps or gates a site's routes (header,
+	// request_body, rewrite, basic_auth, encode, the duties, ...), in
+	// front of the site's handle blocks
+	httpcaddyfile.RegisterDirectiveOrder("docker_routes", httpcaddyfile.Before, "handle")
+}
+
+// parseRoutesDirective sets up the docker_routes handler:
+//
+//	docker_routes [<matcher>]
+//
+// The docker app's discovered routes run where it stands (docs/caddydocker.md,
+// "Where discovered routes run"). It takes no arguments or block.
+func parseRoutesDirective(h httpcaddyfile.Helper) (caddyhttp.MiddlewareHandler, error) {
+	h.Next() // directive name
+	if h.NextArg() {
+		return nil, h.Errf("docker_routes takes no arguments (the docker global option configures discovery), got %q", h.Val())
+	}
+	if h.NextBlock(0) {
+		return nil, h.Errf("docker_routes takes no block (the docker global option configures discovery), got '%s'", h.Val())
+	}
+	return new(RoutesHandler), nil
 }
 
 func parseGlobalOption(d *caddyfile.Dispenser, existing any) (any, error) {
@@ -32,6 +55,8 @@ func parseGlobalOption(d *caddyfile.Dispenser, existing any) (any, error) {
 //		debounce        100ms
 //		resync_interval 30s
 //		stream_close_delay 1h
+//		forget_after    24h       # a gone service's routes answer 404 no_route this long
+//		scope           <label>=<value> ...  # route only the containers with these labels
 //		state_file      /var/lib/gateway/docker-routes.json
 //		server          gateway
 //		admin           localhost:2019   # default: the config's own admin address
@@ -71,22 +96,26 @@ func (a *App) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 			case "admin":
 				a.Admin = v
 			}
-		case "stream_close_delay":
+		case "stream_close_delay", "forget_after":
 			if !d.NextArg() {
 				return d.ArgErr()
 			}
 			dur, err := caddy.ParseDuration(d.Val())
 			if err != nil {
-				return d.Errf("invalid stream_close_delay %q: %v", d.Val(), err)
+				return d.Errf("invalid %s %q: %v", name, d.Val(), err)
 			}
 			if dur < 0 {
-				return d.Errf("invalid stream_close_delay %q: must not be negative", d.Val())
+				return d.Errf("invalid %s %q: must not be negative", name, d.Val())
 			}
 			if d.NextArg() {
 				return d.ArgErr()
 			}
 			cd := caddy.Duration(dur)
-			a.StreamCloseDelay = &cd
+			if name == "forget_after" {
+				a.ForgetAfter = &cd
+			} else {
+				a.StreamCloseDelay = &cd
+			}
 		case "debounce", "resync_interval":
 			if !d.NextArg() {
 				return d.ArgErr()
@@ -108,6 +137,17 @@ func (a *App) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 				a.Debounce = caddy.Duration(dur)
 			} else {
 				a.ResyncInterval = caddy.Duration(dur)
+			}
+		case "scope":
+			args := d.RemainingArgs()
+			if len(args) == 0 {
+				return d.Errf("scope: expected <label>=<value> (or <label>), e.g. scope com.docker.compose.project=shop")
+			}
+			for _, arg := range args {
+				if _, err := ParseScope(arg); err != nil {
+					return d.Errf("%v", err)
+				}
+				a.Scope = append(a.Scope, arg)
 			}
 		case "rate_limit_sync":
 			if !d.NextArg() {

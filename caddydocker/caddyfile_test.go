@@ -92,6 +92,12 @@ func TestUnmarshalCaddyfile(t *testing.T) {
 		{name: "fleet restart_grace off", input: "docker {\n fleet {\n  advertise x\n  restart_grace off\n }\n}"},
 		{name: "fleet bad restart_grace", input: "docker {\n fleet {\n  advertise x\n  restart_grace -1s\n }\n}", wantErr: `fleet restart_grace "-1s"`},
 		{name: "fleet unknown", input: "docker {\n fleet {\n  advertise x\n  ttls 5s\n }\n}", wantErr: "unrecognized subdirective 'ttls'"},
+		{name: "scope", input: "docker {\n scope com.docker.compose.project=shop gateway.instance\n scope tier=\n}"},
+		{name: "scope without label", input: "docker {\n scope\n}", wantErr: "scope: expected <label>=<value>"},
+		{name: "scope without key", input: "docker {\n scope =shop\n}", wantErr: `invalid scope "=shop"`},
+		{name: "forget_after", input: "docker {\n forget_after 0\n}"},
+		{name: "bad forget_after", input: "docker {\n forget_after later\n}", wantErr: `invalid forget_after "later"`},
+		{name: "negative forget_after", input: "docker {\n forget_after -1h\n}", wantErr: "invalid forget_after \"-1h\": must not be negative"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			var a App
@@ -126,6 +132,8 @@ func TestValidate(t *testing.T) {
 		{name: "negative rate_limit_sync", app: App{RateLimitSync: func() *caddy.Duration { d := caddy.Duration(-1); return &d }()}, wantErr: "invalid rate_limit_sync"},
 		{name: "fleet long restart_grace", app: App{Fleet: &FleetOptions{Advertise: "10.0.0.5", Node: "h1", RestartGrace: func() *caddy.Duration { d := caddy.Duration(48 * time.Hour); return &d }()}}, wantErr: "restart_grace"},
 		{name: "fleet advertise with port", app: App{Fleet: &FleetOptions{Advertise: "10.0.0.5:80", Node: "h1"}}, wantErr: "docker: fleet:"},
+		{name: "bad scope", app: App{Scope: []string{"a b=c"}}, wantErr: `docker: invalid scope "a b=c"`},
+		{name: "negative forget_after", app: App{ForgetAfter: func() *caddy.Duration { d := caddy.Duration(-1); return &d }()}, wantErr: "invalid forget_after"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			err := tc.app.Validate()

@@ -116,15 +116,31 @@ func canaryGet(path string, header http.Header) (answer, error) {
 // in the canary's window).
 func deployCanary(t *testing.T, p *podmantest.Podman, svc string, auth bool, runOpts []string, canaryExtra ...string) (probeOnCanary int) {
 	t.Helper()
+	var ports []int
 	for _, v := range []string{"v1a", "v1b"} {
 		pt := port(t)
 		if err := p.Run(svc+"-"+v, pt, canaryLabels(svc, "v1", pt, auth)); err != nil {
 			t.Fatal(err)
 		}
+		ports = append(ports, pt)
 	}
 	pt := port(t)
 	if err := p.RunOpts(svc+"-v2", pt, canaryLabels(svc, "v2", pt, auth, canaryExtra...), runOpts...); err != nil {
 		t.Fatal(err)
+	}
+	// Every replica listens before the test's requests: a replica that
+	// does not listen yet has its refused connections retried on another
+	// (ReplicaStartGrace), so a client whose version is the canary's would
+	// get its first answer from the stable side and move at its next
+	// request. Asked directly, not through the gateway (which would count
+	// the answers in the release's window).
+	for _, pt := range append(ports, pt) {
+		podmantest.Eventually(t, fmt.Sprintf("%s replica on port %d listening", svc, pt), 30*time.Second, func() string {
+			if _, _, err := podmantest.Get(fmt.Sprintf("http://127.0.0.1:%d/ready", pt)); err != nil {
+				return err.Error()
+			}
+			return ""
+		})
 	}
 	podmantest.Eventually(t, svc+" split between v1 and v2", 30*time.Second, func() string {
 		if n := len(PoolOf("gateway", svc)); n != 3 {

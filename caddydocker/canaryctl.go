@@ -52,6 +52,9 @@ type CanaryRecord struct {
 	Node string `json:"node,omitempty"`
 	// Updated is when the writer wrote it (its clock).
 	Updated time.Time `json:"updated"`
+	// Since is when the release began: when the first gateway took it
+	// up (its clock).
+	Since time.Time `json:"since,omitzero"`
 	// Ended is when it was rolled back or completed; Reason and Figures
 	// say why it was rolled back.
 	Ended   time.Time      `json:"ended,omitzero"`
@@ -348,13 +351,39 @@ func (c *canaries) splitFor(svc string, groups []VersionGroup, now time.Time) (*
 			warn = fmt.Sprintf("service %s: versions %s and %s both carry gateway.canary.* labels; %s is the canary, %s take requests only when no other replica can",
 				svc, strings.Join(names, ", "), cur.g.Version, cur.g.Version, strings.Join(names, ", "))
 		}
-	case len(rolled) > 0:
-		cur, retired = pick(rolled)
-	case len(done) > 0:
-		// the latest completed release
-		sort.SliceStable(done, func(i, j int) bool { return done[i].ended.Before(done[j].ended) })
-		cur = done[len(done)-1]
-		done = done[:len(done)-1]
+	case len(done)+len(rolled) > 0:
+		// No release runs: the one that ended last is the service's
+		// release (a canary completed after an older one was rolled back
+		// stays the release, at 100, while the rolled-back version's
+		// containers still run; a rollback after a completed release is
+		// the news). The other rolled-back versions step aside; the
+		// versions the other completed releases replaced are retired.
+		ended := append(slices.Clone(done), rolled...)
+		sort.SliceStable(ended, func(i, j int) bool {
+			if !ended[i].ended.Equal(ended[j].ended) {
+				return ended[i].ended.Before(ended[j].ended)
+			}
+			return ended[i].state == CanaryRolledBack && ended[j].state == CanaryComplete
+		})
+		if act := c.active[svc]; act != nil {
+			// the one in use stays when it ended as late as any
+			last := ended[len(ended)-1].ended
+			for i, x := range ended {
+				if x.id == act.id && x.ended.Equal(last) {
+					ended = append(slices.Delete(ended, i, i+1), x)
+					break
+				}
+			}
+		}
+		cur = ended[len(ended)-1]
+		done = done[:0]
+		for _, x := range ended[:len(ended)-1] {
+			if x.state == CanaryComplete {
+				done = append(done, x)
+			} else {
+				retired = append(retired, x)
+			}
+		}
 	default:
 		return nil, ""
 	}
@@ -410,7 +439,7 @@ func (c *canaries) splitFor(svc string, groups []VersionGroup, now time.Time) (*
 		c.m.canaryWeight.WithLabelValues(svc).Set(float64(r.weight.Load()))
 		c.log.Info("canary release", zap.String("service", svc), zap.String("version", r.version),
 			zap.Strings("stable", stable), zap.String("release", r.id), zap.String("state", r.State()),
-			zap.Int32("weight", r.weight.Load()), zap.Int("step", r.spec.Step), zap.Duration("interval", r.spec.Interval))
+			zap.Int32("weight", r.weight.Load()), zap.Int("step", r.spec.Step), zap.String("interval", r.spec.Interval.String()))
 		c.kick()
 	} else {
 		r.mu.Lock()
@@ -435,6 +464,15 @@ func (r *release) adopt(rec CanaryRecord, rev uint64, now time.Time) (changed bo
 	r.created = true
 	if r.held >= 0 {
 		r.held, r.waiting = -1, ""
+	}
+	// The release began when its first gateway took it up, not when
+	// this one (or this run) did; a record without it began at the
+	// latest when it ended.
+	if !rec.Since.IsZero() && rec.Since.Before(r.started) {
+		r.started = rec.Since
+	}
+	if !rec.Ended.IsZero() && rec.Ended.Before(r.started) {
+		r.started = rec.Ended
 	}
 	cur := r.state.Load()
 	switch stateCode(rec.State) {
@@ -470,7 +508,7 @@ func (r *release) record(node string) CanaryRecord {
 	defer r.mu.Unlock()
 	rec := CanaryRecord{V: 1, Service: r.service, Release: r.id, Version: r.version, Stable: r.stable,
 		Weight: int(r.weight.Load()), State: r.State(), Node: node, Updated: time.Now().UTC(),
-		Ended: r.ended, Reason: r.reason, Figures: r.figures}
+		Since: r.started.UTC(), Ended: r.ended, Reason: r.reason, Figures: r.figures}
 	if r.by != "" {
 		rec.Node = r.by
 	}
@@ -587,8 +625,8 @@ func (c *canaries) reportRollback(r *release) {
 		zap.Strings("stable", stable), zap.String("release", r.id), zap.String("reason", reason)}
 	if fig != nil {
 		fields = append(fields, zap.Int("requests", fig.Canary.Requests), zap.Int("failures", fig.Canary.Failures),
-			zap.Float64("error_rate", fig.Canary.ErrorRate), zap.Duration("p99", fig.Canary.P99),
-			zap.Float64("stable_error_rate", fig.Stable.ErrorRate), zap.Duration("stable_p99", fig.Stable.P99))
+			zap.Float64("error_rate", fig.Canary.ErrorRate), zap.Float64("p99_ms", fig.Canary.P99MS),
+			zap.Float64("stable_error_rate", fig.Stable.ErrorRate), zap.Float64("stable_p99_ms", fig.Stable.P99MS))
 	}
 	c.log.Error("canary rolled back", fields...)
 	c.notice(AuditCanaryRollback, r, at, fig, reason, stable)
@@ -704,12 +742,12 @@ func (c *canaries) step(r *release, next int, now time.Time) {
 	c.m.canaryWeight.WithLabelValues(r.service).Set(float64(next))
 	if !complete {
 		c.log.Info("canary weight raised", zap.String("service", r.service), zap.String("version", r.version),
-			zap.Int("weight", next), zap.Int("requests", st.Requests), zap.Float64("error_rate", st.ErrorRate), zap.Duration("p99", st.P99))
+			zap.Int("weight", next), zap.Int("requests", st.Requests), zap.Float64("error_rate", st.ErrorRate), zap.Float64("p99_ms", st.P99MS))
 		return
 	}
 	c.log.Info("canary release complete: the canary takes every request", zap.String("service", r.service),
 		zap.String("version", r.version), zap.Strings("stable", stable), zap.String("release", r.id),
-		zap.Int("requests", st.Requests), zap.Float64("error_rate", st.ErrorRate), zap.Duration("p99", st.P99))
+		zap.Int("requests", st.Requests), zap.Float64("error_rate", st.ErrorRate), zap.Float64("p99_ms", st.P99MS))
 	c.notice(AuditCanaryPromoted, r, now, &CanaryFigures{Canary: st, Stable: r.win[0].stats(now)}, "", stable)
 }
 
@@ -826,9 +864,10 @@ type CanaryStatus struct {
 	// step); Waiting says why a due step waits.
 	NextStep time.Time `json:"next_step,omitzero"`
 	Waiting  string    `json:"waiting,omitempty"`
-	// Since is when this gateway took the release up; Ended when it was
-	// rolled back or completed; Reason why it was rolled back; By the
-	// fleet node that did it ("" for this gateway).
+	// Since is when the release began (its first gateway took it up;
+	// never after Ended); Ended when it was rolled back or completed;
+	// Reason why it was rolled back; By the fleet node that did it (""
+	// for this gateway).
 	Since  time.Time `json:"since"`
 	Ended  time.Time `json:"ended,omitzero"`
 	Reason string    `json:"reason,omitempty"`

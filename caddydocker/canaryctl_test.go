@@ -157,3 +157,79 @@ func TestCanaryRollback(t *testing.T) {
 		t.Fatalf("two canaries: %s warnings %v", s.rel.version, warns)
 	}
 }
+
+// TestCanaryCompletedBesideRolledBack follows the docs' recovery: v2 is
+// rolled back, v2.1 is deployed beside it and reaches 100%. While v2's
+// container still runs, v2.1 stays the service's release, complete at
+// weight 100 (status and gateway_canary_weight), v2 takes no requests
+// and its rollback is not announced again; a release never ends before
+// it began, also when a restart takes it up from the file.
+func TestCanaryCompletedBesideRolledBack(t *testing.T) {
+	file := filepath.Join(t.TempDir(), "routes-canary.json")
+	log, logs := observed(t)
+	c := newCanaries("srv", file, nil, globalMetrics(), log)
+	spec := defaultSpec(20)
+	spec.MinRequests = 5
+	v2 := func() VersionGroup { return VersionGroup{Version: "v2", Dials: []string{"10.0.0.9:80"}, Canary: &spec} }
+	sp, _ := c.splits(map[string][]VersionGroup{"rec": groups(&spec)})
+	for range 5 {
+		sp["rec"].rel.obs[1].ObserveAnswer(502, nil, time.Millisecond)
+	}
+	if sp["rec"].rel.State() != CanaryRolledBack {
+		t.Fatal("v2 not rolled back")
+	}
+	ctx := context.Background()
+	c.work(ctx, time.Now())
+
+	spec21 := defaultSpec(10)
+	spec21.Step, spec21.Interval, spec21.MinRequests = 90, time.Millisecond, 1
+	v21 := VersionGroup{Version: "v2.1", Dials: []string{"10.0.0.21:80"}, Canary: &spec21}
+	versions := map[string][]VersionGroup{"rec": {{Version: "v1", Dials: []string{"10.0.0.1:80"}}, v2(), v21}}
+	sp, _ = c.splits(versions)
+	rel := sp["rec"].rel
+	if rel.version != "v2.1" || strings.Join(sp["rec"].retired, ",") != "10.0.0.9:80" {
+		t.Fatalf("v2.1 beside the rolled-back v2: release %s, retired %v", rel.version, sp["rec"].retired)
+	}
+	rel.obs[1].ObserveAnswer(200, nil, time.Millisecond)
+	time.Sleep(2 * time.Millisecond)
+	c.work(ctx, time.Now())
+	if rel.State() != CanaryComplete || rel.weight.Load() != 100 {
+		t.Fatalf("v2.1: %s at %d", rel.State(), rel.weight.Load())
+	}
+
+	check := func(t *testing.T, c *canaries, when string) {
+		t.Helper()
+		sp, _ := c.splits(versions)
+		s := sp["rec"]
+		if s.rel.version != "v2.1" || s.rel.State() != CanaryComplete || s.rel.weight.Load() != 100 ||
+			strings.Join(s.canary, ",") != "10.0.0.21:80" || !strings.Contains(strings.Join(s.retired, ","), "10.0.0.9:80") {
+			t.Fatalf("%s: release %s %s at %d, canary %v retired %v", when, s.rel.version, s.rel.State(), s.rel.weight.Load(), s.canary, s.retired)
+		}
+		st := c.status(time.Now())
+		if len(st) != 1 || st[0].Version != "v2.1" || st[0].State != CanaryComplete || st[0].Weight != 100 {
+			t.Fatalf("%s: status %+v", when, st)
+		}
+		var m dto.Metric
+		if err := globalMetrics().canaryWeight.WithLabelValues("rec").Write(&m); err != nil || m.GetGauge().GetValue() != 100 {
+			t.Fatalf("%s: gateway_canary_weight %v (%v)", when, m.GetGauge().GetValue(), err)
+		}
+		for _, r := range st {
+			if r.Ended.Before(r.Since) {
+				t.Fatalf("%s: release %s ended %v before it began %v", when, r.Version, r.Ended, r.Since)
+			}
+		}
+	}
+	check(t, c, "the next list")
+	c.work(ctx, time.Now())
+	check(t, c, "again")
+	if n := logs.FilterMessage("canary rolled back").Len(); n != 1 {
+		t.Errorf("the rollback was announced %d times, want once", n)
+	}
+	if n := logs.FilterMessage("canary release").FilterField(zap.String("version", "v2")).Len(); n != 1 {
+		t.Errorf("v2 was taken up %d times, want once", n)
+	}
+
+	// a restart: taken up from the file, later than both ended
+	time.Sleep(10 * time.Millisecond)
+	check(t, newCanaries("srv", file, nil, globalMetrics(), zap.NewNop()), "after a restart")
+}

@@ -141,6 +141,49 @@ type LabelOptions struct {
 	HaveJWT bool
 	// HavePermission is true when the docker app has a permission block.
 	HavePermission bool
+	// Scope are the labels a container must carry for this gateway to
+	// route it (the app's scope option; all of them): none, every opted-in
+	// container.
+	Scope []ScopeLabel
+}
+
+// ScopeLabel is one label of the app's scope: Key=Value, or with Any set
+// the key with any value.
+type ScopeLabel struct {
+	Key, Value string
+	Any        bool
+}
+
+// ParseScope parses a scope entry: "<label>=<value>", or "<label>" for the
+// label with any value.
+func ParseScope(s string) (ScopeLabel, error) {
+	k, v, hasValue := strings.Cut(s, "=")
+	k = strings.TrimSpace(k)
+	if k == "" || strings.ContainsAny(k, " \t") {
+		return ScopeLabel{}, fmt.Errorf("invalid scope %q: want <label>=<value> or <label>", s)
+	}
+	if !hasValue {
+		return ScopeLabel{Key: k, Any: true}, nil
+	}
+	return ScopeLabel{Key: k, Value: v}, nil
+}
+
+func (l ScopeLabel) String() string {
+	if l.Any {
+		return l.Key
+	}
+	return l.Key + "=" + l.Value
+}
+
+// InScope reports whether labels carry every scope label.
+func InScope(labels map[string]string, scope []ScopeLabel) bool {
+	for _, l := range scope {
+		v, ok := labels[l.Key]
+		if !ok || !l.Any && v != l.Value {
+			return false
+		}
+	}
+	return true
 }
 
 // Enabled reports whether labels opt in with gateway.enable=true. A value
@@ -197,6 +240,16 @@ type labelParser struct {
 	c    Container
 	opts LabelOptions
 	errs []LabelError
+}
+
+// scoped reports whether key is one of the app's scope labels.
+func (p *labelParser) scoped(key string) bool {
+	for _, l := range p.opts.Scope {
+		if l.Key == key {
+			return true
+		}
+	}
+	return false
 }
 
 func (p *labelParser) bad(label, value, format string, args ...any) {
@@ -299,6 +352,9 @@ func (p *labelParser) routerLabels() map[string]map[string]string {
 		}
 		if strings.HasPrefix(rest, "canary.") {
 			continue // versionLabels
+		}
+		if p.scoped(key) {
+			continue // the app's scope label, which may be a gateway.* one
 		}
 		if !strings.HasPrefix(rest, "router.") {
 			p.bad(key, value, "unknown label")

@@ -99,6 +99,22 @@ type App struct {
 	// once, as Caddy does by default. Default: 1h.
 	StreamCloseDelay *caddy.Duration `json:"stream_close_delay,omitempty"`
 
+	// Scope are labels a container must carry (all of them) for this
+	// gateway to route it, beside gateway.enable=true: "<label>=<value>",
+	// or "<label>" for the label with any value. Several gateways (or
+	// several Compose projects) on one engine each route their own, e.g.
+	// "com.docker.compose.project=shop" or "gateway.instance=edge".
+	// Default: none (every opted-in container).
+	Scope []string `json:"scope,omitempty"`
+
+	// ForgetAfter is how long the routes of a service that is gone (its
+	// last container stopped, or its labels no longer claim them) keep
+	// answering 404 {"error":"no_route"} in the docker_routes handlers, so
+	// that its requests do not reach the routes after the handler (a
+	// site's catch-all `handle`, say) meanwhile. 0 forgets them at once.
+	// Default: 24h.
+	ForgetAfter *caddy.Duration `json:"forget_after,omitempty"`
+
 	// Fleet shares discovered containers with the gateways on other hosts
 	// through a JetStream KV bucket, so that each routes the union.
 	Fleet *FleetOptions `json:"fleet,omitempty"`
@@ -116,6 +132,21 @@ type App struct {
 	watcher *Watcher
 	logger  *zap.Logger
 	auditor Auditor
+
+	// handlers are this config's docker_routes handlers.
+	handlers *attached
+}
+
+// attached are a config's docker_routes handlers. They attach while the
+// http app provisions, which may be before the docker app has finished
+// provisioning (pending) or after (ready); all of them run the one route
+// set taken at the end of the docker app's provisioning.
+type attached struct {
+	mu      sync.Mutex
+	ready   bool
+	pending []*RoutesHandler
+	set     servingSet
+	served  servedState
 }
 
 // CaddyModule returns the Caddy module information.
@@ -131,6 +162,7 @@ func (App) CaddyModule() caddy.ModuleInfo {
 // admin API.
 func (a *App) Provision(ctx caddy.Context) error {
 	a.logger = ctx.Logger(a)
+	a.handlers = new(attached)
 	if a.Host == "" {
 		a.Host = DefaultHost()
 	}
@@ -173,6 +205,13 @@ func (a *App) Provision(ctx caddy.Context) error {
 	}
 	build.RBAC = rbacBuilder(rbacBase)
 	labels := LabelOptions{HaveJWT: len(build.JWTAuth) > 0, HavePermission: len(build.Permission) > 0}
+	for _, sc := range a.Scope {
+		l, err := ParseScope(sc)
+		if err != nil {
+			return fmt.Errorf("docker: %w", err)
+		}
+		labels.Scope = append(labels.Scope, l)
+	}
 
 	if err := globalMetrics().register(ctx.GetMetricsRegistry()); err != nil {
 		return fmt.Errorf("docker: registering metrics: %w", err)
@@ -219,11 +258,16 @@ func (a *App) Provision(ctx caddy.Context) error {
 		}
 		wc := WatcherConfig{
 			Server:    a.Server,
+			Engine:    a.Host,
 			Debounce:  time.Duration(a.Debounce),
 			Resync:    time.Duration(a.ResyncInterval),
 			StateFile: a.StateFile,
 			Build:     build,
 			Labels:    labels,
+		}
+		wc.ForgetAfter = DefaultForgetAfter
+		if a.ForgetAfter != nil {
+			wc.ForgetAfter = time.Duration(*a.ForgetAfter)
 		}
 		if a.Fleet != nil {
 			conn, release, err := natsconn.Get(natsOpts)
@@ -246,6 +290,55 @@ func (a *App) Provision(ctx caddy.Context) error {
 		return fmt.Errorf("docker: %w", err)
 	}
 	a.watcher = val.(watcherDestructor).Watcher
+	return a.loadHandlers()
+}
+
+// loadHandlers takes the route set this config's docker_routes handlers
+// run (the watcher's current one; at a first start, the state file's) and
+// loads it into the handlers that attached while this app provisioned.
+func (a *App) loadHandlers() error {
+	set := a.watcher.Serving()
+	hs := a.handlers
+	hs.mu.Lock()
+	defer hs.mu.Unlock()
+	hs.set, hs.ready = set, true
+	pending := hs.pending
+	hs.pending = nil
+	for _, h := range pending {
+		if err := a.loadLocked(h); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// attach gives a docker_routes handler its routes, now or (while this app
+// is still provisioning) at the end of its provisioning.
+func (a *App) attach(h *RoutesHandler) error {
+	hs := a.handlers
+	if hs == nil {
+		return fmt.Errorf("docker_routes: the docker app is not provisioned")
+	}
+	hs.mu.Lock()
+	defer hs.mu.Unlock()
+	if !hs.ready {
+		hs.pending = append(hs.pending, h)
+		return nil
+	}
+	return a.loadLocked(h)
+}
+
+func (a *App) loadLocked(h *RoutesHandler) error {
+	if h.server != a.Server {
+		return fmt.Errorf("docker_routes: it is in the routes of server %q, but the docker app routes to server %q (its `server` option): discovered routes can only run in that server", h.server, a.Server)
+	}
+	hs := a.handlers
+	h.load(hs.set)
+	if h.CatchAll {
+		hs.served.catchAll = true
+	} else {
+		hs.served.handlers++
+	}
 	return nil
 }
 
@@ -331,6 +424,14 @@ func (a *App) Validate() error {
 	if a.StreamCloseDelay != nil && *a.StreamCloseDelay < 0 {
 		return fmt.Errorf("docker: invalid stream_close_delay %s: must not be negative", time.Duration(*a.StreamCloseDelay))
 	}
+	for _, sc := range a.Scope {
+		if _, err := ParseScope(sc); err != nil {
+			return fmt.Errorf("docker: %w", err)
+		}
+	}
+	if a.ForgetAfter != nil && *a.ForgetAfter < 0 {
+		return fmt.Errorf("docker: invalid forget_after %s: must not be negative", time.Duration(*a.ForgetAfter))
+	}
 	return nil
 }
 
@@ -338,6 +439,12 @@ func (a *App) Validate() error {
 // that the reloaded config still holds its routes. It returns at once: the
 // engine and the admin API are only contacted from the watcher's goroutine.
 func (a *App) Start() error {
+	hs := a.handlers
+	hs.mu.Lock()
+	st := hs.served
+	st.set = hs.set
+	hs.mu.Unlock()
+	setServed(a.Server, st)
 	setCurrent(a.Server, a.watcher)
 	a.watcher.SetAuditor(a.auditor)
 	a.watcher.Start()

@@ -78,6 +78,25 @@ func getPodman(t testing.TB) *podmantest.Podman {
 }
 
 func gatewayConfig(p *podmantest.Podman, stateFile string) string {
+	return dockerConfig(p.Host(), stateFile, fmt.Sprintf(`debounce 100ms
+		resync_interval 2s
+		jwt_auth {
+			hmac_secret %s
+		}
+		rbac {
+			roles_claim roles
+		}`, testSecret), ownSite)
+}
+
+// ownSite is the gateway server's site with a route of its own.
+const ownSite = `handle /own {
+		respond "own route"
+	}`
+
+// dockerConfig is a gateway whose server gateway (on gatewayAddr) has the
+// site body site, with a docker app listing host, keeping stateFile, and
+// the further docker options docker.
+func dockerConfig(host, stateFile, docker, site string) string {
 	return fmt.Sprintf(`{
 	admin %s
 	auto_https off
@@ -90,23 +109,14 @@ func gatewayConfig(p *podmantest.Podman, stateFile string) string {
 		host %s
 		state_file %s
 		server gateway
-		debounce 100ms
-		resync_interval 2s
-		jwt_auth {
-			hmac_secret %s
-		}
-		rbac {
-			roles_claim roles
-		}
+		%s
 	}
 }
 
 :19501 {
-	handle /own {
-		respond "own route"
-	}
+	%s
 }
-`, adminAddr, p.Host(), stateFile, testSecret)
+`, adminAddr, host, stateFile, docker, site)
 }
 
 func startGateway(t testing.TB, caddyfile string) {

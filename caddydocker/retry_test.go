@@ -109,7 +109,7 @@ func TestRetryOnAnotherReplica(t *testing.T) {
 		cfg, err := json.Marshal(map[string]any{
 			"admin": map[string]any{"disabled": true},
 			"apps": map[string]any{"http": map[string]any{"servers": map[string]any{
-				"retrytest": map[string]any{"listen": []string{listen}, "routes": MergeRoutes("retrytest", nil, plan.Routes)},
+				"retrytest": map[string]any{"listen": []string{listen}, "routes": plan.Routes},
 			}}},
 		})
 		if err != nil {

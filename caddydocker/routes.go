@@ -48,11 +48,11 @@ const (
 
 // Discover parses the labels of every opted-in container and returns them
 // sorted by container name, then ID, each with its State. Containers that
-// did not opt in are left out.
+// did not opt in, or lack a label of opts.Scope, are left out.
 func Discover(containers []Container, opts LabelOptions) []Discovered {
 	out := make([]Discovered, 0, len(containers))
 	for _, c := range containers {
-		if !Enabled(c.Labels) {
+		if !Enabled(c.Labels) || !InScope(c.Labels, opts.Scope) {
 			continue
 		}
 		svc, errs := ParseLabels(c, opts)
@@ -158,18 +158,25 @@ const NoHealthyUpstreamBody = `{"error":"no_healthy_upstream"}`
 const NoHealthyUpstreamRetryAfter = 5
 
 // NoHealthyUpstreamHandler answers 503 {"error":"no_healthy_upstream"}.
-var NoHealthyUpstreamHandler = func() json.RawMessage {
-	b, _ := json.Marshal(map[string]any{
-		"handler":     "static_response",
-		"status_code": 503,
-		"headers": map[string][]string{
-			"Content-Type": {"application/json"},
-			"Retry-After":  {fmt.Sprint(NoHealthyUpstreamRetryAfter)},
-		},
-		"body": NoHealthyUpstreamBody,
-	})
+var NoHealthyUpstreamHandler = mustJSON(jsonAnswer(503, NoHealthyUpstreamBody, fmt.Sprint(NoHealthyUpstreamRetryAfter)))
+
+// jsonAnswer is the static_response handler of the gateway's own JSON
+// answers (with a Retry-After when retryAfter is set).
+func jsonAnswer(status int, body, retryAfter string) map[string]any {
+	headers := map[string][]string{"Content-Type": {"application/json"}}
+	if retryAfter != "" {
+		headers["Retry-After"] = []string{retryAfter}
+	}
+	return map[string]any{"handler": "static_response", "status_code": status, "headers": headers, "body": body}
+}
+
+func mustJSON(v any) json.RawMessage {
+	b, err := json.Marshal(v)
+	if err != nil {
+		panic(err)
+	}
 	return b
-}()
+}
 
 // Plan is the generated route set for a server.
 type Plan struct {
@@ -192,30 +199,16 @@ type Plan struct {
 	// policy), not part of Hash: a canary starting, its weight changing
 	// or its rollback reload nothing.
 	Versions map[string][]VersionGroup `json:"versions,omitempty"`
+	// Vanished are the routes whose service is gone that still answer
+	// 404 no_route (their routes are the last of Routes); the watcher adds
+	// them (trackVanished).
+	Vanished []VanishedRoute `json:"vanished,omitempty"`
 	// Hash identifies the route set (sha256 of the canonical routes).
 	Hash string `json:"hash"`
 }
 
 // RouteIDPrefix is the "@id" prefix of every route the app manages on server.
 func RouteIDPrefix(server string) string { return "docker:" + server + ":" }
-
-// NoRouteID is the "@id" of the catch-all 404 route.
-func NoRouteID(server string) string { return RouteIDPrefix(server) + "no_route" }
-
-// NoRouteRoute is the catch-all route that answers 404 {"error":"no_route"}.
-func NoRouteRoute(server string) json.RawMessage {
-	b, _ := json.Marshal(map[string]any{
-		"@id": NoRouteID(server),
-		"handle": []map[string]any{{
-			"handler":     "static_response",
-			"status_code": 404,
-			"headers":     map[string][]string{"Content-Type": {"application/json"}},
-			"body":        NoRouteBody,
-		}},
-		"terminal": true,
-	})
-	return b
-}
 
 type service struct {
 	name       string
@@ -647,31 +640,98 @@ func RouteID(raw json.RawMessage) string {
 	return s
 }
 
-// MergeRoutes returns the server's route list with the discovered routes in
-// front of the server's own routes and the catch-all 404 last. Routes that an
-// earlier merge added (their "@id" starts with RouteIDPrefix(server)) are
-// replaced, so merging is idempotent.
-func MergeRoutes(server string, current, discovered []json.RawMessage) []json.RawMessage {
+// RoutesHandlerRoute is the route that holds the docker_routes handler
+// where a server's routes have none: in front of the server's own routes
+// (the default placement of discovered routes). It lets requests through
+// while discovery starts, to the server's own routes, and the catch-all
+// answers 503 for what they leave.
+var RoutesHandlerRoute = json.RawMessage(`{"handle":[{"handler":"docker_routes","pass_while_starting":true}]}`)
+
+// CatchAllRoute is the server's last route: the catch-all docker_routes
+// handler (404 no_route, or 503 discovery_starting before any route set).
+var CatchAllRoute = json.RawMessage(`{"handle":[{"catch_all":true,"handler":"docker_routes"}]}`)
+
+// EnsureHandlers returns a server's route list with what discovery needs:
+// a docker_routes handler somewhere in it (where the routes have none, a
+// route holding one goes in front of the server's own routes), and the
+// catch-all as the last route, with the "terminal" flag of the server's
+// last own route dropped (see withoutTerminal). Routes that an earlier
+// version of the app put in the server (their "@id" starts with
+// RouteIDPrefix(server)) are dropped. Routes that have all this come back
+// unchanged, so applying is idempotent.
+func EnsureHandlers(server string, current []json.RawMessage) []json.RawMessage {
 	prefix := RouteIDPrefix(server)
-	out := make([]json.RawMessage, 0, len(current)+len(discovered)+1)
-	out = append(out, discovered...)
+	own := make([]json.RawMessage, 0, len(current))
 	for _, r := range current {
-		if strings.HasPrefix(RouteID(r), prefix) {
+		if strings.HasPrefix(RouteID(r), prefix) || isCatchAll(r) {
 			continue
 		}
-		out = append(out, r)
+		own = append(own, r)
 	}
-	if n := len(out); n > len(discovered) {
-		out[n-1] = withoutTerminal(out[n-1])
+	out := make([]json.RawMessage, 0, len(own)+2)
+	if !HasRoutesHandler(own) {
+		out = append(out, RoutesHandlerRoute)
 	}
-	return append(out, NoRouteRoute(server))
+	out = append(out, own...)
+	if len(own) > 0 {
+		out[len(out)-1] = withoutTerminal(out[len(out)-1])
+	}
+	return append(out, CatchAllRoute)
+}
+
+// handlerJSON is what route walks read of a handler.
+type handlerJSON struct {
+	Handler  string            `json:"handler"`
+	CatchAll bool              `json:"catch_all"`
+	Routes   []json.RawMessage `json:"routes"`
+}
+
+// routeHandlers returns the handlers of a route's JSON.
+func routeHandlers(raw json.RawMessage) []handlerJSON {
+	var rt struct {
+		Handle []json.RawMessage `json:"handle"`
+	}
+	if json.Unmarshal(raw, &rt) != nil {
+		return nil
+	}
+	out := make([]handlerJSON, 0, len(rt.Handle))
+	for _, h := range rt.Handle {
+		var hj handlerJSON
+		if json.Unmarshal(h, &hj) == nil {
+			out = append(out, hj)
+		}
+	}
+	return out
+}
+
+// isCatchAll reports whether a route is the catch-all route: its one
+// handler is the catch-all docker_routes handler.
+func isCatchAll(raw json.RawMessage) bool {
+	hs := routeHandlers(raw)
+	return len(hs) == 1 && hs[0].Handler == "docker_routes" && hs[0].CatchAll
+}
+
+// HasRoutesHandler reports whether routes hold a docker_routes handler
+// (not the catch-all), at any depth of subroutes.
+func HasRoutesHandler(routes []json.RawMessage) bool {
+	for _, r := range routes {
+		for _, h := range routeHandlers(r) {
+			switch {
+			case h.Handler == "docker_routes" && !h.CatchAll:
+				return true
+			case h.Handler == "subroute" && HasRoutesHandler(h.Routes):
+				return true
+			}
+		}
+	}
+	return false
 }
 
 // withoutTerminal drops "terminal" from the server's last own route. A
 // Caddyfile site block becomes one terminal route; a request that it leaves
 // unhandled would get Caddy's empty 200. Without the flag, such a request
-// reaches the catch-all 404 instead; a request the site handles never
-// reaches it, since handlers that respond do not call the next one.
+// reaches the catch-all instead; a request the site handles never reaches
+// it, since handlers that respond do not call the next one.
 func withoutTerminal(raw json.RawMessage) json.RawMessage {
 	var obj map[string]json.RawMessage
 	if json.Unmarshal(raw, &obj) != nil || obj == nil {
@@ -701,4 +761,108 @@ func SameRoutes(a, b []json.RawMessage) bool {
 		}
 	}
 	return true
+}
+
+// VanishedRoute is a discovered route whose service is gone: for the
+// app's forget_after, its matcher answers 404 {"error":"no_route"} in the
+// docker_routes handlers, after the live routes, so that a request for a
+// service that disappeared gets the no_route answer whatever the site's
+// own routes after the handler would do (a catch-all `handle` included).
+type VanishedRoute struct {
+	// ID is the route's "@id" when it was live.
+	ID string `json:"id"`
+	// Match is its matcher sets, as in the live route.
+	Match json.RawMessage `json:"match"`
+	// Since is when it left the route set.
+	Since time.Time `json:"since"`
+}
+
+// DefaultForgetAfter is how long a vanished route answers no_route.
+const DefaultForgetAfter = 24 * time.Hour
+
+// vanishedIDPrefix starts the "@id" of a vanished route's 404 route.
+func vanishedIDPrefix(server string) string { return RouteIDPrefix(server) + "vanished:" }
+
+// routeMatch returns a route's "@id" and its matcher sets ("" when it has
+// none: a route of every request, which never becomes a vanished route,
+// since it would answer for the whole site).
+func routeMatch(raw json.RawMessage) (id string, match json.RawMessage, key string) {
+	var rt struct {
+		ID    string          `json:"@id"`
+		Match json.RawMessage `json:"match"`
+	}
+	if json.Unmarshal(raw, &rt) != nil || len(rt.Match) == 0 || string(rt.Match) == "null" || string(rt.Match) == "[]" {
+		return rt.ID, nil, ""
+	}
+	c, err := Canonical(rt.Match)
+	if err != nil {
+		return rt.ID, nil, ""
+	}
+	return rt.ID, rt.Match, string(c)
+}
+
+// trackVanished updates vanished (keyed by canonical matcher) with the
+// routes of before that plan no longer has (gone since now), drops those
+// plan has again and those older than keep, and appends a 404 no_route
+// route for each remaining one to plan (rehashed). keep <= 0 keeps none.
+func trackVanished(server string, vanished map[string]VanishedRoute, before, plan *Plan, keep time.Duration, now time.Time) {
+	if keep <= 0 {
+		clear(vanished)
+		return
+	}
+	live := map[string]bool{}
+	for _, r := range plan.Routes {
+		if _, _, k := routeMatch(r); k != "" {
+			live[k] = true
+		}
+	}
+	if before != nil {
+		for _, r := range before.Routes {
+			id, m, k := routeMatch(r)
+			if k == "" || live[k] || strings.HasPrefix(id, vanishedIDPrefix(server)) {
+				continue
+			}
+			if _, ok := vanished[k]; !ok {
+				vanished[k] = VanishedRoute{ID: id, Match: m, Since: now}
+			}
+		}
+	}
+	keys := make([]string, 0, len(vanished))
+	for k, v := range vanished {
+		if live[k] || now.Sub(v.Since) >= keep {
+			delete(vanished, k)
+			continue
+		}
+		keys = append(keys, k)
+	}
+	if len(keys) == 0 {
+		return
+	}
+	// most specific first, as live routes are: longer matchers first
+	sort.Slice(keys, func(i, j int) bool {
+		if len(keys[i]) != len(keys[j]) {
+			return len(keys[i]) > len(keys[j])
+		}
+		return keys[i] < keys[j]
+	})
+	for _, k := range keys {
+		v := vanished[k]
+		plan.Routes = append(plan.Routes, vanishedRoute(server, v))
+	}
+	plan.Vanished = make([]VanishedRoute, 0, len(keys))
+	for _, k := range keys {
+		plan.Vanished = append(plan.Vanished, vanished[k])
+	}
+	plan.Hash = HashRoutes(plan.Routes)
+}
+
+// vanishedRoute is the 404 no_route route of a vanished route.
+func vanishedRoute(server string, v VanishedRoute) json.RawMessage {
+	id := strings.TrimPrefix(v.ID, RouteIDPrefix(server))
+	return mustJSON(map[string]any{
+		"@id":      vanishedIDPrefix(server) + id,
+		"match":    v.Match,
+		"handle":   []map[string]any{jsonAnswer(404, NoRouteBody, "")},
+		"terminal": true,
+	})
 }

@@ -278,36 +278,48 @@ func TestRoutesGolden(t *testing.T) {
 	}
 }
 
-func TestMergeRoutes(t *testing.T) {
-	own := []json.RawMessage{json.RawMessage(`{"match":[{"host":["a"]}],"handle":[{"handler":"static_response","body":"own"}],"terminal":true}`)}
-	plan, err := BuildRoutes(Discover([]Container{c("orders", base()...)}, fullLabels), testOpts)
-	if err != nil {
-		t.Fatal(err)
-	}
-	merged := MergeRoutes("gateway", own, plan.Routes)
-	if len(merged) != 3 || RouteID(merged[0]) != "docker:gateway:orders:api" || RouteID(merged[2]) != "docker:gateway:no_route" {
-		t.Fatalf("unexpected merge: %s", merged)
-	}
-	// The server's last own route no longer ends the chain, so what it
-	// leaves unhandled reaches the 404.
-	if strings.Contains(string(merged[1]), "terminal") {
-		t.Fatalf("last own route keeps terminal: %s", merged[1])
-	}
-	// Idempotent: merging into the merged list changes nothing.
-	again := MergeRoutes("gateway", merged, plan.Routes)
-	if !SameRoutes(merged, again) {
-		t.Fatalf("merge is not idempotent")
-	}
-	// Empty discovery keeps own routes and the 404.
-	empty := MergeRoutes("gateway", merged, nil)
-	if len(empty) != 2 || RouteID(empty[1]) != "docker:gateway:no_route" {
-		t.Fatalf("unexpected: %s", empty)
-	}
-	// Another server's managed routes are left alone.
-	other := MergeRoutes("other", merged, nil)
-	if len(other) != 4 {
-		t.Fatalf("routes of server gateway were touched by server other: %s", other)
-	}
+func TestEnsureHandlers(t *testing.T) {
+	own := json.RawMessage(`{"match":[{"host":["a"]}],"handle":[{"handler":"static_response","body":"own"}],"terminal":true}`)
+	legacy := json.RawMessage(`{"@id":"docker:gateway:orders:api","handle":[{"handler":"static_response"}],"terminal":true}`)
+	site := json.RawMessage(`{"match":[{"host":["b"]}],"handle":[{"handler":"subroute","routes":[{"handle":[{"handler":"encode"}]},{"handle":[{"handler":"docker_routes"}]}]}],"terminal":true}`)
+
+	t.Run("default placement: in front, catch-all last", func(t *testing.T) {
+		got := EnsureHandlers("gateway", []json.RawMessage{own})
+		if len(got) != 3 || string(got[0]) != string(RoutesHandlerRoute) || !isCatchAll(got[2]) {
+			t.Fatalf("unexpected: %s", got)
+		}
+		// the server's last own route no longer ends the chain, so what
+		// it leaves unhandled reaches the catch-all
+		if strings.Contains(string(got[1]), "terminal") {
+			t.Fatalf("last own route keeps terminal: %s", got[1])
+		}
+		if again := EnsureHandlers("gateway", got); !SameRoutes(got, again) {
+			t.Fatalf("not idempotent: %s", again)
+		}
+	})
+	t.Run("a handler in a site stays where it is", func(t *testing.T) {
+		got := EnsureHandlers("gateway", []json.RawMessage{site, own})
+		if len(got) != 3 || HasRoutesHandler(got[1:2]) || !HasRoutesHandler(got[:1]) || !isCatchAll(got[2]) {
+			t.Fatalf("unexpected: %s", got)
+		}
+	})
+	t.Run("routes of earlier versions are dropped", func(t *testing.T) {
+		legacyNoRoute := json.RawMessage(`{"@id":"docker:gateway:no_route","handle":[{"handler":"static_response","status_code":404}],"terminal":true}`)
+		got := EnsureHandlers("gateway", []json.RawMessage{legacy, own, legacyNoRoute})
+		if len(got) != 3 || string(got[0]) != string(RoutesHandlerRoute) {
+			t.Fatalf("unexpected: %s", got)
+		}
+		// another server's are not
+		if got := EnsureHandlers("other", []json.RawMessage{legacy}); len(got) != 3 || RouteID(got[1]) != RouteID(legacy) {
+			t.Fatalf("unexpected: %s", got)
+		}
+	})
+	t.Run("empty server", func(t *testing.T) {
+		got := EnsureHandlers("gateway", nil)
+		if len(got) != 2 || !HasRoutesHandler(got) || !isCatchAll(got[1]) {
+			t.Fatalf("unexpected: %s", got)
+		}
+	})
 }
 
 func TestParseRate(t *testing.T) {
@@ -361,6 +373,99 @@ func BenchmarkBuildRoutes(b *testing.B) {
 		plan, err := BuildRoutes(Discover(cs, fullLabels), testOpts)
 		if err != nil || len(plan.Routes) != 50 {
 			b.Fatal(err)
+		}
+	}
+}
+
+// TestTrackVanished: a route that leaves the route set answers 404
+// no_route (its matcher, after the live routes) until keep ends or it is
+// live again; a route without a matcher never does.
+func TestTrackVanished(t *testing.T) {
+	build := func(cs ...Container) Plan {
+		t.Helper()
+		p, err := BuildRoutes(Discover(cs, fullLabels), testOpts)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	orders := c("orders", base("gateway.router.api.path_prefix", "/orders")...)
+	billing := c("billing", base("gateway.router.api.path_prefix", "/billing")...)
+	root := c("root", base("gateway.router.api.path_prefix", "/")...)
+	vanished := map[string]VanishedRoute{}
+	t0 := time.Unix(1_800_000_000, 0)
+	before := build(orders, billing, root)
+	trackVanished("gateway", vanished, nil, &before, time.Hour, t0)
+	if len(before.Vanished) != 0 || len(before.Routes) != 3 {
+		t.Fatalf("nothing vanished yet: %+v", before.Vanished)
+	}
+
+	now := build(billing)
+	trackVanished("gateway", vanished, &before, &now, time.Hour, t0.Add(time.Minute))
+	if len(now.Vanished) != 1 || now.Vanished[0].ID != "docker:gateway:orders:api" {
+		t.Fatalf("vanished %+v, want orders only (the route without a matcher never)", now.Vanished)
+	}
+	last := now.Routes[len(now.Routes)-1]
+	if RouteID(last) != "docker:gateway:vanished:orders:api" || !strings.Contains(string(last), `"status_code":404`) ||
+		!strings.Contains(string(last), `/orders/*`) {
+		t.Fatalf("vanished route: %s", last)
+	}
+	if now.Hash != HashRoutes(now.Routes) || now.Hash == build(billing).Hash {
+		t.Fatalf("the hash does not cover the vanished route")
+	}
+
+	// still gone later: kept, from the first time it went
+	later := build(billing)
+	trackVanished("gateway", vanished, &now, &later, time.Hour, t0.Add(30*time.Minute))
+	if len(later.Vanished) != 1 || !later.Vanished[0].Since.Equal(t0.Add(time.Minute)) {
+		t.Fatalf("vanished %+v", later.Vanished)
+	}
+	// keep over
+	expired := build(billing)
+	trackVanished("gateway", vanished, &later, &expired, time.Hour, t0.Add(time.Hour+time.Minute))
+	if len(expired.Vanished) != 0 || len(expired.Routes) != 1 {
+		t.Fatalf("expired: %+v", expired.Vanished)
+	}
+	// back, then gone, then live again
+	trackVanished("gateway", vanished, &before, &expired, time.Hour, t0.Add(2*time.Hour))
+	again := build(orders, billing)
+	trackVanished("gateway", vanished, &expired, &again, time.Hour, t0.Add(3*time.Hour))
+	if len(again.Vanished) != 0 || len(vanished) != 0 {
+		t.Fatalf("a live route is not vanished: %+v", again.Vanished)
+	}
+	// keep 0: none
+	off := build(billing)
+	trackVanished("gateway", vanished, &before, &off, 0, t0)
+	if len(off.Vanished) != 0 {
+		t.Fatalf("forget_after 0 kept %+v", off.Vanished)
+	}
+}
+
+// TestScope: only containers with every scope label are discovered; a
+// scope label under gateway.* is not an unknown label.
+func TestScope(t *testing.T) {
+	mine := c("mine", base("gateway.router.api.path_prefix", "/mine", "gateway.instance", "edge", "tier", "front")...)
+	other := c("other", base("gateway.router.api.path_prefix", "/other", "gateway.instance", "internal", "tier", "front")...)
+	bare := c("bare", base("gateway.router.api.path_prefix", "/bare")...)
+	opts := fullLabels
+	for _, s := range []string{"gateway.instance=edge", "tier"} {
+		l, err := ParseScope(s)
+		if err != nil {
+			t.Fatal(err)
+		}
+		opts.Scope = append(opts.Scope, l)
+	}
+	ds := Discover([]Container{mine, other, bare}, opts)
+	if len(ds) != 1 || ds[0].Container.Name != "mine" || ds[0].State != StateRouted || len(ds[0].Errors) != 0 {
+		t.Fatalf("discovered %+v, want mine only, routed", ds)
+	}
+	// without the scope, gateway.instance is an unknown label
+	if ds := Discover([]Container{mine}, fullLabels); len(ds) != 1 || ds[0].State != StateInvalid {
+		t.Fatalf("without scope: %+v", ds)
+	}
+	for _, bad := range []string{"", "=x", " =x", "a b"} {
+		if _, err := ParseScope(bad); err == nil {
+			t.Errorf("ParseScope(%q) accepted", bad)
 		}
 	}
 }

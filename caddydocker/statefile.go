@@ -28,6 +28,10 @@ type State struct {
 	Routes []json.RawMessage `json:"routes"`
 	// Pools are the replicas of each service that the routes used.
 	Pools map[string][]string `json:"pools,omitempty"`
+	// Vanished are the routes of services that were gone, answering 404
+	// no_route until the app's forget_after ends (their 404 routes are
+	// the last of Routes).
+	Vanished []VanishedRoute `json:"vanished,omitempty"`
 }
 
 // WriteState writes st to path atomically (internal/atomicfile): a

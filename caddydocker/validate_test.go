@@ -90,7 +90,7 @@ func validateRoutes(t *testing.T, all []Container, opts BuildOptions) {
 	if len(plan.Routes) < 20 {
 		t.Fatalf("only %d routes", len(plan.Routes))
 	}
-	routes := MergeRoutes("gateway", nil, plan.Routes)
+	routes := plan.Routes
 	cfg := map[string]any{
 		"admin": map[string]any{"disabled": true},
 		"apps": map[string]any{

@@ -18,6 +18,8 @@ import (
 type WatcherConfig struct {
 	// Server is the HTTP server that receives the routes.
 	Server string
+	// Engine is the engine's address (the app's host), for the snapshot.
+	Engine string
 	// Debounce is the minimum time between two re-lists; an isolated event
 	// is handled at once, a burst at most once per Debounce.
 	Debounce time.Duration
@@ -37,6 +39,9 @@ type WatcherConfig struct {
 	// CanaryFile keeps the canary releases' records (default: beside
 	// StateFile, "<state file>-canary.json"; none without a StateFile).
 	CanaryFile string
+	// ForgetAfter is how long the routes of a service that is gone keep
+	// answering 404 no_route (0: not at all).
+	ForgetAfter time.Duration
 }
 
 // FleetPeer is what the watcher needs of the fleet (*Fleet).
@@ -61,6 +66,9 @@ type FleetPeer interface {
 type Snapshot struct {
 	// Server is the HTTP server that receives the routes.
 	Server string `json:"server"`
+	// Engine is the address of the engine the app lists (its host
+	// option, DOCKER_HOST, or the default socket).
+	Engine string `json:"engine,omitempty"`
 	// Containers are the opted-in running containers at the last list, with
 	// their parsed labels (Service) or label errors (Errors).
 	Containers []Discovered `json:"containers"`
@@ -87,6 +95,17 @@ type Snapshot struct {
 	Fleet *FleetStatus `json:"fleet,omitempty"`
 	// Canaries are the canary releases in use, by service.
 	Canaries []CanaryStatus `json:"canaries,omitempty"`
+	// Vanished are the routes of services that are gone, still answering
+	// 404 no_route (for the app's forget_after).
+	Vanished []VanishedRoute `json:"vanished,omitempty"`
+	// Placement says where site policies of the server do not cover the
+	// discovered routes (PlacementWarnings), at the last apply.
+	Placement []string `json:"placement,omitempty"`
+	// Scope are the labels this gateway routes containers by (the app's
+	// scope option); OutOfScope counts the opted-in containers without
+	// them, which it leaves alone.
+	Scope      []string `json:"scope,omitempty"`
+	OutOfScope int      `json:"out_of_scope,omitempty"`
 }
 
 // RouteApplier applies discovered routes to a server (the admin API client).
@@ -116,6 +135,18 @@ type Watcher struct {
 	mu   sync.RWMutex
 	snap Snapshot
 
+	// pubMu guards what config loads read (Serving): pub, the route set
+	// the server's docker_routes handlers are to run (the loop's current
+	// plan, or before its first list the state file's), and the state
+	// file's plan, read once (stateTried) by the first config load or by
+	// the loop when the engine is unreachable at start.
+	pubMu           sync.Mutex
+	pub             *servingSet
+	stateTried      bool
+	statePlan       *Plan
+	stateContainers []Container
+	stateVanished   []VanishedRoute
+
 	// gone holds containers the event stream reported dead (die, oom,
 	// destroy, remove) and not started since. The engine may still list a
 	// container as running for a moment after its die event; trusting the
@@ -127,7 +158,8 @@ type Watcher struct {
 	stopping map[string]time.Time
 
 	// owned by the run loop
-	local      []Container // this host's containers at the last list
+	local      []Container              // this host's containers at the last list
+	vanished   map[string]VanishedRoute // nil until the first build
 	plan       *Plan
 	containers []Container
 	applied    string
@@ -136,9 +168,12 @@ type Watcher struct {
 	everListed bool
 	logged     map[string]string
 	warned     map[string]bool
-	// downLogged: the engine's absence since start was logged;
-	// stateTried: the state file was read (once, before the first list).
-	downLogged, stateTried bool
+	// placementLogged: the placement warnings logged (notePlacement)
+	placementLogged map[string]bool
+	// downLogged: the engine's absence since start was logged.
+	downLogged bool
+	// fromState: the loop's plan is the state file's (no list yet).
+	fromState bool
 	// polled is true while a listed container has a health check: Podman
 	// sends no health events, so the loop re-lists every HealthPoll.
 	polled bool
@@ -147,6 +182,14 @@ type Watcher struct {
 	// re-lists every StopPoll, so a container being stopped leaves its
 	// pool as soon as it leaves the running list.
 	stopPolled bool
+}
+
+func scopeStrings(scope []ScopeLabel) []string {
+	var out []string
+	for _, l := range scope {
+		out = append(out, l.String())
+	}
+	return out
 }
 
 // HealthPoll is how often the watcher re-lists while a container has a
@@ -186,7 +229,7 @@ func NewWatcher(cfg WatcherConfig, engine Engine, applier RouteApplier, log *zap
 		gone:     map[string]bool{},
 		stopping: map[string]time.Time{},
 		warned:   map[string]bool{},
-		snap:     Snapshot{Server: cfg.Server},
+		snap:     Snapshot{Server: cfg.Server, Engine: cfg.Engine, Scope: scopeStrings(cfg.Labels.Scope)},
 	}
 }
 
@@ -293,7 +336,34 @@ func (w *Watcher) update(fn func(s *Snapshot)) {
 	fn(&w.snap)
 }
 
+// Serving returns the route set that a config being loaded runs in its
+// docker_routes handlers: the current one (the last list's), else, before
+// any list, the state file's (read at most once: at a process's first
+// config load, the routes the gateway last applied, with the containers'
+// replicas put in their pools, so that it routes from its first request).
+// known is false while there is neither (discovery is starting).
+func (w *Watcher) Serving() servingSet {
+	w.pubMu.Lock()
+	defer w.pubMu.Unlock()
+	if w.pub == nil && !w.stateTried {
+		w.stateTried = true
+		w.readStateLocked()
+	}
+	if w.pub == nil {
+		return servingSet{}
+	}
+	return *w.pub
+}
+
+// publish makes plan the route set of the next config load.
+func (w *Watcher) publish(plan *Plan) {
+	w.pubMu.Lock()
+	w.pub = &servingSet{routes: plan.Routes, hash: plan.Hash, known: true}
+	w.pubMu.Unlock()
+}
+
 func (w *Watcher) loop() {
+	w.adoptState()
 	w.seedFleet()
 	w.sync()
 	resync := w.cfg.Resync
@@ -363,7 +433,7 @@ func (w *Watcher) loop() {
 			// holds the desired routes. After a reload that this watcher
 			// caused, this is one GET and no write.
 			if w.plan != nil {
-				w.apply(*w.plan, w.containers, !w.everListed)
+				w.apply(*w.plan, w.containers, w.fromState)
 			}
 		}
 	}
@@ -490,14 +560,18 @@ func (w *Watcher) sync() {
 		// One line when the engine goes away (or is away from the
 		// start), not one per retry: the metric counts the retries.
 		if w.reachable || !w.everListed && !w.downLogged {
-			w.log.Warn("container engine unreachable; keeping the current routes", zap.Error(err))
+			w.log.Warn("container engine unreachable; keeping the current routes", zap.String("engine", w.cfg.Engine), zap.Error(err))
 			w.downLogged = true
 		}
 		w.reachable = false
 		w.update(func(s *Snapshot) { s.EngineReachable = false; s.LastError = "list containers: " + err.Error() })
-		if !w.everListed && w.plan == nil && !w.stateTried {
-			w.stateTried = true
-			w.loadState()
+		if !w.everListed && w.plan == nil {
+			// No list since start: serve the state file's routes (a
+			// config load has usually read it already).
+			w.Serving()
+			if w.adoptState() {
+				w.apply(*w.plan, w.containers, true)
+			}
 		}
 		return
 	}
@@ -522,7 +596,21 @@ func (w *Watcher) build() {
 	}
 	ds := Discover(containers, w.cfg.Labels)
 	w.logLabelErrors(ds)
+	outOfScope := 0
+	if len(w.cfg.Labels.Scope) > 0 {
+		for _, c := range containers {
+			if Enabled(c.Labels) && !InScope(c.Labels, w.cfg.Labels.Scope) {
+				outOfScope++
+			}
+		}
+	}
 	plan, err := BuildRoutes(ds, w.cfg.Build)
+	if err == nil {
+		if w.vanished == nil {
+			w.vanished = vanishedMap(w.stateVanishedRoutes())
+		}
+		trackVanished(w.cfg.Server, w.vanished, w.plan, &plan, w.cfg.ForgetAfter, time.Now())
+	}
 	if err != nil {
 		w.m.errors.WithLabelValues("build").Inc()
 		w.log.Error("generating routes", zap.Error(err))
@@ -551,12 +639,14 @@ func (w *Watcher) build() {
 		w.m.containers.WithLabelValues(st).Set(float64(states[st]))
 	}
 	w.update(func(s *Snapshot) {
-		s.Containers, s.Warnings, s.Routes, s.Hash = ds, plan.Warnings, len(plan.Routes), plan.Hash
-		s.EngineReachable, s.FromStateFile = w.reachable, false
+		s.Containers, s.Warnings, s.Routes, s.Hash = ds, plan.Warnings, len(plan.Routes)-len(plan.Vanished), plan.Hash
+		s.EngineReachable, s.FromStateFile, s.Vanished = w.reachable, false, plan.Vanished
+		s.OutOfScope = outOfScope
 	})
 	// (setPools adds the canary conflicts to the snapshot's warnings)
-	w.plan, w.containers = &plan, containers
+	w.plan, w.containers, w.fromState = &plan, containers, false
 	w.setPools(&plan)
+	w.publish(&plan)
 	if plan.Hash == w.applied {
 		return
 	}
@@ -591,6 +681,7 @@ func (w *Watcher) apply(plan Plan, containers []Container, fromState bool) {
 		return
 	}
 	w.applied = plan.Hash
+	w.notePlacement()
 	w.m.routes.Set(float64(len(plan.Routes)))
 	if changed {
 		d := time.Since(start)
@@ -609,7 +700,7 @@ func (w *Watcher) apply(plan Plan, containers []Container, fromState bool) {
 	}
 	err = WriteState(w.cfg.StateFile, State{
 		Written: time.Now().UTC(), Server: w.cfg.Server, Hash: plan.Hash,
-		Containers: containers, Routes: plan.Routes, Pools: plan.Pools,
+		Containers: containers, Routes: plan.Routes, Pools: plan.Pools, Vanished: plan.Vanished,
 	})
 	if err != nil {
 		w.m.errors.WithLabelValues("state_file").Inc()
@@ -619,25 +710,53 @@ func (w *Watcher) apply(plan Plan, containers []Container, fromState bool) {
 	w.written = plan.Hash
 }
 
+// notePlacement logs, once each, where the server's site policies do not
+// cover the discovered routes (when the applier can tell: the admin
+// client), and keeps them in the snapshot.
+func (w *Watcher) notePlacement() {
+	pc, ok := w.applier.(interface{ PlacementWarnings() []string })
+	if !ok {
+		return
+	}
+	warnings := pc.PlacementWarnings()
+	seen := make(map[string]bool, len(warnings))
+	for _, msg := range warnings {
+		seen[msg] = true
+		if !w.placementLogged[msg] {
+			w.log.Warn("site policies do not cover discovered routes", zap.String("server", w.cfg.Server), zap.String("detail", msg))
+		}
+	}
+	w.placementLogged = seen
+	w.update(func(s *Snapshot) { s.Placement = warnings })
+}
+
 // seedFleet hands the fleet the other hosts' containers of the state
-// file (the last route set that applied), so that a restarted gateway
-// routes them from its first build, before its bucket watch delivers
-// them, or while NATS is unreachable.
+// file (the last route set that applied: read by the first config load,
+// else here), so that a restarted gateway routes them from its first
+// build, before its bucket watch delivers them, or while NATS is
+// unreachable.
 func (w *Watcher) seedFleet() {
 	if w.cfg.Fleet == nil || w.cfg.StateFile == "" {
 		return
 	}
-	st, err := ReadState(w.cfg.StateFile)
-	if err != nil || st.Server != w.cfg.Server {
-		return
+	w.pubMu.Lock()
+	tried, cs := w.stateTried, w.stateContainers
+	w.pubMu.Unlock()
+	if !tried {
+		st, err := ReadState(w.cfg.StateFile)
+		if err != nil || st.Server != w.cfg.Server {
+			return
+		}
+		cs = st.Containers
 	}
-	w.cfg.Fleet.Seed(st.Containers)
+	w.cfg.Fleet.Seed(cs)
 }
 
-// loadState applies the state file's routes when the engine is unreachable
-// at start. The routes are regenerated from the stored containers with the
-// current options, falling back to the stored routes.
-func (w *Watcher) loadState() {
+// readStateLocked reads the state file (w.pubMu held) and makes its route
+// set the one config loads run: the routes are regenerated from the stored
+// containers with the current options (falling back to the stored routes),
+// and the services' replicas go into their pools.
+func (w *Watcher) readStateLocked() {
 	if w.cfg.StateFile == "" {
 		return
 	}
@@ -647,23 +766,62 @@ func (w *Watcher) loadState() {
 			w.m.errors.WithLabelValues("state_file").Inc()
 			w.log.Error("reading state_file", zap.String("path", w.cfg.StateFile), zap.Error(err))
 		} else {
-			w.log.Warn("no state_file yet; starting without discovered routes", zap.String("path", w.cfg.StateFile))
+			w.log.Info("no state_file yet: until the first container list applies, requests that no route matches get 503 discovery_starting",
+				zap.String("path", w.cfg.StateFile))
 		}
 		return
 	}
 	ds := Discover(st.Containers, w.cfg.Labels)
 	plan, err := BuildRoutes(ds, w.cfg.Build)
 	if err != nil || st.Server != w.cfg.Server {
-		plan = Plan{Routes: st.Routes, Hash: HashRoutes(st.Routes), Pools: st.Pools}
+		plan = Plan{Routes: st.Routes, Hash: HashRoutes(st.Routes), Pools: st.Pools, Vanished: st.Vanished}
+	} else {
+		trackVanished(w.cfg.Server, vanishedMap(st.Vanished), nil, &plan, w.cfg.ForgetAfter, time.Now())
 	}
-	w.log.Info("engine unreachable at start: applying routes from state_file",
+	w.stateVanished = plan.Vanished
+	w.log.Info("serving the routes of state_file until the engine is listed",
 		zap.String("path", w.cfg.StateFile), zap.Time("written", st.Written), zap.Int("routes", len(plan.Routes)))
-	w.plan, w.containers, w.written = &plan, st.Containers, st.Hash
+	w.statePlan, w.stateContainers = &plan, st.Containers
+	w.pub = &servingSet{routes: plan.Routes, hash: plan.Hash, known: true}
 	w.update(func(s *Snapshot) {
-		s.Containers, s.Warnings, s.Routes, s.Hash, s.FromStateFile = ds, plan.Warnings, len(plan.Routes), plan.Hash, true
+		s.Containers, s.Warnings, s.Routes, s.Hash, s.FromStateFile = ds, plan.Warnings, len(plan.Routes)-len(plan.Vanished), plan.Hash, true
+		s.Vanished = plan.Vanished
 	})
 	w.setPools(&plan)
-	w.apply(plan, st.Containers, true)
+}
+
+// stateVanishedRoutes returns the vanished routes the state file held.
+func (w *Watcher) stateVanishedRoutes() []VanishedRoute {
+	w.pubMu.Lock()
+	defer w.pubMu.Unlock()
+	return w.stateVanished
+}
+
+func vanishedMap(vs []VanishedRoute) map[string]VanishedRoute {
+	m := make(map[string]VanishedRoute, len(vs))
+	for _, v := range vs {
+		if c, err := Canonical(v.Match); err == nil {
+			m[string(c)] = v
+		}
+	}
+	return m
+}
+
+// adoptState makes the state file's plan, if it was read and nothing was
+// listed since, the loop's plan; it reports whether it did.
+func (w *Watcher) adoptState() bool {
+	if w.plan != nil || w.everListed {
+		return false
+	}
+	w.pubMu.Lock()
+	p, cs := w.statePlan, w.stateContainers
+	w.pubMu.Unlock()
+	if p == nil {
+		return false
+	}
+	w.plan, w.containers, w.fromState = p, cs, true
+	w.written = p.Hash
+	return true
 }
 
 // logLabelErrors logs one line per container whose label errors are new or

@@ -194,7 +194,7 @@ func TestWatcher(t *testing.T) {
 		if n := logs.FilterMessage("container engine unreachable; keeping the current routes").Len(); n != 1 {
 			t.Errorf("%d unreachable lines over %d lists, want 1", n, e.listCount())
 		}
-		if n := logs.FilterMessage("no state_file yet; starting without discovered routes").Len(); n != 1 {
+		if n := logs.FilterMessage("no state_file yet: until the first container list applies, requests that no route matches get 503 discovery_starting").Len(); n != 1 {
 			t.Errorf("%d state_file lines, want 1", n)
 		}
 	})

@@ -3,6 +3,7 @@ package dashboard
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"fmt"
 	"io"
 	"net"
@@ -37,9 +38,13 @@ func caddySources(endpoint func(ctx context.Context) (adminaddr.Endpoint, error)
 		},
 		Counters:  ReadCounters,
 		Discovery: func() (caddydocker.Snapshot, bool) { return caddydocker.Current("") },
-		FastPath:  fastpath.Status,
-		Events:    caddyaudit.Recent,
-		OpenAPI:   caddyopenapi.Snapshot,
+		DiscoveredRoutes: func(server string) []json.RawMessage {
+			routes, _ := caddydocker.ServedRoutes(server)
+			return routes
+		},
+		FastPath: fastpath.Status,
+		Events:   caddyaudit.Recent,
+		OpenAPI:  caddyopenapi.Snapshot,
 	}
 }
 

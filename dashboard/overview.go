@@ -2,6 +2,7 @@ package dashboard
 
 import (
 	"context"
+	"encoding/json"
 	"sort"
 	"strings"
 	"time"
@@ -23,6 +24,9 @@ type Sources struct {
 	Counters func() Counters
 	// Discovery returns the docker app's snapshot, if a docker app runs.
 	Discovery func() (caddydocker.Snapshot, bool)
+	// DiscoveredRoutes returns the routes a server's docker_routes
+	// handlers run (not in the config's JSON).
+	DiscoveredRoutes func(server string) []json.RawMessage
 	// Events returns up to n recent audit events, newest first.
 	Events func(n int) []Event
 	// FastPath returns, per server with the apigate listener wrapper,
@@ -70,6 +74,7 @@ type Containers struct {
 	// Enabled is false when no docker app runs.
 	Enabled         bool        `json:"enabled"`
 	Server          string      `json:"server,omitempty"`
+	Engine          string      `json:"engine,omitempty"`
 	EngineReachable bool        `json:"engine_reachable"`
 	FromStateFile   bool        `json:"from_state_file,omitempty"`
 	LastList        time.Time   `json:"last_list,omitzero"`
@@ -84,6 +89,12 @@ type Containers struct {
 	// Canaries are the canary releases in use: per service, the state,
 	// the weight and each side's share, error rate and P99 in the window.
 	Canaries []caddydocker.CanaryStatus `json:"canaries"`
+	// Scope are the labels the app routes containers by; OutOfScope the
+	// opted-in containers without them; Placement where site policies do
+	// not cover the discovered routes.
+	Scope      []string `json:"scope,omitempty"`
+	OutOfScope int      `json:"out_of_scope,omitempty"`
+	Placement  []string `json:"placement,omitempty"`
 }
 
 // Container is one discovered container.
@@ -114,7 +125,8 @@ func ContainersFrom(s caddydocker.Snapshot, ok bool) Containers {
 	if s.Canaries != nil {
 		c.Canaries = s.Canaries
 	}
-	c.Server, c.EngineReachable, c.FromStateFile = s.Server, s.EngineReachable, s.FromStateFile
+	c.Server, c.Engine, c.EngineReachable, c.FromStateFile = s.Server, s.Engine, s.EngineReachable, s.FromStateFile
+	c.Scope, c.OutOfScope, c.Placement = s.Scope, s.OutOfScope, s.Placement
 	c.LastList, c.LastApply, c.LastError, c.Warnings = s.LastList, s.LastApply, s.LastError, s.Warnings
 	c.Fleet = s.Fleet
 	for _, d := range s.Containers {
@@ -201,7 +213,7 @@ func (s Sources) routes(ctx context.Context) ([]Route, string) {
 	if err != nil {
 		return []Route{}, err.Error()
 	}
-	rs, err := ExtractRoutes(raw)
+	rs, err := ExtractRoutesWith(raw, s.DiscoveredRoutes)
 	if err != nil {
 		return []Route{}, err.Error()
 	}

@@ -48,3 +48,13 @@ func TestContainersFromStates(t *testing.T) {
 		}
 	}
 }
+
+// TestContainersFromEngine: the page says which engine discovery lists
+// (so an unreachable one is named), the scope and the placement warnings.
+func TestContainersFromEngine(t *testing.T) {
+	got := ContainersFrom(caddydocker.Snapshot{Server: "gateway", Engine: "unix:///var/run/docker.sock",
+		Scope: []string{"gateway.instance=edge"}, OutOfScope: 2, Placement: []string{"server gateway: ..."}}, true)
+	if got.Engine != "unix:///var/run/docker.sock" || got.EngineReachable || len(got.Scope) != 1 || got.OutOfScope != 2 || len(got.Placement) != 1 {
+		t.Fatalf("containers %+v", got)
+	}
+}

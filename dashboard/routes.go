@@ -72,6 +72,14 @@ type rawServer struct {
 // server then config order. Unknown or malformed parts are skipped, not
 // fatal: the dashboard shows what it can read.
 func ExtractRoutes(httpApp []byte) ([]Route, error) {
+	return ExtractRoutesWith(httpApp, nil)
+}
+
+// ExtractRoutesWith is ExtractRoutes where discovered returns the routes
+// that a server's docker_routes handlers run (caddydocker.ServedRoutes):
+// they are not in the config's JSON, and are flattened where the handler
+// stands. A nil discovered shows none.
+func ExtractRoutesWith(httpApp []byte, discovered func(server string) []json.RawMessage) ([]Route, error) {
 	if len(httpApp) == 0 || string(httpApp) == "null" {
 		return []Route{}, nil
 	}
@@ -90,6 +98,14 @@ func ExtractRoutes(httpApp []byte) ([]Route, error) {
 	for _, n := range names {
 		srv := app.Servers[n]
 		w := walker{server: n, listen: srv.Listen}
+		if discovered != nil {
+			for _, raw := range discovered(n) {
+				var rt rawRoute
+				if json.Unmarshal(raw, &rt) == nil {
+					w.discovered = append(w.discovered, rt)
+				}
+			}
+		}
 		w.routes(srv.Routes, nil, nil, "", 0)
 		out = append(out, w.out...)
 	}
@@ -97,9 +113,10 @@ func ExtractRoutes(httpApp []byte) ([]Route, error) {
 }
 
 type walker struct {
-	server string
-	listen []string
-	out    []Route
+	server     string
+	listen     []string
+	discovered []rawRoute // what the server's docker_routes handlers run
+	out        []Route
 }
 
 const maxDepth = 16
@@ -124,8 +141,9 @@ func (w *walker) routes(list []rawRoute, match []string, duties []Duty, id strin
 		emitted := false
 		for _, raw := range rt.Handle {
 			var h struct {
-				Handler string     `json:"handler"`
-				Routes  []rawRoute `json:"routes"`
+				Handler  string     `json:"handler"`
+				Routes   []rawRoute `json:"routes"`
+				CatchAll bool       `json:"catch_all"`
 			}
 			if json.Unmarshal(raw, &h) != nil || h.Handler == "" {
 				continue
@@ -134,6 +152,22 @@ func (w *walker) routes(list []rawRoute, match []string, duties []Duty, id strin
 				w.routes(h.Routes, m, chain, rid, depth+1)
 				emitted = true
 				continue
+			}
+			if h.Handler == "docker_routes" && !h.CatchAll {
+				// the discovered routes, run where the handler stands;
+				// what they leave goes on to the next handler
+				w.routes(w.discovered, m, chain, rid, depth+1)
+				continue
+			}
+			if h.Handler == "docker_routes" {
+				r := Route{Server: w.server, Listen: w.listen, ID: rid, Source: "discovery", Match: m,
+					Duties: append(chain, Duty{Name: "docker_routes", Detail: "catch-all: 404 no_route"})}
+				if r.Match == nil {
+					r.Match = []string{}
+				}
+				w.out = append(w.out, r)
+				emitted = true
+				break
 			}
 			d := Duty{Name: h.Handler, Detail: dutyDetail(h.Handler, raw)}
 			chain = append(chain, d)

@@ -122,21 +122,28 @@ func TestExtractRoutes(t *testing.T) {
 }
 
 func TestExtractRoutesDiscovered(t *testing.T) {
-	// The shape caddydocker writes: an @id, a matcher, the chain, and its
-	// catch-all no_route.
-	app := `{"servers":{"gateway":{"listen":[":19801"],"routes":[
-		{"@id":"docker:gateway:shop:api","match":[{"path":["/shop","/shop/*"],"method":["GET"]}],"handle":[
+	// The shape caddydocker runs: the routes of the docker_routes handler
+	// (an @id, a matcher, the chain; not in the config's JSON), where the
+	// handler stands, and the catch-all at the end of the server.
+	discovered := json.RawMessage(`{"@id":"docker:gateway:shop:api","match":[{"path":["/shop","/shop/*"],"method":["GET"]}],"handle":[
 			{"handler":"audit"},
 			{"handler":"jwt_auth","hmac_secrets":["x"]},
 			{"handler":"rbac","require":[{"any":["admin"]}]},
 			{"handler":"rate_limit","rate_limits":{"docker_gateway_shop_api":{"key":"{http.auth.user.id}","max_events":100,"window":"30s"}}},
 			{"handler":"permission","url":"http://user:pw@127.0.0.1:9100/check?token=x"},
 			{"handler":"rewrite","strip_path_prefix":"/shop"},
-			{"handler":"reverse_proxy","upstreams":[{"dial":"127.0.0.1:8080"}]}],"terminal":true},
+			{"handler":"reverse_proxy","upstreams":[{"dial":"127.0.0.1:8080"}]}],"terminal":true}`)
+	app := `{"servers":{"gateway":{"listen":[":19801"],"routes":[
+		{"handle":[{"handler":"docker_routes"}]},
 		{"handle":[{"handler":"static_response","status_code":200,"body":"own"}]},
-		{"@id":"docker:gateway:no_route","handle":[{"handler":"static_response","status_code":404}],"terminal":true}
+		{"handle":[{"handler":"docker_routes","catch_all":true}]}
 	]}}}`
-	rs, err := ExtractRoutes([]byte(app))
+	rs, err := ExtractRoutesWith([]byte(app), func(server string) []json.RawMessage {
+		if server != "gateway" {
+			t.Errorf("discovered routes of server %q asked", server)
+		}
+		return []json.RawMessage{discovered}
+	})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -146,7 +153,7 @@ func TestExtractRoutesDiscovered(t *testing.T) {
 	want := []string{
 		"gateway | method GET & path /shop,/shop/* | audit jwt_auth rbac(any admin) rate_limit(100/30s) permission(http://127.0.0.1:9100/check) rewrite reverse_proxy | 127.0.0.1:8080 | discovery",
 		"gateway |  | static_response(200) |  | config",
-		"gateway |  | static_response(404) |  | discovery",
+		"gateway |  | docker_routes(catch-all: 404 no_route) |  | discovery",
 	}
 	var got []string
 	for _, r := range rs {

@@ -7,7 +7,9 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
+	"time"
 )
 
 // docBlock is a fenced code block of a Markdown file.
@@ -57,6 +59,66 @@ func docBlocks(t *testing.T) []docBlock {
 		}
 	}
 	return blocks
+}
+
+// sectionBlocks returns the code blocks of the section of file (a path
+// from the repository's root) under heading ("## Test tokens"), up to the
+// next heading of its level or above.
+func sectionBlocks(t *testing.T, file, heading string) []docBlock {
+	t.Helper()
+	data, err := os.ReadFile("../" + file)
+	if err != nil {
+		t.Fatal(err)
+	}
+	section := string(data)
+	start := strings.Index(section, "\n"+heading+"\n")
+	if start < 0 {
+		t.Fatalf("%s has no %q section", file, heading)
+	}
+	section = section[start+1+len(heading):]
+	level, _, _ := strings.Cut(heading, " ")
+	for _, l := range []string{"##", "###", "####"} { // (a "# " line may be a shell comment)
+		if end := strings.Index(section, "\n"+l+" "); end >= 0 && len(l) <= len(level) {
+			section = section[:end]
+		}
+	}
+	var blocks []docBlock
+	for _, b := range docBlocks(t) {
+		if b.file == file && strings.Contains(section, "```"+b.info+"\n"+b.text+"```") {
+			blocks = append(blocks, b)
+		}
+	}
+	return blocks
+}
+
+// runScript runs a doc's shell block with bash -euo pipefail in dir, in a
+// process group of its own that the test ends (a block may leave a server
+// running in the background), killed if it runs longer than within; its
+// output goes to <dir>/<name>.log (which a background job may keep open)
+// and is returned.
+func runScript(t *testing.T, dir string, env []string, name, script string, within time.Duration) (string, error) {
+	t.Helper()
+	logPath := filepath.Join(dir, name+".log")
+	log, err := os.Create(logPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer log.Close()
+	cmd := exec.Command("bash", "-euo", "pipefail", "-c", script)
+	cmd.Dir, cmd.Env, cmd.Stdout, cmd.Stderr = dir, env, log, log
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	pgid := cmd.Process.Pid
+	t.Cleanup(func() { syscall.Kill(-pgid, syscall.SIGTERM) })
+	timer := time.AfterFunc(within, func() { syscall.Kill(-pgid, syscall.SIGKILL) })
+	err = cmd.Wait()
+	if !timer.Stop() {
+		err = fmt.Errorf("killed after %s: %v", within, err)
+	}
+	out, _ := os.ReadFile(logPath)
+	return string(out), err
 }
 
 // TestDocSnippets keeps the Caddyfile snippets of the README and docs/

@@ -17,25 +17,7 @@ import (
 // a token and sends it; the gateway must answer "hello alice".
 func TestTestTokenRecipe(t *testing.T) {
 	bin := caddyBin(t)
-	data, err := os.ReadFile("../docs/caddyjwt.md")
-	if err != nil {
-		t.Fatal(err)
-	}
-	section := string(data)
-	start := strings.Index(section, "\n## Test tokens\n")
-	if start < 0 {
-		t.Fatal(`docs/caddyjwt.md has no "## Test tokens" section`)
-	}
-	section = section[start+1:]
-	if end := strings.Index(section[3:], "\n## "); end >= 0 {
-		section = section[:end+3]
-	}
-	var blocks []docBlock
-	for _, b := range docBlocks(t) {
-		if b.file == "docs/caddyjwt.md" && strings.Contains(section, "```"+b.info+"\n"+b.text+"```") {
-			blocks = append(blocks, b)
-		}
-	}
+	blocks := sectionBlocks(t, "docs/caddyjwt.md", "## Test tokens")
 	if len(blocks) != 3 || blocks[0].info != "sh" || blocks[1].info != "caddyfile" || blocks[2].info != "sh" {
 		t.Fatalf("the recipe's blocks: %v; want sh (key, JWKS, serve), caddyfile (the gateway), sh (token, request)", blocks)
 	}
@@ -55,28 +37,7 @@ func TestTestTokenRecipe(t *testing.T) {
 	}
 	env := append(os.Environ(), "PATH="+binDir+":"+os.Getenv("PATH"), "HOME="+dir,
 		"XDG_DATA_HOME="+dir+"/xdg", "XDG_CONFIG_HOME="+dir+"/xdg", "CADDY_ADMIN="+adminAddr)
-	// sh runs a block with bash in dir, in a process group of its own that
-	// the test ends (the recipe leaves the file server running); its
-	// output goes to a file, which a background job may keep open.
-	sh := func(name, script string) (string, error) {
-		logPath := filepath.Join(dir, name+".log")
-		log, err := os.Create(logPath)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer log.Close()
-		cmd := exec.Command("bash", "-euo", "pipefail", "-c", script)
-		cmd.Dir, cmd.Env, cmd.Stdout, cmd.Stderr = dir, env, log, log
-		cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
-		if err := cmd.Start(); err != nil {
-			t.Fatal(err)
-		}
-		pgid := cmd.Process.Pid
-		t.Cleanup(func() { syscall.Kill(-pgid, syscall.SIGTERM) })
-		err = cmd.Wait()
-		out, _ := os.ReadFile(logPath)
-		return string(out), err
-	}
+	sh := func(name, script string) (string, error) { return runScript(t, dir, env, name, script, 2*time.Minute) }
 	if out, err := sh("serve", serve); err != nil {
 		t.Fatalf("step 1 of the recipe: %v\n%s", err, out)
 	}

@@ -118,6 +118,8 @@ func (c *compiler) handler(h caddyhttp.MiddlewareHandler) (step, string) {
 			return nil, reason
 		}
 		return &subroute{h: h, routes: routes}, ""
+	case interface{ Subroute() *caddyhttp.Subroute }: // a handler running routes of its own (docker_routes)
+		return c.handler(h.Subroute())
 	case *reverseproxy.Handler:
 		return c.proxy(h)
 	}

@@ -171,7 +171,8 @@
     setText("stat-rejected", c.enabled ? c.rejected : "–");
     let eng = "discovery not configured";
     if (c.enabled) {
-      eng = (c.engine_reachable ? "engine reachable" : "engine UNREACHABLE") + " · server " + c.server;
+      eng = (c.engine_reachable ? "engine reachable" : "engine UNREACHABLE") + (c.engine ? " at " + c.engine : "") + " · server " + c.server;
+      if (c.scope && c.scope.length) eng += " · scope " + c.scope.join(" ") + (c.out_of_scope ? " (" + c.out_of_scope + " other labelled container" + (c.out_of_scope === 1 ? "" : "s") + " left alone)" : "");
       if (c.last_list) eng += " · listed " + new Date(c.last_list).toLocaleTimeString();
       if (c.from_state_file) eng += " · routes from state file";
       const f = c.fleet;
@@ -192,7 +193,11 @@
       " also publishes as node " + c.fleet.node + ", and each overwrites the other's containers. Give each gateway its own node in its fleet options (node defaults to the host name)." : "");
     $("fleet-conflict").hidden = namesakes.length === 0;
     const note = [];
+    if (c.enabled && !c.engine_reachable) note.push("no container engine answers" + (c.engine ? " at " + c.engine : "") +
+      ": start Docker or Podman's API service (podman system service), or point the docker app's host at the engine; the gateway keeps serving its own routes" +
+      (c.from_state_file ? " and the last good discovered routes" : ""));
     if (c.last_error) note.push("last error: " + c.last_error);
+    (c.placement || []).forEach((w) => note.push("placement: " + w));
     (c.warnings || []).forEach((w) => note.push("warning: " + w));
     setText("containers-note", note.join(" · "));
     const rows = c.items.map((it) => {

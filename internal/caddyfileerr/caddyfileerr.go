@@ -16,9 +16,15 @@
 // and replaces one internal: the registered "caddyfile" adapter in
 // caddyconfig's adapter table, wrapped so that its errors keep only their
 // first position (Adapter). It is the one place in the gateway that does
-// so; TestAdapterWrapped fails when the pinned Caddy changes the table, and
-// the wrapper changes nothing but the text of an adapt error. Importing
-// the package (the gateway package does) installs it.
+// so; TestAdapterWrapped fails when the pinned Caddy changes the table.
+// Importing the package (the gateway package does) installs it.
+//
+// The wrapper is also the one place where a module package completes the
+// JSON a Caddyfile adapts to (AfterAdapt): caddydocker puts the
+// docker_routes handlers where a server that discovery routes to has none,
+// so that a config starts with them (Caddy offers no hook for a global
+// option to add routes to a server). Otherwise it changes nothing but the
+// text of an adapt error.
 package caddyfileerr
 
 import (
@@ -47,23 +53,50 @@ func init() {
 }
 
 // Adapter is a config adapter whose errors name one position: the first,
-// the bad token's. Its warnings end with what the reporters say of the
-// adapted config (`caddy adapt`, `caddy validate` and `caddy run` print
-// them).
+// the bad token's. Its output has gone through the AfterAdapt steps, and
+// its warnings end with what the reporters say of that output (`caddy
+// adapt`, `caddy validate` and `caddy run` print them).
 type Adapter struct {
 	caddyconfig.Adapter
 }
 
-// Adapt adapts body with the wrapped adapter.
+// Adapt adapts body with the wrapped adapter, then runs the AfterAdapt
+// steps on the result and the reporters on what they made.
 func (a Adapter) Adapt(body []byte, options map[string]any) ([]byte, []caddyconfig.Warning, error) {
 	out, warnings, err := a.Adapter.Adapt(body, options)
 	if err != nil {
 		return out, warnings, OnePosition(err)
 	}
+	for _, step := range afterAdapt {
+		more, err := step(out, options)
+		if err != nil {
+			return nil, warnings, err
+		}
+		out = more.Config
+		warnings = append(warnings, more.Warnings...)
+	}
 	for _, r := range reporters {
 		warnings = append(warnings, r(out)...)
 	}
 	return out, warnings, nil
+}
+
+// Adapted is what an AfterAdapt step returns: the config (JSON) and the
+// warnings to add to the adapter's.
+type Adapted struct {
+	Config   []byte
+	Warnings []caddyconfig.Warning
+}
+
+var afterAdapt []func(cfg []byte, options map[string]any) (Adapted, error)
+
+// AfterAdapt registers a step that every successfully adapted Caddyfile
+// goes through, in registration order (call it from an init function),
+// before the reporters see it. A step returns the config unchanged when it
+// has nothing to do; its warnings are printed as the adapter's own
+// (`caddy adapt`, `caddy validate`, `caddy run`).
+func AfterAdapt(step func(cfg []byte, options map[string]any) (Adapted, error)) {
+	afterAdapt = append(afterAdapt, step)
 }
 
 // reporters say something of an adapted config (AddReporter).

@@ -110,22 +110,21 @@ func metric(h *fleetHost, line string) string {
 // two gateway processes) on one NATS cluster, a canary of a service on
 // host A answering 500s: both gateways split it alike (B through the
 // fleet); traffic through A alone rolls it back on A, and B applies the
-// rollback within the ttl (B sends it nothing more); B restarted is still
-// rolled back (the state is in the bucket).
+// rollback within the ttl (B sends it nothing more); B SIGKILLed and
+// restarted is still rolled back and routes the service to v1 alone from
+// its first request (its state file and canary records are in its data
+// directory, kept across the restart; the bucket has them too), with no
+// wait for the bucket (issue 32: a restarted B answered Caddy's empty 200
+// until its routes were patched in).
 func TestCanaryAcrossFleet(t *testing.T) {
 	bin := gatewayBinary(t)
 	pods := twoPodmans(t, [2]string{"qa", "qb"})
 	nats := natstest.StartCluster(t, 3)
 	a := &fleetHost{name: "a", pod: pods[0], admin: canaryAdmin[0], http: canaryHTTP[0], config: canaryConfig}
-	b := &fleetHost{name: "b", pod: pods[1], admin: canaryAdmin[1], http: canaryHTTP[1], config: canaryConfig}
+	b := &fleetHost{name: "b", pod: pods[1], admin: canaryAdmin[1], http: canaryHTTP[1], config: canaryConfig, home: t.TempDir()}
 	a.start(t, bin, nats.URL())
 	b.start(t, bin, nats.URL())
 
-	step := func(name string, fn func(t *testing.T)) {
-		if !t.Run(name, fn) {
-			t.FailNow()
-		}
-	}
 	const svc = "fleetcanary"
 	labels := func(version string, port int, extra ...string) map[string]string {
 		m := map[string]string{
@@ -140,7 +139,7 @@ func TestCanaryAcrossFleet(t *testing.T) {
 	}
 	path := "/" + svc + "/x"
 
-	step("both gateways run the release of A's canary", func(t *testing.T) {
+	runStep(t, "both gateways run the release of A's canary", func(t *testing.T) {
 		for _, v := range []string{"v1a", "v1b"} {
 			p, err := podmantest.FreePort()
 			if err != nil {
@@ -178,7 +177,7 @@ func TestCanaryAcrossFleet(t *testing.T) {
 		})
 	})
 
-	step("A rolls back, B applies it within the ttl", func(t *testing.T) {
+	runStep(t, "A rolls back, B applies it within the ttl", func(t *testing.T) {
 		var rolled time.Time
 		sent := 0
 		podmantest.Eventually(t, "A rolled back", 60*time.Second, func() string {
@@ -217,9 +216,17 @@ func TestCanaryAcrossFleet(t *testing.T) {
 	})
 
 	outer := t
-	step("B restarted: rolled back from the bucket", func(t *testing.T) {
+	runStep(t, "B restarted: rolled back, routed from its first request", func(t *testing.T) {
 		b.kill()
 		b.start(outer, bin, nats.URL())
+		// from the first request on (start returns at B's first 200 of
+		// /ready), with no wait for B's bucket watch
+		for i := range 100 {
+			code, body, err := podmantest.Get(b.url(path))
+			if err != nil || code != 200 || !strings.HasPrefix(body, svc+"-v1") {
+				t.Fatalf("through the restarted B, request %d: %d %q %v", i+1, code, body, err)
+			}
+		}
 		podmantest.Eventually(t, "B knows the release", 30*time.Second, func() string {
 			r, err := release(b, svc)
 			if err != nil || r.State != "rolled_back" || r.Weight != 0 {
@@ -227,19 +234,5 @@ func TestCanaryAcrossFleet(t *testing.T) {
 			}
 			return ""
 		})
-		// The release's record and A's containers come from the same
-		// watch; the routes apply a moment after the record is known.
-		podmantest.Eventually(t, "B routes the service", 10*time.Second, func() string {
-			if code, body, err := podmantest.Get(b.url(path)); err != nil || code != 200 {
-				return fmt.Sprintf("%d %q %v", code, body, err)
-			}
-			return ""
-		})
-		for range 100 {
-			code, body, err := podmantest.Get(b.url(path))
-			if err != nil || code != 200 || !strings.HasPrefix(body, svc+"-v1") {
-				t.Fatalf("through the restarted B: %d %q %v", code, body, err)
-			}
-		}
 	})
 }

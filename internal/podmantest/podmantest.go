@@ -304,6 +304,22 @@ func (p *Podman) Remove(name string) error {
 	return err
 }
 
+// Wrapper writes an executable named podman into dir that runs podman
+// on this instance (its storage and config), so that a script written for
+// a plain `podman` (a doc's recipe) runs against it with dir first in
+// PATH.
+func (p *Podman) Wrapper(dir string) error {
+	var env string
+	for _, kv := range p.env {
+		if strings.HasPrefix(kv, "CONTAINERS_CONF=") {
+			env = "export " + kv + "\n"
+		}
+	}
+	script := fmt.Sprintf("#!/bin/sh\n%sexec %s --root %s --runroot %s \"$@\"\n", env, p.bin,
+		filepath.Join(p.Dir, "root"), filepath.Join(p.Dir, "run"))
+	return os.WriteFile(filepath.Join(dir, "podman"), []byte(script), 0o755)
+}
+
 // RemoveAll removes every container of this instance.
 func (p *Podman) RemoveAll() {
 	_, _ = p.cmd("rm", "-af", "-t", "0")
