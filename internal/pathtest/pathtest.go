@@ -18,9 +18,11 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/caddyserver/caddy/v2"
 	"github.com/caddyserver/caddy/v2/caddyconfig"
 	_ "github.com/caddyserver/caddy/v2/caddyconfig/httpcaddyfile" // the caddyfile adapter
 	"github.com/caddyserver/caddy/v2/caddytest"
@@ -45,10 +47,35 @@ var Both = []Path{{Name: "caddy"}, {Name: "fastpath", Fast: true}}
 func Run(t *testing.T, test func(t *testing.T, p Path, rec *Recorder)) {
 	t.Helper()
 	rec := &Recorder{}
-	for _, p := range Both {
+	for i, p := range Both {
+		if i > 0 {
+			stopServers(t)
+		}
 		t.Run(p.Name, func(t *testing.T) { test(t, p, rec) })
 	}
 	rec.Compare(t)
+}
+
+// loadedAdmin is the admin port of the last config Load loaded.
+var loadedAdmin atomic.Int32
+
+// stopServers stops the servers of the config the previous path loaded
+// (the admin API stays) before the next path loads its own on the same
+// ports. Without it, the next path's first request could land in a
+// server of the previous config: Caddy's http app returns from Stop once
+// its servers have begun to shut down, not once they stopped accepting,
+// and the tests' short grace period then cuts the connection (an EOF
+// instead of the answer, once in TestClaimsPlaceholdersPerRequest). The
+// next load's provisioning leaves them the time to close their listeners.
+func stopServers(t *testing.T) {
+	t.Helper()
+	port := loadedAdmin.Load()
+	if port == 0 || caddy.ActiveContext().Context == nil {
+		return
+	}
+	if err := caddy.Load([]byte(fmt.Sprintf(`{"admin":{"listen":"localhost:%d"}}`, port)), true); err != nil {
+		t.Fatalf("stopping the previous path's servers: %v", err)
+	}
 }
 
 // JSON adapts a Caddyfile; on the fast path it adds the apigate listener
@@ -91,6 +118,7 @@ func (p Path) JSON(t testing.TB, caddyfile string) []byte {
 func (p Path) Load(t *testing.T, adminPort int, caddyfile string, servers ...string) *caddytest.Tester {
 	t.Helper()
 	tester := caddytester.LoadJSON(t, adminPort, string(p.JSON(t, caddyfile)))
+	loadedAdmin.Store(int32(adminPort))
 	if p.Fast {
 		RequireFast(t, servers...)
 		before := map[string]float64{}
