@@ -444,14 +444,15 @@ func (w *respWriter) commit(p []byte) {
 	w.extra = extraHeader{}
 
 	trailers := w.trailerFields(&hd)
-	if w.handlerDone && !trailers && headerGet(hd.header, "Transfer-Encoding") == "" && bodyAllowedForStatus(w.status) &&
+	te := headerGet(hd.header, "Transfer-Encoding")
+	if w.handlerDone && !trailers && te == "" && bodyAllowedForStatus(w.status) &&
 		!headerHas(hd.header, "Content-Length") && (w.h.method != http.MethodHead || len(p) > 0) {
 		w.contentLength = int64(len(p))
 		w.extra.contentLength = strconv.AppendInt(w.extra.clBuf[:0], int64(len(p)), 10)
 	}
 	w.connectionReuse(&hd, keepAlives)
 	w.finishRequestBody(&hd)
-	w.framing(&hd, p, keepAlives)
+	w.framing(&hd, p, te, keepAlives)
 
 	bw := w.c.bw
 	writeStatusLine(bw, w.h.minor == 1, w.status)
@@ -573,12 +574,11 @@ func (w *respWriter) finishRequestBody(hd *respHead) {
 
 // framing settles the fields that frame the body: Content-Type sniffed
 // from the first chunk, the fields a status may not carry, Date, and
-// Content-Length against Transfer-Encoding (chunked for an HTTP/1.1
-// response of unknown length, close-delimited for HTTP/1.0).
-func (w *respWriter) framing(hd *respHead, p []byte, keepAlives bool) {
+// Content-Length against the handler's Transfer-Encoding, te (chunked for
+// an HTTP/1.1 response of unknown length, close-delimited for HTTP/1.0).
+func (w *respWriter) framing(hd *respHead, p []byte, te string, keepAlives bool) {
 	header, set := hd.header, &w.extra
 	isHEAD := w.h.method == http.MethodHead
-	te := headerGet(header, "Transfer-Encoding")
 	hasTE := te != ""
 	hasCL := w.contentLength != -1
 	code := w.status
