@@ -47,7 +47,7 @@ const (
 const OverflowConsumer = "*overflow*"
 
 const (
-	dayRec    = 16  // admitted, refused
+	dayRec    = 16   // admitted, refused
 	ringRec   = 1024 // 64 minute buckets, 64 hour buckets
 	leaseRec  = 128  // fleet.go
 	perChunk  = 4096
