@@ -15,6 +15,7 @@ import (
 	_ "github.com/apigate/gateway/caddyh1"
 	_ "github.com/apigate/gateway/caddyjwt"
 	_ "github.com/apigate/gateway/caddypermcache"
+	_ "github.com/apigate/gateway/caddyquota"
 	_ "github.com/apigate/gateway/caddyrbac"
 	_ "github.com/apigate/gateway/dashboard"
 	_ "github.com/apigate/gateway/fastpath"

@@ -6,6 +6,8 @@ import (
 	"strconv"
 	"sync/atomic"
 	"time"
+
+	"github.com/apigate/gateway/internal/planname"
 )
 
 // MaxLimits is the most limits a plan has: one per unit.
@@ -30,8 +32,8 @@ type policyField struct {
 
 // NewPlan checks and orders the limits of a plan.
 func NewPlan(name string, limits []Limit) (*Plan, error) {
-	if !ValidPlanName(name) {
-		return nil, fmt.Errorf("invalid plan name %q: use 1 to 64 letters, digits, '-' or '_'", name)
+	if err := planname.Check(name); err != nil {
+		return nil, err
 	}
 	ls := append([]Limit(nil), limits...)
 	sort.Slice(ls, func(i, j int) bool { return ls[i].Unit < ls[j].Unit })
@@ -47,22 +49,6 @@ func NewPlan(name string, limits []Limit) (*Plan, error) {
 		}
 	}
 	return &Plan{Name: name, Limits: ls}, nil
-}
-
-// ValidPlanName reports whether name can name a plan: 1 to 64 ASCII
-// letters, digits, '-' and '_' (it is part of NATS keys and of the
-// RateLimit fields' policy names).
-func ValidPlanName(name string) bool {
-	if name == "" || len(name) > 64 {
-		return false
-	}
-	for i := 0; i < len(name); i++ {
-		c := name[i]
-		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '-' || c == '_') {
-			return false
-		}
-	}
-	return true
 }
 
 // Limit returns the plan's limit for a unit, if it has one.

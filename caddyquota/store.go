@@ -15,6 +15,8 @@ import (
 	"time"
 
 	"go.uber.org/zap"
+
+	"github.com/apigate/gateway/caddyquota/quotausage"
 )
 
 // The store keeps a gateway's counts on disk, in a directory:
@@ -96,7 +98,7 @@ type Store struct {
 	rings      *table
 	leases     *table
 
-	fleet atomic.Pointer[fleetLink] // set while the counts are shared (fleet.go)
+	fleet atomic.Pointer[Fleet] // set while the counts are shared (fleet.go)
 
 	stop    chan struct{}
 	stopped sync.WaitGroup
@@ -602,12 +604,7 @@ func (s *Store) ringUsed(idx uint32, u Unit, now time.Time) int64 {
 }
 
 // DayUsage is one consumer's requests on one plan and day.
-type DayUsage struct {
-	Date     string `json:"date"`
-	Plan     string `json:"plan"`
-	Admitted int64  `json:"admitted"`
-	Refused  int64  `json:"refused"`
-}
+type DayUsage = quotausage.Day
 
 // Plans returns the plans a consumer has been counted on, sorted.
 func (s *Store) Plans(consumer string) []string {
@@ -641,44 +638,101 @@ func (s *Store) Usage(consumer string, from, to int64) []DayUsage {
 	return out
 }
 
-// SlotUsage is one slot's counts now: the day's and the month's, and the
-// sliding windows'.
+// SlotUsage is one slot's counts now.
 type SlotUsage struct {
 	Consumer string
 	Plan     string
 	// Day and Month are the admitted requests of the current day and
-	// month; Refused the day's refused ones.
+	// month; Refused the day's refused ones. With the counts shared by a
+	// fleet, Day and Month add the other gateways' as last read.
 	Day, Month, Refused int64
-	// Minute and Hour are the sliding windows' counts.
-	Minute, Hour int64
-	// LastUsed is the last request counted (zero: none since the store
-	// opened).
+	// LastUsed is the last request counted here (zero: none since the
+	// store opened).
 	LastUsed time.Time
 }
 
-// Current returns every slot's counts at now. With the counts shared
-// by a fleet, Day and Month are the fleet's as last read from it.
+// Current returns every slot's counts at now.
 func (s *Store) Current(now time.Time) []SlotUsage {
 	sn := s.periods(now)
-	out := make([]SlotUsage, 0, len(s.allSlots()))
-	for _, sl := range s.allSlots() {
-		a, r := s.dayCounts(sl.idx, sn.day.ID)
-		u := SlotUsage{Consumer: sl.key.consumer, Plan: sl.key.plan, Day: a, Refused: r}
+	slots := s.allSlots()
+	out := make([]SlotUsage, 0, len(slots))
+	dt, err := s.dayTable(sn.day.ID)
+	if err != nil {
+		dt = nil
+	}
+	f := s.fleet.Load()
+	for _, sl := range slots {
+		u := SlotUsage{Consumer: sl.key.consumer, Plan: sl.key.plan}
+		if dt != nil {
+			u.Day, u.Refused = int64(dt.load(sl.idx, 0)), int64(dt.load(sl.idx, 1))
+		}
 		sl.mu.Lock()
 		s.ensureMonth(sl, sn)
 		u.Month = sl.month
 		sl.mu.Unlock()
-		if f := s.fleet.Load(); f != nil {
+		if f != nil {
 			f.current(sl, sn, &u)
 		}
-		u.Minute = s.ringUsed(sl.idx, Minute, now)
-		u.Hour = s.ringUsed(sl.idx, Hour, now)
 		if ns := sl.used.Load(); ns != 0 {
 			u.LastUsed = time.Unix(0, ns)
 		}
 		out = append(out, u)
 	}
 	return out
+}
+
+// Standing returns a consumer's use of each limit of plan p at now (0
+// for a consumer never counted on p): the fleet's as last read, with the
+// counts shared.
+func (s *Store) Standing(p *Plan, consumer string, now time.Time) []int64 {
+	used := make([]int64, len(p.Limits))
+	sl := s.lookup(p.Name, NormalizeConsumer(consumer))
+	if sl == nil {
+		return used
+	}
+	sn := s.periods(now)
+	a, _ := s.dayCounts(sl.idx, sn.day.ID)
+	sl.mu.Lock()
+	s.ensureMonth(sl, sn)
+	u := SlotUsage{Day: a, Month: sl.month}
+	var others [Month + 1]int64
+	if f := s.fleet.Load(); f != nil {
+		for _, w := range []Unit{Minute, Hour} {
+			if k := sl.fl.known[w]; leaseValid(w, k.inst, stepOf(now, w)) {
+				others[w] = k.others
+			}
+		}
+	}
+	sl.mu.Unlock()
+	if f := s.fleet.Load(); f != nil {
+		f.current(sl, sn, &u)
+	}
+	for i, l := range p.Limits {
+		switch l.Unit {
+		case Day:
+			used[i] = u.Day
+		case Month:
+			used[i] = u.Month
+		default:
+			used[i] = s.ringUsed(sl.idx, l.Unit, now) + others[l.Unit]
+		}
+	}
+	return used
+}
+
+// LastPlan returns the plan of a consumer's latest request here ("" when
+// it has none).
+func (s *Store) LastPlan(consumer string) string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var plan string
+	var last int64 = -1
+	for _, sl := range s.byConsumer[NormalizeConsumer(consumer)] {
+		if u := sl.used.Load(); u > last {
+			plan, last = sl.key.plan, u
+		}
+	}
+	return plan
 }
 
 // Consumers returns how many slots the store holds.

@@ -88,7 +88,7 @@ func TestDayLimit(t *testing.T) {
 		t.Fatalf("next day: %+v", d)
 	}
 	u := s.Usage("alice", mustDate(t, "2026-12-01"), mustDate(t, "2026-12-02"))
-	want := []DayUsage{{"2026-12-01", "free", 3, 1}, {"2026-12-02", "free", 1, 0}}
+	want := []DayUsage{{Date: "2026-12-01", Plan: "free", Admitted: 3, Refused: 1}, {Date: "2026-12-02", Plan: "free", Admitted: 1}}
 	if fmt.Sprint(u) != fmt.Sprint(want) {
 		t.Errorf("usage %v, want %v", u, want)
 	}

@@ -37,6 +37,18 @@ func Respond(w http.ResponseWriter, r *http.Request, status int, code, reason st
 	return nil
 }
 
+// RespondBody is Respond for a duty whose answer has a JSON body of its
+// own (body, marshalled): the quota's {"error":"quota_exceeded",...}. With
+// error routes they answer, as for Respond; without, body is written with
+// status.
+func RespondBody(w http.ResponseWriter, r *http.Request, status int, reason string, body []byte) error {
+	if hasErrorRoutes(r) {
+		return caddyhttp.Error(status, errors.New(reason))
+	}
+	WriteBody(w, status, body)
+	return nil
+}
+
 func hasErrorRoutes(r *http.Request) bool {
 	srv, ok := r.Context().Value(caddyhttp.ServerCtxKey).(*caddyhttp.Server)
 	return ok && srv != nil && srv.Errors != nil && len(srv.Errors.Routes) > 0
@@ -48,7 +60,13 @@ func Write(w http.ResponseWriter, status int, code, reason string) {
 	if err != nil { // cannot happen for two strings
 		body = []byte(`{"error":"` + code + `"}`)
 	}
-	body = append(body, '\n')
+	WriteBody(w, status, body)
+}
+
+// WriteBody writes a JSON body (a newline is added) with status, as Write
+// does.
+func WriteBody(w http.ResponseWriter, status int, body []byte) {
+	body = append(body[:len(body):len(body)], '\n')
 	h := w.Header()
 	h.Set("Content-Type", "application/json")
 	h.Set("Content-Length", strconv.Itoa(len(body)))
