@@ -120,6 +120,7 @@ type Fleet struct {
 	nodes     atomic.Int64 // gateways with a fresh heartbeat, at least 1
 	downSince atomic.Int64 // Unix ns the counts became unreachable; 0 while available
 	lastDown  atomic.Int64 // Unix ns of the last time they did
+	holdTill  atomic.Int64 // Unix ns until which no lease is taken after an outage
 
 	qmu     sync.Mutex
 	queue   []*slot
@@ -238,6 +239,10 @@ func (f *Fleet) setAvailable(ok bool, err error) {
 	}
 	if ok {
 		fleetAvailable.Set(1)
+		// every gateway writes what it admitted alone before any takes
+		// a lease again (they see NATS return within about one sync
+		// interval of each other)
+		f.holdTill.Store(f.now().UnixNano() + int64(f.o.SyncInterval))
 		down := time.Duration(f.now().UnixNano() - f.downSince.Swap(0))
 		f.logger.Info("quota fleet counts reachable again: writing what this gateway admitted alone", zap.Duration("unreachable_for", down))
 		f.resyncAll()
@@ -298,14 +303,18 @@ func (f *Fleet) acquire(s *Store, sl *slot, p *Plan, now time.Time, sn *calSnap,
 	if sl.fl.plan.Load() != p {
 		sl.fl.plan.Store(p)
 	}
-	alone := !f.available.Load() || (f.conn.Connected != nil && !f.conn.Connected())
+	alone := !f.available.Load() || now.UnixNano() < f.holdTill.Load()
+	if !alone && f.conn.Connected != nil && !f.conn.Connected() {
+		f.setAvailable(false, errors.New("NATS connection lost"))
+		alone = true
+	}
 	var timer *time.Timer
 	defer func() {
 		if timer != nil {
 			timer.Stop()
 		}
 	}()
-	for attempt := 0; ; attempt++ {
+	for {
 		sl.mu.Lock()
 		d, need, prefetch := f.decide(s, sl, p, now, sn, dt, dry, alone)
 		var ch chan struct{}
@@ -325,11 +334,14 @@ func (f *Fleet) acquire(s *Store, sl *slot, p *Plan, now time.Time, sn *calSnap,
 		}
 		select {
 		case <-ch:
-			if attempt >= 3 || !f.available.Load() {
-				alone = true
-			}
+			// another try: the lease may have gone to the requests
+			// that woke first; alone once the counts are unreachable
+			alone = !f.available.Load() || now.UnixNano() < f.holdTill.Load()
 		case <-timer.C:
-			alone = true // decide on the share: NATS is too slow
+			// NATS answers too slowly to wait longer: this request
+			// is decided on the share, as when it is unreachable
+			alone = true
+			leaseTimeouts.Inc()
 		}
 	}
 }
@@ -791,6 +803,9 @@ type grant struct {
 // at the slot's rate (at least 10), at most max_lease, at most the
 // remaining quota over twice the gateways.
 func (f *Fleet) leaseSize(remaining int64, rate float64) int64 {
+	if f.now().UnixNano() < f.holdTill.Load() || !f.available.Load() {
+		return 0 // after an outage: the others' writes first
+	}
 	n := max(f.nodes.Load(), 1)
 	want := int64(rate*2*f.o.SyncInterval.Seconds()) + 1
 	want = max(want, min(10, f.o.MaxLease))

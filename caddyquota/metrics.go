@@ -26,6 +26,10 @@ var (
 		Namespace: "gateway", Subsystem: "quota", Name: "fleet_available",
 		Help: "1 while the fleet's shared counts answer, 0 while this gateway decides on its share of the remaining quota alone (NATS unreachable).",
 	})
+	leaseTimeouts = prometheus.NewCounter(prometheus.CounterOpts{
+		Namespace: "gateway", Subsystem: "quota", Name: "fleet_lease_timeouts_total",
+		Help: "requests that waited lease_wait for a lease and were decided on this gateway's share (NATS too slow).",
+	})
 	leaseOpsVec = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Namespace: "gateway", Subsystem: "quota", Name: "fleet_operations_total",
 		Help: "updates of the fleet's shared counts by result: ok, conflict (another gateway wrote first; retried), error.",
@@ -33,7 +37,7 @@ var (
 )
 
 func registerMetrics(reg *prometheus.Registry) error {
-	return metrics.Register(reg, decisionsVec, consumerVec, fleetAvailable, leaseOpsVec)
+	return metrics.Register(reg, decisionsVec, consumerVec, fleetAvailable, leaseOpsVec, leaseTimeouts)
 }
 
 // decisionCounters are one plan's children of decisionsVec, resolved
