@@ -14,6 +14,7 @@ import (
 
 	"github.com/apigate/gateway/caddyaudit"
 	"github.com/apigate/gateway/caddydocker"
+	"github.com/apigate/gateway/caddyquota"
 	"github.com/apigate/gateway/fastpath"
 
 	"github.com/apigate/gateway/internal/adminaddr"
@@ -37,6 +38,7 @@ func caddySources(endpoint func(ctx context.Context) (adminaddr.Endpoint, error)
 		Counters:  ReadCounters,
 		Discovery: func() (caddydocker.Snapshot, bool) { return caddydocker.Current("") },
 		FastPath:  fastpath.Status,
+		Quota:     caddyquota.ReadStats,
 		Events:    caddyaudit.Recent,
 	}
 }

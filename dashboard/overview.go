@@ -10,6 +10,8 @@ import (
 	"github.com/apigate/gateway/caddydocker"
 	"github.com/apigate/gateway/caddyjwt"
 	"github.com/apigate/gateway/caddypermcache"
+	"github.com/apigate/gateway/caddyquota"
+	"github.com/apigate/gateway/caddyquota/quotausage"
 	"github.com/apigate/gateway/fastpath"
 )
 
@@ -27,7 +29,13 @@ type Sources struct {
 	// FastPath returns, per server with the apigate listener wrapper,
 	// whether the fast path serves it (docs/fastpath.md).
 	FastPath func() []FastPathServer
+	// Quota returns the quota's state: the top consumers, those near
+	// their limit, the fleet's shared counts.
+	Quota func() QuotaStats
 }
+
+// QuotaStats is the quota's snapshot (docs/caddyquota.md).
+type QuotaStats = caddyquota.Stats
 
 // FastPathServer is one server's fast path status: on, or off with the
 // reason the config load logged, and its counts.
@@ -55,6 +63,8 @@ type Overview struct {
 	// FastPath lists the servers with the apigate wrapper; empty when
 	// none has it.
 	FastPath []FastPathServer `json:"fast_path"`
+	// Quota is the quota duty's state (enabled false without one).
+	Quota QuotaStats `json:"quota"`
 }
 
 // Containers is the docker app's view: every opted-in container, routed or
@@ -154,6 +164,11 @@ func (s Sources) Build(ctx context.Context, refresh time.Duration, events int) O
 	o := Overview{Time: time.Now().UTC(), RefreshMS: refresh.Milliseconds(), Routes: []Route{}, Events: []Event{}, FastPath: []FastPathServer{}}
 	if s.FastPath != nil {
 		o.FastPath = append(o.FastPath, s.FastPath()...)
+	}
+	if s.Quota != nil {
+		o.Quota = s.Quota()
+	} else {
+		o.Quota = QuotaStats{Decisions: map[string]float64{}, Top: []quotausage.Summary{}, NearLimit: []quotausage.Summary{}}
 	}
 	o.Routes, o.RoutesError = s.routes(ctx)
 	if s.Discovery != nil {
