@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"math/rand/v2"
 	"runtime/debug"
 	"sort"
 	"strconv"
@@ -121,6 +122,8 @@ type Fleet struct {
 	downSince atomic.Int64 // Unix ns the counts became unreachable; 0 while available
 	lastDown  atomic.Int64 // Unix ns of the last time they did
 	holdTill  atomic.Int64 // Unix ns until which no lease is taken after an outage
+	episode   atomic.Int64 // numbers the outages: a window's share is fixed per outage
+	beatErr   errorLog
 
 	qmu     sync.Mutex
 	queue   []*slot
@@ -161,6 +164,10 @@ type knownWindow struct {
 	recheck   int64 // when to ask again (Unix ns)
 	reset     int64 // a sliding window's next admission (Unix ns)
 	lastLease int64
+	// deciding alone: the episode (outage) and instance the share is
+	// of, what was left then as known, and what was admitted alone since
+	aloneEpisode, aloneInst int64
+	aloneBase, aloneUsed    int64
 }
 
 // StartFleet links the store to the fleet: its counts are shared from now
@@ -249,6 +256,7 @@ func (f *Fleet) setAvailable(ok bool, err error) {
 		return
 	}
 	now := f.now().UnixNano()
+	f.episode.Add(1)
 	f.downSince.Store(now)
 	f.lastDown.Store(now)
 	fleetAvailable.Set(0)
@@ -308,6 +316,9 @@ func (f *Fleet) acquire(s *Store, sl *slot, p *Plan, now time.Time, sn *calSnap,
 		f.setAvailable(false, errors.New("NATS connection lost"))
 		alone = true
 	}
+	// slow, not away: decided on the share, and refused beyond it
+	// whatever on_unavailable says
+	closed := false
 	var timer *time.Timer
 	defer func() {
 		if timer != nil {
@@ -316,7 +327,7 @@ func (f *Fleet) acquire(s *Store, sl *slot, p *Plan, now time.Time, sn *calSnap,
 	}()
 	for {
 		sl.mu.Lock()
-		d, need, prefetch := f.decide(s, sl, p, now, sn, dt, dry, alone)
+		d, need, prefetch := f.decide(s, sl, p, now, sn, dt, dry, alone, closed)
 		var ch chan struct{}
 		if need {
 			ch = sl.fl.waitCh()
@@ -340,7 +351,7 @@ func (f *Fleet) acquire(s *Store, sl *slot, p *Plan, now time.Time, sn *calSnap,
 		case <-timer.C:
 			// NATS answers too slowly to wait longer: this request
 			// is decided on the share, as when it is unreachable
-			alone = true
+			alone, closed = true, f.available.Load()
 			leaseTimeouts.Inc()
 		}
 	}
@@ -349,10 +360,10 @@ func (f *Fleet) acquire(s *Store, sl *slot, p *Plan, now time.Time, sn *calSnap,
 // decide admits or refuses from the tokens in hand; need is set when a
 // window has none and a lease must be asked for (unless alone: then the
 // share decides). sl.mu is held.
-func (f *Fleet) decide(s *Store, sl *slot, p *Plan, now time.Time, sn *calSnap, dt *table, dry, alone bool) (d Decision, need, prefetch bool) {
+func (f *Fleet) decide(s *Store, sl *slot, p *Plan, now time.Time, sn *calSnap, dt *table, dry, decideAlone, closed bool) (d Decision, need, prefetch bool) {
 	s.ensureMonth(sl, sn)
 	d = Decision{N: len(p.Limits), Binding: -1}
-	var full, fromLease [MaxLimits]bool
+	var full, fromLease, alone [MaxLimits]bool
 	nowNs := now.UnixNano()
 	for i, l := range p.Limits {
 		u := l.Unit
@@ -370,7 +381,7 @@ func (f *Fleet) decide(s *Store, sl *slot, p *Plan, now time.Time, sn *calSnap, 
 			full[i] = true
 			continue
 		}
-		if !alone {
+		if !decideAlone {
 			need = true
 			continue
 		}
@@ -386,14 +397,21 @@ func (f *Fleet) decide(s *Store, sl *slot, p *Plan, now time.Time, sn *calSnap, 
 			st(s.lw(sl.idx, u, wLeft), 0)
 			st(s.lw(sl.idx, u, wDebt), 0)
 		}
-		take, debt := ld(s.lw(sl.idx, u, wTake)), ld(s.lw(sl.idx, u, wDebt))
-		var others int64
-		if leaseValid(u, k.inst, inst) || k.inst == li {
-			others = k.others
+		if ep := f.episode.Load(); k.aloneEpisode != ep || k.aloneInst != li {
+			// the share is of what was left when this outage began
+			// (as last read), not of what later reads say: writes of
+			// the others' alone admissions would make it grow back
+			take, debt := ld(s.lw(sl.idx, u, wTake)), ld(s.lw(sl.idx, u, wDebt))
+			var others int64
+			if leaseValid(u, k.inst, inst) || k.inst == li {
+				others = k.others
+			}
+			k.aloneEpisode, k.aloneInst = ep, li
+			k.aloneBase, k.aloneUsed = max(l.N-others-(take-debt), 0), 0
 		}
 		d.Share = true
-		allowance := int64(math.Floor(f.share() * float64(max(l.N-others-(take-debt), 0))))
-		if debt >= allowance && f.policy.Load().failClosed {
+		alone[i] = true
+		if k.aloneUsed >= int64(math.Floor(f.share()*float64(k.aloneBase))) && (closed || f.policy.Load().failClosed) {
 			full[i] = true
 		}
 	}
@@ -412,6 +430,9 @@ func (f *Fleet) decide(s *Store, sl *slot, p *Plan, now time.Time, sn *calSnap, 
 			} else {
 				add(s.lw(sl.idx, u, wTake), 1)
 				add(s.lw(sl.idx, u, wDebt), 1)
+				if alone[i] {
+					sl.fl.known[u].aloneUsed++
+				}
 			}
 			if !u.Calendar() {
 				s.ringAdd(sl.idx, u, now)
@@ -546,6 +567,14 @@ func (f *Fleet) run(sl *slot) {
 		if errors.Is(err, context.Canceled) {
 			return
 		}
+		if errors.Is(err, errContention) {
+			// NATS answers; the waiting requests try again or decide
+			// on their share
+			if ce := f.logger.Check(zap.DebugLevel, "quota fleet: contention on a consumer's document"); ce != nil {
+				ce.Write(zap.Error(err))
+			}
+			return
+		}
 		leaseOpsVec.WithLabelValues("error").Inc()
 		f.setAvailable(false, err)
 		return
@@ -560,7 +589,7 @@ func (f *Fleet) ticker() {
 	tick := time.NewTicker(f.o.SyncInterval)
 	defer tick.Stop()
 	var last int64
-	nextBeat := time.Time{}
+	nextBeat, started := time.Time{}, f.now()
 	for {
 		select {
 		case <-f.ctx.Done():
@@ -569,10 +598,17 @@ func (f *Fleet) ticker() {
 		}
 		now := f.now()
 		if now.After(nextBeat) {
-			if err := f.heartbeat(now); err != nil {
-				f.setAvailable(false, err)
+			// a heartbeat that fails says nothing the lease operations
+			// do not: it only leaves the count of gateways as it was
+			if err := f.heartbeat(now); err != nil && f.beatErr.due() {
+				f.logger.Warn("quota fleet heartbeat failed", zap.Error(err))
 			}
+			// every tick for the first 10 seconds: the gateways of a
+			// fleet starting together see each other at once
 			nextBeat = now.Add(10 * time.Second)
+			if now.Sub(started) < 10*time.Second {
+				nextBeat = now
+			}
 		}
 		for _, sl := range f.s.allSlots() {
 			if sl.fl.plan.Load() == nil {
@@ -720,9 +756,10 @@ var errConflict = errors.New("conflict")
 // unchanged; on a conflict it tries again. change returns false to write
 // nothing. after runs once the write succeeded.
 func (f *Fleet) casDoc(key string, v any, change func(found bool) (write bool, err error)) error {
-	for attempt := 0; attempt < 10; attempt++ {
+	deadline := time.Now().Add(opTimeout)
+	for attempt := 0; ; attempt++ {
 		err := func() error {
-			ctx, cancel := context.WithTimeout(f.ctx, opTimeout)
+			ctx, cancel := context.WithDeadline(f.ctx, deadline)
 			defer cancel()
 			kv, err := f.bucket(ctx)
 			if err != nil {
@@ -766,9 +803,23 @@ func (f *Fleet) casDoc(key string, v any, change func(found bool) (write bool, e
 			return err
 		}
 		leaseOpsVec.WithLabelValues("conflict").Inc()
+		// other gateways write the same document: back off a little,
+		// at random, and read it again
+		pause := time.Duration(rand.Int64N(int64(min(attempt+1, 20)) * int64(time.Millisecond)))
+		if time.Now().Add(pause).After(deadline) {
+			return fmt.Errorf("quota document %s: %w", key, errContention)
+		}
+		select {
+		case <-f.ctx.Done():
+			return f.ctx.Err()
+		case <-time.After(pause):
+		}
 	}
-	return errors.New("quota document " + key + ": too many conflicting writes")
 }
+
+// errContention: the gateways wrote one document so often that this one
+// could not within opTimeout (NATS answers: the fleet stays available).
+var errContention = errors.New("too many conflicting writes")
 
 // process writes the slot's usage and tokens, returns idle leases and
 // takes the leases its windows need.
@@ -839,6 +890,13 @@ func (f *Fleet) processMonth(sl *slot, p *Plan, now time.Time, sn *calSnap) erro
 		}
 		today := dayOfMonth(sn.day.ID)
 		othersTake, othersAdm = [Month + 1]int64{}, [Month + 1]int64{}
+		f.countNodes(len(doc.Nodes), func(yield func(int64) bool) {
+			for name, n := range doc.Nodes {
+				if name != f.o.Node && !yield(n.Seen) {
+					return
+				}
+			}
+		}, now)
 		for name, n := range doc.Nodes {
 			if name == f.o.Node {
 				continue
@@ -1078,6 +1136,26 @@ func (f *Fleet) processSliding(sl *slot, p *Plan, now time.Time) error {
 		k.recheck = min(now.UnixNano()+int64(f.o.SyncInterval), max(resets[g.u], now.UnixNano()))
 	}
 	return nil
+}
+
+// countNodes raises the count of gateways to those of a document that
+// wrote in the last minute (the heartbeats may not have seen them yet).
+func (f *Fleet) countNodes(n int, seen func(func(int64) bool), now time.Time) {
+	if int64(n) <= f.nodes.Load() {
+		return
+	}
+	fresh := int64(1) // this gateway
+	for ms := range seen {
+		if now.UnixMilli()-ms < int64(time.Minute/time.Millisecond) {
+			fresh++
+		}
+	}
+	for {
+		cur := f.nodes.Load()
+		if fresh <= cur || f.nodes.CompareAndSwap(cur, fresh) {
+			return
+		}
+	}
 }
 
 // heartbeat writes this gateway's heartbeat and counts the fresh ones.

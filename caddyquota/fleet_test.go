@@ -282,8 +282,21 @@ func TestFleetNATSOutage(t *testing.T) {
 	if total != 400 {
 		t.Fatalf("admitted %d of 400 with NATS up", total)
 	}
-	// let both write their usage, then NATS goes away
-	time.Sleep(300 * time.Millisecond)
+	// both wrote their usage (each reads the other's), then NATS goes
+	// away
+	today := gws[0].store.Calendar().Day(time.Now()).ID
+	waitFor(t, "both gateways' usage written", 10*time.Second, func() string {
+		for i, g := range gws {
+			u, err := g.fleet.Usage("carol", today, today)
+			if err != nil {
+				return err.Error()
+			}
+			if len(u) != 1 || u[0].Admitted != 400 {
+				return fmt.Sprintf("gateway %d reads %+v, want 400 admitted", i, u)
+			}
+		}
+		return ""
+	})
 	c.ShutdownAll()
 	var alone [2]int64
 	for i := 0; i < 2000; i++ {
@@ -312,7 +325,7 @@ func TestFleetNATSOutage(t *testing.T) {
 		t.Errorf("fail_closed: %d admitted in all, over the quota", total)
 	}
 	c.RestartAll()
-	today := gws[0].store.Calendar().Day(time.Now()).ID
+	quiet := time.Now()
 	waitFor(t, "every admitted request in the fleet's usage", 20*time.Second, func() string {
 		admitting := false
 		for _, g := range gws {
@@ -322,8 +335,12 @@ func TestFleetNATSOutage(t *testing.T) {
 				admitting = true
 			}
 		}
-		if admitting {
+		if admitting || !gws[0].fleet.Available() || !gws[1].fleet.Available() {
+			quiet = time.Now()
 			return "still admitting"
+		}
+		if time.Since(quiet) < time.Second {
+			return "admitting until a second ago"
 		}
 		if !gws[0].fleet.Available() || !gws[1].fleet.Available() {
 			return "a gateway still decides alone with NATS back"
