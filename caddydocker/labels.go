@@ -94,7 +94,19 @@ type Router struct {
 	RateLimit    *Rate    `json:"rate_limit,omitempty"`
 	Permission   bool     `json:"permission,omitempty"`
 	Audit        bool     `json:"audit"`
+	// PathGuard is the router's path_guard mode: reject (the default),
+	// normalize, or off.
+	PathGuard string `json:"path_guard"`
+	// PathGuardKeepSlash is path_guard's keep_encoded_slash.
+	PathGuardKeepSlash bool `json:"path_guard_keep_encoded_slash,omitempty"`
 }
+
+// The values of a router's path_guard label.
+const (
+	PathGuardReject    = "reject"
+	PathGuardNormalize = "normalize"
+	PathGuardOff       = "off"
+)
 
 // Rate is a parsed rate_limit label: Events per Window.
 type Rate struct {
@@ -144,15 +156,17 @@ func Enabled(labels map[string]string) bool {
 
 // router label keys (after gateway.router.<name>.)
 var routerKeys = map[string]bool{
-	"path_prefix":   true,
-	"host":          true,
-	"methods":       true,
-	"strip_prefix":  true,
-	"auth.required": true,
-	"auth.roles":    true,
-	"rate_limit":    true,
-	"permission":    true,
-	"audit":         true,
+	"path_prefix":                   true,
+	"host":                          true,
+	"methods":                       true,
+	"strip_prefix":                  true,
+	"auth.required":                 true,
+	"auth.roles":                    true,
+	"rate_limit":                    true,
+	"permission":                    true,
+	"audit":                         true,
+	"path_guard":                    true,
+	"path_guard.keep_encoded_slash": true,
 }
 
 // ParseLabels turns a container's labels into a Service. Any error makes the
@@ -314,7 +328,7 @@ func (p *labelParser) routerLabels() map[string]map[string]string {
 // router reads one router's labels.
 func (p *labelParser) router(rname string, kv map[string]string) Router {
 	label := func(sub string) string { return LabelPrefix + "router." + rname + "." + sub }
-	r := Router{Name: rname, AuthRequired: true, Audit: true}
+	r := Router{Name: rname, AuthRequired: true, Audit: true, PathGuard: PathGuardReject}
 
 	if v, ok := kv["path_prefix"]; !ok {
 		p.bad(label("path_prefix"), "", "missing: every router needs a path_prefix")
@@ -359,6 +373,18 @@ func (p *labelParser) router(rname string, kv map[string]string) Router {
 	boolean("auth.required", &r.AuthRequired)
 	boolean("permission", &r.Permission)
 	boolean("audit", &r.Audit)
+	if v, ok := kv["path_guard"]; ok {
+		switch v {
+		case PathGuardReject, PathGuardNormalize, PathGuardOff:
+			r.PathGuard = v
+		default:
+			p.bad(label("path_guard"), v, "must be reject, normalize or off")
+		}
+	}
+	boolean("path_guard.keep_encoded_slash", &r.PathGuardKeepSlash)
+	if r.PathGuardKeepSlash && r.PathGuard == PathGuardOff {
+		p.bad(label("path_guard.keep_encoded_slash"), kv["path_guard.keep_encoded_slash"], "path_guard is off")
+	}
 	if v, ok := kv["auth.roles"]; ok {
 		roles := splitList(v)
 		for _, role := range roles {

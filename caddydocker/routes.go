@@ -11,7 +11,8 @@ import (
 	"strings"
 	"time"
 
-	_ "github.com/apigate/gateway/caddyh1" // the module of DefaultTransport
+	_ "github.com/apigate/gateway/caddyh1"        // the module of DefaultTransport
+	_ "github.com/apigate/gateway/caddypathguard" // the module of pathGuardHandler
 )
 
 // Discovered is one container the engine reported as opted in, with the
@@ -487,6 +488,9 @@ func buildRoute(s *service, r Router, opts BuildOptions) (json.RawMessage, error
 			add(json.RawMessage(`{"handler":"audit"}`))
 		}
 	}
+	if h := pathGuardHandler(r); h != nil {
+		add(h)
+	}
 	if r.AuthRequired {
 		if len(opts.JWTAuth) == 0 {
 			return nil, fmt.Errorf("auth required but no jwt_auth handler configured")
@@ -583,6 +587,25 @@ func buildRoute(s *service, r Router, opts BuildOptions) (json.RawMessage, error
 	}
 	add(raw)
 	return json.Marshal(rt)
+}
+
+// pathGuardHandler is a router's path_guard handler, nil when it is off:
+// first after audit (whose event records its refusals), before every duty
+// and before strip_prefix, so the path they see and the one forwarded are
+// the path it judged.
+func pathGuardHandler(r Router) json.RawMessage {
+	if r.PathGuard == PathGuardOff {
+		return nil
+	}
+	h := map[string]any{"handler": "path_guard"}
+	if r.PathGuard == PathGuardNormalize {
+		h["mode"] = PathGuardNormalize
+	}
+	if r.PathGuardKeepSlash {
+		h["keep_encoded_slash"] = true
+	}
+	raw, _ := json.Marshal(h)
+	return raw
 }
 
 // Canonical re-encodes JSON the way Caddy's admin API returns it (object

@@ -66,6 +66,9 @@ var routeCases = []routeCase{
 	{name: "rate_limit_subject", containers: []Container{c("orders", base("gateway.router.api.rate_limit", "10/s", "gateway.router.api.auth.required", "true")...)}},
 	{name: "permission", containers: []Container{c("orders", base("gateway.router.api.permission", "true", "gateway.router.api.auth.required", "true")...)}},
 	{name: "audit", containers: []Container{c("orders", base("gateway.router.api.audit", "true")...)}},
+	{name: "path_guard_normalize", containers: []Container{c("orders", base("gateway.router.api.path_guard", "normalize", "gateway.router.api.audit", "true")...)}},
+	{name: "path_guard_off", containers: []Container{c("orders", base("gateway.router.api.path_guard", "off")...)}},
+	{name: "path_guard_keep_encoded_slash", containers: []Container{c("orders", base("gateway.router.api.path_guard.keep_encoded_slash", "true")...)}},
 	{name: "full_chain", containers: []Container{c("orders", "gateway.enable", "true", "gateway.port", "8080",
 		"gateway.router.api.path_prefix", "/orders", "gateway.router.api.host", "api.example.com",
 		"gateway.router.api.methods", "GET,POST", "gateway.router.api.strip_prefix", "true",
@@ -142,6 +145,11 @@ var routeCases = []routeCase{
 		c("bad3", base("gateway.router.api.rate_limit", "10/forever")...)}},
 	{name: "bad_permission", containers: []Container{c("bad", base("gateway.router.api.permission", "on-ish")...)}},
 	{name: "bad_audit", containers: []Container{c("bad", base("gateway.router.api.audit", "2")...)}},
+	{name: "bad_path_guard", containers: []Container{
+		c("bad", base("gateway.router.api.path_guard", "strict")...),
+		c("bad2", base("gateway.router.api.path_guard", "off", "gateway.router.api.path_guard.keep_encoded_slash", "true")...),
+		c("bad3", base("gateway.router.api.path_guard.keep_encoded_slash", "yes")...),
+		c("good", base("gateway.router.api.path_prefix", "/good")...)}},
 	{name: "auth_without_jwt_config", labelOpts: &LabelOptions{}, containers: []Container{
 		c("bad", "gateway.enable", "true", "gateway.port", "80", "gateway.router.api.path_prefix", "/api"),
 		c("good", base("gateway.router.api.path_prefix", "/good")...)}},

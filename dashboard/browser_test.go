@@ -206,9 +206,9 @@ func TestGateway(t *testing.T) {
 			case r.Source == "config" && strings.Contains(strings.Join(r.Match, " "), "/secure/*"):
 				secure = names == "audit jwt_auth rbac rate_limit static_response"
 			case r.Source == "discovery" && strings.HasSuffix(r.ID, ":admin"):
-				admin = names == "audit jwt_auth rbac rate_limit reverse_proxy" && len(r.Upstreams) == 1
+				admin = names == "audit path_guard jwt_auth rbac rate_limit reverse_proxy" && len(r.Upstreams) == 1
 			case r.Source == "discovery" && strings.HasSuffix(r.ID, ":api"):
-				discovered = names == "audit reverse_proxy" && len(r.Upstreams) == 1
+				discovered = names == "audit path_guard reverse_proxy" && len(r.Upstreams) == 1
 			}
 		}
 		if !secure || !discovered || !admin {

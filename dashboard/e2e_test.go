@@ -25,6 +25,7 @@ import (
 	_ "github.com/apigate/gateway/caddyjwt"
 	_ "github.com/apigate/gateway/caddyrbac"
 	"github.com/apigate/gateway/internal/podmantest"
+	_ "github.com/apigate/gateway/natsstore" // (fleet rate_limit labels count through it, as in the binary)
 )
 
 // Ports of this package (see the team brief): admin 2908, listeners 19800-19899.

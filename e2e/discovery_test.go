@@ -19,8 +19,9 @@ import (
 )
 
 // TestDiscovery runs the built gateway against a real (private) Podman:
-// containers' labels become routes with every duty (audit, jwt_auth, rbac,
-// rate_limit, permission on the orders container's api router); a WebSocket and 300
+// containers' labels become routes with every duty (audit, path_guard,
+// jwt_auth, rbac, rate_limit, permission on the orders container's api
+// router; path_guard on every router); a WebSocket and 300
 // loaded connections on one route survive the reloads that other
 // containers' changes cause; the Podman service is killed and restarted
 // (routes stay, then follow changes again); the gateway is killed with
@@ -134,6 +135,16 @@ func testDiscovery(t *testing.T, v variant, rec *pathtest.Recorder) {
 		}
 		if resp, body := do(t, "GET", "/nothing/here", reader, nil); resp.StatusCode != 404 || !strings.Contains(body, "no_route") {
 			t.Errorf("unrouted path: %d %q, want 404 no_route", resp.StatusCode, body)
+		}
+		// path_guard is on by default on discovered routes (issue 35):
+		// the open router refuses what a servlet container, IIS, a
+		// double-decoding or a NUL-stripping service reads as /orders/x
+		for _, target := range []string{"/public/..;/orders/x", "/public/..%5Corders/x", "/public/%252e%252e/orders/x", "/public/..%00/orders/x"} {
+			resp, body := rawGet(t, target, "")
+			rec.AddNamed(v.name, "path_guard "+target, clientSaw(resp, string(body)))
+			if resp.StatusCode != 400 || !strings.Contains(string(body), `"error":"ambiguous_path"`) {
+				t.Errorf("%s on the open router: %d %q, want 400 ambiguous_path", target, resp.StatusCode, body)
+			}
 		}
 		// wait for an event of every expected path: counting all events
 		// under "/" also counted earlier subtests' and could stop before

@@ -209,31 +209,7 @@ func (ex *exchange) fillLogReq() {
 		hdr = make(http.Header, len(h.fields))
 		ex.logHdr = hdr
 	}
-	clear(hdr)
-	vals := ex.logVals[:0]
-	if cap(vals) < len(h.fields) {
-		vals = make([]string, 0, len(h.fields)+8)
-	}
-	hasCC := false
-	for i := range h.fields {
-		f := &h.fields[i]
-		switch f.name {
-		case "Host", "Transfer-Encoding":
-			continue
-		case "Cache-Control":
-			hasCC = true
-		}
-		if old, ok := hdr[f.name]; ok {
-			hdr[f.name] = append(old, f.value)
-			continue
-		}
-		vals = append(vals, f.value)
-		hdr[f.name] = vals[len(vals)-1 : len(vals) : len(vals)]
-	}
-	ex.logVals = vals
-	if h.pragmaNoCache && !hasCC {
-		hdr["Cache-Control"] = noCacheValue
-	}
+	ex.logVals = h.fillHeader(hdr, ex.logVals, false)
 	r := &ex.logReq
 	*r = ex.tmpl // (its context: the request's)
 	r.Method, r.Proto, r.Host, r.RequestURI = h.method, h.proto, h.host, h.target

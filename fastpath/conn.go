@@ -51,7 +51,8 @@ type conn struct {
 	// until the next request, as on Caddy's path, where a handler's
 	// deadline replaces the server's
 	ownReadDL, ownWriteDL bool
-	headSlack             int // bytes of the head max_header_size does not count (readHead)
+	hijacked              bool // a handler took the connection (Hijack)
+	headSlack             int  // bytes of the head max_header_size does not count (readHead)
 	// a head being received while the connection holds no request state
 	// (parkHead)
 	partial             []byte
@@ -217,8 +218,8 @@ func (c *conn) flush() {
 func (c *conn) checkWrite() error { return c.werr }
 
 func (c *conn) setWriteDeadline() {
-	if c.ownWriteDL {
-		return // a handler set the write deadline (http.ResponseController)
+	if c.ownWriteDL || c.l.writeIdleTimeout <= 0 && c.hardWrite.IsZero() && c.writeDL.IsZero() {
+		return // a handler set the write deadline (http.ResponseController), or none is due
 	}
 	d, ok := nextDeadline(time.Now(), c.writeDL, c.l.writeIdleTimeout, c.hardWrite)
 	if ok {
@@ -407,6 +408,10 @@ func (c *conn) serve() {
 			res = c.ex.delegate(now, b)
 		default:
 			res = c.ex.serve(now)
+		}
+		if c.hijacked {
+			handedOff = true // (the handler's now)
+			return
 		}
 		switch res {
 		case served:

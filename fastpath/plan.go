@@ -388,37 +388,8 @@ func (ex *exchange) begin(now time.Time) {
 	if h.rawQuery == "" && strings.IndexByte(h.target, '?') >= 0 {
 		ex.url.ForceQuery = true
 	}
+	ex.vals = h.fillHeader(ex.hdr, ex.vals, true)
 	hdr := ex.hdr
-	clear(hdr)
-	vals := ex.vals[:0]
-	if cap(vals) < len(h.fields) {
-		vals = make([]string, 0, len(h.fields)+8)
-	}
-	hasCC := false
-	for i := range h.fields {
-		f := &h.fields[i]
-		switch f.name {
-		case "Host", "Transfer-Encoding":
-			continue // net/http keeps them out of the header map
-		case "Cache-Control":
-			hasCC = true
-		}
-		if strings.IndexByte(f.name, '_') >= 0 || strings.IndexByte(f.name, '.') >= 0 {
-			// Caddy drops fields whose names hold "_" or "." (they alias
-			// hyphenated ones once CGI-style backends fold them).
-			continue
-		}
-		if old, ok := hdr[f.name]; ok {
-			hdr[f.name] = append(old, f.value)
-			continue
-		}
-		vals = append(vals, f.value)
-		hdr[f.name] = vals[len(vals)-1 : len(vals) : len(vals)]
-	}
-	ex.vals = vals
-	if h.pragmaNoCache && !hasCC {
-		hdr["Cache-Control"] = noCacheValue
-	}
 
 	r := &ex.shadow
 	*r = ex.tmpl
@@ -462,6 +433,43 @@ func (ex *exchange) begin(now time.Time) {
 		r.Body = http.NoBody
 	}
 	ex.req = r
+}
+
+// fillHeader fills hdr (cleared) with the head's fields as net/http's
+// request header has them: Host and Transfer-Encoding out, a Pragma:
+// no-cache without Cache-Control adding one. With dropDotted, fields whose
+// names hold "_" or "." are left out, as Caddy's server drops them (they
+// alias hyphenated ones once CGI-style backends fold them). vals is the
+// scratch space the values' slices are cut from; it returns it.
+func (h *reqHead) fillHeader(hdr http.Header, vals []string, dropDotted bool) []string {
+	clear(hdr)
+	vals = vals[:0]
+	if cap(vals) < len(h.fields) {
+		vals = make([]string, 0, len(h.fields)+8)
+	}
+	hasCC := false
+	for i := range h.fields {
+		f := &h.fields[i]
+		switch f.name {
+		case "Host", "Transfer-Encoding":
+			continue // net/http keeps them out of the header map
+		case "Cache-Control":
+			hasCC = true
+		}
+		if dropDotted && (strings.IndexByte(f.name, '_') >= 0 || strings.IndexByte(f.name, '.') >= 0) {
+			continue
+		}
+		if old, ok := hdr[f.name]; ok {
+			hdr[f.name] = append(old, f.value)
+			continue
+		}
+		vals = append(vals, f.value)
+		hdr[f.name] = vals[len(vals)-1 : len(vals) : len(vals)]
+	}
+	if h.pragmaNoCache && !hasCC {
+		hdr["Cache-Control"] = noCacheValue
+	}
+	return vals
 }
 
 // routeGroupCtxKey is caddyhttp's (an unexported name of an exported type).

@@ -208,8 +208,11 @@ func (ps *proxyState) prepare(r *http.Request, derived bool) *http.Request {
 		hdr["User-Agent"] = emptyValue
 	}
 	removeConnectionHeaders(hdr)
-	for _, k := range hopHeaders {
-		if k == "Te" && httpguts.HeaderValuesContainsToken(hdr["Te"], "trailers") {
+	for k, v := range hdr { // (a few fields: cheaper than a delete per hop-by-hop name)
+		if !isHopHeader(k) {
+			continue
+		}
+		if k == "Te" && httpguts.HeaderValuesContainsToken(v, "trailers") {
 			hdr["Te"] = teTrailers
 			continue
 		}
@@ -465,7 +468,11 @@ func (p *proxyStep) attempt(ex *exchange, out *http.Request, w http.ResponseWrit
 		out.Body = nil
 	}
 
-	proxyErr = p.roundTrip(ex, w, out, upstream, di)
+	rtStart := start // (the first attempt starts when the step does)
+	if retries > 0 {
+		rtStart = time.Now()
+	}
+	proxyErr = p.roundTrip(ex, w, out, upstream, di, rtStart)
 	if proxyErr == nil {
 		return true, nil
 	}
@@ -495,7 +502,7 @@ func dialString(di dialInfo) string {
 
 // roundTrip is reverse_proxy's reverseProxy and finalizeResponse.
 func (p *proxyStep) roundTrip(ex *exchange, rw http.ResponseWriter, req *http.Request,
-	upstream *reverseproxy.Upstream, di dialInfo,
+	upstream *reverseproxy.Upstream, di dialInfo, start time.Time,
 ) error {
 	_ = hostCountRequest(upstream.Host, 1)
 	incInFlight(di.address)
@@ -509,7 +516,6 @@ func (p *proxyStep) roundTrip(ex *exchange, rw http.ResponseWriter, req *http.Re
 		req.URL.Host = di.address
 	}
 
-	start := time.Now()
 	var res *http.Response
 	var err error
 	if p.transport != nil {
@@ -745,11 +751,6 @@ func statusError(err error) error {
 	return caddyhttp.Error(status, err)
 }
 
-var hopHeaders = []string{
-	"Alt-Svc", "Connection", "Proxy-Connection", "Keep-Alive", "Proxy-Authenticate",
-	"Proxy-Authorization", "Te", "Trailer", "Transfer-Encoding", "Upgrade",
-}
-
 func removeConnectionHeaders(h http.Header) {
 	for _, f := range h["Connection"] {
 		for sf := range strings.SplitSeq(f, ",") {
@@ -762,9 +763,22 @@ func removeConnectionHeaders(h http.Header) {
 
 func stripHopByHop(h http.Header) {
 	removeConnectionHeaders(h)
-	for _, k := range hopHeaders {
-		delete(h, k)
+	for k := range h {
+		if isHopHeader(k) {
+			delete(h, k)
+		}
 	}
+}
+
+// isHopHeader reports whether k is a hop-by-hop field reverse_proxy
+// removes (its hopHeaders).
+func isHopHeader(k string) bool {
+	switch k {
+	case "Alt-Svc", "Connection", "Proxy-Connection", "Keep-Alive", "Proxy-Authenticate",
+		"Proxy-Authorization", "Te", "Trailer", "Transfer-Encoding", "Upgrade":
+		return true
+	}
+	return false
 }
 
 func copyHeader(dst, src http.Header) {

@@ -2,12 +2,17 @@ package fastpath
 
 import (
 	"bufio"
+	"bytes"
 	"fmt"
+	"io"
+	"net"
 	"net/http"
 	"net/textproto"
+	"os"
 	"slices"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/apigate/gateway/internal/h1wire"
@@ -170,6 +175,9 @@ func (w *respWriter) Write(p []byte) (int, error) {
 }
 
 func (w *respWriter) write(p []byte) (int, error) {
+	if w.c.hijacked {
+		return 0, http.ErrHijacked
+	}
 	if w.canWriteContinue {
 		w.canWriteContinue = false
 	}
@@ -243,8 +251,107 @@ func (w *respWriter) writeBody(p []byte) error {
 // Flush sends what is buffered.
 func (w *respWriter) Flush() { _ = w.FlushError() }
 
+// ReadFrom is net/http's response.ReadFrom: after the first 512 bytes
+// (for Content-Type sniffing) and the head are written, a body of a
+// declared length goes from src to the client's TCP connection with the
+// kernel's sendfile or splice (file_server's files), without a copy
+// through user space; otherwise it is copied.
+func (w *respWriter) ReadFrom(src io.Reader) (int64, error) {
+	var n int64
+	rf, ok := w.c.nc.(io.ReaderFrom) // a *net.TCPConn (not TLS)
+	if !ok || w.c.tlsConn != nil {
+		return io.Copy(writerOnly{w}, src)
+	}
+	if !w.committed {
+		n0, err := io.Copy(writerOnly{w}, io.LimitReader(src, sniffLen))
+		n += n0
+		if err != nil || n0 < sniffLen {
+			return n, err
+		}
+	}
+	if err := w.FlushError(); err != nil {
+		return n, err
+	}
+	if w.chunking || !bodyAllowedForStatus(w.status) || w.h.method == http.MethodHead {
+		n0, err := io.Copy(writerOnly{w}, src)
+		return n + n0, err
+	}
+	// In pieces of write_max_chunk, each with the write deadline moved
+	// (as Caddy's idle timeout writer does; write_idle is a minute by
+	// default), each handed to the kernel: net's TCPConn.ReadFrom sends a
+	// file (or a *io.LimitedReader of one, which is what net/http's
+	// ServeContent passes) with sendfile.
+	chunk := int64(w.c.l.maxWriteChunk)
+	if chunk <= 0 {
+		chunk = 1 << 62
+	}
+	lr, _ := src.(*io.LimitedReader)
+	if lr == nil {
+		lr = &io.LimitedReader{R: src, N: 1<<63 - 1}
+	}
+	if _, ok := lr.R.(*os.File); ok {
+		sendfiles.Add(1)
+	}
+	for lr.N > 0 {
+		k := min(lr.N, chunk)
+		piece := io.LimitedReader{R: lr.R, N: k}
+		w.c.setWriteDeadline()
+		n0, err := rf.ReadFrom(&piece)
+		lr.N -= n0
+		n += n0
+		w.written += n0
+		w.size += n0
+		w.bytesOut += n0
+		if err != nil {
+			if w.c.werr == nil {
+				w.c.werr = err
+			}
+			return n, err
+		}
+		if n0 < k {
+			break // (the end of src)
+		}
+	}
+	return n, nil
+}
+
+// sendfiles counts the file bodies ReadFrom handed to the kernel
+// (TestFileServer).
+var sendfiles atomic.Int64
+
+// sniffLen is net/http's: the bytes Content-Type sniffing reads.
+const sniffLen = 512
+
+// writerOnly hides ReadFrom, so that io.Copy into it writes.
+type writerOnly struct{ io.Writer }
+
+// Hijack hands the connection to the handler (net/http's Hijacker): the
+// fast path no longer reads, writes or closes it. The reader returned
+// holds the bytes already read after the request.
+func (w *respWriter) Hijack() (net.Conn, *bufio.ReadWriter, error) {
+	c := w.c
+	if c.hijacked {
+		return nil, nil, http.ErrHijacked
+	}
+	c.flush()
+	if c.werr != nil {
+		return nil, nil, c.werr
+	}
+	c.hijacked = true
+	c.nc.SetDeadline(time.Time{})
+	var rd io.Reader = c.nc
+	if buf := c.rb.Buffered(); len(buf) > 0 {
+		rd = io.MultiReader(bytes.NewReader(bytes.Clone(buf)), c.nc)
+		c.rb.Discard(len(buf))
+	}
+	return c.nc, bufio.NewReadWriter(bufio.NewReader(rd), bufio.NewWriter(c.nc)), nil
+}
+
 // FlushError is what http.ResponseController calls.
 func (w *respWriter) FlushError() error {
+	if w.c.hijacked {
+		return http.ErrHijacked
+	}
 	if !w.wroteHeader {
 		w.WriteHeader(http.StatusOK)
 	}

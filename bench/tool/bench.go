@@ -194,7 +194,7 @@ func (b *Bench) Run(containers int, skip, note string) error {
 		name string
 		f    func()
 	}{{"tls", b.tlsPart}, {"gzip", b.gzipPart}, {"scaling", b.scalingPart}, {"latency", b.latencyPart},
-		{"breaker", b.breaker}, {"idle", b.idlePart}, {"ops", b.operations}} {
+		{"breaker", b.breaker}, {"idle", b.idlePart}, {"slowloris", b.slowlorisPart}, {"ops", b.operations}} {
 		if run(p.name) {
 			timed(p.name, p.f)
 		}
@@ -383,7 +383,7 @@ func sortedKeys[M ~map[string]V, V any](m M) []string {
 
 // parts are the parts of a run, in the order they run (-skip and -only
 // take these names).
-var parts = []string{"load", "profile", "tls", "gzip", "scaling", "latency", "breaker", "idle", "ops", "discovery"}
+var parts = []string{"load", "profile", "tls", "gzip", "scaling", "latency", "breaker", "idle", "slowloris", "ops", "discovery"}
 
 func isPart(s string) bool {
 	for _, p := range parts {

@@ -131,7 +131,7 @@ func extrasPlot(r *Report) (*plot.Plot, vg.Length, bool) {
 	}
 	var bars []bar
 	for _, x := range r.Extras {
-		if x.Err != "" || len(x.Rounds) == 0 || x.Part == "latency" || x.Part == "idle" {
+		if x.Err != "" || len(x.Rounds) == 0 || x.Part == "latency" || x.Part == "idle" || x.Part == "slowloris" {
 			continue
 		}
 		bars = append(bars, bar{fmt.Sprintf("  %s %s: %s", x.Part, x.Case, x.Proxy), stat(x.Rounds)})

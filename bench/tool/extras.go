@@ -741,6 +741,29 @@ func (r *Report) extrasMarkdown(p func(string, ...any)) {
 		p("")
 	}
 	r.breakerMarkdown(p)
+	if rows := byPart["slowloris"]; len(rows) > 0 {
+		p("## 11b. Slow request heads (slowloris)")
+		p("")
+		p("%d connections each send the start of a request head, then one more header line every 5 s (as slowloris does; both servers keep such a connection until their header timeout, a minute by default). Per connection: the resident memory (VmRSS, nginx master + worker) it adds, measured 6 s after the heads began; legitimate load: wrk at 300 connections with the slow heads held, over the same without them, in the same run.", slowlorisConns)
+		p("")
+		p("| proxy | memory per slow head (KB, rounds) | legitimate throughput with / without |")
+		p("|---|---|---|")
+		for _, x := range rows {
+			if x.Err == "" && len(x.Rounds) > 0 {
+				var shares []string
+				for r := 1; r <= len(x.Rounds); r++ {
+					if v, ok := x.Extra[fmt.Sprintf("throughput_share_r%d", r)]; ok {
+						shares = append(shares, fmt.Sprintf("%.2f", v))
+					}
+				}
+				st := stat(x.Rounds)
+				p("| %s | %.1f [%.1f-%.1f] | %s |", name(x), st.Med, st.Min, st.Max, strings.Join(shares, ", "))
+			}
+		}
+		p("")
+		errs(rows)
+		p("")
+	}
 	if rows := byPart["idle"]; len(rows) > 0 {
 		p("## 11. Idle connections")
 		p("")
@@ -769,4 +792,121 @@ func (r *Report) latStr() string {
 		return fmt.Sprintf("%.0f s", r.LatencyS)
 	}
 	return fmt.Sprintf("%.0f s", 2*r.DurationS)
+}
+
+// slowlorisConns is how many slow-head connections the slowloris part
+// holds (issue 31).
+const slowlorisConns = 3000
+
+// slowlorisPart measures, for nginx and the fast path, what 3,000
+// connections that each sent part of a request head, then a header line
+// every 5 s (slowloris), cost: the resident memory each adds, and the
+// legitimate load's throughput (wrk, 300 connections) beside them over
+// without them. Both servers keep such a connection until their header
+// timeout (a minute by default), so its memory is what an attacker buys.
+func (b *Bench) slowlorisPart() {
+	n := min(slowlorisConns, maxConns()/2)
+	progress("slowloris: %d connections sending a head a line every 5 s", n)
+	rows := map[string]*ExtraRow{}
+	for round := 1; round <= b.extraRounds(); round++ {
+		for _, s := range []Scenario{
+			{Name: "nginx", Label: "nginx", Server: "nginx"},
+			{Name: "gw-fast", Label: "gateway, apigate wrapper", Server: "gateway", Conf: fast(Conf{})},
+		} {
+			pi, err := b.withServer(s, nil, fmt.Sprintf("slowloris-%s-r%d", s.Name, round), "/items/1", func(p *Proc, base string) error {
+				url := base + "/items/1"
+				clean, err := runWrk(b.wrkJob(s, url, 300, b.Dur, 0))
+				if err != nil {
+					return err
+				}
+				rss := func() float64 {
+					v := 0.0
+					for _, pid := range append([]int{p.Pid()}, descendants(p.Pid())...) {
+						v += float64(statusKB(pid, "VmRSS:")) / 1024
+					}
+					return v * 1.048576 // MB
+				}
+				before := rss()
+				cmd := exec.Command("taskset", "-c", coreLoad, b.Tool, "slowloris", strings.TrimPrefix(base, "http://"), strconv.Itoa(n), "5s")
+				cmd.Env = append(os.Environ(), "GOMAXPROCS=1")
+				stdin, _ := cmd.StdinPipe()
+				out, _ := cmd.StdoutPipe()
+				cmd.Stderr = os.Stderr
+				if err := cmd.Start(); err != nil {
+					return err
+				}
+				defer func() { stdin.Close(); cmd.Wait() }()
+				if line, err := bufio.NewReader(out).ReadString('\n'); err != nil || !strings.HasPrefix(line, "ready") {
+					return fmt.Errorf("slowloris: %q %v", line, err)
+				}
+				time.Sleep(6 * time.Second) // a line sent on every connection since
+				held := rss()
+				attacked, err := runWrk(b.wrkJob(s, url, 300, b.Dur, 0))
+				if err != nil {
+					return err
+				}
+				row := rowFor(rows, &b.report.Extras, "slowloris", s.Name, fmt.Sprintf("%d slow heads", n))
+				row.add(round, 1024*(held-before)/float64(n), nil) // KB per connection
+				row.Extra[fmt.Sprintf("throughput_share_r%d", round)] = attacked.RPS / clean.RPS
+				row.Extra["rss_before_mb"], row.Extra["rss_held_mb"] = before, held
+				row.Checked = "the legitimate load got only 2xx answers with and without the slow heads"
+				if clean.Non2xx+clean.Errors+attacked.Non2xx+attacked.Errors > 0 {
+					return fmt.Errorf("non-2xx or socket errors: %d/%d without, %d/%d with", clean.Non2xx, clean.Errors, attacked.Non2xx, attacked.Errors)
+				}
+				progress("  slowloris %-8s %.1f KB per slow head (RSS %.1f -> %.1f MB), legitimate load %.0f -> %.0f req/s (%.2fx)",
+					s.Name, 1024*(held-before)/float64(n), before, held, clean.RPS, attacked.RPS, attacked.RPS/clean.RPS)
+				return nil
+			})
+			if err != nil {
+				rowFor(rows, &b.report.Extras, "slowloris", s.Name, "error").Err = err.Error()
+				progress("  slowloris %-8s ERROR: %s", s.Name, oneLine(err.Error()))
+			}
+			setPath(b.report.Extras, "slowloris", s.Name, pi)
+		}
+	}
+}
+
+// cmdSlowloris is `benchtool slowloris <addr> <n> <interval>`: it opens n
+// connections, sends each the start of a request head, prints "ready",
+// then sends one more header line on each every interval, until stdin
+// closes.
+func cmdSlowloris(args []string) error {
+	if len(args) != 3 {
+		return fmt.Errorf("usage: slowloris <addr> <n> <interval>")
+	}
+	n, err := strconv.Atoi(args[1])
+	if err != nil {
+		return err
+	}
+	every, err := time.ParseDuration(args[2])
+	if err != nil {
+		return err
+	}
+	conns := make([]net.Conn, 0, n)
+	for i := 0; i < n; i++ {
+		c, err := net.DialTimeout("tcp", args[0], 10*time.Second)
+		if err != nil {
+			return fmt.Errorf("connection %d: %v", i, err)
+		}
+		fmt.Fprintf(c, "GET /items/%d HTTP/1.1\r\nHost: %s\r\nUser-Agent: slow\r\n", i, args[0])
+		conns = append(conns, c)
+	}
+	fmt.Println("ready")
+	done := make(chan struct{})
+	go func() { io.Copy(io.Discard, os.Stdin); close(done) }()
+	t := time.NewTicker(every)
+	defer t.Stop()
+	for k := 0; ; k++ {
+		select {
+		case <-done:
+			for _, c := range conns {
+				c.Close()
+			}
+			return nil
+		case <-t.C:
+			for _, c := range conns {
+				fmt.Fprintf(c, "X-Slow-%d: %d\r\n", k, k)
+			}
+		}
+	}
 }

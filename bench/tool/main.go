@@ -7,6 +7,7 @@
 //	benchtool auditsink <addr>         audit webhook receiver
 //	benchtool openloop <addr> <path> <rate> <conns> <duration> [header]   fixed-rate load, JSON result
 //	benchtool idleconns <addr> <path> <n> [header]   hold n idle keep-alive connections until stdin closes
+//	benchtool slowloris <addr> <n> <interval>        hold n connections sending a head a line per interval, until stdin closes
 //	benchtool flaky <addr> <ctl>       the failing upstream of the circuit-breaking part
 //	benchtool chart <results.json> <out.png>   redraw a chart
 //	benchtool report <results.json>    write the report's Markdown again (beside the JSON)
@@ -58,6 +59,8 @@ func main() {
 		err = cmdOpenLoop(os.Args[2:])
 	case "idleconns":
 		err = cmdIdleConns(os.Args[2:])
+	case "slowloris":
+		err = cmdSlowloris(os.Args[2:])
 	case "flaky":
 		need(4)
 		err = serveFlaky(os.Args[2], os.Args[3])
@@ -77,7 +80,7 @@ func need(n int) {
 }
 
 func usage() {
-	fmt.Fprintln(os.Stderr, "usage: benchtool run [flags] | authsvc <addr> <keydir> | permsvc <addr> | auditsink <addr> | openloop ... | idleconns ... | flaky <addr> <ctl> | chart <json> <png>")
+	fmt.Fprintln(os.Stderr, "usage: benchtool run [flags] | authsvc <addr> <keydir> | permsvc <addr> | auditsink <addr> | openloop ... | idleconns ... | slowloris <addr> <n> <interval> | flaky <addr> <ctl> | chart <json> <png>")
 	os.Exit(2)
 }
 

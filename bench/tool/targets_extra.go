@@ -14,7 +14,7 @@ type extraTarget struct {
 	Case    string // the row's case ("" for any: idle's case is its connection count)
 	Proxy   string // the row's proxy (scenario name)
 	Against string // ratio: the other row, same part and case
-	Kind    string // ratio (>= Limit x Against's, round by round) | kbper (idle memory per connection <= Limit KB)
+	Kind    string // ratio (>= Limit x Against's, round by round) | kbper (idle memory per connection <= Limit KB) | kbvs (KB per connection <= Limit x Against's) | share (Extra throughput_share_r* >= Limit)
 	Limit   float64
 	Report  bool // reported only, no limit
 }
@@ -27,6 +27,9 @@ func extraTargetList() []extraTarget {
 		{Name: "fast path, no duties: memory per idle keep-alive connection", Part: "idle", Proxy: "gw-fast", Kind: "kbper", Limit: 12},
 		{Name: "fast path, every duty: memory per idle keep-alive connection", Part: "idle", Proxy: "gw-fast-all", Kind: "kbper", Report: true},
 		{Name: "Traefik: memory per idle keep-alive connection", Part: "idle", Proxy: "traefik", Kind: "kbper", Report: true},
+		// issue 31: slow request heads
+		{Name: "fast path: memory per slowloris connection vs nginx", Part: "slowloris", Proxy: "gw-fast", Against: "nginx", Kind: "kbvs", Limit: 1.3},
+		{Name: "fast path: legitimate throughput under 3,000 slowloris connections", Part: "slowloris", Proxy: "gw-fast", Kind: "share", Limit: 0.9},
 	}
 }
 
@@ -110,6 +113,34 @@ func (r *Report) extraTargets() []TargetResult {
 			if t.Report && tr.Status != "not saturated" && tr.Status != "not measured" {
 				tr.Status = "reported"
 			}
+		case "kbvs":
+			tr.Goal = fmt.Sprintf("<= %.1fx %s's", t.Limit, t.Against)
+			y := r.extraRow(t.Part, t.Against, t.Case)
+			if x == nil || y == nil || stat(y.Rounds).Med <= 0 {
+				tr.Measured, tr.Status = "-", "not measured"
+				break
+			}
+			tr.Value = stat(x.Rounds).Med / stat(y.Rounds).Med
+			tr.Measured = fmt.Sprintf("%.2fx (%.1f KB vs %.1f KB per connection)", tr.Value, stat(x.Rounds).Med, stat(y.Rounds).Med)
+			tr.Status = metStr(tr.Value <= t.Limit)
+		case "share":
+			tr.Goal = fmt.Sprintf(">= %.2fx of without", t.Limit)
+			var v []float64
+			if x != nil {
+				for k, s := range x.Extra {
+					if strings.HasPrefix(k, "throughput_share_r") {
+						v = append(v, s)
+					}
+				}
+			}
+			if len(v) == 0 {
+				tr.Measured, tr.Status = "-", "not measured"
+				break
+			}
+			st := stat(v)
+			tr.Value = st.Med
+			tr.Measured = fmt.Sprintf("%.2fx [%.2f .. %.2f]", st.Med, st.Min, st.Max)
+			tr.Status = metStr(st.Med >= t.Limit)
 		case "kbper":
 			tr.Goal = fmt.Sprintf("<= %.0f KB", t.Limit)
 			if t.Report {

@@ -25,6 +25,37 @@ type Injection struct {
 	logs       map[string]bool // servers Inject gave access logs
 	wrappers   map[string]int  // server -> index of the added wrapper
 	noWrappers map[string]bool
+	guarded    map[string]bool // servers AddPathGuard gave a first route (true: they had no routes)
+}
+
+// PathGuardRoute is the route AddPathGuard puts first in every server:
+// path_guard (reject, its default) for every request.
+const PathGuardRoute = `{"handle":[{"handler":"path_guard"}]}`
+
+// AddPathGuard returns cfg (as Inject made it) with PathGuardRoute first
+// in every HTTP server's routes, and records that for Undo: Caddy's suite
+// run with the gateway's request path hardening in front of every config.
+func (in *Injection) AddPathGuard(cfg []byte) ([]byte, error) {
+	var c map[string]any
+	if err := json.Unmarshal(cfg, &c); err != nil {
+		return nil, fmt.Errorf("config is not a JSON object: %v", err)
+	}
+	var route any
+	json.Unmarshal([]byte(PathGuardRoute), &route)
+	in.guarded = map[string]bool{}
+	if httpApp, ok := obj(c, "apps", "http"); ok {
+		servers, _ := httpApp["servers"].(map[string]any)
+		for name, s := range servers {
+			srv, ok := s.(map[string]any)
+			if !ok {
+				continue
+			}
+			routes, had := srv["routes"].([]any)
+			srv["routes"] = append([]any{route}, routes...)
+			in.guarded[name] = !had
+		}
+	}
+	return json.Marshal(c)
 }
 
 // CountLog is the name of the log Inject adds: every access log record of
@@ -139,6 +170,19 @@ func (in *Injection) Undo(running []byte) ([]byte, error) {
 		for name := range in.logs {
 			if srv, ok := servers[name].(map[string]any); ok {
 				delete(srv, "logs")
+			}
+		}
+		for name, none := range in.guarded {
+			srv, ok := servers[name].(map[string]any)
+			if !ok {
+				continue
+			}
+			if routes, _ := srv["routes"].([]any); len(routes) > 0 {
+				if none && len(routes) == 1 {
+					delete(srv, "routes")
+				} else {
+					srv["routes"] = routes[1:]
+				}
 			}
 		}
 		for name, at := range in.wrappers {

@@ -1,0 +1,111 @@
+package fastpath
+
+import (
+	"bufio"
+	"fmt"
+	"net/http"
+	"os"
+	"path/filepath"
+	"reflect"
+	"strings"
+	"testing"
+
+	"github.com/caddyserver/caddy/v2"
+	"github.com/caddyserver/caddy/v2/caddyconfig/httpcaddyfile"
+	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
+
+	"github.com/apigate/gateway/internal/caddytester"
+	"github.com/apigate/gateway/internal/difftest"
+)
+
+// TestFileServer: file_server on the plan, with its bodies handed to the
+// kernel (sendfile) by the response writer's ReadFrom: the same answers
+// (whole files, HEAD, ranges, conditional requests) and access log records
+// as on Caddy's path.
+func TestFileServer(t *testing.T) {
+	dir := t.TempDir()
+	big := strings.Repeat("0123456789abcdef", 16<<10) // 256 KB
+	for name, body := range map[string]string{"big.txt": big, "small.txt": "small file\n", "page.html": "<!doctype html><p>hi</p>\n"} {
+		if err := os.WriteFile(filepath.Join(dir, name), []byte(body), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	logFile := filepath.Join(dir, "access.log")
+	loadTwin(t, "", fmt.Sprintf(`	log {
+		output file %s
+		format json
+	}
+	root * %s
+	file_server`, logFile, dir))
+	before := sendfiles.Load()
+	seq := []difftest.Request{
+		{Method: "GET", Path: "/big.txt"},
+		{Method: "GET", Path: "/small.txt"},
+		{Method: "GET", Path: "/page.html"},
+		{Method: "HEAD", Path: "/big.txt"},
+		{Method: "GET", Path: "/big.txt", Header: http.Header{"Range": {"bytes=1000-200999"}}},
+		{Method: "GET", Path: "/big.txt", Header: http.Header{"If-None-Match": {"*"}}},
+		{Method: "GET", Path: "/missing.txt"},
+	}
+	compareSeq(t, seq)
+	if n := sendfiles.Load() - before; n < 2 {
+		t.Errorf("ReadFrom handed %d bodies to the kernel, want the whole file and the range at least", n)
+	}
+	plain, fast := readAccessLog(t, logFile)
+	if len(plain) != len(seq) || len(fast) != len(seq) {
+		t.Fatalf("access log: %d and %d records, want %d each", len(plain), len(fast), len(seq))
+	}
+	for i := range plain {
+		if !reflect.DeepEqual(plain[i], fast[i]) {
+			t.Errorf("access log record %d differs\nCaddy's path: %v\nfast path:    %v", i, plain[i], fast[i])
+		}
+	}
+}
+
+func init() {
+	caddy.RegisterModule(hijacker{})
+	httpcaddyfile.RegisterHandlerDirective("test_hijack", func(h httpcaddyfile.Helper) (caddyhttp.MiddlewareHandler, error) {
+		return hijacker{}, nil
+	})
+}
+
+// hijacker is a handler (this test binary's only) that takes the
+// connection, reads what the client sent after the request, and answers
+// it in raw bytes itself.
+type hijacker struct{}
+
+func (hijacker) CaddyModule() caddy.ModuleInfo {
+	return caddy.ModuleInfo{ID: "http.handlers.test_hijack", New: func() caddy.Module { return new(hijacker) }}
+}
+
+func (hijacker) ServeHTTP(w http.ResponseWriter, r *http.Request, _ caddyhttp.Handler) error {
+	nc, brw, err := http.NewResponseController(w).Hijack()
+	if err != nil {
+		return err
+	}
+	defer nc.Close()
+	line, _ := brw.ReadString('\n')
+	fmt.Fprintf(brw, "HTTP/1.1 200 OK\r\nContent-Length: %d\r\nConnection: close\r\n\r\n%s", len(line), line)
+	return brw.Flush()
+}
+
+// TestHijack: a handler that hijacks the connection on the plan gets it
+// (with the bytes read after the request), as on Caddy's path, and the
+// fast path leaves it alone from then on.
+func TestHijack(t *testing.T) {
+	caddytester.Load(t, adminPort, twin(twinOpts{globals: "\torder test_hijack first"}, `	test_hijack`))
+	requireFast(t, "fast")
+	for _, port := range []int{plainPort, fastPort} {
+		c := dial(t, port)
+		fmt.Fprintf(c, "GET /h HTTP/1.1\r\nHost: a\r\n\r\nafter the request\n")
+		res, err := http.ReadResponse(bufio.NewReader(c), nil)
+		if err != nil {
+			t.Fatalf("port %d: %v", port, err)
+		}
+		body := make([]byte, res.ContentLength)
+		n, _ := res.Body.Read(body)
+		if res.StatusCode != 200 || string(body[:n]) != "after the request\n" {
+			t.Errorf("port %d: %d %q, want the hijacker's answer with the bytes after the request", port, res.StatusCode, body[:n])
+		}
+	}
+}
