@@ -346,3 +346,89 @@ func usage(t *testing.T, adminPort int, consumer string) quotausage.Consumer {
 	}
 	return u
 }
+
+// TestDocExample runs the worked example of docs/caddyquota.md
+// (testdata/example.Caddyfile, which the page must show verbatim) on
+// both request paths, with its ports and files moved to the test's: the
+// answers and the usage the page shows.
+func TestDocExample(t *testing.T) {
+	raw, err := os.ReadFile(filepath.Join("testdata", "example.Caddyfile"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	doc, err := os.ReadFile(filepath.Join("..", "docs", "caddyquota.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(string(doc), "```caddyfile\n"+string(raw)+"```\n") {
+		t.Fatal("docs/caddyquota.md does not show testdata/example.Caddyfile verbatim in a ```caddyfile block")
+	}
+	pp := natstest.FreePorts(t, 2)
+	pathtest.Run(t, func(t *testing.T, p pathtest.Path, rec *pathtest.Recorder) {
+		dir := t.TempDir()
+		alice, aliceLine := newKey(t, "alice-key", "alice", "")
+		bob, bobLine := newKey(t, "bob-key", "bob", "pro")
+		if err := os.WriteFile(filepath.Join(dir, "keys.json"), []byte("["+aliceLine+",\n"+bobLine+"]"), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		config := string(raw)
+		for _, r := range [][2]string{
+			{"admin localhost:2019", fmt.Sprintf("admin localhost:%d", pp[0])},
+			{":8080 {", fmt.Sprintf(":%d {", pp[1])},
+			{"dir quota-data", "dir " + filepath.Join(dir, "quota-data")},
+			{"keys_file keys.json", "keys_file " + filepath.Join(dir, "keys.json")},
+		} {
+			if !strings.Contains(config, r[0]) {
+				t.Fatalf("the example has no %q", r[0])
+			}
+			config = strings.ReplaceAll(config, r[0], r[1])
+		}
+		p.Load(t, pp[0], config, "srv0")
+		get := func(name, key string) (int, http.Header, string) {
+			t.Helper()
+			req, _ := http.NewRequest("GET", fmt.Sprintf("http://localhost:%d/", pp[1]), nil)
+			req.Header.Set("X-API-Key", key)
+			resp, err := http.DefaultClient.Do(req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			b, _ := io.ReadAll(resp.Body)
+			resp.Body.Close()
+			h := http.Header{}
+			for _, k := range []string{"Content-Type", "Retry-After", "Ratelimit", "Ratelimit-Policy"} {
+				if v := resp.Header.Get(k); v != "" {
+					h.Set(k, secondsRe.ReplaceAllString(v, ";t=<s>"))
+				}
+			}
+			if h.Get("Retry-After") != "" {
+				h.Set("Retry-After", "<s>")
+			}
+			rec.AddNext(p, name, pathtest.Resp(resp.StatusCode, h, string(b)))
+			return resp.StatusCode, resp.Header, string(b)
+		}
+		for i := 1; i <= 5; i++ {
+			if code, h, body := get("alice", alice); code != 200 || body != "hello alice" || !strings.HasPrefix(h.Get("RateLimit"), fmt.Sprintf(`"free-day";r=%d;t=`, 5-i)) {
+				t.Fatalf("alice's request %d: %d %q RateLimit %q", i, code, body, h.Get("RateLimit"))
+			}
+		}
+		for i := 6; i <= 7; i++ {
+			code, h, body := get("alice", alice)
+			var ex caddyquota.QuotaExceeded
+			if code != 429 || json.Unmarshal([]byte(body), &ex) != nil || ex.Error != "quota_exceeded" || ex.Plan != "free" || ex.Window != "day" ||
+				h.Get("Retry-After") == "" || !strings.HasPrefix(h.Get("RateLimit"), `"free-day";r=0;t=`) {
+				t.Fatalf("alice's request %d: %d %q %v", i, code, body, h)
+			}
+		}
+		code, h, body := get("bob", bob)
+		if code != 200 || body != "hello bob" || !strings.Contains(h.Get("RateLimit-Policy"), `"pro-day";q=1000;w=`) ||
+			!strings.Contains(h.Get("RateLimit-Policy"), `"pro-month";q=20000;w=`) || !strings.HasPrefix(h.Get("RateLimit"), `"pro-day";r=999;t=`) {
+			t.Fatalf("bob: %d %q %v", code, body, h)
+		}
+		u := usage(t, pp[0], "alice")
+		rec.Add(p, "usage alice", u.Days)
+		if u.Plan != "free" || len(u.Days) != 1 || u.Days[0].Admitted != 5 || u.Days[0].Refused != 2 || u.Timezone != "Europe/Berlin" ||
+			len(u.Windows) != 1 || u.Windows[0].Used != 5 || u.Windows[0].Remaining != 0 {
+			t.Errorf("alice's usage: %+v", u)
+		}
+	})
+}
