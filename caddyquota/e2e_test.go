@@ -384,11 +384,12 @@ func TestDocExample(t *testing.T) {
 			config = strings.ReplaceAll(config, r[0], r[1])
 		}
 		p.Load(t, pp[0], config, "srv0")
+		client := &http.Client{Timeout: 10 * time.Second}
 		get := func(name, key string) (int, http.Header, string) {
 			t.Helper()
 			req, _ := http.NewRequest("GET", fmt.Sprintf("http://localhost:%d/", pp[1]), nil)
 			req.Header.Set("X-API-Key", key)
-			resp, err := http.DefaultClient.Do(req)
+			resp, err := client.Do(req)
 			if err != nil {
 				t.Fatal(err)
 			}
