@@ -68,13 +68,22 @@ func checkRules(rules []RoleRule) error {
 		if r.Role == "" || strings.ContainsAny(r.Role, " ,\t") {
 			return fmt.Errorf("role #%d: invalid role %q: empty or contains a space or comma", i+1, r.Role)
 		}
-		if len(r.Subjects) == 0 {
-			return fmt.Errorf("role %q: no subject", r.Role)
+		if err := checkSubjects(fmt.Sprintf("role %q", r.Role), r.Subjects); err != nil {
+			return err
 		}
-		for _, s := range r.Subjects {
-			if s == "" || s == "*" || strings.Contains(strings.TrimSuffix(s, "*"), "*") {
-				return fmt.Errorf("role %q: invalid subject %q: a subject, or a prefix ending with a single * (a lone * is not allowed)", r.Role, s)
-			}
+	}
+	return nil
+}
+
+// checkSubjects reports the first invalid subject of a rule (what names
+// the rule in the error).
+func checkSubjects(what string, subjects []string) error {
+	if len(subjects) == 0 {
+		return fmt.Errorf("%s: no subject", what)
+	}
+	for _, s := range subjects {
+		if s == "" || s == "*" || strings.Contains(strings.TrimSuffix(s, "*"), "*") {
+			return fmt.Errorf("%s: invalid subject %q: a subject, or a prefix ending with a single * (a lone * is not allowed)", what, s)
 		}
 	}
 	return nil
@@ -125,13 +134,8 @@ func checkPlanRules(rules []PlanRule) error {
 		if !planname.Valid(r.Plan) {
 			return fmt.Errorf("plan #%d: invalid plan %q: use 1 to %d letters, digits, '-' or '_'", i+1, r.Plan, planname.MaxLen)
 		}
-		if len(r.Subjects) == 0 {
-			return fmt.Errorf("plan %q: no subject", r.Plan)
-		}
-		for _, s := range r.Subjects {
-			if s == "" || s == "*" || strings.Contains(strings.TrimSuffix(s, "*"), "*") {
-				return fmt.Errorf("plan %q: invalid subject %q: a subject, or a prefix ending with a single * (a lone * is not allowed)", r.Plan, s)
-			}
+		if err := checkSubjects(fmt.Sprintf("plan %q", r.Plan), r.Subjects); err != nil {
+			return err
 		}
 	}
 	return nil
