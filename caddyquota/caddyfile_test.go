@@ -11,6 +11,8 @@ import (
 	"github.com/caddyserver/caddy/v2"
 	"github.com/caddyserver/caddy/v2/caddyconfig/caddyfile"
 
+	_ "github.com/apigate/gateway/caddyapikey"    // the golden file's identity source
+	_ "github.com/apigate/gateway/caddypermcache" // and permission, which quota follows
 	"github.com/apigate/gateway/internal/goldentest"
 )
 
