@@ -122,6 +122,7 @@ type Fleet struct {
 	downSince atomic.Int64 // Unix ns the counts became unreachable; 0 while available
 	lastDown  atomic.Int64 // Unix ns of the last time they did
 	holdTill  atomic.Int64 // Unix ns until which no lease is taken after an outage
+	upSince   atomic.Int64 // Unix ns the counts last became reachable again
 	episode   atomic.Int64 // numbers the outages: a window's share is fixed per outage
 	beatErr   errorLog
 
@@ -164,10 +165,13 @@ type knownWindow struct {
 	recheck   int64 // when to ask again (Unix ns)
 	reset     int64 // a sliding window's next admission (Unix ns)
 	lastLease int64
+	reads     int64 // successful operations that read the window
 	// deciding alone: the episode (outage) and instance the share is
-	// of, what was left then as known, and what was admitted alone since
+	// of, what was left then as known, and what was admitted alone since;
+	// aloneReads is reads then
 	aloneEpisode, aloneInst int64
 	aloneBase, aloneUsed    int64
+	aloneReads              int64
 }
 
 // StartFleet links the store to the fleet: its counts are shared from now
@@ -250,6 +254,7 @@ func (f *Fleet) setAvailable(ok bool, err error) {
 		// a lease again (they see NATS return within about one sync
 		// interval of each other)
 		f.holdTill.Store(f.now().UnixNano() + int64(f.o.SyncInterval))
+		f.upSince.Store(f.now().UnixNano())
 		down := time.Duration(f.now().UnixNano() - f.downSince.Swap(0))
 		f.logger.Info("quota fleet counts reachable again: writing what this gateway admitted alone", zap.Duration("unreachable_for", down))
 		f.resyncAll()
@@ -397,17 +402,22 @@ func (f *Fleet) decide(s *Store, sl *slot, p *Plan, now time.Time, sn *calSnap, 
 			st(s.lw(sl.idx, u, wLeft), 0)
 			st(s.lw(sl.idx, u, wDebt), 0)
 		}
-		if ep := f.episode.Load(); k.aloneEpisode != ep || k.aloneInst != li {
+		if ep := f.episode.Load(); k.aloneEpisode != ep && (k.aloneInst != li || k.reads != k.aloneReads) || k.aloneInst != li {
 			// the share is of what was left when this outage began
 			// (as last read), not of what later reads say: writes of
-			// the others' alone admissions would make it grow back
-			take, debt := ld(s.lw(sl.idx, u, wTake)), ld(s.lw(sl.idx, u, wDebt))
+			// the others' alone admissions would make it grow back. A
+			// new outage with nothing read since the last one goes on
+			// with that one's share (the others' alone admissions are
+			// not known yet). What was left excludes all this gateway
+			// took: its lease in hand, admitted from first, and what
+			// it admitted alone and has not written yet.
+			take := ld(s.lw(sl.idx, u, wTake))
 			var others int64
 			if leaseValid(u, k.inst, inst) || k.inst == li {
 				others = k.others
 			}
-			k.aloneEpisode, k.aloneInst = ep, li
-			k.aloneBase, k.aloneUsed = max(l.N-others-(take-debt), 0), 0
+			k.aloneEpisode, k.aloneInst, k.aloneReads = ep, li, k.reads
+			k.aloneBase, k.aloneUsed = max(l.N-others-take, 0), 0
 		}
 		d.Share = true
 		alone[i] = true
@@ -874,6 +884,7 @@ func (f *Fleet) processMonth(sl *slot, p *Plan, now time.Time, sn *calSnap) erro
 	var grants []grant
 	var doc monthDoc
 	var othersTake, othersAdm [Month + 1]int64
+	hold := false
 	err := f.casDoc(key, &doc, func(bool) (bool, error) {
 		grants = grants[:0]
 		if doc.Nodes == nil {
@@ -890,13 +901,15 @@ func (f *Fleet) processMonth(sl *slot, p *Plan, now time.Time, sn *calSnap) erro
 		}
 		today := dayOfMonth(sn.day.ID)
 		othersTake, othersAdm = [Month + 1]int64{}, [Month + 1]int64{}
-		f.countNodes(len(doc.Nodes), func(yield func(int64) bool) {
+		seen := func(yield func(int64) bool) {
 			for name, n := range doc.Nodes {
 				if name != f.o.Node && !yield(n.Seen) {
 					return
 				}
 			}
-		}, now)
+		}
+		f.countNodes(len(doc.Nodes), seen, now)
+		hold = f.othersPending(seen, now)
 		for name, n := range doc.Nodes {
 			if name == f.o.Node {
 				continue
@@ -959,7 +972,7 @@ func (f *Fleet) processMonth(sl *slot, p *Plan, now time.Time, sn *calSnap) erro
 				}
 			}
 			g := grant{u: u, inst: inst, debt: ld(dw)}
-			if limited && !idle {
+			if limited && !idle && !hold {
 				k := &sl.fl.known[u]
 				left := ld(lw)
 				if left == 0 || left <= k.lastLease/2 {
@@ -986,6 +999,9 @@ func (f *Fleet) processMonth(sl *slot, p *Plan, now time.Time, sn *calSnap) erro
 	if err != nil {
 		return err
 	}
+	if hold {
+		f.holdFor(now)
+	}
 	sl.mu.Lock()
 	defer sl.mu.Unlock()
 	for _, g := range grants {
@@ -997,6 +1013,7 @@ func (f *Fleet) processMonth(sl *slot, p *Plan, now time.Time, sn *calSnap) erro
 			add(s.lw(sl.idx, g.u, wDebt), -g.debt)
 		}
 		k.inst, k.others, k.othersAdm = g.inst, othersTake[g.u], othersAdm[g.u]
+		k.reads++
 		if g.n > 0 {
 			k.lastLease = g.n
 		}
@@ -1129,6 +1146,7 @@ func (f *Fleet) processSliding(sl *slot, p *Plan, now time.Time) error {
 			add(lw, g.n)
 		}
 		k.inst, k.others, k.reset = g.inst, others[g.u], resets[g.u]
+		k.reads++
 		if g.n > 0 {
 			k.lastLease = g.n
 		}
@@ -1153,6 +1171,42 @@ func (f *Fleet) countNodes(n int, seen func(func(int64) bool), now time.Time) {
 	for {
 		cur := f.nodes.Load()
 		if fresh <= cur || f.nodes.CompareAndSwap(cur, fresh) {
+			return
+		}
+	}
+}
+
+// pendingFor is how long after NATS is back a gateway waits for the
+// others' writes of what they admitted alone; one that has not written by
+// then is taken for gone (a gateway killed during the outage).
+const pendingFor = time.Minute
+
+// othersPending reports whether another gateway that wrote a document in
+// the minute before this gateway's last outage has not written it since
+// (seen: the other gateways' last writes, Unix ms): what it admitted
+// alone meanwhile is not in the document yet, and a lease taken now could
+// exceed the quota. Only within pendingFor of NATS being back.
+func (f *Fleet) othersPending(seen func(func(int64) bool), now time.Time) bool {
+	down, up := f.lastDown.Load(), f.upSince.Load()
+	if down == 0 || up < down || now.UnixNano()-up > int64(pendingFor) {
+		return false
+	}
+	downMs := down / int64(time.Millisecond)
+	for ms := range seen {
+		if ms < downMs && downMs-ms < int64(time.Minute/time.Millisecond) {
+			return true
+		}
+	}
+	return false
+}
+
+// holdFor keeps this gateway deciding on its share, without leases, for
+// another sync interval from now.
+func (f *Fleet) holdFor(now time.Time) {
+	till := now.UnixNano() + int64(f.o.SyncInterval)
+	for {
+		cur := f.holdTill.Load()
+		if till <= cur || f.holdTill.CompareAndSwap(cur, till) {
 			return
 		}
 	}

@@ -321,8 +321,12 @@ func TestFleetNATSOutage(t *testing.T) {
 		}
 	}
 	total += alone[0] + alone[1]
-	if total > 1000 {
-		t.Errorf("fail_closed: %d admitted in all, over the quota", total)
+	// fail_closed: the shares add up to what was left, give or take what
+	// the other gateway leased since a gateway last read the counts (the
+	// documented bound: gateways - 1 leases of at most max_lease, 50)
+	const bound = 50
+	if total > 1000+bound {
+		t.Errorf("fail_closed: %d admitted in all, over the quota and the bound (%d)", total, 1000+bound)
 	}
 	c.RestartAll()
 	quiet := time.Now()
@@ -356,8 +360,9 @@ func TestFleetNATSOutage(t *testing.T) {
 	})
 	// the quota, give or take what a gateway admitted alone while the
 	// other took leases not knowing it (docs/caddyquota.md)
-	if total < 1000 || total > 1000+50 {
-		t.Errorf("%d admitted in all, want the quota, 1000 (up to 1050)", total)
+	t.Logf("%d admitted in all (%d alone while NATS was down), quota 1000, bound %d", total, alone[0]+alone[1], bound)
+	if total < 1000 || total > 1000+bound {
+		t.Errorf("%d admitted in all, want the quota, 1000 (up to %d)", total, 1000+bound)
 	}
 }
 
