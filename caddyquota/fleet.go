@@ -171,6 +171,7 @@ type knownWindow struct {
 	// aloneReads is reads then
 	aloneEpisode, aloneInst int64
 	aloneBase, aloneUsed    int64
+	aloneAllow              int64 // the share of aloneBase, fixed with it
 	aloneReads              int64
 }
 
@@ -418,10 +419,13 @@ func (f *Fleet) decide(s *Store, sl *slot, p *Plan, now time.Time, sn *calSnap, 
 			}
 			k.aloneEpisode, k.aloneInst, k.aloneReads = ep, li, k.reads
 			k.aloneBase, k.aloneUsed = max(l.N-others-take, 0), 0
+			// the share too: a count of gateways read later (a
+			// heartbeat listing while NATS restarts) must not widen it
+			k.aloneAllow = int64(math.Floor(f.share() * float64(k.aloneBase)))
 		}
 		d.Share = true
 		alone[i] = true
-		if k.aloneUsed >= int64(math.Floor(f.share()*float64(k.aloneBase))) && (closed || f.policy.Load().failClosed) {
+		if k.aloneUsed >= k.aloneAllow && (closed || f.policy.Load().failClosed) {
 			full[i] = true
 		}
 	}
@@ -1013,7 +1017,11 @@ func (f *Fleet) processMonth(sl *slot, p *Plan, now time.Time, sn *calSnap) erro
 			add(s.lw(sl.idx, g.u, wDebt), -g.debt)
 		}
 		k.inst, k.others, k.othersAdm = g.inst, othersTake[g.u], othersAdm[g.u]
-		k.reads++
+		if !hold {
+			// (a read while another gateway's alone admissions are
+			// not written yet is no ground for a new share)
+			k.reads++
+		}
 		if g.n > 0 {
 			k.lastLease = g.n
 		}
@@ -1182,18 +1190,20 @@ func (f *Fleet) countNodes(n int, seen func(func(int64) bool), now time.Time) {
 const pendingFor = time.Minute
 
 // othersPending reports whether another gateway that wrote a document in
-// the minute before this gateway's last outage has not written it since
-// (seen: the other gateways' last writes, Unix ms): what it admitted
-// alone meanwhile is not in the document yet, and a lease taken now could
-// exceed the quota. Only within pendingFor of NATS being back.
+// the minute before this gateway's last outage, or during it, has not
+// written it since NATS is back for this one (seen: the other gateways'
+// last writes, Unix ms): what it admitted alone is not in the document
+// yet (its outage may have begun later than this one's), and a lease
+// taken now could exceed the quota. Only within pendingFor of NATS being
+// back.
 func (f *Fleet) othersPending(seen func(func(int64) bool), now time.Time) bool {
 	down, up := f.lastDown.Load(), f.upSince.Load()
 	if down == 0 || up < down || now.UnixNano()-up > int64(pendingFor) {
 		return false
 	}
-	downMs := down / int64(time.Millisecond)
+	downMs, upMs := down/int64(time.Millisecond), up/int64(time.Millisecond)
 	for ms := range seen {
-		if ms < downMs && downMs-ms < int64(time.Minute/time.Millisecond) {
+		if ms < upMs && downMs-ms < int64(time.Minute/time.Millisecond) {
 			return true
 		}
 	}
@@ -1231,7 +1241,10 @@ func (f *Fleet) heartbeat(now time.Time) error {
 	for k := range lister.Keys() {
 		e, err := kv.Get(ctx, k)
 		if err != nil {
-			continue
+			// a count from part of the heartbeats would widen the
+			// shares: keep the last one
+			_ = lister.Stop()
+			return err
 		}
 		ms, err := strconv.ParseInt(string(e.Value()), 10, 64)
 		if err == nil && now.UnixMilli()-ms < int64(time.Minute/time.Millisecond) {
