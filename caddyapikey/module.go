@@ -19,6 +19,7 @@ import (
 	"github.com/apigate/gateway/identity"
 	"github.com/apigate/gateway/internal/credential"
 	"github.com/apigate/gateway/internal/deny"
+	"github.com/apigate/gateway/internal/filewatch"
 )
 
 func init() {
@@ -88,7 +89,7 @@ type APIKey struct {
 	ForwardClaims []identity.ForwardClaim `json:"forward_claims,omitempty"`
 
 	forward   *identity.ClaimHeaders
-	keys      *keysFile
+	keys      *filewatch.Value[*apikeys.Set]
 	sources   []credential.TokenSource
 	challenge string
 	logger    *zap.Logger
@@ -133,11 +134,11 @@ func (a *APIKey) Provision(ctx caddy.Context) error {
 		return err
 	}
 	logger := a.logger
-	f.onError = func(err error) {
+	f.OnError = func(err error) {
 		logger.Error("keys file not reloaded; keeping the last good keys", zap.String("file", path), zap.Error(err))
 	}
-	f.onReload = func(n int) {
-		logger.Info("keys file reloaded", zap.String("file", path), zap.Int("keys", n))
+	f.OnReload = func(set *apikeys.Set) {
+		logger.Info("keys file reloaded", zap.String("file", path), zap.Int("keys", set.Len()))
 	}
 	a.keys = f
 	return nil

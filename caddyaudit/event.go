@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/apigate/gateway/caddyaudit/auditchain"
+	"github.com/apigate/gateway/identity"
 )
 
 // Event is one audit record: what one request did through the gateway.
@@ -54,6 +55,11 @@ type Event struct {
 	// "rbac: require any admin,editor" (see docs/caddyaudit.md). Absent
 	// when no duty recorded a decision.
 	DecidedBy string `json:"decided_by,omitempty"`
+	// OpenAPIViolation is the first way the request (or its response)
+	// did not match the API's OpenAPI document, as the openapi duty found
+	// it (refused, or let pass in dry run): location, keyword, message.
+	// Absent when there was none.
+	OpenAPIViolation *identity.OpenAPIViolation `json:"openapi_violation,omitempty"`
 	// PermissionCache is where the permission duty's answer came from:
 	// "hit", "miss" or "stale". Absent when no permission duty ran.
 	PermissionCache string `json:"permission_cache,omitempty"`
@@ -195,6 +201,15 @@ func (e *Event) AppendJSON(buf []byte) []byte {
 	buf = auditchain.AppendString(buf, e.Host)
 	buf = append(buf, `,"method":`...)
 	buf = auditchain.AppendString(buf, e.Method)
+	if v := e.OpenAPIViolation; v != nil {
+		buf = append(buf, `,"openapi_violation":{"keyword":`...)
+		buf = auditchain.AppendString(buf, v.Keyword)
+		buf = append(buf, `,"location":`...)
+		buf = auditchain.AppendString(buf, v.Location)
+		buf = append(buf, `,"message":`...)
+		buf = auditchain.AppendString(buf, v.Message)
+		buf = append(buf, '}')
+	}
 	buf = append(buf, `,"path":`...)
 	buf = auditchain.AppendString(buf, e.Path)
 	if e.PermissionCache != "" {

@@ -153,6 +153,18 @@ func TestHandlerEvents(t *testing.T) {
 			want: Event{Status: 403, Decision: "deny", Reason: "permission denied", DecidedBy: "permission: service"},
 		},
 		{
+			name: "refused by openapi: its first violation",
+			next: func(w http.ResponseWriter, r *http.Request) error {
+				identity.SetOpenAPIViolation(r, &identity.OpenAPIViolation{Location: "query.limit", Keyword: "maximum", Message: "must be <= 100"})
+				identity.SetOpenAPIViolation(r, &identity.OpenAPIViolation{Location: "body", Keyword: "type", Message: "must be object"})
+				identity.SetDenial(r, "openapi", "invalid request")
+				w.WriteHeader(400)
+				return nil
+			},
+			want: Event{Status: 400, Decision: "deny", Reason: "invalid request", DecidedBy: "openapi",
+				OpenAPIViolation: &identity.OpenAPIViolation{Location: "query.limit", Keyword: "maximum", Message: "must be <= 100"}},
+		},
+		{
 			name:    "plain error",
 			next:    func(w http.ResponseWriter, r *http.Request) error { return boom },
 			wantErr: true,
@@ -231,6 +243,7 @@ func TestEventJSON(t *testing.T) {
 	chained.Auth, chained.CredentialID, chained.DecidedBy, chained.PermissionCache = "api_key", "k\"1", "rbac: require any a,b", "hit"
 	chained.ClientRequestID = "client \"id\""
 	chained.Plan = "pro-\"1"
+	chained.OpenAPIViolation = &identity.OpenAPIViolation{Location: "body/items/0/pr\"ice", Keyword: "minimum", Message: "must be >= 0"}
 	chained.Extra = Fields{{"b", "2"}, {"a", "1\x00"}}
 	chained.Chain, chained.Seq, chained.Hash = "0123456789abcdef", 7, strings.Repeat("ab", 32)
 	checkpoint := Event{Time: ev.Time, Kind: auditchain.KindCheckpoint, Chain: "0123456789abcdef", Seq: 8,

@@ -210,7 +210,7 @@ func (h *Handler) refuse(w http.ResponseWriter, r *http.Request, repl *caddy.Rep
 		ce.Write(zap.String("plan", plan.Name), zap.String("window", window), zap.String("reset", reset))
 	}
 	body, _ := json.Marshal(QuotaExceeded{Error: "quota_exceeded", Plan: plan.Name, Window: window, Reset: reset})
-	return deny.RespondBody(w, r, http.StatusTooManyRequests, reason, body)
+	return deny.RespondBody(w, r, http.StatusTooManyRequests, reason, "application/json", append(body, '\n'))
 }
 
 // unavailable answers 503 when the counts cannot be kept (the store's

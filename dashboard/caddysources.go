@@ -14,6 +14,7 @@ import (
 
 	"github.com/apigate/gateway/caddyaudit"
 	"github.com/apigate/gateway/caddydocker"
+	"github.com/apigate/gateway/caddyopenapi"
 	"github.com/apigate/gateway/caddyquota"
 	"github.com/apigate/gateway/fastpath"
 
@@ -40,6 +41,7 @@ func caddySources(endpoint func(ctx context.Context) (adminaddr.Endpoint, error)
 		FastPath:  fastpath.Status,
 		Quota:     caddyquota.ReadStats,
 		Events:    caddyaudit.Recent,
+		OpenAPI:   caddyopenapi.Snapshot,
 	}
 }
 

@@ -93,11 +93,11 @@ func (a *AdminAPI) serve(w http.ResponseWriter, r *http.Request) error {
 	}
 	rel := strings.TrimPrefix(r.URL.Path, AdminPath)
 	switch rel {
-	case "/overview", "/routes", "/containers", "/counters", "/events":
+	case "/overview", "/routes", "/containers", "/counters", "/events", "/openapi":
 		a.srv.Serve(w, r, "/api"+rel)
 		return nil
 	case "", "/":
-		return caddy.APIError{HTTPStatus: http.StatusNotFound, Err: fmt.Errorf("the dashboard page is not served on the admin API, which refuses browsers: put the gateway_dashboard handler on a site bound to localhost (see docs/dashboard.md); JSON documents here: %s/overview, /routes, /containers, /counters, /events", AdminPath)}
+		return caddy.APIError{HTTPStatus: http.StatusNotFound, Err: fmt.Errorf("the dashboard page is not served on the admin API, which refuses browsers: put the gateway_dashboard handler on a site bound to localhost (see docs/dashboard.md); JSON documents here: %s/overview, /routes, /containers, /counters, /events, /openapi", AdminPath)}
 	}
 	return caddy.APIError{HTTPStatus: http.StatusNotFound, Err: fmt.Errorf("no dashboard document at %s (try %s/overview)", r.URL.Path, AdminPath)}
 }

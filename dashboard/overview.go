@@ -9,6 +9,7 @@ import (
 	"github.com/apigate/gateway/caddyaudit"
 	"github.com/apigate/gateway/caddydocker"
 	"github.com/apigate/gateway/caddyjwt"
+	"github.com/apigate/gateway/caddyopenapi"
 	"github.com/apigate/gateway/caddypermcache"
 	"github.com/apigate/gateway/caddyquota"
 	"github.com/apigate/gateway/caddyquota/quotausage"
@@ -32,6 +33,9 @@ type Sources struct {
 	// Quota returns the quota's state: the top consumers, those near
 	// their limit, the fleet's shared counts.
 	Quota func() QuotaStats
+	// OpenAPI returns the summary of each OpenAPI document the openapi
+	// handlers validate against (docs/caddyopenapi.md).
+	OpenAPI func() []caddyopenapi.Summary
 }
 
 // QuotaStats is the quota's snapshot (docs/caddyquota.md).
@@ -65,6 +69,9 @@ type Overview struct {
 	FastPath []FastPathServer `json:"fast_path"`
 	// Quota is the quota duty's state (enabled false without one).
 	Quota QuotaStats `json:"quota"`
+	// OpenAPI lists the OpenAPI documents in use, per operation the
+	// requests and violations; empty when no openapi handler runs.
+	OpenAPI []caddyopenapi.Summary `json:"openapi"`
 }
 
 // Containers is the docker app's view: every opted-in container, routed or
@@ -169,6 +176,10 @@ func (s Sources) Build(ctx context.Context, refresh time.Duration, events int) O
 		o.Quota = s.Quota()
 	} else {
 		o.Quota = QuotaStats{Decisions: map[string]float64{}, Top: []quotausage.Summary{}, NearLimit: []quotausage.Summary{}}
+	}
+	o.OpenAPI = []caddyopenapi.Summary{}
+	if s.OpenAPI != nil {
+		o.OpenAPI = append(o.OpenAPI, s.OpenAPI()...)
 	}
 	o.Routes, o.RoutesError = s.routes(ctx)
 	if s.Discovery != nil {

@@ -13,6 +13,7 @@ import (
 
 	"github.com/apigate/gateway/caddyaudit"
 	"github.com/apigate/gateway/caddyjwt"
+	"github.com/apigate/gateway/caddyopenapi"
 	"github.com/apigate/gateway/caddypathguard"
 	"github.com/apigate/gateway/caddypermcache"
 	"github.com/apigate/gateway/caddyrbac"
@@ -245,6 +246,7 @@ var describers = map[string]func(json.RawMessage) string{
 	"permission": caddypermcache.DescribeConfig,
 	"audit":      caddyaudit.DescribeConfig,
 	"path_guard": caddypathguard.DescribeConfig,
+	"openapi":    caddyopenapi.DescribeConfig,
 	"rate_limit": describeRateLimit,
 	"static_response": func(raw json.RawMessage) string {
 		var h caddyhttp.StaticResponse

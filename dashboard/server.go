@@ -8,6 +8,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/apigate/gateway/caddyopenapi"
 )
 
 //go:embed static
@@ -71,6 +73,12 @@ func (s *Server) Serve(w http.ResponseWriter, r *http.Request, rel string) bool 
 	case "/api/counters":
 		o := s.Sources.Build(r.Context(), refresh, 0)
 		writeJSON(w, http.StatusOK, map[string]any{"counters": o.Counters, "rate_limited_recent": o.RateLimited})
+	case "/api/openapi":
+		specs := []caddyopenapi.Summary{}
+		if s.Sources.OpenAPI != nil {
+			specs = append(specs, s.Sources.OpenAPI()...)
+		}
+		writeJSON(w, http.StatusOK, map[string]any{"specs": specs})
 	case "/api/events":
 		o := s.Sources.Build(r.Context(), refresh, eventsParam(r, 100))
 		writeJSON(w, http.StatusOK, map[string]any{"enabled": o.EventsEnabled, "events": o.Events})

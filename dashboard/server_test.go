@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/apigate/gateway/caddydocker"
+	"github.com/apigate/gateway/caddyopenapi"
 )
 
 func testServer() *Server {
@@ -25,6 +26,11 @@ func testServer() *Server {
 				{Container: caddydocker.Container{ID: "fedcba", Name: "bad", Labels: map[string]string{"gateway.port": "8o"}},
 					Errors: []caddydocker.LabelError{{Label: "gateway.port", Value: "8o", Reason: "not a port number"}}},
 			}}, true
+		},
+		OpenAPI: func() []caddyopenapi.Summary {
+			return []caddyopenapi.Summary{{Spec: "/etc/gateway/orders.yaml", Title: "Orders", Version: "3.1.0", Request: "dry_run",
+				Operations: []caddyopenapi.OperationSummary{{Operation: "listOrders", Requests: 5, Violations: 4, WouldRefuse: 4,
+					MostCommon: &caddyopenapi.CommonViolation{Location: "query.limit", Keyword: "maximum", Count: 2}}}}}
 		},
 		Events: func(n int) []Event {
 			evs := []Event{{Status: 429, Decision: "deny", Reason: "rate limited"}, {Status: 200, Decision: "allow"}, {Status: 429}}
@@ -51,6 +57,8 @@ func TestServer(t *testing.T) {
 		{"routes", "GET", "/api/routes", 200, "application/json", `"static_response"`, false},
 		{"containers", "GET", "/api/containers", 200, "application/json", `"reason":"not a port number"`, false},
 		{"events", "GET", "/api/events", 200, "application/json", `"rate limited"`, false},
+		{"openapi", "GET", "/api/openapi", 200, "application/json", `"most_common":{"location":"query.limit","keyword":"maximum","count":2}`, false},
+		{"openapi in the overview", "GET", "/api/overview", 200, "application/json", `"openapi":[{"spec":"/etc/gateway/orders.yaml"`, false},
 		{"unknown api", "GET", "/api/nope", 404, "application/json", `unknown dashboard endpoint`, false},
 		{"read-only", "POST", "/api/overview", 405, "application/json", `read-only`, false},
 		{"not ours", "GET", "/elsewhere", 0, "", "", true},

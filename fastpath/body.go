@@ -35,6 +35,11 @@ func (b *reqBody) reset(c *conn, h *reqHead) {
 	}
 }
 
+// unread reports whether the client may still be sending the body: it
+// has one, the connection has not read its end, and reading it did not
+// fail (net/http's requestBodyLimitHit or closedRequestBodyEarly).
+func (b *reqBody) unread() bool { return !b.empty() && !b.sawEOF && b.err == nil }
+
 // empty reports whether the request has no body at all.
 func (b *reqBody) empty() bool { return !b.chunked && b.n == 0 && b.read == 0 }
 

@@ -257,123 +257,27 @@ func (c *conn) serve() {
 				zap.String("remote", c.remoteAddr), zap.Any("error", r),
 				zap.ByteString("stack", debug.Stack()))
 		}
-		if !handedOff {
-			if c.state != nil {
-				c.flush()
-			}
-			c.nc.Close()
-		}
-		c.status.Store(stateClosed)
-		if c.state != nil {
-			st := c.state
-			c.state = nil
-			st.ex.clear()
-			st.c = nil
-			st.rb.Reset()
-			st.rb.Rd = nil
-			st.bw.Reset(connWriter{st})
-			countState(-1)
-			statePool.Put(st)
-		}
-		c.l.forget(c)
+		c.end(handedOff)
 	}()
 
 	if tc, ok := c.nc.(*tls.Conn); ok {
-		c.tlsConn = tc
-		if d := c.l.tlsHandshakeTimeout; d > 0 {
-			dl := time.Now().Add(d)
-			c.nc.SetReadDeadline(dl)
-			c.nc.SetWriteDeadline(dl)
-		}
-		ctx, cancel := context.WithCancel(c.l.ctx)
-		err := tc.HandshakeContext(ctx)
-		cancel()
-		if err != nil {
-			var re tls.RecordHeaderError
-			if errors.As(err, &re) && re.Conn != nil && looksLikeHTTP(re.RecordHeader) {
-				io.WriteString(re.Conn, "HTTP/1.0 400 Bad Request\r\n\r\nClient sent an HTTP request to an HTTPS server.\n")
-				re.Conn.Close()
-			}
-			c.l.debug("TLS handshake error", err.Error())
-			return
-		}
-		c.nc.SetReadDeadline(time.Time{})
-		c.nc.SetWriteDeadline(time.Time{})
-		st := tc.ConnectionState()
-		c.tlsState = &st
-		if st.NegotiatedProtocol != "" && st.NegotiatedProtocol != "http/1.1" {
-			handedOff = c.handoff("ALPN " + st.NegotiatedProtocol)
+		var serveIt bool
+		if serveIt, handedOff = c.handshake(tc); !serveIt {
 			return
 		}
 	}
-
 	if c.raw == nil {
 		c.acquire() // (TLS: the state's buffer reads from the TLS connection)
 	}
-	first := true
-	for {
-		keepHeadDL := false
-		if first && c.raw != nil {
-			// The first request: its head within read_header_timeout
-			// from now (net/http's), and no request state held until its
-			// first bytes arrive (the poller's callback takes one).
-			var dl time.Time
-			if d := c.l.readHeaderTimeout; d > 0 {
-				dl = time.Now().Add(d)
-				c.nc.SetReadDeadline(dl)
-			}
-			if !c.idleFill() {
-				return
-			}
-			c.readDL, keepHeadDL = dl, true
-		} else if !first && len(c.rb.Buffered()) == 0 {
-			// Wait for the next request's first bytes within idle_timeout
-			// (moved only when less than that is left: see nextDeadline).
-			c.status.Store(stateIdle)
-			dl, _ := nextDeadline(time.Now(), c.readDL, c.l.idleTimeout, time.Time{})
-			c.setReadDeadline(dl)
-			// (checked after the deadline is set: a Close from now on
-			// moves the deadline to the past and ends the wait)
-			if c.l.draining() {
-				return
-			}
-			if c.raw != nil {
-				if !c.idleFill() || c.l.draining() {
-					// (a reload that began during the wait: the request
-					// is left to the new config, as a read after the
-					// drain's deadline would have been, and as Caddy's
-					// server closes a connection still idle at shutdown)
-					return
-				}
-				c.readDL = dl
-			} else if err := c.rb.Fill(); err != nil {
-				return
-			}
-		}
-		// net/http counts max_header_size (plus 4096) from the bytes it
-		// reads after its wait for the next request: what that wait read
-		// (up to its 4096-byte buffer) is not counted, on every request
-		// but a connection's first. So the same head is refused on a new
-		// connection and taken on a reused one; the plan does as it does.
-		c.headSlack = 0
-		if !first {
-			c.headSlack = min(len(c.rb.Buffered()), readBufferSize)
-		}
-		first = false
-		c.status.Store(stateActive)
-		c.headDL = keepHeadDL
-		if c.lastMethod == http.MethodPost {
-			c.skipLeadingCRLF()
-		}
-		b, err := c.readHead()
-		if err != nil {
-			if bad, ok := err.(*badRequest); ok {
-				c.refuse(bad)
-			}
+	for first := true; ; first = false {
+		keepHeadDL, ok := c.awaitRequest(first)
+		if !ok {
 			return
 		}
-		if bad := parseRequest(b, &c.head); bad != nil {
-			c.refuse(bad)
+		c.status.Store(stateActive)
+		c.headDL = keepHeadDL
+		b, ok := c.nextHead()
+		if !ok {
 			return
 		}
 		if c.head.handoff != "" {
@@ -383,23 +287,7 @@ func (c *conn) serve() {
 		c.rb.Discard(len(b))
 		c.lastMethod = c.head.method
 
-		now := time.Now()
-		c.hardRead, c.hardWrite = time.Time{}, time.Time{}
-		c.ownReadDL, c.ownWriteDL = false, false
-		if d := c.l.readTimeout; d > 0 {
-			c.hardRead = now.Add(d)
-		}
-		if d := c.l.writeTimeout; d > 0 {
-			c.hardWrite = now.Add(d)
-		}
-		if !c.hardRead.IsZero() || c.headDL {
-			// the request's own limit (read_timeout), or none: not the
-			// head's (body reads move it as read_idle_timeout asks)
-			c.setReadDeadline(c.hardRead)
-		}
-		c.body.reset(c, &c.head)
-		c.w.reset(c, &c.head)
-
+		now := c.startRequest()
 		var res result
 		switch {
 		case c.head.expectFail:
@@ -423,9 +311,170 @@ func (c *conn) serve() {
 			return
 		}
 		if !c.w.finish() || c.werr != nil {
+			if c.werr == nil && c.body.unread() {
+				// the client may still be sending the body the answer
+				// refused (a body limit, a body too large to drain)
+				c.closeWriteAndWait()
+			}
 			return
 		}
 	}
+}
+
+// end closes the connection, unless it was handed off (to Caddy's server
+// or a handler that hijacked it), and gives its request state back.
+func (c *conn) end(handedOff bool) {
+	if !handedOff {
+		if c.state != nil {
+			c.flush()
+		}
+		c.nc.Close()
+	}
+	c.status.Store(stateClosed)
+	if c.state != nil {
+		st := c.state
+		c.state = nil
+		st.ex.clear()
+		st.c = nil
+		st.rb.Reset()
+		st.rb.Rd = nil
+		st.bw.Reset(connWriter{st})
+		countState(-1)
+		statePool.Put(st)
+	}
+	c.l.forget(c)
+}
+
+// handshake completes a TLS connection's handshake within
+// tls_handshake_timeout. serveIt is false when the connection is done
+// with: the handshake failed (a plain HTTP request gets net/http's 400), or
+// the client chose a protocol other than HTTP/1.1 and the connection went
+// to Caddy's server (handedOff).
+func (c *conn) handshake(tc *tls.Conn) (serveIt, handedOff bool) {
+	c.tlsConn = tc
+	if d := c.l.tlsHandshakeTimeout; d > 0 {
+		dl := time.Now().Add(d)
+		c.nc.SetReadDeadline(dl)
+		c.nc.SetWriteDeadline(dl)
+	}
+	ctx, cancel := context.WithCancel(c.l.ctx)
+	err := tc.HandshakeContext(ctx)
+	cancel()
+	if err != nil {
+		var re tls.RecordHeaderError
+		if errors.As(err, &re) && re.Conn != nil && looksLikeHTTP(re.RecordHeader) {
+			io.WriteString(re.Conn, "HTTP/1.0 400 Bad Request\r\n\r\nClient sent an HTTP request to an HTTPS server.\n")
+			re.Conn.Close()
+		}
+		c.l.debug("TLS handshake error", err.Error())
+		return false, false
+	}
+	c.nc.SetReadDeadline(time.Time{})
+	c.nc.SetWriteDeadline(time.Time{})
+	st := tc.ConnectionState()
+	c.tlsState = &st
+	if st.NegotiatedProtocol != "" && st.NegotiatedProtocol != "http/1.1" {
+		return false, c.handoff("ALPN " + st.NegotiatedProtocol)
+	}
+	return true, false
+}
+
+// awaitRequest waits for the next request's first bytes: the first
+// request's within read_header_timeout, holding no request state until
+// they arrive; a later one's within idle_timeout, unless they are already
+// buffered (pipelining). ok is false when the connection is to close (the
+// client left, a timeout, a reload that began during the wait).
+// keepHeadDL says the head's deadline stays until the head is read.
+func (c *conn) awaitRequest(first bool) (keepHeadDL, ok bool) {
+	if first && c.raw != nil {
+		// The first request: its head within read_header_timeout
+		// from now (net/http's), and no request state held until its
+		// first bytes arrive (the poller's callback takes one).
+		var dl time.Time
+		if d := c.l.readHeaderTimeout; d > 0 {
+			dl = time.Now().Add(d)
+			c.nc.SetReadDeadline(dl)
+		}
+		if !c.idleFill() {
+			return false, false
+		}
+		c.readDL, keepHeadDL = dl, true
+	} else if !first && len(c.rb.Buffered()) == 0 {
+		// Wait for the next request's first bytes within idle_timeout
+		// (moved only when less than that is left: see nextDeadline).
+		c.status.Store(stateIdle)
+		dl, _ := nextDeadline(time.Now(), c.readDL, c.l.idleTimeout, time.Time{})
+		c.setReadDeadline(dl)
+		// (checked after the deadline is set: a Close from now on
+		// moves the deadline to the past and ends the wait)
+		if c.l.draining() {
+			return false, false
+		}
+		if c.raw != nil {
+			if !c.idleFill() || c.l.draining() {
+				// (a reload that began during the wait: the request
+				// is left to the new config, as a read after the
+				// drain's deadline would have been, and as Caddy's
+				// server closes a connection still idle at shutdown)
+				return false, false
+			}
+			c.readDL = dl
+		} else if err := c.rb.Fill(); err != nil {
+			return false, false
+		}
+	}
+	// net/http counts max_header_size (plus 4096) from the bytes it
+	// reads after its wait for the next request: what that wait read
+	// (up to its 4096-byte buffer) is not counted, on every request
+	// but a connection's first. So the same head is refused on a new
+	// connection and taken on a reused one; the plan does as it does.
+	c.headSlack = 0
+	if !first {
+		c.headSlack = min(len(c.rb.Buffered()), readBufferSize)
+	}
+	return keepHeadDL, true
+}
+
+// nextHead reads the request's head and parses it; a malformed one is
+// refused (net/http's 4xx) and ok is false.
+func (c *conn) nextHead() (b []byte, ok bool) {
+	if c.lastMethod == http.MethodPost {
+		c.skipLeadingCRLF()
+	}
+	b, err := c.readHead()
+	if err != nil {
+		if bad, isBad := err.(*badRequest); isBad {
+			c.refuse(bad)
+		}
+		return nil, false
+	}
+	if bad := parseRequest(b, &c.head); bad != nil {
+		c.refuse(bad)
+		return nil, false
+	}
+	return b, true
+}
+
+// startRequest sets the request's own deadlines (read_timeout,
+// write_timeout from now) and readies its body and response writer.
+func (c *conn) startRequest() time.Time {
+	now := time.Now()
+	c.hardRead, c.hardWrite = time.Time{}, time.Time{}
+	c.ownReadDL, c.ownWriteDL = false, false
+	if d := c.l.readTimeout; d > 0 {
+		c.hardRead = now.Add(d)
+	}
+	if d := c.l.writeTimeout; d > 0 {
+		c.hardWrite = now.Add(d)
+	}
+	if !c.hardRead.IsZero() || c.headDL {
+		// the request's own limit (read_timeout), or none: not the
+		// head's (body reads move it as read_idle_timeout asks)
+		c.setReadDeadline(c.hardRead)
+	}
+	c.body.reset(c, &c.head)
+	c.w.reset(c, &c.head)
+	return now
 }
 
 // idleFill waits for the next request's first bytes on a plain TCP
@@ -664,12 +713,19 @@ func (c *conn) refuse(bad *badRequest) {
 	c.bw.WriteString(msg)
 	c.flush()
 	if bad.status == 431 {
-		// As net/http's closeWriteAndWait: a client still sending its
-		// head reads the answer before the connection goes.
-		if tc, ok := c.nc.(interface{ CloseWrite() error }); ok {
-			tc.CloseWrite()
-			time.Sleep(rstAvoidanceDelay)
-		}
+		c.closeWriteAndWait() // (a client still sending its head)
+	}
+}
+
+// closeWriteAndWait is net/http's: before a connection whose client may
+// still be sending is closed, its write side is closed and the close
+// waits a moment, so that the client reads the answer already sent
+// instead of a reset (closing with unread bytes makes the kernel send an
+// RST, and the client's stack drops what it had not read yet).
+func (c *conn) closeWriteAndWait() {
+	if tc, ok := c.nc.(interface{ CloseWrite() error }); ok {
+		tc.CloseWrite()
+		time.Sleep(rstAvoidanceDelay)
 	}
 }
 

@@ -132,142 +132,34 @@ func parseRequest(b []byte, h *reqHead) *badRequest {
 	}
 	s := string(b[:len(b)-2]) // each line ends in CRLF; the empty last line dropped
 
-	// request-line = method SP request-target SP HTTP-version
-	eol := strings.IndexByte(s, '\r')
-	line := s[:eol]
-	sp1 := strings.IndexByte(line, ' ')
-	if sp1 <= 0 {
-		return refuse("malformed HTTP request")
+	eol, bad := h.requestLine(s)
+	if bad != nil {
+		return bad
 	}
-	h.method = line[:sp1]
-	rest := line[sp1+1:]
-	sp2 := strings.IndexByte(rest, ' ')
-	if sp2 < 0 {
-		return refuse("malformed HTTP request")
-	}
-	h.target, h.proto = rest[:sp2], rest[sp2+1:]
-	if !h1wire.ValidToken(h.method) {
-		return refuse("invalid method")
-	}
-	switch h.proto {
-	case "HTTP/1.1":
-		h.minor = 1
-	case "HTTP/1.0":
-	default:
-		// Another version, or garbage: net/http answers it (400 or 505).
-		h.handoff = "HTTP version " + h.proto
-	}
-	if h.target == "" || strings.IndexByte(h.target, ' ') >= 0 {
-		return refuse("malformed HTTP request")
-	}
-
-	fields = fields[:0]
-	var clSeen, teSeen, hostSeen bool
-	var teValue string
-	pos := eol + 2
-	for pos < len(s) {
+	var seen seenFields
+	for pos := eol + 2; pos < len(s); {
 		eol = strings.IndexByte(s[pos:], '\r') + pos
-		line = s[pos:eol]
+		name, value, bad := fieldLine(s[pos:eol])
+		if bad != nil {
+			return bad
+		}
 		pos = eol + 2
-		if line[0] == ' ' || line[0] == '\t' {
-			return refuse("obs-fold (a field line continued with whitespace)")
-		}
-		colon, space := -1, false
-		for i := 0; i < len(line); i++ {
-			c := line[i]
-			if c == ':' {
-				colon = i
-				break
-			}
-			if c == ' ' {
-				space = true // (net/http names this one)
-			} else if !h1wire.IsTokenByte(c) {
-				return refuse("invalid header name")
-			}
-		}
-		if colon <= 0 {
-			return refuse("invalid header name")
-		}
-		if space {
-			return refusePublic("invalid header name")
-		}
-		name := h1wire.CanonicalKey(line[:colon])
-		value := h1wire.TrimOWS(line[colon+1:])
-		switch name {
-		case "Host":
-			if hostSeen {
-				return refuse("too many Host headers")
-			}
-			hostSeen, h.host = true, value
-		case "Content-Length":
-			if clSeen {
-				return refuse("repeated Content-Length")
-			}
-			n, ok := h1wire.ParseDigits(value)
-			if !ok {
-				return refuse("invalid Content-Length")
-			}
-			clSeen, h.contentLength = true, n
-		case "Transfer-Encoding":
-			if teSeen {
-				return errUnsupportedTE
-			}
-			teSeen, teValue = true, value
-		case "Connection":
-			if h1wire.HasToken(value, "close") {
-				h.close = true
-			}
-			if h1wire.HasToken(value, "keep-alive") {
-				h.keepAlive10 = true
-			}
-		case "Expect":
-			if strings.EqualFold(value, "100-continue") {
-				h.expect100 = true
-			} else if value != "" {
-				h.expectFail = true // net/http answers 417
-			}
-		case "Upgrade":
-			if h.handoff == "" {
-				h.handoff = "Upgrade"
-			}
-		case "Trailer":
-			if h.handoff == "" {
-				h.handoff = "request trailers"
-			}
-		case "Pragma":
-			if value == "no-cache" && !h.pragmaNoCache && !hasField(fields, "Pragma") {
-				h.pragmaNoCache = true
-			}
+		if bad := h.field(name, value, fields, &seen); bad != nil {
+			return bad
 		}
 		fields = append(fields, field{name, value})
 	}
 	h.fields = fields
-
-	if h.minor == 0 {
-		if teSeen {
-			return refuse("Transfer-Encoding in an HTTP/1.0 request")
-		}
-		h.close = h.close || !h.keepAlive10
-		h.keepAlive10 = h.keepAlive10 && !h.close
-	} else {
-		h.keepAlive10 = false
-	}
-	if teSeen {
-		if clSeen {
-			return refuse("both Content-Length and Transfer-Encoding")
-		}
-		if !strings.EqualFold(teValue, "chunked") {
-			return errUnsupportedTE
-		}
-		h.chunked = true
+	if bad := h.framing(&seen); bad != nil {
+		return bad
 	}
 	if h.handoff != "" {
 		return nil
 	}
-	if !hostSeen && h.minor == 1 {
+	if !seen.host && h.minor == 1 {
 		return refusePublic("missing required Host header")
 	}
-	if hostSeen && !httpguts.ValidHostHeader(h.host) {
+	if seen.host && !httpguts.ValidHostHeader(h.host) {
 		return refusePublic("malformed Host header")
 	}
 	if h.method == "CONNECT" {
@@ -275,6 +167,153 @@ func parseRequest(b []byte, h *reqHead) *badRequest {
 		return nil
 	}
 	return parseTarget(h)
+}
+
+// requestLine parses request-line = method SP request-target SP
+// HTTP-version, the first line of s; eol is where it ends. A version
+// other than 1.0 and 1.1 goes to Caddy's server (net/http answers it: 400
+// or 505).
+func (h *reqHead) requestLine(s string) (eol int, bad *badRequest) {
+	eol = strings.IndexByte(s, '\r')
+	line := s[:eol]
+	sp1 := strings.IndexByte(line, ' ')
+	if sp1 <= 0 {
+		return 0, refuse("malformed HTTP request")
+	}
+	h.method = line[:sp1]
+	rest := line[sp1+1:]
+	sp2 := strings.IndexByte(rest, ' ')
+	if sp2 < 0 {
+		return 0, refuse("malformed HTTP request")
+	}
+	h.target, h.proto = rest[:sp2], rest[sp2+1:]
+	if !h1wire.ValidToken(h.method) {
+		return 0, refuse("invalid method")
+	}
+	switch h.proto {
+	case "HTTP/1.1":
+		h.minor = 1
+	case "HTTP/1.0":
+	default:
+		h.handoff = "HTTP version " + h.proto
+	}
+	if h.target == "" || strings.IndexByte(h.target, ' ') >= 0 {
+		return 0, refuse("malformed HTTP request")
+	}
+	return eol, nil
+}
+
+// fieldLine splits a field line into its canonical name and its value
+// without surrounding whitespace; obs-fold, a space before the colon and a
+// byte no token may hold are refused, with net/http's words.
+func fieldLine(line string) (name, value string, bad *badRequest) {
+	if line[0] == ' ' || line[0] == '\t' {
+		return "", "", refuse("obs-fold (a field line continued with whitespace)")
+	}
+	colon, space := -1, false
+	for i := 0; i < len(line); i++ {
+		c := line[i]
+		if c == ':' {
+			colon = i
+			break
+		}
+		if c == ' ' {
+			space = true // (net/http names this one)
+		} else if !h1wire.IsTokenByte(c) {
+			return "", "", refuse("invalid header name")
+		}
+	}
+	if colon <= 0 {
+		return "", "", refuse("invalid header name")
+	}
+	if space {
+		return "", "", refusePublic("invalid header name")
+	}
+	return h1wire.CanonicalKey(line[:colon]), h1wire.TrimOWS(line[colon+1:]), nil
+}
+
+// seenFields is what the fields of one head said about its framing.
+type seenFields struct {
+	cl, te, host bool
+	teValue      string
+}
+
+// field takes in one field the plan itself acts on (framing, Host,
+// Connection, Expect, the fields that send a request to Caddy's server);
+// fields holds the ones before it.
+func (h *reqHead) field(name, value string, fields []field, seen *seenFields) *badRequest {
+	switch name {
+	case "Host":
+		if seen.host {
+			return refuse("too many Host headers")
+		}
+		seen.host, h.host = true, value
+	case "Content-Length":
+		if seen.cl {
+			return refuse("repeated Content-Length")
+		}
+		n, ok := h1wire.ParseDigits(value)
+		if !ok {
+			return refuse("invalid Content-Length")
+		}
+		seen.cl, h.contentLength = true, n
+	case "Transfer-Encoding":
+		if seen.te {
+			return errUnsupportedTE
+		}
+		seen.te, seen.teValue = true, value
+	case "Connection":
+		if h1wire.HasToken(value, "close") {
+			h.close = true
+		}
+		if h1wire.HasToken(value, "keep-alive") {
+			h.keepAlive10 = true
+		}
+	case "Expect":
+		if strings.EqualFold(value, "100-continue") {
+			h.expect100 = true
+		} else if value != "" {
+			h.expectFail = true // net/http answers 417
+		}
+	case "Upgrade":
+		if h.handoff == "" {
+			h.handoff = "Upgrade"
+		}
+	case "Trailer":
+		if h.handoff == "" {
+			h.handoff = "request trailers"
+		}
+	case "Pragma":
+		if value == "no-cache" && !h.pragmaNoCache && !hasField(fields, "Pragma") {
+			h.pragmaNoCache = true
+		}
+	}
+	return nil
+}
+
+// framing decides, from the whole head, how the body is framed and
+// whether the connection persists: HTTP/1.0 keep-alive, and a
+// Transfer-Encoding that is exactly chunked and not beside Content-Length.
+func (h *reqHead) framing(seen *seenFields) *badRequest {
+	if h.minor == 0 {
+		if seen.te {
+			return refuse("Transfer-Encoding in an HTTP/1.0 request")
+		}
+		h.close = h.close || !h.keepAlive10
+		h.keepAlive10 = h.keepAlive10 && !h.close
+	} else {
+		h.keepAlive10 = false
+	}
+	if seen.te {
+		if seen.cl {
+			return refuse("both Content-Length and Transfer-Encoding")
+		}
+		if !strings.EqualFold(seen.teValue, "chunked") {
+			return errUnsupportedTE
+		}
+		h.chunked = true
+	}
+	return nil
 }
 
 // parseTarget splits an origin-form target into the path and query that

@@ -429,66 +429,92 @@ func (w *respWriter) shouldReuse() bool {
 }
 
 // commit writes the head to the connection's buffer (net/http's
-// chunkWriter.writeHeader); p is the first body chunk, for Content-Length
-// and Content-Type sniffing.
+// chunkWriter.writeHeader, in its steps); p is the first body chunk, for
+// Content-Length and Content-Type sniffing.
 func (w *respWriter) commit(p []byte) {
 	if w.committed {
 		return
 	}
 	w.committed = true
-	c := w.c
-	keepAlives := !c.l.draining()
-	isHEAD := w.h.method == http.MethodHead
+	keepAlives := !w.c.l.draining()
+	hd := respHead{header: w.handlerHeader, owned: w.snapTaken}
+	if hd.owned {
+		hd.header = w.snapshot
+	}
+	w.extra = extraHeader{}
 
-	header := w.handlerHeader
-	owned := w.snapTaken
-	if owned {
-		header = w.snapshot
+	trailers := w.trailerFields(&hd)
+	if w.handlerDone && !trailers && headerGet(hd.header, "Transfer-Encoding") == "" && bodyAllowedForStatus(w.status) &&
+		!headerHas(hd.header, "Content-Length") && (w.h.method != http.MethodHead || len(p) > 0) {
+		w.contentLength = int64(len(p))
+		w.extra.contentLength = strconv.AppendInt(w.extra.clBuf[:0], int64(len(p)), 10)
 	}
-	var exclude map[string]bool
-	delHeader := func(key string) {
-		if owned {
-			delete(header, key)
-			return
-		}
-		if _, ok := header[key]; !ok {
-			return
-		}
-		if exclude == nil {
-			exclude = make(map[string]bool)
-		}
-		exclude[key] = true
-	}
-	set := &w.extra
-	*set = extraHeader{}
+	w.connectionReuse(&hd, keepAlives)
+	w.finishRequestBody(&hd)
+	w.framing(&hd, p, keepAlives)
 
-	trailers := false
-	var snap http.Header
-	if w.snapTaken {
-		snap = w.snapshot
+	bw := w.c.bw
+	writeStatusLine(bw, w.h.minor == 1, w.status)
+	w.writeHeaderSubset(bw, hd.header, hd.exclude, true)
+	w.extra.write(bw)
+	bw.WriteString("\r\n")
+}
+
+// respHead is the header a response's head is written from: the
+// handler's, whose fields commit leaves out (exclude) rather than delete,
+// or the snapshot taken at WriteHeader, which is the writer's own (owned).
+type respHead struct {
+	header  http.Header
+	owned   bool
+	exclude map[string]bool
+}
+
+// del leaves a field out of the head.
+func (h *respHead) del(key string) {
+	if h.owned {
+		delete(h.header, key)
+		return
 	}
-	for k := range snap {
+	if _, ok := h.header[key]; !ok {
+		return
+	}
+	h.exclude = excludeField(h.exclude, key)
+}
+
+func excludeField(m map[string]bool, key string) map[string]bool {
+	if m == nil {
+		m = make(map[string]bool)
+	}
+	m[key] = true
+	return m
+}
+
+// trailerFields leaves the handler's "Trailer:"-prefixed fields out of the
+// head and declares the trailers the response announces; it says whether
+// there are any.
+func (w *respWriter) trailerFields(hd *respHead) (trailers bool) {
+	if !w.snapTaken {
+		return false
+	}
+	for k := range w.snapshot {
 		if strings.HasPrefix(k, http.TrailerPrefix) {
-			if exclude == nil {
-				exclude = make(map[string]bool)
-			}
-			exclude[k] = true
+			hd.exclude = excludeField(hd.exclude, k)
 			trailers = true
 		}
 	}
-	for _, v := range snap["Trailer"] {
+	for _, v := range w.snapshot["Trailer"] {
 		trailers = true
 		foreachHeaderElement(v, w.declareTrailer)
 	}
+	return trailers
+}
 
-	te := headerGet(header, "Transfer-Encoding")
-	hasTE := te != ""
-
-	if w.handlerDone && !trailers && !hasTE && bodyAllowedForStatus(w.status) && !headerHas(header, "Content-Length") && (!isHEAD || len(p) > 0) {
-		w.contentLength = int64(len(p))
-		set.contentLength = strconv.AppendInt(set.clBuf[:0], int64(len(p)), 10)
-	}
-
+// connectionReuse decides whether the connection stays open after this
+// response: HTTP/1.0 keep-alive, the request's and the handler's
+// Connection fields, a reload's drain, and a 100-continue never sent.
+func (w *respWriter) connectionReuse(hd *respHead, keepAlives bool) {
+	header := hd.header
+	isHEAD := w.h.method == http.MethodHead
 	wants10KeepAlive := w.h.keepAlive10
 	if wants10KeepAlive && keepAlives {
 		sentLength := headerGet(header, "Content-Length") != ""
@@ -499,7 +525,7 @@ func (w *respWriter) commit(p []byte) {
 	hasCL := w.contentLength != -1
 	if wants10KeepAlive && (isHEAD || hasCL || !bodyAllowedForStatus(w.status)) {
 		if _, ok := header["Connection"]; !ok {
-			set.connection = "keep-alive"
+			w.extra.connection = "keep-alive"
 		}
 	} else if w.h.minor == 0 || w.h.close {
 		w.closeAfter = true
@@ -510,35 +536,51 @@ func (w *respWriter) commit(p []byte) {
 
 	// A client that waited for 100 Continue that never came may still be
 	// about to send the body: do not read its bytes as the next request.
-	b := &c.body
-	if w.h.expect100 && !w.wroteContinue && !b.sawEOF {
+	if b := &w.c.body; w.h.expect100 && !w.wroteContinue && !b.sawEOF {
 		w.closeAfter = true
 	}
+}
 
-	// Read the rest of the request body first, so that clients that send a
-	// whole request before reading the response do not deadlock.
-	if !b.empty() && !w.closeAfter && !w.fullDuplex {
-		switch {
-		case b.closed && !b.sawEOF && b.err != nil:
-			w.closeAfter = true
-		case !b.chunked && b.n >= maxPostHandlerReadBytes && !b.sawEOF:
-			w.tooBig = true
-		default:
-			if !b.drain() {
-				if b.err != nil {
-					w.closeAfter = true
-				} else {
-					w.tooBig = true
-				}
+// finishRequestBody reads the rest of the request body before the head
+// goes out, so that clients that send a whole request before reading the
+// response do not deadlock; a body too large to drain closes the
+// connection after the response (net/http's tooBig).
+func (w *respWriter) finishRequestBody(hd *respHead) {
+	b := &w.c.body
+	if b.empty() || w.closeAfter || w.fullDuplex {
+		return
+	}
+	switch {
+	case b.closed && !b.sawEOF && b.err != nil:
+		w.closeAfter = true
+	case !b.chunked && b.n >= maxPostHandlerReadBytes && !b.sawEOF:
+		w.tooBig = true
+	default:
+		if !b.drain() {
+			if b.err != nil {
+				w.closeAfter = true
+			} else {
+				w.tooBig = true
 			}
 		}
-		if w.tooBig {
-			w.closeAfter = true
-			delHeader("Connection")
-			set.connection = "close"
-		}
 	}
+	if w.tooBig {
+		w.closeAfter = true
+		hd.del("Connection")
+		w.extra.connection = "close"
+	}
+}
 
+// framing settles the fields that frame the body: Content-Type sniffed
+// from the first chunk, the fields a status may not carry, Date, and
+// Content-Length against Transfer-Encoding (chunked for an HTTP/1.1
+// response of unknown length, close-delimited for HTTP/1.0).
+func (w *respWriter) framing(hd *respHead, p []byte, keepAlives bool) {
+	header, set := hd.header, &w.extra
+	isHEAD := w.h.method == http.MethodHead
+	te := headerGet(header, "Transfer-Encoding")
+	hasTE := te != ""
+	hasCL := w.contentLength != -1
 	code := w.status
 	if bodyAllowedForStatus(code) {
 		_, haveType := header["Content-Type"]
@@ -548,55 +590,49 @@ func (w *respWriter) commit(p []byte) {
 		}
 	} else {
 		for _, k := range suppressedHeaders(code) {
-			delHeader(k)
+			hd.del(k)
 		}
 	}
 
 	if !headerHas(header, "Date") {
-		set.date = c.l.date()
+		set.date = w.c.l.date()
 	}
 
 	if hasCL && hasTE && te != "identity" {
-		delHeader("Content-Length")
+		hd.del("Content-Length")
 		hasCL = false
 	}
 
 	if isHEAD || !bodyAllowedForStatus(code) || code == http.StatusNoContent {
-		delHeader("Transfer-Encoding")
+		hd.del("Transfer-Encoding")
 	} else if hasCL {
-		delHeader("Transfer-Encoding")
+		hd.del("Transfer-Encoding")
 	} else if w.h.minor == 1 {
 		if hasTE && te == "identity" {
 			w.chunking = false
 			w.closeAfter = true
-			delHeader("Transfer-Encoding")
+			hd.del("Transfer-Encoding")
 		} else {
 			w.chunking = true
 			set.transferEncoding = "chunked"
 			if hasTE && te == "chunked" {
-				delHeader("Transfer-Encoding")
+				hd.del("Transfer-Encoding")
 			}
 		}
 	} else {
 		w.closeAfter = true
-		delHeader("Transfer-Encoding")
+		hd.del("Transfer-Encoding")
 	}
 	if w.chunking {
-		delHeader("Content-Length")
+		hd.del("Content-Length")
 	}
 
 	if w.closeAfter && (!keepAlives || !h1wire.HasToken(headerGet(header, "Connection"), "close")) && !isProtocolSwitch(code, header) {
-		delHeader("Connection")
+		hd.del("Connection")
 		if w.h.minor == 1 {
 			set.connection = "close"
 		}
 	}
-
-	bw := c.bw
-	writeStatusLine(bw, w.h.minor == 1, code)
-	w.writeHeaderSubset(bw, header, exclude, true)
-	set.write(bw)
-	bw.WriteString("\r\n")
 }
 
 func (w *respWriter) declareTrailer(k string) {

@@ -340,3 +340,32 @@ func PlanOf(r *http.Request) string {
 	}
 	return ""
 }
+
+// VarOpenAPIViolation holds the first way a request (or its response) did
+// not match the API's OpenAPI document, as the openapi duty found it
+// (SetOpenAPIViolation), refused or, in dry run, let pass.
+const VarOpenAPIViolation = "gateway.openapi_violation"
+
+// OpenAPIViolation is one violation of an OpenAPI document: where
+// ("query.limit", "body/items/0/price"), the schema keyword or OpenAPI
+// rule, and what was expected. It never holds the value that failed.
+type OpenAPIViolation struct {
+	Location string `json:"location"`
+	Keyword  string `json:"keyword"`
+	Message  string `json:"message"`
+}
+
+// SetOpenAPIViolation records the request's first violation of the API
+// description; a later one does not replace it.
+func SetOpenAPIViolation(r *http.Request, v *OpenAPIViolation) {
+	if OpenAPIViolationOf(r) != nil {
+		return
+	}
+	caddyhttp.SetVar(r.Context(), VarOpenAPIViolation, v)
+}
+
+// OpenAPIViolationOf returns what SetOpenAPIViolation recorded, or nil.
+func OpenAPIViolationOf(r *http.Request) *OpenAPIViolation {
+	v, _ := caddyhttp.GetVar(r.Context(), VarOpenAPIViolation).(*OpenAPIViolation)
+	return v
+}

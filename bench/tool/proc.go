@@ -292,9 +292,8 @@ func cpuTicks(cpu string) (busy, total int64) {
 }
 
 // procTicks is the CPU time (utime+stime, in ticks) of a process and its
-// descendants.
-func procTicks(pid int) int64 {
-	var t int64
+// descendants, and of that the user time.
+func procTicks(pid int) (total, user int64) {
 	for _, p := range append([]int{pid}, descendants(pid)...) {
 		b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", p))
 		if err != nil {
@@ -309,10 +308,11 @@ func procTicks(pid int) int64 {
 		if len(f) > 12 {
 			u, _ := strconv.ParseInt(f[11], 10, 64)
 			st, _ := strconv.ParseInt(f[12], 10, 64)
-			t += u + st
+			total += u + st
+			user += u
 		}
 	}
-	return t
+	return total, user
 }
 
 // coreShare measures, over an interval, how much of a core the server
@@ -322,6 +322,7 @@ type coreShare struct {
 	busy0, total0, p0 int64
 	lbusy0, ltotal0   int64 // core 0 (the load side)
 	p1                int64 // the server's ticks at end
+	u0, u1            int64 // of those, user time (the rest is the kernel's)
 }
 
 func startCoreShare(pid int) *coreShare {
@@ -329,7 +330,7 @@ func startCoreShare(pid int) *coreShare {
 	c.busy0, c.total0 = cpuTicks(coreGateway)
 	c.lbusy0, c.ltotal0 = cpuTicks(coreLoad)
 	if pid > 0 {
-		c.p0 = procTicks(pid)
+		c.p0, c.u0 = procTicks(pid)
 	}
 	return c
 }
@@ -340,6 +341,10 @@ const clockTicks = 100
 // cpuSeconds is the server's CPU time (user + system, its processes and
 // their children) between start and end.
 func (c *coreShare) cpuSeconds() float64 { return float64(c.p1-c.p0) / clockTicks }
+
+// userSeconds is the user-space part of cpuSeconds: the process's own
+// work, where the rest is system calls and the kernel's network stack.
+func (c *coreShare) userSeconds() float64 { return float64(c.u1-c.u0) / clockTicks }
 
 // load is core 0's busy share since start (call after end).
 func (c *coreShare) load() float64 {
@@ -359,7 +364,7 @@ func (c *coreShare) end() (ours, others float64) {
 	}
 	var p int64
 	if c.pid > 0 {
-		c.p1 = procTicks(c.pid)
+		c.p1, c.u1 = procTicks(c.pid)
 		p = c.p1 - c.p0
 	}
 	ours = float64(p) / dt

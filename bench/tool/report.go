@@ -277,26 +277,31 @@ func (r *Report) peakAnon(name string) float64 {
 	return m
 }
 
-// cpuPerReq is a row's CPU µs per request over its rounds.
-func (r *Report) cpuPerReq(name string) Stat {
+// sampleStat is a per-round figure of a row over its rounds that ran
+// without error and measured it (> 0).
+func (r *Report) sampleStat(name string, of func(Sample) float64) Stat {
 	var v []float64
 	for _, s := range r.Samples[name] {
-		if s.Err == "" && s.CPUPerReq > 0 {
-			v = append(v, s.CPUPerReq)
+		if x := of(s); s.Err == "" && x > 0 {
+			v = append(v, x)
 		}
 	}
 	return stat(v)
 }
 
+// cpuPerReq is a row's CPU µs per request over its rounds.
+func (r *Report) cpuPerReq(name string) Stat {
+	return r.sampleStat(name, func(s Sample) float64 { return s.CPUPerReq })
+}
+
+// cpuUserPerReq is the user-space part of a row's CPU µs per request.
+func (r *Report) cpuUserPerReq(name string) Stat {
+	return r.sampleStat(name, func(s Sample) float64 { return s.CPUUserPerReq })
+}
+
 // core0 is a row's core-0 busy share over its rounds.
 func (r *Report) core0(name string) Stat {
-	var v []float64
-	for _, s := range r.Samples[name] {
-		if s.Err == "" && s.Core0Busy > 0 {
-			v = append(v, s.Core0Busy)
-		}
-	}
-	return stat(v)
+	return r.sampleStat(name, func(s Sample) float64 { return s.Core0Busy })
 }
 
 // coreStr is the median share of core 1 taken by the server and by other
@@ -694,8 +699,8 @@ func (r *Report) markdown(png string) string {
 		}
 		p("## %s", g.title)
 		p("")
-		p("| scenario | what | req/s | p99 ms | vs baseline | cpu_us_per_req | core0_busy | peak RSS | core 1: server / others | upstream connections | served by |")
-		p("|---|---|---|---|---|---|---|---|---|---|---|")
+		p("| scenario | what | req/s | p99 ms | vs baseline | cpu_us_per_req | of which user | core0_busy | peak RSS | core 1: server / others | upstream connections | served by |")
+		p("|---|---|---|---|---|---|---|---|---|---|---|---|")
 		for _, s := range rows {
 			vs := func(c int) string {
 				if s.Baseline == "" {
@@ -712,12 +717,12 @@ func (r *Report) markdown(png string) string {
 			if s.Server == "gateway" {
 				served = pathLabel(r.Samples[s.Name])
 			}
-			p("| %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s |", s.Name, s.Label,
+			p("| %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s |", s.Name, s.Label,
 				fmtStat(r.rps(s.Name, 300), "%.0f"), fmtStat(r.lat(s.Name, 300, true), "%.1f"),
-				vs(300), fmtStat(r.cpuPerReq(s.Name), "%.1f"), fmtStat(r.core0(s.Name), "%.2f"), mem, r.coreStr(s.Name), r.upstreamStr(s.Name), served)
+				vs(300), fmtStat(r.cpuPerReq(s.Name), "%.1f"), fmtStat(r.cpuUserPerReq(s.Name), "%.1f"), fmtStat(r.core0(s.Name), "%.2f"), mem, r.coreStr(s.Name), r.upstreamStr(s.Name), served)
 		}
 		p("")
-		p("cpu_us_per_req: the proxy's own CPU time (user + system of its processes, from /proc) over the measured run, divided by the requests completed, in µs: what a request costs it, valid whether or not it was saturated. " +
+		p("cpu_us_per_req: the proxy's own CPU time (user + system of its processes, from /proc) over the measured run, divided by the requests completed, in µs: what a request costs it, valid whether or not it was saturated; of which user: its user-space part (the rest is the kernel's: system calls and the loopback network stack), where engines that make the same system calls differ. " +
 			"core0_busy: the busy share of core 0 (wrk, the backend, the helper services); near 1, req/s measured the load side, and only cpu_us_per_req compares the proxies.")
 		p("")
 		p("All at 300 connections. Core 1 (the proxy's core): the median share of its time the server used during the measured run, and the share other processes of the machine took; a run in which others took more than %.0f%% was run again (up to %d times). "+

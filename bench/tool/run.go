@@ -68,6 +68,10 @@ type Sample struct {
 	// wrk completed, in µs: the cost of a request, valid when the proxy is
 	// not saturated too (req/s then measures the load side).
 	CPUPerReq float64 `json:"cpu_us_per_req"`
+	// CPUUserPerReq is the user-space part of CPUPerReq (the rest is the
+	// kernel's: system calls, the network stack): where two engines make
+	// the same system calls, the difference is here.
+	CPUUserPerReq float64 `json:"cpu_user_us_per_req"`
 	// Core0Busy is the busy share of core 0 (wrk, the backend and the
 	// helper services) over the measured runs: near 1, req/s measured the
 	// load side.
@@ -119,6 +123,9 @@ func (b *Bench) conf(s Scenario, port int) Conf {
 	}
 	if c.AccessLog {
 		c.AccessLogFile = filepath.Join(b.Work, "access.log")
+	}
+	if c.OpenAPI {
+		c.OpenAPISpec = filepath.Join(b.Work, "openapi.yaml")
 	}
 	switch s.Server {
 	case "gateway":
@@ -303,6 +310,7 @@ func (b *Bench) runScenario(s Scenario, idx, round int) Sample {
 	smp.Core0Busy = share.load()
 	if n := requestsOf(smp); n > 0 && pid > 0 {
 		smp.CPUPerReq = share.cpuSeconds() * 1e6 / float64(n)
+		smp.CPUUserPerReq = share.userSeconds() * 1e6 / float64(n)
 	}
 	smp.Saturated = s.Server == "direct" || smp.CoreOurs >= minBusy
 	if p != nil {

@@ -53,6 +53,8 @@ type Conf struct {
 	MaxConn        int      // client connections a server must take: maxConns()
 	AccessLog      bool     // a JSON access log to a file (gateway: Caddy's log with format json; nginx: access_log with a JSON log_format)
 	AccessLogFile  string   // (set at run time; emptied before each start)
+	OpenAPI        bool     // the gateway's openapi handler (request validation) against configs/openapi.yaml
+	OpenAPISpec    string   // (set at run time: its copy in the work directory)
 }
 
 // Target is a goal from issue 7, checked against the measured medians at
@@ -98,6 +100,7 @@ func scenarios() []Scenario {
 		// access logs, which nearly every production gateway keeps: a JSON
 		// record per request to a file, on both
 		{Name: "nginx-log", Label: "nginx 1.22, JSON access_log to a file", Group: "bare", Server: "nginx", Conf: Conf{AccessLog: true}, Baseline: "nginx"},
+		{Name: "gw-fast-openapi", Label: "gateway, apigate wrapper, openapi request validation (path parameter), transport h1", Group: "bare", Server: "gateway", Conf: fast(Conf{OpenAPI: true}), Baseline: "gw-fast"},
 		{Name: "gw-fast-log", Label: "gateway, no duties, apigate wrapper, JSON access log to a file", Group: "bare", Server: "gateway", Conf: fast(Conf{AccessLog: true}), Baseline: "nginx-log"},
 
 		// 2. authentication
@@ -219,6 +222,9 @@ func targets() []Target {
 		{Name: "fast path: rate_limit, CPU per request vs jwt_auth + rbac", Scenario: "gw-fast-steps-rl", Kind: "cpu", Against: "gw-fast-rbac", Limit: 1.02},
 		{Name: "fast path: permission cached, CPU per request vs jwt_auth + rbac + rate_limit", Scenario: "gw-fast-steps-perm", Kind: "cpu", Against: "gw-fast-steps-rl", Limit: 1.01},
 		{Name: "fast path: audit HTTP batched, CPU per request vs bare", Scenario: "gw-fast-audit-http", Kind: "cpu", Against: "gw-fast", Limit: 1.05},
+		// issue 34: request validation against an OpenAPI document costs at
+		// most 10% CPU per request over the same route without it
+		{Name: "fast path, openapi request validation: CPU per request vs bare", Scenario: "gw-fast-openapi", Kind: "cpu", Against: "gw-fast", Limit: 1.10},
 		{Name: "fast path, JSON access log: CPU per request vs nginx with access_log", Scenario: "gw-fast-log", Kind: "cpu", Against: "nginx-log", Limit: 1.3},
 		{Name: "fast path, JSON access log, vs nginx with access_log", Scenario: "gw-fast-log", Kind: "ratio", Against: "nginx-log", Limit: 0.7},
 		// issue 26: against Traefik

@@ -145,6 +145,35 @@
     } else f.hidden = true;
   }
 
+  // one row per operation of each OpenAPI document: what a rollout of
+  // enforcement would refuse (violations of requests) and the most
+  // common violation, then the requests no operation declares
+  function renderOpenAPI(o) {
+    const specs = o.openapi || [];
+    const rows = [];
+    const share = (n, of) => of ? " (" + (100 * n / of).toFixed(1) + "%)" : "";
+    specs.forEach((s) => {
+      const doc = s.spec + (s.load_error ? " — reload failed: " + s.load_error : "");
+      const ops = (s.operations || []).concat([s.undeclared_requests]);
+      ops.forEach((op) => {
+        if (!op) return;
+        const mc = op.most_common;
+        rows.push(el("tr", { "data-operation": op.operation },
+          el("td", { class: "mono", text: doc }),
+          el("td", { class: "mono", text: op.operation + (op.method ? " · " + op.method + " " + op.path : "") }),
+          el("td", { class: "num", text: String(op.requests) }),
+          el("td", { class: "num", text: String(op.violations) + share(op.violations, op.requests) }),
+          el("td", { class: "num", text: String(op.refused) }),
+          el("td", { class: "num", text: String(op.would_refuse) }),
+          el("td", { class: "num", text: String(op.response_violations) }),
+          el("td", { class: "mono", text: mc ? mc.location + " " + mc.keyword + " ×" + mc.count : "–" })));
+      });
+    });
+    fill($("openapi").tBodies[0], rows, "no openapi handler in the running config", 8);
+    setText("openapi-note", specs.map((s) => (s.title || s.spec) + " " + s.openapi + ": request " + s.request +
+      ", response " + s.response + ", undeclared " + s.undeclared).join("; "));
+  }
+
   // dur formats nanoseconds as the largest whole unit: 1m, 90s, 2h.
   function dur(ns) {
     const s = ns / 1e9;
@@ -340,6 +369,7 @@
     renderContainers(o);
     renderFastPath(o);
     renderQuota(o);
+    renderOpenAPI(o);
     renderCanaries(o);
     renderRoutes(o);
     renderEvents(o);

@@ -37,18 +37,6 @@ func Respond(w http.ResponseWriter, r *http.Request, status int, code, reason st
 	return nil
 }
 
-// RespondBody is Respond for a duty whose answer has a JSON body of its
-// own (body, marshalled): the quota's {"error":"quota_exceeded",...}. With
-// error routes they answer, as for Respond; without, body is written with
-// status.
-func RespondBody(w http.ResponseWriter, r *http.Request, status int, reason string, body []byte) error {
-	if hasErrorRoutes(r) {
-		return caddyhttp.Error(status, errors.New(reason))
-	}
-	WriteBody(w, status, body)
-	return nil
-}
-
 func hasErrorRoutes(r *http.Request) bool {
 	srv, ok := r.Context().Value(caddyhttp.ServerCtxKey).(*caddyhttp.Server)
 	return ok && srv != nil && srv.Errors != nil && len(srv.Errors.Routes) > 0
@@ -60,13 +48,7 @@ func Write(w http.ResponseWriter, status int, code, reason string) {
 	if err != nil { // cannot happen for two strings
 		body = []byte(`{"error":"` + code + `"}`)
 	}
-	WriteBody(w, status, body)
-}
-
-// WriteBody writes a JSON body (a newline is added) with status, as Write
-// does.
-func WriteBody(w http.ResponseWriter, status int, body []byte) {
-	body = append(body[:len(body):len(body)], '\n')
+	body = append(body, '\n')
 	h := w.Header()
 	h.Set("Content-Type", "application/json")
 	h.Set("Content-Length", strconv.Itoa(len(body)))
@@ -113,4 +95,21 @@ func QuoteEscape(s string) string {
 		}
 	}
 	return b.String()
+}
+
+// RespondBody denies the request with status as Respond does, with a body
+// of the duty's own (problem+json, say) where the server has no error
+// routes: with error routes, it returns caddyhttp.Error(status, reason)
+// and the error routes answer.
+func RespondBody(w http.ResponseWriter, r *http.Request, status int, reason, contentType string, body []byte) error {
+	if hasErrorRoutes(r) {
+		return caddyhttp.Error(status, errors.New(reason))
+	}
+	h := w.Header()
+	h.Set("Content-Type", contentType)
+	h.Set("Content-Length", strconv.Itoa(len(body)))
+	h.Set("Cache-Control", "no-store")
+	w.WriteHeader(status)
+	_, _ = w.Write(body)
+	return nil
 }
