@@ -123,7 +123,6 @@ type Fleet struct {
 	lastDown  atomic.Int64 // Unix ns of the last time they did
 	holdTill  atomic.Int64 // Unix ns until which no lease is taken after an outage
 	upSince   atomic.Int64 // Unix ns the counts last became reachable again
-	episode   atomic.Int64 // numbers the outages: a window's share is fixed per outage
 	beatErr   errorLog
 
 	qmu     sync.Mutex
@@ -165,14 +164,18 @@ type knownWindow struct {
 	recheck   int64 // when to ask again (Unix ns)
 	reset     int64 // a sliding window's next admission (Unix ns)
 	lastLease int64
-	reads     int64 // successful operations that read the window
-	// deciding alone: the episode (outage) and instance the share is
-	// of, what was left then as known, and what was admitted alone since;
-	// aloneReads is reads then
-	aloneEpisode, aloneInst int64
-	aloneBase, aloneUsed    int64
-	aloneAllow              int64 // the share of aloneBase, fixed with it
-	aloneReads              int64
+	// reads counts the successful operations that read the window
+	// while this gateway was leasing: not deciding alone, nor holding
+	// after an outage for the others' writes of what they admitted
+	// alone (a read then misses those, and is no ground for a share)
+	reads int64
+	// deciding alone: the instance the share is of, what was left then
+	// as known, and what was admitted alone since; aloneReads is reads
+	// then
+	aloneInst            int64
+	aloneBase, aloneUsed int64
+	aloneAllow           int64 // the share of aloneBase, fixed with it
+	aloneReads           int64
 }
 
 // StartFleet links the store to the fleet: its counts are shared from now
@@ -262,7 +265,6 @@ func (f *Fleet) setAvailable(ok bool, err error) {
 		return
 	}
 	now := f.now().UnixNano()
-	f.episode.Add(1)
 	f.downSince.Store(now)
 	f.lastDown.Store(now)
 	fleetAvailable.Set(0)
@@ -403,21 +405,25 @@ func (f *Fleet) decide(s *Store, sl *slot, p *Plan, now time.Time, sn *calSnap, 
 			st(s.lw(sl.idx, u, wLeft), 0)
 			st(s.lw(sl.idx, u, wDebt), 0)
 		}
-		if ep := f.episode.Load(); k.aloneEpisode != ep && (k.aloneInst != li || k.reads != k.aloneReads) || k.aloneInst != li {
-			// the share is of what was left when this outage began
-			// (as last read), not of what later reads say: writes of
-			// the others' alone admissions would make it grow back. A
-			// new outage with nothing read since the last one goes on
-			// with that one's share (the others' alone admissions are
-			// not known yet). What was left excludes all this gateway
-			// took: its lease in hand, admitted from first, and what
-			// it admitted alone and has not written yet.
+		if k.aloneInst != li || k.reads != k.aloneReads {
+			// the share is of what was left when this gateway began
+			// deciding alone (as last read while leasing), and it
+			// stays fixed until the gateway leases again: through the
+			// outage, the hold after it (the reads then miss what the
+			// others admitted alone and have not written yet: a share
+			// of them would be over what is left) and a new outage
+			// with no lease between (the others' alone admissions are
+			// not known yet). It does not depend on which of a lease
+			// that waited too long or the outage it turned into came
+			// first. What was left excludes all this gateway took:
+			// its lease in hand, admitted from first, and what it
+			// admitted alone and has not written yet.
 			take := ld(s.lw(sl.idx, u, wTake))
 			var others int64
 			if leaseValid(u, k.inst, inst) || k.inst == li {
 				others = k.others
 			}
-			k.aloneEpisode, k.aloneInst, k.aloneReads = ep, li, k.reads
+			k.aloneInst, k.aloneReads = li, k.reads
 			k.aloneBase, k.aloneUsed = max(l.N-others-take, 0), 0
 			// the share too: a count of gateways read later (a
 			// heartbeat listing while NATS restarts) must not widen it
@@ -864,11 +870,17 @@ type grant struct {
 	fresh bool  // a new lease (sliding: a new charged step)
 }
 
+// leasing reports whether the gateway takes leases at now: the counts
+// answer and it is not holding after an outage.
+func (f *Fleet) leasing(now time.Time) bool {
+	return f.available.Load() && now.UnixNano() >= f.holdTill.Load()
+}
+
 // leaseSize is the tokens of a new lease: enough for two sync intervals
 // at the slot's rate (at least 10), at most max_lease, at most the
 // remaining quota over twice the gateways.
 func (f *Fleet) leaseSize(remaining int64, rate float64) int64 {
-	if f.now().UnixNano() < f.holdTill.Load() || !f.available.Load() {
+	if !f.leasing(f.now()) {
 		return 0 // after an outage: the others' writes first
 	}
 	n := max(f.nodes.Load(), 1)
@@ -885,6 +897,7 @@ func (f *Fleet) processMonth(sl *slot, p *Plan, now time.Time, sn *calSnap) erro
 	key := monthKey(sl.key.consumer, p.Name, sn.month.ID)
 	nowNs := now.UnixNano()
 	idle := nowNs-sl.used.Load() > int64(f.o.SyncInterval)
+	leasing := f.leasing(now)
 	var grants []grant
 	var doc monthDoc
 	var othersTake, othersAdm [Month + 1]int64
@@ -1017,9 +1030,9 @@ func (f *Fleet) processMonth(sl *slot, p *Plan, now time.Time, sn *calSnap) erro
 			add(s.lw(sl.idx, g.u, wDebt), -g.debt)
 		}
 		k.inst, k.others, k.othersAdm = g.inst, othersTake[g.u], othersAdm[g.u]
-		if !hold {
-			// (a read while another gateway's alone admissions are
-			// not written yet is no ground for a new share)
+		if leasing && !hold {
+			// (a read while the others' alone admissions may not be
+			// written yet is no ground for a new share)
 			k.reads++
 		}
 		if g.n > 0 {
@@ -1040,6 +1053,7 @@ func (f *Fleet) processSliding(sl *slot, p *Plan, now time.Time) error {
 	key := slideKey(sl.key.consumer, p.Name)
 	nowNs := now.UnixNano()
 	idle := nowNs-sl.used.Load() > int64(f.o.SyncInterval)
+	leasing := f.leasing(now)
 	var grants []grant
 	var doc slideDoc
 	var others [Month + 1]int64
@@ -1154,7 +1168,9 @@ func (f *Fleet) processSliding(sl *slot, p *Plan, now time.Time) error {
 			add(lw, g.n)
 		}
 		k.inst, k.others, k.reset = g.inst, others[g.u], resets[g.u]
-		k.reads++
+		if leasing {
+			k.reads++
+		}
 		if g.n > 0 {
 			k.lastLease = g.n
 		}
