@@ -345,6 +345,10 @@ func TestQuotaFleetNATSRestart(t *testing.T) {
 	t0, n0 := time.Now(), l.admitted.Load()
 	l.waitAdmitted(t, quotaLimit/3)
 	rate := float64(l.admitted.Load()-n0) / time.Since(t0).Seconds()
+	// per gateway: admitted before NATS went away, while it was away,
+	// after it was back (which gateway over-admits, and when)
+	per := func() [3]int64 { return [3]int64{l.per[0].Load(), l.per[1].Load(), l.per[2].Load()} }
+	beforeStop := per()
 	c.ShutdownAll()
 	atOutage := l.admitted.Load()
 	podmantest.Eventually(t, "every gateway deciding alone", 30*time.Second, func() string {
@@ -390,12 +394,18 @@ func TestQuotaFleetNATSRestart(t *testing.T) {
 			t.Errorf("%s: no log line of the outage with its mode", g.name)
 		}
 	}
+	beforeRestart := per()
 	c.RestartAll()
 	for _, g := range gws {
 		g.leasing(t)
 	}
 	l.waitExhausted(t, 2*time.Second)
 	l.stop()
+	end := per()
+	for i, g := range gws {
+		t.Logf("%s admitted %d before NATS went away, %d while it was away, %d after it was back",
+			g.name, beforeStop[i], beforeRestart[i]-beforeStop[i], end[i]-beforeRestart[i])
+	}
 	answered := l.admitted.Load()
 	// the goal: 0.1% of the quota plus the documented lease
 	// bound (what the others leased since a gateway last read the
