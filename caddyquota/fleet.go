@@ -144,6 +144,10 @@ type fleetSlot struct {
 	plan   atomic.Pointer[Plan] // the plan the slot was last used with
 	queued atomic.Bool
 	again  atomic.Bool
+	// failed: the last operation did not write (an error, or too
+	// many conflicting writes); the ticker tries again even when the
+	// slot is no longer used, else its last counts would stay unwritten
+	failed atomic.Bool
 
 	waitMu sync.Mutex
 	wait   chan struct{} // closed after each operation on the slot
@@ -583,7 +587,9 @@ func (f *Fleet) run(sl *slot) {
 		}
 	}()
 	sl.fl.again.Store(false)
-	if err := f.process(sl); err != nil {
+	err := f.process(sl)
+	sl.fl.failed.Store(err != nil)
+	if err != nil {
 		if errors.Is(err, context.Canceled) {
 			return
 		}
@@ -634,7 +640,7 @@ func (f *Fleet) ticker() {
 			if sl.fl.plan.Load() == nil {
 				continue
 			}
-			if sl.used.Load() > last || f.holds(sl) {
+			if sl.used.Load() > last || f.holds(sl) || sl.fl.failed.Load() {
 				f.enqueue(sl)
 			}
 		}
