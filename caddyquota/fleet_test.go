@@ -61,6 +61,7 @@ type fleetOpts struct {
 	share      float64
 	loc        *time.Location
 	sync       time.Duration // default 100 ms
+	leaseWait  time.Duration // default 500 ms
 }
 
 func startGateway(t testing.TB, url, name, dir string, o fleetOpts) *gateway {
@@ -70,11 +71,14 @@ func startGateway(t testing.TB, url, name, dir string, o fleetOpts) *gateway {
 		t.Fatal(err)
 	}
 	nc, conn := connectFleet(t, url)
+	if o.leaseWait == 0 {
+		o.leaseWait = 500 * time.Millisecond
+	}
 	if o.sync == 0 {
 		o.sync = 100 * time.Millisecond
 	}
 	f, err := StartFleet(s, conn, FleetOptions{Node: name, MaxLease: 50, SyncInterval: o.sync,
-		LeaseWait: 500 * time.Millisecond, FailClosed: o.failClosed, Share: o.share, Logger: zaptest.NewLogger(t).Named(name)})
+		LeaseWait: o.leaseWait, FailClosed: o.failClosed, Share: o.share, Logger: zaptest.NewLogger(t).Named(name)})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -171,7 +175,11 @@ func TestFleetExact(t *testing.T) {
 	loc := farFromMidnight(t)
 	var gws []*gateway
 	for _, name := range []string{"a", "b", "c"} {
-		gws = append(gws, startGateway(t, c.URL(), name, t.TempDir(), fleetOpts{loc: loc}))
+		// (a lease slower than lease_wait is an outage by design, and
+		// fail_open then admits on: on a loaded machine a lease took more
+		// than 500 ms once and the fleet admitted 358,467. Exactness is a
+		// healthy fleet's, so the wait here is longer than any such stall.)
+		gws = append(gws, startGateway(t, c.URL(), name, t.TempDir(), fleetOpts{loc: loc, leaseWait: 10 * time.Second}))
 		gws[len(gws)-1].ready(t)
 	}
 	p := mustPlan(t, "free", "600/day", "5000/month")
