@@ -331,6 +331,7 @@ func (f *Fleet) acquire(s *Store, sl *slot, p *Plan, now time.Time, sn *calSnap,
 	// slow, not away: decided on the share, and refused beyond it
 	// whatever on_unavailable says
 	closed := false
+	began, asked := time.Now(), now
 	var timer *time.Timer
 	defer func() {
 		if timer != nil {
@@ -366,6 +367,11 @@ func (f *Fleet) acquire(s *Store, sl *slot, p *Plan, now time.Time, sn *calSnap,
 			alone, closed = true, f.available.Load()
 			leaseTimeouts.Inc()
 		}
+		// decided when it is decided: a wait that outlasts a sliding
+		// window's step (or a day) must not decide on the instance it
+		// began in, whose leases no longer serve now
+		now = asked.Add(time.Since(began))
+		sn = s.periods(now)
 	}
 }
 
@@ -1174,6 +1180,13 @@ func (f *Fleet) processSliding(sl *slot, p *Plan, now time.Time) error {
 			add(lw, g.n)
 		}
 		k.inst, k.others, k.reset = g.inst, others[g.u], resets[g.u]
+		if cur := stepOf(now, g.u); !leaseValid(g.u, g.inst, cur) {
+			// no lease in hand, or none that serves this step: the
+			// read is of the current step's window (so a full window
+			// refuses at once, and a share decided later is of what
+			// this read found left, not of the whole limit)
+			k.inst = cur + slideValidity - 1
+		}
 		if leasing {
 			k.reads++
 		}
