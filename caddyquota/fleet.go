@@ -910,6 +910,7 @@ func (f *Fleet) processMonth(sl *slot, p *Plan, now time.Time, sn *calSnap) erro
 	nowNs := now.UnixNano()
 	idle := nowNs-sl.used.Load() > int64(f.o.SyncInterval)
 	leasing := f.leasing(now)
+	downAt := f.lastDown.Load()
 	var grants []grant
 	var doc monthDoc
 	var othersTake, othersAdm [Month + 1]int64
@@ -1031,18 +1032,22 @@ func (f *Fleet) processMonth(sl *slot, p *Plan, now time.Time, sn *calSnap) erro
 	if hold {
 		f.holdFor(now)
 	}
+	interrupted := f.interrupted(downAt)
 	sl.mu.Lock()
 	defer sl.mu.Unlock()
 	for _, g := range grants {
 		l, limited := p.Limit(g.u)
 		k := &sl.fl.known[g.u]
+		if interrupted {
+			g.n = 0
+		}
 		if ld(s.lw(sl.idx, g.u, wInst)) == g.inst {
 			add(s.lw(sl.idx, g.u, wTake), g.n)
 			add(s.lw(sl.idx, g.u, wLeft), g.n)
 			add(s.lw(sl.idx, g.u, wDebt), -g.debt)
 		}
 		k.inst, k.others, k.othersAdm = g.inst, othersTake[g.u], othersAdm[g.u]
-		if leasing && !hold {
+		if leasing && !hold && !interrupted {
 			// (a read while the others' alone admissions may not be
 			// written yet is no ground for a new share)
 			k.reads++
@@ -1066,6 +1071,7 @@ func (f *Fleet) processSliding(sl *slot, p *Plan, now time.Time) error {
 	nowNs := now.UnixNano()
 	idle := nowNs-sl.used.Load() > int64(f.o.SyncInterval)
 	leasing := f.leasing(now)
+	downAt := f.lastDown.Load()
 	var grants []grant
 	var doc slideDoc
 	var others [Month + 1]int64
@@ -1163,10 +1169,14 @@ func (f *Fleet) processSliding(sl *slot, p *Plan, now time.Time) error {
 	if err != nil {
 		return err
 	}
+	interrupted := f.interrupted(downAt)
 	sl.mu.Lock()
 	defer sl.mu.Unlock()
 	for _, g := range grants {
 		k := &sl.fl.known[g.u]
+		if interrupted {
+			g.n = 0
+		}
 		iw, tw, lw, dw := s.lw(sl.idx, g.u, wInst), s.lw(sl.idx, g.u, wTake), s.lw(sl.idx, g.u, wLeft), s.lw(sl.idx, g.u, wDebt)
 		add(dw, -min(g.debt, ld(dw)))
 		switch {
@@ -1187,13 +1197,13 @@ func (f *Fleet) processSliding(sl *slot, p *Plan, now time.Time) error {
 			// this read found left, not of the whole limit)
 			k.inst = cur + slideValidity - 1
 		}
-		if leasing {
+		if leasing && !interrupted {
 			k.reads++
 		}
 		if g.n > 0 {
 			k.lastLease = g.n
 		}
-		k.exhausted = g.n == 0 && ld(lw) == 0 && !idle
+		k.exhausted = g.n == 0 && ld(lw) == 0 && !idle && !interrupted
 		k.recheck = min(now.UnixNano()+int64(f.o.SyncInterval), max(resets[g.u], now.UnixNano()))
 	}
 	return nil
@@ -1243,6 +1253,16 @@ func (f *Fleet) othersPending(seen func(func(int64) bool), now time.Time) bool {
 		}
 	}
 	return false
+}
+
+// interrupted reports whether an outage began while a document's
+// operation was under way (downAt: the last outage's start when it
+// began): its read may predate what the others admit alone from then on,
+// so it grants no lease and is no ground for a new share. The tokens it
+// wrote for a lease not taken are given back by the next write, which
+// counts what this gateway holds.
+func (f *Fleet) interrupted(downAt int64) bool {
+	return f.lastDown.Load() != downAt
 }
 
 // holdFor keeps this gateway deciding on its share, without leases, for

@@ -3,6 +3,9 @@ package caddyquota
 import (
 	"context"
 	"fmt"
+	"io"
+	"net"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -530,4 +533,163 @@ func BenchmarkFleetAcquire(b *testing.B) {
 			}
 		}
 	})
+}
+
+// gate relays TCP connections to a NATS server while it is open; closed,
+// it drops the connections it relays and every new one, so that one
+// gateway's NATS connection stays down while the others' are back.
+type gate struct {
+	ln     net.Listener
+	target string
+	mu     sync.Mutex
+	open   bool
+	conns  map[net.Conn]bool
+}
+
+func newGate(t testing.TB, target string) *gate {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	g := &gate{ln: ln, target: strings.TrimPrefix(target, "nats://"), open: true, conns: map[net.Conn]bool{}}
+	t.Cleanup(func() { ln.Close(); g.set(false) })
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			go g.relay(c)
+		}
+	}()
+	return g
+}
+
+func (g *gate) URL() string { return "nats://" + g.ln.Addr().String() }
+
+func (g *gate) relay(c net.Conn) {
+	u, err := net.Dial("tcp", g.target)
+	g.mu.Lock()
+	if err != nil || !g.open {
+		g.mu.Unlock()
+		c.Close()
+		if u != nil {
+			u.Close()
+		}
+		return
+	}
+	g.conns[c], g.conns[u] = true, true
+	g.mu.Unlock()
+	go func() { io.Copy(u, c); u.Close(); c.Close() }()
+	io.Copy(c, u)
+	c.Close()
+	u.Close()
+}
+
+func (g *gate) set(open bool) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	g.open = open
+	if !open {
+		for c := range g.conns {
+			c.Close()
+		}
+		clear(g.conns)
+	}
+}
+
+// TestFleetPartialOutage: after an outage of NATS, gateway a's connection
+// is back at once and b's only seconds later. Until b writes what it
+// admitted alone, a's reads miss it, and a must not lease from them: the
+// fleet admits the quota within the documented bound, as in a full
+// outage.
+func TestFleetPartialOutage(t *testing.T) {
+	c := natstest.StartCluster(t, 1)
+	bGate := newGate(t, c.URLs[0])
+	loc := farFromMidnight(t)
+	p := mustPlan(t, "free", "1000/day")
+	o := fleetOpts{loc: loc, failClosed: true, share: 0.5}
+	gws := []*gateway{
+		startGateway(t, c.URL(), "a", t.TempDir(), o),
+		startGateway(t, bGate.URL(), "b", t.TempDir(), o),
+	}
+	total := int64(0)
+	for i := 0; i < 400; i++ {
+		if d, _ := gws[i%2].store.AcquireAt(p, "erin", time.Now(), false); d.Admitted {
+			total++
+		}
+	}
+	if total != 400 {
+		t.Fatalf("admitted %d of 400 with NATS up", total)
+	}
+	today := gws[0].store.Calendar().Day(time.Now()).ID
+	waitFor(t, "both gateways' usage written", 10*time.Second, func() string {
+		for i, g := range gws {
+			u, err := g.fleet.Usage("erin", today, today)
+			if err != nil {
+				return err.Error()
+			}
+			if len(u) != 1 || u[0].Admitted != 400 {
+				return fmt.Sprintf("gateway %d reads %+v, want 400 admitted", i, u)
+			}
+		}
+		return ""
+	})
+	bGate.set(false)
+	c.ShutdownAll()
+	for i := 0; i < 2000; i++ {
+		if d, _ := gws[i%2].store.AcquireAt(p, "erin", time.Now(), false); d.Admitted {
+			total++
+		}
+	}
+	alone := total - 400
+	c.RestartAll()
+	// a is back; b is not, for 3 seconds of requests to both
+	waitFor(t, "gateway a back", 20*time.Second, func() string {
+		if !gws[0].fleet.Available() {
+			return "a decides alone"
+		}
+		return ""
+	})
+	until := time.Now().Add(3 * time.Second)
+	for time.Now().Before(until) {
+		for _, g := range gws {
+			if d, _ := g.store.AcquireAt(p, "erin", time.Now(), false); d.Admitted {
+				total++
+			}
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	atOpen := total
+	bGate.set(true)
+	quiet := time.Now()
+	waitFor(t, "every admitted request in the fleet's usage", 20*time.Second, func() string {
+		admitting := false
+		for _, g := range gws {
+			if d, _ := g.store.AcquireAt(p, "erin", time.Now(), false); d.Admitted {
+				total++
+				admitting = true
+			}
+		}
+		if admitting || !gws[0].fleet.Available() || !gws[1].fleet.Available() {
+			quiet = time.Now()
+			return "still admitting"
+		}
+		if time.Since(quiet) < time.Second {
+			return "admitting until a second ago"
+		}
+		u, err := gws[0].fleet.Usage("erin", today, today)
+		if err != nil {
+			return err.Error()
+		}
+		if len(u) != 1 || u[0].Admitted != total {
+			return fmt.Sprintf("%+v, want %d admitted", u, total)
+		}
+		return ""
+	})
+	t.Logf("%d admitted in all: %d alone, %d while only a was back, %d after", total, alone, atOpen-400-alone, total-atOpen)
+	if total < 1000 || total > 1000+50 {
+		t.Errorf("%d admitted in all, want the quota, 1000 (up to 1050)", total)
+	}
 }
