@@ -17,6 +17,7 @@ import (
 	_ "github.com/apigate/gateway/caddyopenapi"
 	_ "github.com/apigate/gateway/caddypathguard"
 	_ "github.com/apigate/gateway/caddypermcache"
+	_ "github.com/apigate/gateway/caddyquota"
 	_ "github.com/apigate/gateway/caddyrbac"
 	_ "github.com/apigate/gateway/dashboard"
 	_ "github.com/apigate/gateway/fastpath"

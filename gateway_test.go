@@ -100,10 +100,12 @@ func mustConfig(t *testing.T, b []byte) *caddy.Config {
 }
 
 // TestDirectiveOrder: outside route blocks the duties take the contract's
-// order whatever order they are written in.
+// order whatever order they are written in (quota after the identity and
+// the other duties: what they refuse is not counted).
 func TestDirectiveOrder(t *testing.T) {
 	src := `:19601 {
 	reverse_proxy 127.0.0.1:1
+	quota
 	permission {
 		url http://127.0.0.1:1/check
 	}
@@ -156,7 +158,7 @@ func TestDirectiveOrder(t *testing.T) {
 		t.Fatal(err)
 	}
 	walk(cfg)
-	want := []string{"audit", "jwt_auth", "rbac", "rate_limit", "permission", "reverse_proxy"}
+	want := []string{"audit", "jwt_auth", "rbac", "rate_limit", "permission", "quota", "reverse_proxy"}
 	var got []string
 	for _, h := range order {
 		for _, w := range want {

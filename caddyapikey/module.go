@@ -61,7 +61,8 @@ type APIKey struct {
 	FromQuery []string `json:"from_query,omitempty"`
 
 	// KeysFile is the path of the keys file: a JSON array of
-	// {"id","hash","sub","roles","scope","expires"}. Placeholders known at
+	// {"id","hash","sub","roles","scope","expires","plan"} ("plan": the
+	// key's quota plan, see the quota duty). Placeholders known at
 	// load time ({env.*}) are expanded. The file must load when the config
 	// loads; later it is re-read when its modification time or size
 	// changes, and a file that then fails to load keeps the last good keys
@@ -213,6 +214,7 @@ func (a *APIKey) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyhtt
 		Claims:       claims,
 		Method:       identity.MethodAPIKey,
 		CredentialID: e.ID,
+		Plan:         e.Plan,
 	}
 	identity.Set(r, id)
 	a.forward.Apply(r.Header, id)

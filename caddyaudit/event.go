@@ -63,6 +63,9 @@ type Event struct {
 	// PermissionCache is where the permission duty's answer came from:
 	// "hit", "miss" or "stale". Absent when no permission duty ran.
 	PermissionCache string `json:"permission_cache,omitempty"`
+	// Plan is the quota plan the request was counted on; absent when no
+	// quota duty ran.
+	Plan string `json:"plan,omitempty"`
 	// Auth is how the client proved its identity ("jwt", "api_key",
 	// "client_cert"); absent without an identity.
 	Auth string `json:"auth,omitempty"`
@@ -212,6 +215,10 @@ func (e *Event) AppendJSON(buf []byte) []byte {
 	if e.PermissionCache != "" {
 		buf = append(buf, `,"permission_cache":`...)
 		buf = auditchain.AppendString(buf, e.PermissionCache)
+	}
+	if e.Plan != "" {
+		buf = append(buf, `,"plan":`...)
+		buf = auditchain.AppendString(buf, e.Plan)
 	}
 	buf = append(buf, `,"reason":`...)
 	buf = auditchain.AppendString(buf, e.Reason)

@@ -663,6 +663,7 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyht
 	}
 	ev.Decision, ev.Reason, ev.DecidedBy = decide(r, status, id)
 	ev.PermissionCache = identity.PermissionCache(r)
+	ev.Plan = identity.PlanOf(r)
 	ev.OpenAPIViolation = identity.OpenAPIViolationOf(r)
 	if h.extra != nil {
 		ev.Extra = h.extra.addClaims(extra, r).sorted()

@@ -242,6 +242,7 @@ func TestEventJSON(t *testing.T) {
 	chained := ev
 	chained.Auth, chained.CredentialID, chained.DecidedBy, chained.PermissionCache = "api_key", "k\"1", "rbac: require any a,b", "hit"
 	chained.ClientRequestID = "client \"id\""
+	chained.Plan = "pro-\"1"
 	chained.OpenAPIViolation = &identity.OpenAPIViolation{Location: "body/items/0/pr\"ice", Keyword: "minimum", Message: "must be >= 0"}
 	chained.Extra = Fields{{"b", "2"}, {"a", "1\x00"}}
 	chained.Chain, chained.Seq, chained.Hash = "0123456789abcdef", 7, strings.Repeat("ab", 32)
@@ -330,7 +331,7 @@ func FuzzEventJSON(f *testing.F) {
 		// Canonical whatever the strings hold, so that a verifier that
 		// decodes and re-encodes an event computes the same hash.
 		ev.Extra, ev.Chain, ev.Hash = Fields{{"k", role}}, "c", "h"
-		ev.Auth, ev.CredentialID, ev.DecidedBy, ev.PermissionCache = role, id, sub, path
+		ev.Auth, ev.CredentialID, ev.DecidedBy, ev.PermissionCache, ev.Plan = role, id, sub, path, sub
 		b = ev.AppendJSON(nil)
 		if c, err := auditchain.Canonical(b); err != nil || string(c) != string(b) {
 			t.Fatalf("not canonical:\n got %q\nwant %q (%v)", b, c, err)

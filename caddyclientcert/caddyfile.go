@@ -26,11 +26,14 @@ func parseCaddyfile(h httpcaddyfile.Helper) (caddyhttp.MiddlewareHandler, error)
 //	client_cert_auth [<matcher>] {
 //		subject san_uri|san_dns|cn         # default san_uri (SPIFFE IDs)
 //		role    <role> <subject>...        # exact subjects, or prefixes ending with *
+//		plan    <plan> <subject>...        # the subjects' quota plan (first match)
 //		realm   <realm>                    # default gateway
 //		forward_claim <claim> <header>     # repeatable: sub, roles -> upstream header
 //	}
 //
 // `role` may be repeated; a subject gets every role whose list matches it.
+// `plan` may be repeated; a subject gets the plan of the first line that
+// matches it.
 func (c *ClientCertAuth) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 	d.Next() // directive name
 	if d.NextArg() {
@@ -59,6 +62,15 @@ func (c *ClientCertAuth) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 				return d.Errf("role needs a role and at least one subject: role <role> <subject>...")
 			}
 			c.Roles = append(c.Roles, RoleRule{Role: args[0], Subjects: args[1:]})
+		case "plan":
+			args := d.RemainingArgs()
+			if len(args) < 2 {
+				return d.Errf("plan needs a plan and at least one subject: plan <plan> <subject>...")
+			}
+			c.Plans = append(c.Plans, PlanRule{Plan: args[0], Subjects: args[1:]})
+			if err := checkPlanRules(c.Plans[len(c.Plans)-1:]); err != nil {
+				return d.Errf("%v", err)
+			}
 		case "forward_claim":
 			fc, err := identity.UnmarshalForwardClaim(d)
 			if err != nil {

@@ -7,6 +7,8 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+
+	"github.com/apigate/gateway/internal/planname"
 )
 
 // The subject kinds: where in the certificate the subject is read.
@@ -66,13 +68,22 @@ func checkRules(rules []RoleRule) error {
 		if r.Role == "" || strings.ContainsAny(r.Role, " ,\t") {
 			return fmt.Errorf("role #%d: invalid role %q: empty or contains a space or comma", i+1, r.Role)
 		}
-		if len(r.Subjects) == 0 {
-			return fmt.Errorf("role %q: no subject", r.Role)
+		if err := checkSubjects(fmt.Sprintf("role %q", r.Role), r.Subjects); err != nil {
+			return err
 		}
-		for _, s := range r.Subjects {
-			if s == "" || s == "*" || strings.Contains(strings.TrimSuffix(s, "*"), "*") {
-				return fmt.Errorf("role %q: invalid subject %q: a subject, or a prefix ending with a single * (a lone * is not allowed)", r.Role, s)
-			}
+	}
+	return nil
+}
+
+// checkSubjects reports the first invalid subject of a rule (what names
+// the rule in the error).
+func checkSubjects(what string, subjects []string) error {
+	if len(subjects) == 0 {
+		return fmt.Errorf("%s: no subject", what)
+	}
+	for _, s := range subjects {
+		if s == "" || s == "*" || strings.Contains(strings.TrimSuffix(s, "*"), "*") {
+			return fmt.Errorf("%s: invalid subject %q: a subject, or a prefix ending with a single * (a lone * is not allowed)", what, s)
 		}
 	}
 	return nil
@@ -84,13 +95,7 @@ func RolesFor(rules []RoleRule, subject string) []string {
 	roles := []string{}
 	for _, r := range rules {
 		for _, s := range r.Subjects {
-			var ok bool
-			if p, prefix := strings.CutSuffix(s, "*"); prefix {
-				ok = strings.HasPrefix(subject, p)
-			} else {
-				ok = subject == s
-			}
-			if ok {
+			if subjectMatches(s, subject) {
 				dup := false
 				for _, have := range roles {
 					dup = dup || have == r.Role
@@ -103,4 +108,47 @@ func RolesFor(rules []RoleRule, subject string) []string {
 		}
 	}
 	return roles
+}
+
+// subjectMatches reports whether a rule's subject (exact, or a prefix
+// ending with `*`) matches subject.
+func subjectMatches(rule, subject string) bool {
+	if p, prefix := strings.CutSuffix(rule, "*"); prefix {
+		return strings.HasPrefix(subject, p)
+	}
+	return subject == rule
+}
+
+// PlanRule gives the quota plan Plan to the subjects that match one of
+// Subjects (as for RoleRule).
+type PlanRule struct {
+	// Plan is the quota plan's name.
+	Plan string `json:"plan"`
+	// Subjects are exact subjects or prefixes ending with `*`.
+	Subjects []string `json:"subjects"`
+}
+
+// checkPlanRules reports the first invalid plan rule.
+func checkPlanRules(rules []PlanRule) error {
+	for i, r := range rules {
+		if !planname.Valid(r.Plan) {
+			return fmt.Errorf("plan #%d: invalid plan %q: use 1 to %d letters, digits, '-' or '_'", i+1, r.Plan, planname.MaxLen)
+		}
+		if err := checkSubjects(fmt.Sprintf("plan %q", r.Plan), r.Subjects); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// PlanFor returns the plan of the first rule that matches subject, or "".
+func PlanFor(rules []PlanRule, subject string) string {
+	for _, r := range rules {
+		for _, s := range r.Subjects {
+			if subjectMatches(s, subject) {
+				return r.Plan
+			}
+		}
+	}
+	return ""
 }

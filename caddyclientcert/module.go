@@ -49,6 +49,11 @@ type ClientCertAuth struct {
 	// with `*` (`spiffe://example.org/ns/billing/*`).
 	Roles []RoleRule `json:"roles,omitempty"`
 
+	// Plans give quota plans to subjects, as Roles give roles: the first
+	// rule that matches is the identity's plan (the quota duty's plan
+	// for the consumer, unless a token's plan claim says otherwise).
+	Plans []PlanRule `json:"plans,omitempty"`
+
 	// Realm is the realm of the WWW-Authenticate challenge. Default: gateway.
 	Realm string `json:"realm,omitempty"`
 
@@ -96,6 +101,9 @@ func (c *ClientCertAuth) Validate() error {
 			return err
 		}
 	}
+	if err := checkPlanRules(c.Plans); err != nil {
+		return err
+	}
 	return checkRules(c.Roles)
 }
 
@@ -135,6 +143,7 @@ func (c *ClientCertAuth) ServeHTTP(w http.ResponseWriter, r *http.Request, next 
 		Claims:       map[string]any{"sub": sub, "roles": claimRoles},
 		Method:       identity.MethodClientCert,
 		CredentialID: fp,
+		Plan:         PlanFor(c.Plans, sub),
 	}
 	identity.Set(r, id)
 	c.forward.Apply(r.Header, id)

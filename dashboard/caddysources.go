@@ -16,6 +16,7 @@ import (
 	"github.com/apigate/gateway/caddyaudit"
 	"github.com/apigate/gateway/caddydocker"
 	"github.com/apigate/gateway/caddyopenapi"
+	"github.com/apigate/gateway/caddyquota"
 	"github.com/apigate/gateway/fastpath"
 
 	"github.com/apigate/gateway/internal/adminaddr"
@@ -43,6 +44,7 @@ func caddySources(endpoint func(ctx context.Context) (adminaddr.Endpoint, error)
 			return routes
 		},
 		FastPath: fastpath.Status,
+		Quota:    caddyquota.ReadStats,
 		Events:   caddyaudit.Recent,
 		OpenAPI:  caddyopenapi.Snapshot,
 	}

@@ -17,6 +17,7 @@ import (
 	"github.com/caddyserver/caddy/v2/caddyconfig"
 	_ "github.com/caddyserver/caddy/v2/caddyconfig/httpcaddyfile"
 	_ "github.com/caddyserver/caddy/v2/modules/standard"
+	"github.com/chromedp/chromedp"
 	"github.com/golang-jwt/jwt/v5"
 	_ "github.com/mholt/caddy-ratelimit"
 
@@ -339,5 +340,74 @@ func TestOverviewFastPath(t *testing.T) {
 	}
 	if s := got["legacy"]; s.On || s.Reason != "expected_underscore_headers; expected_dot_headers" {
 		t.Errorf("server legacy: want off with both reasons, got %+v", s)
+	}
+}
+
+// TestOverviewQuota: the overview's quota panel lists today's busiest
+// consumers and those near their limit, from the quota's own snapshot,
+// and the page shows them.
+func TestOverviewQuota(t *testing.T) {
+	startGateway(t, fmt.Sprintf(`{
+	admin %s
+	auto_https off
+	http_port 19800
+	https_port 19899
+	quota {
+		plan small 10/day
+		dir %s
+	}
+}
+:19806 {
+	quota {
+		key {http.request.header.X-Consumer}
+	}
+	respond "ok"
+}
+:19807 {
+	bind 127.0.0.1
+	gateway_dashboard
+}
+`, adminAddr, t.TempDir()))
+	send := func(consumer string, n int) {
+		for i := 0; i < n; i++ {
+			req, _ := http.NewRequest("GET", "http://127.0.0.1:19806/", nil)
+			req.Header.Set("X-Consumer", consumer)
+			resp, err := httpClient.Do(req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			resp.Body.Close()
+		}
+	}
+	send("busy", 12) // 10 admitted, 2 refused
+	send("light", 1)
+	q := overview(t).Quota
+	if !q.Enabled || q.Consumers != 2 || q.Decisions["refused"] < 2 {
+		t.Fatalf("quota: %+v", q)
+	}
+	if len(q.Top) != 2 || q.Top[0].Consumer != "busy" || q.Top[0].Day != 10 || q.Top[0].Refused != 2 || q.Top[1].Consumer != "light" {
+		t.Errorf("top consumers: %+v", q.Top)
+	}
+	if len(q.NearLimit) != 1 || q.NearLimit[0].Consumer != "busy" || q.NearLimit[0].Limit != "10/day" || q.NearLimit[0].Used != 1 {
+		t.Errorf("near their limit: %+v", q.NearLimit)
+	}
+	if q.Fleet != nil {
+		t.Errorf("fleet %+v without a fleet", q.Fleet)
+	}
+
+	b := newBrowser(t)
+	b.run(t, 30*time.Second, chromedp.Navigate("http://127.0.0.1:19807/"), chromedp.WaitVisible(chromedp.CSS("#quota-near")))
+	b.waitJS(t, "the quota panel", 15*time.Second, `(() => {
+		const near = document.querySelector('#quota-near tr[data-near="full"]');
+		return near ? "" : "near rows: " + document.querySelector('#quota-near tbody').innerText;
+	})()`)
+	if near := b.text(t, `#quota-near tr[data-near="full"]`); !strings.Contains(near, "busy") || !strings.Contains(near, "10/day") || !strings.Contains(near, "100.0%") {
+		t.Errorf("near-limit row %q", near)
+	}
+	if top := b.text(t, "#quota-top tbody"); !strings.Contains(top, "busy") || !strings.Contains(top, "light") {
+		t.Errorf("top consumers %q", top)
+	}
+	if errs := b.consoleErrors(); len(errs) > 0 {
+		t.Errorf("console errors: %v", errs)
 	}
 }

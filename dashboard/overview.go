@@ -12,6 +12,8 @@ import (
 	"github.com/apigate/gateway/caddyjwt"
 	"github.com/apigate/gateway/caddyopenapi"
 	"github.com/apigate/gateway/caddypermcache"
+	"github.com/apigate/gateway/caddyquota"
+	"github.com/apigate/gateway/caddyquota/quotausage"
 	"github.com/apigate/gateway/fastpath"
 )
 
@@ -32,10 +34,16 @@ type Sources struct {
 	// FastPath returns, per server with the apigate listener wrapper,
 	// whether the fast path serves it (docs/fastpath.md).
 	FastPath func() []FastPathServer
+	// Quota returns the quota's state: the top consumers, those near
+	// their limit, the fleet's shared counts.
+	Quota func() QuotaStats
 	// OpenAPI returns the summary of each OpenAPI document the openapi
 	// handlers validate against (docs/caddyopenapi.md).
 	OpenAPI func() []caddyopenapi.Summary
 }
+
+// QuotaStats is the quota's snapshot (docs/caddyquota.md).
+type QuotaStats = caddyquota.Stats
 
 // FastPathServer is one server's fast path status: on, or off with the
 // reason the config load logged, and its counts.
@@ -63,6 +71,8 @@ type Overview struct {
 	// FastPath lists the servers with the apigate wrapper; empty when
 	// none has it.
 	FastPath []FastPathServer `json:"fast_path"`
+	// Quota is the quota duty's state (enabled false without one).
+	Quota QuotaStats `json:"quota"`
 	// OpenAPI lists the OpenAPI documents in use, per operation the
 	// requests and violations; empty when no openapi handler runs.
 	OpenAPI []caddyopenapi.Summary `json:"openapi"`
@@ -173,6 +183,11 @@ func (s Sources) Build(ctx context.Context, refresh time.Duration, events int) O
 	o := Overview{Time: time.Now().UTC(), RefreshMS: refresh.Milliseconds(), Routes: []Route{}, Events: []Event{}, FastPath: []FastPathServer{}}
 	if s.FastPath != nil {
 		o.FastPath = append(o.FastPath, s.FastPath()...)
+	}
+	if s.Quota != nil {
+		o.Quota = s.Quota()
+	} else {
+		o.Quota = QuotaStats{Decisions: map[string]float64{}, Top: []quotausage.Summary{}, NearLimit: []quotausage.Summary{}}
 	}
 	o.OpenAPI = []caddyopenapi.Summary{}
 	if s.OpenAPI != nil {

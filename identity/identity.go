@@ -61,6 +61,11 @@ type Identity struct {
 	// key's id, a client certificate's SHA-256 fingerprint; empty for
 	// tokens.
 	CredentialID string
+	// Plan is the quota plan the identity source assigned: an API key's
+	// "plan" in the keys file, a client certificate subject's plan
+	// mapping; empty when it assigned none (the quota duty then reads a
+	// claim or takes its default).
+	Plan string
 }
 
 // The identity methods.
@@ -306,6 +311,34 @@ func SetPermissionCache(r *http.Request, status string) {
 func PermissionCache(r *http.Request) string {
 	s, _ := caddyhttp.GetVar(r.Context(), VarPermissionCache).(string)
 	return s
+}
+
+// VarPlan holds the quota plan a request was counted on (a *PlanLabel),
+// for audit's plan field.
+const VarPlan = "gateway.plan"
+
+// PlanLabel names the quota plan of a request. The quota duty makes one
+// per plan when it is provisioned, so that recording it costs no
+// allocation.
+type PlanLabel struct{ name string }
+
+// NewPlanLabel returns the label of a plan.
+func NewPlanLabel(name string) *PlanLabel { return &PlanLabel{name: name} }
+
+// String returns the plan's name.
+func (p *PlanLabel) String() string { return p.name }
+
+// SetPlan records the quota plan the request was counted on.
+func SetPlan(r *http.Request, p *PlanLabel) {
+	caddyhttp.SetVar(r.Context(), VarPlan, p)
+}
+
+// PlanOf returns the quota plan recorded by SetPlan, or "".
+func PlanOf(r *http.Request) string {
+	if p, ok := caddyhttp.GetVar(r.Context(), VarPlan).(*PlanLabel); ok && p != nil {
+		return p.name
+	}
+	return ""
 }
 
 // VarOpenAPIViolation holds the first way a request (or its response) did

@@ -24,6 +24,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/apigate/gateway/internal/planname"
 )
 
 // Prefix starts every key.
@@ -58,6 +60,9 @@ type Entry struct {
 	// Expires, when set, is the RFC 3339 time after which the key is
 	// refused.
 	Expires string `json:"expires,omitempty"`
+	// Plan, when set, is the quota plan of the key's consumer (the
+	// quota duty's plans; a plan claim in a token takes precedence).
+	Plan string `json:"plan,omitempty"`
 
 	sum     [sha256.Size]byte
 	expires time.Time
@@ -208,6 +213,9 @@ func Parse(data []byte) (*Set, error) {
 				return nil, fmt.Errorf("%s: invalid role %q: empty or contains a space or comma", where, r)
 			}
 		}
+		if e.Plan != "" && !planname.Valid(e.Plan) {
+			return nil, fmt.Errorf("%s: invalid plan %q: use 1 to %d letters, digits, '-' or '_'", where, e.Plan, planname.MaxLen)
+		}
 		if e.Expires != "" {
 			t, err := time.Parse(time.RFC3339, e.Expires)
 			if err != nil {
@@ -223,7 +231,7 @@ func Parse(data []byte) (*Set, error) {
 // fields are the keys file's field names, with what each holds.
 var fields = []struct{ name, want string }{
 	{"id", "a string"}, {"hash", "a string"}, {"sub", "a string"},
-	{"roles", "an array of strings"}, {"scope", "a string"}, {"expires", "a string"},
+	{"roles", "an array of strings"}, {"scope", "a string"}, {"expires", "a string"}, {"plan", "a string"},
 }
 
 // entryName names an entry in errors: `entry 2 (id "ci-deploy")`.

@@ -26,7 +26,7 @@ func TestNewAndCheck(t *testing.T) {
 	}
 	now := time.Date(2026, 12, 1, 0, 0, 0, 0, time.UTC)
 	file := fmt.Sprintf(`[
-		{"id":"ci-1","hash":%q,"sub":"ci","roles":["deploy"],"scope":"a b"},
+		{"id":"ci-1","hash":%q,"sub":"ci","roles":["deploy"],"scope":"a b","plan":"pro"},
 		{"id":%q,"hash":%q,"sub":"old","expires":"2026-11-30T00:00:00Z"}
 	]`, hash, otherID, otherHash)
 	set, err := Parse([]byte(file))
@@ -34,7 +34,7 @@ func TestNewAndCheck(t *testing.T) {
 		t.Fatal(err)
 	}
 	e, err := set.Check(key, now)
-	if err != nil || e.Sub != "ci" || e.ID != "ci-1" {
+	if err != nil || e.Sub != "ci" || e.ID != "ci-1" || e.Plan != "pro" {
 		t.Fatalf("valid key: %v %+v", err, e)
 	}
 	// the same id with another secret
@@ -73,7 +73,7 @@ func TestParseErrors(t *testing.T) {
 		{"empty", " \n", "empty: a keys file is a JSON array"},
 		{"not an array", `"a"`, "does not start with ["},
 		{"a pasted single object", `{"id":"a","hash":"` + h + `","sub":"s"}`, "single object: put it in [ ]"},
-		{"unknown field", `[{"id":"a","hash":"` + h + `","sub":"s","secret":"x"}]`, `entry 1 (id "a"): unknown field "secret" (the fields are id, hash, sub, roles, scope, expires)`},
+		{"unknown field", `[{"id":"a","hash":"` + h + `","sub":"s","secret":"x"}]`, `entry 1 (id "a"): unknown field "secret" (the fields are id, hash, sub, roles, scope, expires, plan)`},
 		{"misspelled field", `[{"id":"a","hash":"` + h + `","sub":"s"},{"id":"b","hash":"` + h + `","sub":"s","role":["x"]}]`, `entry 2 (id "b"): unknown field "role" (did you mean "roles"?)`},
 		{"roles as a string", `[{"id":"a","hash":"` + h + `","sub":"s","roles":"admin"}]`, `entry 1 (id "a"): field roles: want an array of strings, got a JSON string`},
 		{"id as a number", `[{"id":7,"hash":"` + h + `","sub":"s"}]`, `entry 1 (no id): field id: want a string, got a JSON number`},
@@ -88,6 +88,7 @@ func TestParseErrors(t *testing.T) {
 		{"no sub", `[{"id":"a","hash":"` + h + `"}]`, "sub is empty"},
 		{"role with comma", `[{"id":"a","hash":"` + h + `","sub":"s","roles":["a,b"]}]`, `invalid role "a,b"`},
 		{"bad expires", `[{"id":"a","hash":"` + h + `","sub":"s","expires":"tomorrow"}]`, `invalid expires "tomorrow"`},
+		{"bad plan", `[{"id":"a","hash":"` + h + `","sub":"s","plan":"pro plan"}]`, `invalid plan "pro plan"`},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

@@ -15,7 +15,7 @@ import (
 )
 
 const apikeyUsage = `usage:
-  gatewayctl apikey new --sub SUBJECT [--roles a,b] [--scope "x y"] [--expires T] [--id ID] [--file keys.json]
+  gatewayctl apikey new --sub SUBJECT [--roles a,b] [--scope "x y"] [--expires T] [--id ID] [--plan P] [--file keys.json]
 	make an API key for the gateway's api_key handler. Prints the key
 	(shown this once: the gateway keeps only its hash) and its keys file
 	entry. With --file, the entry is added to that keys file (the file
@@ -26,7 +26,8 @@ const apikeyUsage = `usage:
 	Without --file, add the printed line to the file's array yourself.
 	--expires takes an RFC 3339 time (2027-01-31T00:00:00Z) or a duration
 	from now (720h). --id names the key (letters, digits, '-', '.');
-	default: random.
+	default: random. --plan gives the key's consumer a quota plan (one of
+	the quota global option's plans; default: the quota's default plan).
 `
 
 func cmdAPIKey(args []string, out io.Writer) error {
@@ -51,6 +52,7 @@ func cmdAPIKeyNew(args []string, out io.Writer, now time.Time) error {
 	expires := fs.String("expires", "", "RFC 3339 time or duration from now")
 	id := fs.String("id", "", "key id (default: random)")
 	file := fs.String("file", "", "keys file to add the entry to (created if missing)")
+	plan := fs.String("plan", "", "the key's quota plan (default: the quota's default plan)")
 	if done, err := parseFlags(fs, args, apikeyUsage, out); done {
 		return err
 	}
@@ -60,7 +62,7 @@ func cmdAPIKeyNew(args []string, out io.Writer, now time.Time) error {
 	if *sub == "" {
 		return errors.New("--sub is required\n" + apikeyUsage)
 	}
-	entry := apikeys.Entry{Sub: *sub, Roles: splitList(*roles), Scope: strings.Join(splitList(*scope), " ")}
+	entry := apikeys.Entry{Sub: *sub, Roles: splitList(*roles), Scope: strings.Join(splitList(*scope), " "), Plan: *plan}
 	if *expires != "" {
 		if t, err := time.Parse(time.RFC3339, *expires); err == nil {
 			entry.Expires = t.UTC().Format(time.RFC3339)

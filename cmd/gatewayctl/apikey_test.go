@@ -16,7 +16,7 @@ import (
 // subject, roles, scope and expiry asked for.
 func TestAPIKeyNew(t *testing.T) {
 	var out bytes.Buffer
-	err := run([]string{"apikey", "new", "--sub", "ci-bot", "--roles", "deploy,read", "--scope", "orders:read orders:write", "--expires", "720h", "--id", "ci-1"}, &out)
+	err := run([]string{"apikey", "new", "--sub", "ci-bot", "--roles", "deploy,read", "--scope", "orders:read orders:write", "--expires", "720h", "--id", "ci-1", "--plan", "pro"}, &out)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -38,7 +38,7 @@ func TestAPIKeyNew(t *testing.T) {
 	if err != nil {
 		t.Fatalf("printed key refused: %v", err)
 	}
-	if e.ID != "ci-1" || e.Sub != "ci-bot" || strings.Join(e.Roles, ",") != "deploy,read" || e.Scope != "orders:read orders:write" {
+	if e.ID != "ci-1" || e.Sub != "ci-bot" || strings.Join(e.Roles, ",") != "deploy,read" || e.Scope != "orders:read orders:write" || e.Plan != "pro" {
 		t.Fatalf("entry %+v", e)
 	}
 	if d := e.ExpiresAt().Sub(now); d < 719*time.Hour || d > 721*time.Hour {
@@ -59,6 +59,7 @@ func TestAPIKeyNewErrors(t *testing.T) {
 		{"bad expires", []string{"new", "--sub", "s", "--expires", "soon"}, `invalid --expires "soon"`},
 		{"bad id", []string{"new", "--sub", "s", "--id", "a_b"}, `invalid key id "a_b"`},
 		{"extra arg", []string{"new", "--sub", "s", "x"}, `unexpected argument "x"`},
+		{"bad plan", []string{"new", "--sub", "s", "--plan", "pro plan"}, `invalid plan "pro plan"`},
 		{"unknown command", []string{"old"}, `unknown apikey command "old"`},
 	}
 	for _, tc := range tests {

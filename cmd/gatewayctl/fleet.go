@@ -23,6 +23,8 @@ const fleetUsage = `usage:
 	  gateway_storage_locks      storage nats: locks (entries expire after --lock-ttl)
 	  gateway_routes             docker { fleet }: each host's containers (max age 4 x --fleet-ttl)
 	  gateway_routes_rate_limit  rate_limit labels of a fleet without storage nats
+	  gateway_quota              quota { fleet }: consumers' counts and leases (max age
+	                             --quota-retention)
 	What exists is left as it is, and its replicas are printed. --replicas
 	defaults to 3 on a NATS cluster of 3 or more servers, else 1. The
 	gateways also create what is missing themselves (with 1 replica where
@@ -53,6 +55,8 @@ type fleetSetup struct {
 	lockTTL                   time.Duration
 	fleetBucket               string
 	fleetTTL                  time.Duration
+	quotaBucket               string
+	quotaRetention            time.Duration
 }
 
 func cmdFleetInit(args []string, out io.Writer) error {
@@ -73,6 +77,8 @@ func cmdFleetInit(args []string, out io.Writer) error {
 	fs.DurationVar(&s.lockTTL, "lock-ttl", 30*time.Second, "storage nats's lock_ttl")
 	fs.StringVar(&s.fleetBucket, "fleet-bucket", "gateway_routes", "docker fleet's bucket")
 	fs.DurationVar(&s.fleetTTL, "fleet-ttl", 15*time.Second, "docker fleet's ttl")
+	fs.StringVar(&s.quotaBucket, "quota-bucket", "gateway_quota", "quota fleet's bucket")
+	fs.DurationVar(&s.quotaRetention, "quota-retention", 100*24*time.Hour, "how long the quota's counts are kept (the quota's retention)")
 	timeout := fs.Duration("timeout", 10*time.Second, "bound of the whole setup")
 	if done, err := parseFlags(fs, args, fleetUsage, out); done {
 		return err
@@ -153,6 +159,7 @@ func (s fleetSetup) apply(ctx context.Context, js jetstream.JetStream, out io.Wr
 		{Bucket: s.storageBucket + "_locks", TTL: s.lockTTL, Description: "Caddy storage locks of the apigate fleet (entries expire unless refreshed)"},
 		{Bucket: s.fleetBucket, TTL: 4 * s.fleetTTL, Description: "containers of each gateway's host (apigate fleet discovery; one key per node)"},
 		{Bucket: s.fleetBucket + "_rate_limit", Description: "rate_limit label counts of an apigate fleet without storage nats"},
+		{Bucket: s.quotaBucket, TTL: s.quotaRetention, Description: "apigate quota counts: per consumer and month, each gateway's tokens and usage"},
 	} {
 		kv.History, kv.Storage, kv.Replicas = 1, jetstream.FileStorage, s.replicas
 		if b, err := js.KeyValue(ctx, kv.Bucket); err == nil {

@@ -23,7 +23,7 @@ func TestFleetInit(t *testing.T) {
 	}
 	t.Logf("first run:\n%s", out.String())
 	for _, want := range []string{"created stream AUDIT", "created bucket gateway_storage:", "created bucket gateway_storage_locks:",
-		"created bucket gateway_routes:", "created bucket gateway_routes_rate_limit:", "1 replica"} {
+		"created bucket gateway_routes:", "created bucket gateway_routes_rate_limit:", "created bucket gateway_quota:", "1 replica"} {
 		if !strings.Contains(out.String(), want) {
 			t.Errorf("output lacks %q", want)
 		}
@@ -47,7 +47,7 @@ func TestFleetInit(t *testing.T) {
 		t.Errorf("AUDIT stream config: %+v", cfg)
 	}
 	for bucket, ttl := range map[string]time.Duration{"gateway_storage": 0, "gateway_storage_locks": 30 * time.Second,
-		"gateway_routes": time.Minute, "gateway_routes_rate_limit": 0} {
+		"gateway_routes": time.Minute, "gateway_routes_rate_limit": 0, "gateway_quota": 100 * 24 * time.Hour} {
 		kv, err := js.KeyValue(ctx, bucket)
 		if err != nil {
 			t.Errorf("bucket %s: %v", bucket, err)

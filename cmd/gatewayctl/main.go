@@ -40,6 +40,7 @@ commands:
                                     (--file keys.json adds the entry to the file)
   fleet init --nats URL [--replicas N]
                                     create the fleet's audit stream and buckets on NATS
+  usage [--admin A] [--consumer K]  what consumers used of their quota plans (admin API)
   help [<command>]                  this text, or a command's usage
 
 gatewayctl <command> -h prints a command's flags. Flags take one dash or two
@@ -71,6 +72,8 @@ func run(args []string, out io.Writer) error {
 		return cmdAPIKey(args[1:], out)
 	case "fleet":
 		return cmdFleet(args[1:], out)
+	case "usage":
+		return cmdUsage(args[1:], out)
 	case "help", "-h", "-help", "--help":
 		if len(args) > 1 && args[0] == "help" {
 			// help <command> [<subcommand>]: that command's usage
@@ -79,7 +82,7 @@ func run(args []string, out io.Writer) error {
 		_, err := io.WriteString(out, usage)
 		return err
 	default:
-		return fmt.Errorf("unknown command %q: want secret, token, keygen, audit, apikey or fleet (gatewayctl -h for help)", args[0])
+		return fmt.Errorf("unknown command %q: want secret, token, keygen, audit, apikey, fleet or usage (gatewayctl -h for help)", args[0])
 	}
 }
 

@@ -114,6 +114,37 @@
     setText("fastpath-note", fp.length ? "counts of the running config (docs/fastpath.md)" : "");
   }
 
+  function renderQuota(o) {
+    const q = o.quota || { enabled: false, top: [], near_limit: [], decisions: {} };
+    const near = (u) => u.limit ? u.limit + " " + pct(u.used) : "–";
+    fill($("quota-top").tBodies[0], (q.top || []).map((u) => el("tr", null,
+      el("td", { class: "mono", text: u.consumer }), el("td", { text: u.plan }),
+      el("td", { class: "num", text: fmt(u.day) }), el("td", { class: "num", text: fmt(u.month) }),
+      el("td", { class: "num", text: fmt(u.refused) }), el("td", { text: near(u) }))),
+      q.enabled ? "no requests today" : "no quota global option", 6);
+    fill($("quota-near").tBodies[0], (q.near_limit || []).map((u) => el("tr", { "data-near": u.used >= 1 ? "full" : "near" },
+      el("td", { class: "mono", text: u.consumer }), el("td", { text: u.plan }), el("td", { text: u.limit }),
+      el("td", { class: "num", text: pct(u.used) }), el("td", { class: "num", text: fmt(u.day) }),
+      el("td", { class: "num", text: fmt(u.month) }))),
+      q.enabled ? "no consumer near a limit" : "no quota global option", 6);
+    const d = q.decisions || {};
+    let note = "";
+    if (q.enabled) {
+      note = q.consumers + " consumers on this gateway · " + q.date + " (" + q.timezone + ") · admitted " + fmt(d.admitted || 0) +
+        " · refused " + fmt(d.refused || 0) + (d.would_refuse ? " · would refuse (dry run) " + fmt(d.would_refuse) : "");
+      if (q.fleet) note += " · fleet: " + q.fleet.gateways + " gateways, counts shared";
+      if (q.error) note += " · " + q.error;
+    }
+    setText("quota-note", note);
+    const f = $("quota-fleet");
+    if (q.fleet && !q.fleet.available) {
+      f.textContent = "NATS unreachable since " + new Date(q.fleet.since).toLocaleTimeString() + ": gateway " + q.fleet.node +
+        " admits its share (" + pct(q.fleet.share) + ") of each consumer's remaining quota alone, then " +
+        (q.fleet.on_unavailable === "fail_closed" ? "refuses (fail_closed)" : "admits on (fail_open)");
+      f.hidden = false;
+    } else f.hidden = true;
+  }
+
   // one row per operation of each OpenAPI document: what a rollout of
   // enforcement would refuse (violations of requests) and the most
   // common violation, then the requests no operation declares
@@ -324,7 +355,7 @@
   function applyFilter() {
     const q = $("search").value.trim().toLowerCase();
     let shown = 0, total = 0;
-    for (const id of ["routes", "containers", "canaries", "events", "sinks"]) {
+    for (const id of ["routes", "containers", "canaries", "events", "sinks", "quota-top", "quota-near"]) {
       for (const tr of $(id).tBodies[0].rows) {
         if (tr.classList.contains("empty")) continue;
         total++;
@@ -342,6 +373,7 @@
     renderDuties(o);
     renderContainers(o);
     renderFastPath(o);
+    renderQuota(o);
     renderOpenAPI(o);
     renderCanaries(o);
     renderRoutes(o);

@@ -56,7 +56,7 @@ func repoRoot(t *testing.T) string {
 // needModules are the modules the replica and canary configs use.
 var needModules = []string{"caddy.storage.nats", "audit", "http.handlers.audit",
 	"http.handlers.jwt_auth", "http.handlers.rate_limit", "http.handlers.permission",
-	"http.reverse_proxy.selection_policies.docker"}
+	"http.reverse_proxy.selection_policies.docker", "quota", "http.handlers.quota"}
 
 // gatewayBinary finds a gateway binary with every module the fleet needs:
 // $FLEET_CADDY, else bin/caddy (built by build/build.sh), else it builds

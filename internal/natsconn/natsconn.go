@@ -10,6 +10,7 @@
 package natsconn
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"sort"
@@ -21,6 +22,7 @@ import (
 	"github.com/caddyserver/caddy/v2"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+	"go.uber.org/zap"
 
 	"github.com/apigate/gateway/internal/urls"
 )
@@ -312,4 +314,34 @@ func SplitServers(lists ...string) []string {
 		}
 	}
 	return servers
+}
+
+// BindKV binds the key-value bucket cfg.Bucket as it exists (whatever its
+// settings), or creates it with cfg; where the servers cannot place
+// cfg.Replicas (TooFewServers) it is created with 1 replica and a
+// warning. A bucket another process created meanwhile is bound.
+func BindKV(ctx context.Context, js jetstream.JetStream, cfg jetstream.KeyValueConfig, logger *zap.Logger) (jetstream.KeyValue, error) {
+	kv, err := js.KeyValue(ctx, cfg.Bucket)
+	if err == nil {
+		return kv, nil
+	}
+	if !errors.Is(err, jetstream.ErrBucketNotFound) {
+		return nil, fmt.Errorf("binding bucket %q: %w", cfg.Bucket, err)
+	}
+	kv, err = js.CreateKeyValue(ctx, cfg)
+	if err != nil && cfg.Replicas > 1 && TooFewServers(err) {
+		logger.Warn("too few NATS servers for the configured replicas; creating the bucket with 1. "+
+			"Once enough servers run, raise it with: nats stream edit KV_"+cfg.Bucket+" --replicas N",
+			zap.String("bucket", cfg.Bucket), zap.Int("replicas", cfg.Replicas), zap.Error(err))
+		cfg.Replicas = 1
+		kv, err = js.CreateKeyValue(ctx, cfg)
+	}
+	if errors.Is(err, jetstream.ErrBucketExists) || errors.Is(err, jetstream.ErrStreamNameAlreadyInUse) {
+		kv, err = js.KeyValue(ctx, cfg.Bucket)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("creating bucket %q: %w", cfg.Bucket, err)
+	}
+	logger.Info("created key-value bucket", zap.String("bucket", cfg.Bucket), zap.Int("replicas", cfg.Replicas))
+	return kv, nil
 }

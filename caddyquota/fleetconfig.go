@@ -1,0 +1,180 @@
+package caddyquota
+
+import (
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/caddyserver/caddy/v2"
+
+	"github.com/apigate/gateway/internal/natsconn"
+)
+
+// Defaults of the fleet.
+const (
+	DefaultBucket            = "gateway_quota"
+	DefaultMaxLease          = 1000
+	DefaultFleetSyncInterval = time.Second
+	DefaultLeaseWait         = time.Second
+)
+
+// FleetConfig shares the counts of a fleet of gateways through a
+// JetStream key-value bucket. Each gateway takes leases of a consumer's
+// remaining quota (so a request needs no NATS round trip) and returns
+// what it does not use; see docs/caddyquota.md for the bounds.
+type FleetConfig struct {
+	// NATS are the NATS server URLs (one entry may hold several,
+	// comma-separated). Default: the servers of this config's `storage
+	// nats`, sharing its connection.
+	NATS []string `json:"nats,omitempty"`
+	// CredsFile, User and Password, Token authenticate to NATS.
+	CredsFile string `json:"creds_file,omitempty"`
+	User      string `json:"user,omitempty"`
+	Password  string `json:"password,omitempty"`
+	Token     string `json:"token,omitempty"`
+	// Bucket is the key-value bucket of the counts. Default:
+	// gateway_quota.
+	Bucket string `json:"bucket,omitempty"`
+	// Replicas are the bucket's copies when the gateway creates it (1 to
+	// 5; 1 where the servers cannot place more). Default: 1.
+	Replicas int `json:"replicas,omitempty"`
+	// Node names this gateway in the fleet (unique). Default: the host
+	// name.
+	Node string `json:"node,omitempty"`
+	// MaxLease bounds the requests one lease covers. Default: 1000.
+	MaxLease int64 `json:"max_lease,omitempty"`
+	// SyncInterval is how often a gateway writes its usage to the
+	// bucket and returns leases it does not use. Default: 1s.
+	SyncInterval caddy.Duration `json:"sync_interval,omitempty"`
+	// LeaseWait bounds how long a request waits for a lease before the
+	// gateway decides on its share alone. Default: 1s.
+	LeaseWait caddy.Duration `json:"lease_wait,omitempty"`
+}
+
+func (f *FleetConfig) validate() error {
+	if f.Replicas < 0 || f.Replicas > 5 {
+		return fmt.Errorf("fleet: invalid replicas %d: want 1 to 5", f.Replicas)
+	}
+	if f.MaxLease < 0 {
+		return fmt.Errorf("fleet: invalid max_lease %d: must be positive", f.MaxLease)
+	}
+	if f.SyncInterval < 0 || f.LeaseWait < 0 {
+		return errors.New("fleet: durations must be positive")
+	}
+	if f.Bucket != "" && !validBucket(f.Bucket) {
+		return fmt.Errorf("fleet: invalid bucket %q: letters, digits, '-' and '_'", f.Bucket)
+	}
+	return nil
+}
+
+func validBucket(b string) bool {
+	for i := 0; i < len(b); i++ {
+		c := b[i]
+		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '-' || c == '_') {
+			return false
+		}
+	}
+	return b != ""
+}
+
+// natsOptions are the fleet's connection options: its own servers, else
+// those of the config's `storage nats` (storage returns it, or nil).
+func (f *FleetConfig) natsOptions(repl *caddy.Replacer, storage func() natsconn.OptionsProvider) (natsconn.Options, error) {
+	var servers []string
+	for _, s := range f.NATS {
+		servers = append(servers, natsconn.SplitServers(repl.ReplaceKnown(s, ""))...)
+	}
+	if len(servers) == 0 {
+		if p := storage(); p != nil {
+			return p.NATSOptions(), nil
+		}
+		return natsconn.Options{}, errors.New("quota fleet needs NATS servers: set fleet { nats <url> }, or configure the `storage nats` global option")
+	}
+	return natsconn.Options{
+		Servers:   servers,
+		CredsFile: repl.ReplaceKnown(f.CredsFile, ""),
+		User:      repl.ReplaceKnown(f.User, ""),
+		Password:  repl.ReplaceKnown(f.Password, ""),
+		Token:     repl.ReplaceKnown(f.Token, ""),
+	}, nil
+}
+
+// configureFleet starts, keeps or stops the store's fleet link for the
+// app's settings: a reload with the same settings keeps the running link.
+func (p *pooledStore) configureFleet(a *App) error {
+	p.fleetMu.Lock()
+	defer p.fleetMu.Unlock()
+	if a.Fleet == nil {
+		if p.fleet != nil {
+			p.fleet.Stop()
+			p.fleet, p.fleetKey = nil, ""
+		}
+		return nil
+	}
+	fo := a.fleetOptions()
+	key := fmt.Sprintf("%#v|%s|%d|%s|%d|%s|%s|%d", a.natsOpts, fo.Bucket, fo.Replicas, fo.Node, fo.MaxLease, fo.SyncInterval, fo.LeaseWait, fo.RetentionDays)
+	if p.fleet != nil && p.fleetKey == key {
+		p.fleet.setPolicy(fo)
+		return nil
+	}
+	if p.fleet != nil {
+		p.fleet.Stop()
+		p.fleet = nil
+	}
+	conn, release, err := natsconn.Get(a.natsOpts)
+	if err != nil {
+		return fmt.Errorf("quota fleet: %w", err)
+	}
+	js, err := conn.JetStream()
+	if err != nil {
+		release()
+		return fmt.Errorf("quota fleet: %w", err)
+	}
+	nc := conn.NATS()
+	fl, err := StartFleet(p.Store, FleetConn{
+		JetStream:   js,
+		Connected:   nc.IsConnected,
+		Clustered:   func() bool { return nc.ConnectedClusterName() != "" },
+		OnReconnect: conn.OnReconnect,
+		Release:     release,
+	}, fo)
+	if err != nil {
+		release()
+		return err
+	}
+	p.fleet, p.fleetKey = fl, key
+	return nil
+}
+
+// fleetOptions are the fleet link's settings from the app's.
+func (a *App) fleetOptions() FleetOptions {
+	f := a.Fleet
+	fo := FleetOptions{
+		Bucket:        f.Bucket,
+		RetentionDays: int(time.Duration(a.Retention) / (24 * time.Hour)),
+		Replicas:      f.Replicas,
+		Node:          f.Node,
+		MaxLease:      f.MaxLease,
+		SyncInterval:  time.Duration(f.SyncInterval),
+		LeaseWait:     time.Duration(f.LeaseWait),
+		FailClosed:    a.OnUnavailable == FailClosed,
+		Share:         a.UnavailableShare,
+		Logger:        a.logger.Named("fleet"),
+	}
+	if fo.Bucket == "" {
+		fo.Bucket = DefaultBucket
+	}
+	if fo.Replicas == 0 {
+		fo.Replicas = 1
+	}
+	if fo.MaxLease == 0 {
+		fo.MaxLease = DefaultMaxLease
+	}
+	if fo.SyncInterval == 0 {
+		fo.SyncInterval = DefaultFleetSyncInterval
+	}
+	if fo.LeaseWait == 0 {
+		fo.LeaseWait = DefaultLeaseWait
+	}
+	return fo
+}

@@ -1,0 +1,431 @@
+package fleettest
+
+import (
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"os"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/apigate/gateway/caddyquota/quotausage"
+	"github.com/apigate/gateway/internal/natstest"
+	"github.com/apigate/gateway/internal/pathtest"
+	"github.com/apigate/gateway/internal/podmantest"
+)
+
+// The quota fleet tests' settings: the counts are written every
+// quotaSync, a lease covers at most quotaLease requests.
+const (
+	quotaLimit = 3000
+	quotaSync  = 200 * time.Millisecond
+	quotaLease = 50
+)
+
+// quotaZone is an IANA zone where it is now between 10:00 and 14:00: the
+// tests' day never ends during a run.
+func quotaZone() string {
+	off := 12 - time.Now().UTC().Hour() // local = UTC + off, -11..12
+	if off == 0 {
+		return "UTC"
+	}
+	// Etc/GMT-N is N hours east of UTC (POSIX sign)
+	if off > 0 {
+		return fmt.Sprintf("Etc/GMT-%d", off)
+	}
+	return fmt.Sprintf("Etc/GMT+%d", -off)
+}
+
+// quotaGateway is one gateway process of a quota fleet.
+type quotaGateway struct {
+	name        string
+	admin, http int
+	home        string
+	proc        *gatewayProc
+}
+
+func (g *quotaGateway) url(path string) string {
+	return fmt.Sprintf("http://127.0.0.1:%d%s", g.http, path)
+}
+
+// config is the gateway's Caddyfile: the fast path, one plan counted per
+// X-Consumer across the fleet, fail_closed while NATS is away.
+func (g *quotaGateway) config(nats string) func(dir string) string {
+	return func(dir string) string {
+		return fmt.Sprintf(`{
+	admin 127.0.0.1:%[1]d
+	http_port %[2]d
+	https_port %[3]d
+	auto_https off
+	servers {
+		listener_wrappers {
+			apigate
+		}
+	}
+	quota {
+		plan metered {
+			limit %[4]d/day
+		}
+		timezone %[5]s
+		on_unavailable fail_closed
+		dir %[6]s/quota
+		fleet {
+			nats %[7]s
+			node %[8]s
+			replicas 3
+			sync_interval %[9]s
+			max_lease %[10]d
+		}
+	}
+}
+:%[2]d {
+	handle /ready {
+		respond "ready"
+	}
+	handle {
+		quota {
+			key {http.request.header.X-Consumer}
+		}
+		respond "ok"
+	}
+}
+`, g.admin, g.http, g.http+1, quotaLimit, quotaZone(), dir, nats, g.name, quotaSync, quotaLease)
+	}
+}
+
+func (g *quotaGateway) start(t *testing.T, bin, nats string) {
+	t.Helper()
+	g.proc = runGatewayIn(t, bin, g.name, g.home, nil, g.config(nats), g.url("/ready"))
+}
+
+// leasing waits until the gateway takes leases from the fleet's bucket
+// (a cluster's JetStream elects its leaders after the servers start).
+func (g *quotaGateway) leasing(t *testing.T) {
+	t.Helper()
+	podmantest.Eventually(t, g.name+" leasing from the fleet", 60*time.Second, func() string {
+		req, _ := http.NewRequest("GET", g.url("/warmup"), nil)
+		req.Header.Set("X-Consumer", "warmup-"+g.name)
+		if resp, err := client.Do(req); err == nil {
+			resp.Body.Close()
+		}
+		m := pathtest.Metrics(t, g.admin, "gateway_quota_")
+		if m[`gateway_quota_fleet_operations_total{result="ok"}`] < 1 || m["gateway_quota_fleet_available"] != 1 {
+			return fmt.Sprintf("metrics %v", m)
+		}
+		return ""
+	})
+}
+
+func (g *quotaGateway) usage(t *testing.T, consumer string) quotausage.Consumer {
+	t.Helper()
+	var u quotausage.Consumer
+	code, body, err := podmantest.Get(fmt.Sprintf("http://127.0.0.1:%d%s?consumer=%s", g.admin, quotausage.Path, consumer))
+	if err != nil || code != 200 {
+		t.Fatalf("usage from %s: %d %v %s", g.name, code, err, body)
+	}
+	if err := json.Unmarshal([]byte(body), &u); err != nil {
+		t.Fatal(err)
+	}
+	return u
+}
+
+// admittedToday is the fleet's admitted count of the consumer today, as
+// a gateway's admin API reports it.
+func admittedToday(u quotausage.Consumer) int64 {
+	var n int64
+	for _, d := range u.Days {
+		n += d.Admitted
+	}
+	return n
+}
+
+// quotaLoad is clients sending requests of one consumer to gateways.
+type quotaLoad struct {
+	consumer string
+	admitted atomic.Int64 // answers 200
+	refused  atomic.Int64 // answers 429
+	failed   atomic.Int64 // no answer (a killed gateway)
+	per      []atomic.Int64
+	lastOK   atomic.Int64 // Unix ns of the last 200
+	stops    []chan struct{}
+	wg       sync.WaitGroup
+}
+
+// run starts conc clients per gateway.
+func (l *quotaLoad) run(gws []*quotaGateway, conc int) {
+	l.per = make([]atomic.Int64, len(gws))
+	l.stops = make([]chan struct{}, len(gws))
+	for i, g := range gws {
+		l.runOn(i, g, conc)
+	}
+}
+
+// runOn starts conc clients of gateway i.
+func (l *quotaLoad) runOn(i int, g *quotaGateway, conc int) {
+	stop := make(chan struct{})
+	l.stops[i] = stop
+	for c := 0; c < conc; c++ {
+		l.wg.Add(1)
+		go func() {
+			defer l.wg.Done()
+			for {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				req, _ := http.NewRequest("GET", g.url("/api"), nil)
+				req.Header.Set("X-Consumer", l.consumer)
+				resp, err := client.Do(req)
+				if err != nil {
+					l.failed.Add(1)
+					time.Sleep(20 * time.Millisecond)
+					continue
+				}
+				resp.Body.Close()
+				switch resp.StatusCode {
+				case 200:
+					l.admitted.Add(1)
+					l.per[i].Add(1)
+					l.lastOK.Store(time.Now().UnixNano())
+				case 429:
+					l.refused.Add(1)
+					time.Sleep(5 * time.Millisecond)
+				default:
+					l.failed.Add(1)
+				}
+			}
+		}()
+	}
+}
+
+// stopGateway stops the clients of gateway i.
+func (l *quotaLoad) stopGateway(i int) {
+	select {
+	case <-l.stops[i]:
+	default:
+		close(l.stops[i])
+	}
+}
+
+func (l *quotaLoad) stop() {
+	for i := range l.stops {
+		l.stopGateway(i)
+	}
+	l.wg.Wait()
+}
+
+// waitAdmitted waits until the clients were answered 200 n times.
+func (l *quotaLoad) waitAdmitted(t *testing.T, n int64) {
+	t.Helper()
+	podmantest.Eventually(t, fmt.Sprintf("%d admitted", n), 60*time.Second, func() string {
+		if got := l.admitted.Load(); got < n {
+			return fmt.Sprintf("%d admitted", got)
+		}
+		return ""
+	})
+}
+
+// waitExhausted waits until nothing was admitted for quiet while the
+// clients go on: the quota is used up everywhere (leases included).
+func (l *quotaLoad) waitExhausted(t *testing.T, quiet time.Duration) {
+	t.Helper()
+	podmantest.Eventually(t, "the quota used up", 90*time.Second, func() string {
+		last := time.Unix(0, l.lastOK.Load())
+		if time.Since(last) < quiet || l.refused.Load() == 0 {
+			return fmt.Sprintf("last 200 %s ago, %d admitted, %d refused", time.Since(last).Round(time.Millisecond), l.admitted.Load(), l.refused.Load())
+		}
+		return ""
+	})
+}
+
+func startQuotaFleet(t *testing.T) (*natstest.Cluster, []*quotaGateway, string) {
+	t.Helper()
+	bin := gatewayBinary(t)
+	c := natstest.StartCluster(t, 3)
+	ports := natstest.FreePorts(t, 6)
+	var gws []*quotaGateway
+	for i, name := range []string{"gw-a", "gw-b", "gw-c"} {
+		g := &quotaGateway{name: name, admin: ports[2*i], http: ports[2*i+1], home: t.TempDir()}
+		g.start(t, bin, c.URL())
+		gws = append(gws, g)
+	}
+	for _, g := range gws {
+		g.leasing(t)
+	}
+	return c, gws, bin
+}
+
+// TestQuotaFleetKill: three gateway processes on a three-node NATS
+// cluster share one consumer's quota, four clients on each; one gateway
+// is killed with SIGKILL mid-run and started again. The fleet admits the
+// quota, never more; every request a gateway counted is in the fleet's
+// usage, the killed one's included (it wrote them to disk before
+// answering and to the bucket once it ran again); the lease it held when
+// killed went back to the fleet when it started again.
+func TestQuotaFleetKill(t *testing.T) {
+	c, gws, bin := startQuotaFleet(t)
+	natsURL := c.URL()
+	l := &quotaLoad{consumer: "acme"}
+	l.run(gws, 4)
+	defer l.stop()
+
+	l.waitAdmitted(t, quotaLimit/3)
+	beforeKill := l.per[2].Load()
+	l.stopGateway(2)
+	gws[2].proc.kill()
+	// what the killed gateway counted but never answered: at most its
+	// clients' requests in flight
+	l.waitExhausted(t, 2*time.Second)
+	withoutC := l.admitted.Load()
+	t.Logf("killed gw-c after it answered %d; the fleet then stopped at %d admitted (the lease gw-c held stays taken)", beforeKill, withoutC)
+	if withoutC > quotaLimit {
+		t.Fatalf("%d admitted with gw-c down, over the quota %d", withoutC, quotaLimit)
+	}
+	// gw-c holds at most a lease and the half left of its previous one
+	// (a new lease is taken when half of the last is used)
+	if held := quotaLease * 3 / 2; withoutC < quotaLimit-int64(held)-4 {
+		t.Fatalf("%d admitted with gw-c down: more than gw-c's leases (%d) and its 4 requests in flight short of the quota %d", withoutC, held, quotaLimit)
+	}
+
+	// gw-c again, from its data: it writes what it admitted and gives
+	// back its lease; the others admit the rest
+	gws[2].start(t, bin, natsURL)
+	l.runOn(2, gws[2], 4)
+	podmantest.Eventually(t, "more admitted with gw-c's lease given back", 30*time.Second, func() string {
+		if n := l.admitted.Load(); n <= withoutC && withoutC < quotaLimit-4 {
+			return fmt.Sprintf("%d admitted", n)
+		}
+		return ""
+	})
+	l.waitExhausted(t, 2*time.Second)
+	l.stop()
+	answered := l.admitted.Load()
+	// every gateway reports the fleet's usage: every request counted
+	var counted int64
+	podmantest.Eventually(t, "the fleet's usage on every gateway", 30*time.Second, func() string {
+		for _, g := range gws {
+			u := g.usage(t, "acme")
+			if u.Source != "fleet" {
+				return g.name + ": source " + u.Source + " " + u.Note
+			}
+			counted = admittedToday(u)
+			if counted < answered || counted > answered+4 {
+				return fmt.Sprintf("%s: %d counted, %d answered 200", g.name, counted, answered)
+			}
+		}
+		return ""
+	})
+	t.Logf("admitted %d (answered) / %d (counted) of %d; per gateway %d %d %d; %d refused, %d failed",
+		answered, counted, quotaLimit, l.per[0].Load(), l.per[1].Load(), l.per[2].Load(), l.refused.Load(), l.failed.Load())
+	if counted != quotaLimit {
+		t.Errorf("the fleet counted %d admitted, want the quota, %d", counted, quotaLimit)
+	}
+}
+
+// TestQuotaFleetNATSRestart: three gateway processes share one
+// consumer's quota while the whole NATS cluster is shut down and started
+// again mid-run. While it is away each gateway admits its share of what
+// was left and then refuses (fail_closed); once it is back each writes
+// what it admitted alone. Every admitted request is in the fleet's usage,
+// and the fleet admits the quota, exceeding it by no more than the
+// issue's goal: 0.1% of the quota plus the documented bound (what a
+// gateway may not have seen of the others' leases: gateways - 1 leases
+// of at most max_lease).
+func TestQuotaFleetNATSRestart(t *testing.T) {
+	c, gws, _ := startQuotaFleet(t)
+	l := &quotaLoad{consumer: "acme"}
+	l.run(gws, 4)
+	defer l.stop()
+
+	l.waitAdmitted(t, quotaLimit/6)
+	t0, n0 := time.Now(), l.admitted.Load()
+	l.waitAdmitted(t, quotaLimit/3)
+	rate := float64(l.admitted.Load()-n0) / time.Since(t0).Seconds()
+	// per gateway: admitted before NATS went away, while it was away,
+	// after it was back (which gateway over-admits, and when)
+	per := func() [3]int64 { return [3]int64{l.per[0].Load(), l.per[1].Load(), l.per[2].Load()} }
+	beforeStop := per()
+	c.ShutdownAll()
+	atOutage := l.admitted.Load()
+	podmantest.Eventually(t, "every gateway deciding alone", 30*time.Second, func() string {
+		for _, g := range gws {
+			if m := pathtest.Metrics(t, g.admin, "gateway_quota_fleet_available"); m["gateway_quota_fleet_available"] != 0 {
+				return g.name + " still counts on the fleet"
+			}
+		}
+		return ""
+	})
+	// alone: each gateway admits its share, then refuses (fail_closed);
+	// wait until the clients see only refusals
+	refusedAt := l.refused.Load()
+	podmantest.Eventually(t, "every gateway's share used, then refusals", 30*time.Second, func() string {
+		last := time.Unix(0, l.lastOK.Load())
+		if time.Since(last) < 500*time.Millisecond || l.refused.Load()-refusedAt < 100 {
+			return fmt.Sprintf("last 200 %s ago, %d refused since NATS went away", time.Since(last).Round(time.Millisecond), l.refused.Load()-refusedAt)
+		}
+		return ""
+	})
+	duringOutage := l.admitted.Load() - atOutage
+	// what the operator sees meanwhile: the dashboard's quota panel says
+	// the gateway decides alone, and the log says so with the mode
+	for _, g := range gws {
+		var o struct {
+			Quota struct {
+				Fleet *struct {
+					Available     bool    `json:"available"`
+					Since         string  `json:"since"`
+					OnUnavailable string  `json:"on_unavailable"`
+					Share         float64 `json:"share"`
+				} `json:"fleet"`
+			} `json:"quota"`
+		}
+		code, body, err := podmantest.Get(fmt.Sprintf("http://127.0.0.1:%d/gateway/overview", g.admin))
+		if err != nil || code != 200 || json.Unmarshal([]byte(body), &o) != nil || o.Quota.Fleet == nil {
+			t.Fatalf("%s: dashboard overview %d %v %.300s", g.name, code, err, body)
+		}
+		if f := o.Quota.Fleet; f.Available || f.Since == "" || f.OnUnavailable != "fail_closed" || f.Share < 0.3 || f.Share > 0.34 {
+			t.Errorf("%s: the dashboard's quota fleet %+v during the outage, want unavailable since a time, fail_closed, share 1/3", g.name, *f)
+		}
+		if b, _ := os.ReadFile(g.proc.log); !strings.Contains(string(b), `quota fleet counts unreachable`) || !strings.Contains(string(b), `"on_unavailable":"fail_closed"`) {
+			t.Errorf("%s: no log line of the outage with its mode", g.name)
+		}
+	}
+	beforeRestart := per()
+	c.RestartAll()
+	for _, g := range gws {
+		g.leasing(t)
+	}
+	l.waitExhausted(t, 2*time.Second)
+	l.stop()
+	end := per()
+	for i, g := range gws {
+		t.Logf("%s admitted %d before NATS went away, %d while it was away, %d after it was back",
+			g.name, beforeStop[i], beforeRestart[i]-beforeStop[i], end[i]-beforeRestart[i])
+	}
+	answered := l.admitted.Load()
+	// the issue's goal: 0.1% of the quota plus the documented lease
+	// bound (what the others leased since a gateway last read the
+	// counts: gateways - 1 leases of at most max_lease)
+	bound := int64(quotaLimit/1000 + (len(gws)-1)*quotaLease)
+	t.Logf("admitted %d of %d: %d before NATS went away (%.0f/s, %.0f in one sync interval), %d while it was away; bound %d",
+		answered, quotaLimit, atOutage, rate, rate*quotaSync.Seconds(), duringOutage, bound)
+	podmantest.Eventually(t, "every admitted request in the fleet's usage", 30*time.Second, func() string {
+		for _, g := range gws {
+			u := g.usage(t, "acme")
+			if u.Source != "fleet" || admittedToday(u) != answered {
+				return fmt.Sprintf("%s: %s %d counted, %d answered 200 %s", g.name, u.Source, admittedToday(u), answered, u.Note)
+			}
+		}
+		return ""
+	})
+	if answered > quotaLimit+bound {
+		t.Errorf("%d admitted, over the quota %d by more than the bound %d", answered, quotaLimit, bound)
+	}
+	if answered < quotaLimit-quotaLimit/1000 {
+		t.Errorf("%d admitted, short of the quota %d", answered, quotaLimit)
+	}
+}
