@@ -127,6 +127,9 @@ func (b *Bench) conf(s Scenario, port int) Conf {
 	if c.OpenAPI {
 		c.OpenAPISpec = filepath.Join(b.Work, "openapi.yaml")
 	}
+	if c.Quota {
+		c.QuotaDir = filepath.Join(b.Work, "quota")
+	}
 	switch s.Server {
 	case "gateway":
 		c.Admin = gwAdmin
@@ -172,9 +175,13 @@ func (b *Bench) startServer(s Scenario, c Conf, tag string) (*Proc, error) {
 	case "direct":
 		return nil, nil
 	case "gateway", "caddy":
-		if c.AuditSpool != "" {
-			// A previous run's undelivered events would be replayed.
-			if err := os.RemoveAll(c.AuditSpool); err != nil {
+		// A previous run's undelivered events would be replayed, and its
+		// counts would be the consumer's from the start.
+		for _, dir := range []string{c.AuditSpool, c.QuotaDir} {
+			if dir == "" {
+				continue
+			}
+			if err := os.RemoveAll(dir); err != nil {
 				return nil, err
 			}
 		}
