@@ -287,31 +287,8 @@ func TestFleetNATSOutage(t *testing.T) {
 	for _, name := range []string{"a", "b"} {
 		gws = append(gws, startGateway(t, c.URL(), name, t.TempDir(), fleetOpts{loc: loc, failClosed: true, share: 0.5}))
 	}
-	total := int64(0)
-	// 400 admitted with NATS up
-	for i := 0; i < 400; i++ {
-		if d, _ := gws[i%2].store.AcquireAt(p, "carol", time.Now(), false); d.Admitted {
-			total++
-		}
-	}
-	if total != 400 {
-		t.Fatalf("admitted %d of 400 with NATS up", total)
-	}
-	// both wrote their usage (each reads the other's), then NATS goes
-	// away
-	today := gws[0].store.Calendar().Day(time.Now()).ID
-	waitFor(t, "both gateways' usage written", 10*time.Second, func() string {
-		for i, g := range gws {
-			u, err := g.fleet.Usage("carol", today, today)
-			if err != nil {
-				return err.Error()
-			}
-			if len(u) != 1 || u[0].Admitted != 400 {
-				return fmt.Sprintf("gateway %d reads %+v, want 400 admitted", i, u)
-			}
-		}
-		return ""
-	})
+	// 400 admitted with NATS up, and written; then NATS goes away
+	total, today := admitAndWrite(t, gws, p, "carol", 400)
 	c.ShutdownAll()
 	var alone [2]int64
 	for i := 0; i < 2000; i++ {
@@ -344,35 +321,7 @@ func TestFleetNATSOutage(t *testing.T) {
 		t.Errorf("fail_closed: %d admitted in all, over the quota and the bound (%d)", total, 1000+bound)
 	}
 	c.RestartAll()
-	quiet := time.Now()
-	waitFor(t, "every admitted request in the fleet's usage", 20*time.Second, func() string {
-		admitting := false
-		for _, g := range gws {
-			// more requests: the rest of the quota, then refusals
-			if d, _ := g.store.AcquireAt(p, "carol", time.Now(), false); d.Admitted {
-				total++
-				admitting = true
-			}
-		}
-		if admitting || !gws[0].fleet.Available() || !gws[1].fleet.Available() {
-			quiet = time.Now()
-			return "still admitting"
-		}
-		if time.Since(quiet) < time.Second {
-			return "admitting until a second ago"
-		}
-		if !gws[0].fleet.Available() || !gws[1].fleet.Available() {
-			return "a gateway still decides alone with NATS back"
-		}
-		u, err := gws[0].fleet.Usage("carol", today, today)
-		if err != nil {
-			return err.Error()
-		}
-		if len(u) != 1 || u[0].Admitted != total {
-			return fmt.Sprintf("%+v, want %d admitted", u, total)
-		}
-		return ""
-	})
+	total += admitUntilCounted(t, gws, p, "carol", today, total)
 	// the quota, give or take what a gateway admitted alone while the
 	// other took leases not knowing it (docs/caddyquota.md)
 	t.Logf("%d admitted in all (%d alone while NATS was down), quota 1000, bound %d", total, alone[0]+alone[1], bound)
@@ -614,28 +563,7 @@ func TestFleetPartialOutage(t *testing.T) {
 		startGateway(t, c.URL(), "a", t.TempDir(), o),
 		startGateway(t, bGate.URL(), "b", t.TempDir(), o),
 	}
-	total := int64(0)
-	for i := 0; i < 400; i++ {
-		if d, _ := gws[i%2].store.AcquireAt(p, "erin", time.Now(), false); d.Admitted {
-			total++
-		}
-	}
-	if total != 400 {
-		t.Fatalf("admitted %d of 400 with NATS up", total)
-	}
-	today := gws[0].store.Calendar().Day(time.Now()).ID
-	waitFor(t, "both gateways' usage written", 10*time.Second, func() string {
-		for i, g := range gws {
-			u, err := g.fleet.Usage("erin", today, today)
-			if err != nil {
-				return err.Error()
-			}
-			if len(u) != 1 || u[0].Admitted != 400 {
-				return fmt.Sprintf("gateway %d reads %+v, want 400 admitted", i, u)
-			}
-		}
-		return ""
-	})
+	total, today := admitAndWrite(t, gws, p, "erin", 400)
 	bGate.set(false)
 	c.ShutdownAll()
 	for i := 0; i < 2000; i++ {
@@ -663,33 +591,80 @@ func TestFleetPartialOutage(t *testing.T) {
 	}
 	atOpen := total
 	bGate.set(true)
-	quiet := time.Now()
-	waitFor(t, "every admitted request in the fleet's usage", 20*time.Second, func() string {
-		admitting := false
-		for _, g := range gws {
-			if d, _ := g.store.AcquireAt(p, "erin", time.Now(), false); d.Admitted {
-				total++
-				admitting = true
-			}
-		}
-		if admitting || !gws[0].fleet.Available() || !gws[1].fleet.Available() {
-			quiet = time.Now()
-			return "still admitting"
-		}
-		if time.Since(quiet) < time.Second {
-			return "admitting until a second ago"
-		}
-		u, err := gws[0].fleet.Usage("erin", today, today)
-		if err != nil {
-			return err.Error()
-		}
-		if len(u) != 1 || u[0].Admitted != total {
-			return fmt.Sprintf("%+v, want %d admitted", u, total)
-		}
-		return ""
-	})
+	total += admitUntilCounted(t, gws, p, "erin", today, total)
 	t.Logf("%d admitted in all: %d alone, %d while only a was back, %d after", total, alone, atOpen-400-alone, total-atOpen)
 	if total < 1000 || total > 1000+50 {
 		t.Errorf("%d admitted in all, want the quota, 1000 (up to 1050)", total)
 	}
+}
+
+// admitAndWrite admits n requests of consumer, alternating between the
+// gateways with NATS up, and waits until each gateway reads all n in the
+// fleet's usage (each wrote its own). It returns n and the day's ID.
+func admitAndWrite(t *testing.T, gws []*gateway, p *Plan, consumer string, n int64) (int64, int64) {
+	t.Helper()
+	var total int64
+	for i := int64(0); i < n; i++ {
+		if d, _ := gws[i%int64(len(gws))].store.AcquireAt(p, consumer, time.Now(), false); d.Admitted {
+			total++
+		}
+	}
+	if total != n {
+		t.Fatalf("admitted %d of %d with NATS up", total, n)
+	}
+	today := gws[0].store.Calendar().Day(time.Now()).ID
+	waitFor(t, "every gateway's usage written", 10*time.Second, func() string {
+		for i, g := range gws {
+			u, err := g.fleet.Usage(consumer, today, today)
+			if err != nil {
+				return err.Error()
+			}
+			if len(u) != 1 || u[0].Admitted != n {
+				return fmt.Sprintf("gateway %d reads %+v, want %d admitted", i, u, n)
+			}
+		}
+		return ""
+	})
+	return total, today
+}
+
+// admitUntilCounted sends consumer's requests to every gateway (the rest
+// of the quota, then refusals) until none has admitted one for a second,
+// every gateway leases again, and the fleet's usage of the day counts
+// every admitted request (before: those admitted so far). It returns how
+// many it admitted.
+func admitUntilCounted(t *testing.T, gws []*gateway, p *Plan, consumer string, today, before int64) int64 {
+	t.Helper()
+	var more int64
+	quiet := time.Now()
+	waitFor(t, "every admitted request in the fleet's usage", 20*time.Second, func() string {
+		admitting := false
+		for _, g := range gws {
+			if d, _ := g.store.AcquireAt(p, consumer, time.Now(), false); d.Admitted {
+				more++
+				admitting = true
+			}
+		}
+		for _, g := range gws {
+			if !g.fleet.Available() {
+				admitting = true
+			}
+		}
+		if admitting {
+			quiet = time.Now()
+			return "still admitting, or a gateway still decides alone"
+		}
+		if time.Since(quiet) < time.Second {
+			return "admitting until a second ago"
+		}
+		u, err := gws[0].fleet.Usage(consumer, today, today)
+		if err != nil {
+			return err.Error()
+		}
+		if len(u) != 1 || u[0].Admitted != before+more {
+			return fmt.Sprintf("%+v, want %d admitted", u, before+more)
+		}
+		return ""
+	})
+	return more
 }
