@@ -30,6 +30,7 @@ import (
 	_ "github.com/apigate/gateway/caddyclientcert"
 	_ "github.com/apigate/gateway/caddyjwt"
 	_ "github.com/apigate/gateway/caddypermcache"
+	_ "github.com/apigate/gateway/caddyquota"
 	_ "github.com/apigate/gateway/caddyrbac"
 	"github.com/apigate/gateway/internal/pathtest"
 )
@@ -192,6 +193,12 @@ func testClientCertAuth(t *testing.T, p pathtest.Path, rec *pathtest.Recorder) {
 			flush_interval 20ms
 		}
 	}
+	quota {
+		plan free 1/day
+		plan pro 3/day
+		default free
+		dir %[14]s
+	}
 }
 
 https://localhost:%[3]d {
@@ -228,6 +235,13 @@ https://localhost:%[3]d {
 			forward_claim roles X-User-Roles
 		}
 		reverse_proxy %[13]s
+	}
+	route /quota {
+		client_cert_auth {
+			plan pro spiffe://example.org/ns/prod/sa/billing-*
+		}
+		quota
+		respond "{http.auth.user.id}"
 	}
 	route /dns {
 		client_cert_auth {
@@ -277,7 +291,7 @@ https://localhost:%[11]d {
 	respond "{http.auth.user.id}"
 }
 `, adminPort, auditPath, verifyPort, tlsBlock("verify_if_given"), requirePort, tlsBlock("require_and_verify"),
-		perm.URL, upstream.URL, webID, hex.EncodeToString(run), requestPort, tlsBlock("request"), echo.URL)
+		perm.URL, upstream.URL, webID, hex.EncodeToString(run), requestPort, tlsBlock("request"), echo.URL, filepath.Join(dir, "quota"))
 	p.Load(t, adminPort, config, "srv0", "srv1", "srv2")
 
 	// what differs between the paths' runs: the run id, the certificates
@@ -368,6 +382,28 @@ https://localhost:%[11]d {
 			if want := fmt.Sprintf(`id=["%s"] roles=["billing"]`, billingID); resp.StatusCode != 200 || string(b) != want {
 				t.Errorf("%s: %d %s, want 200 %s", path, resp.StatusCode, b, want)
 			}
+		}
+	})
+	t.Run("the certificate's plan reaches the quota", func(t *testing.T) {
+		// billing's subject is mapped to pro (3 a day), web's to none:
+		// the default, free (1 a day)
+		for i := 0; i < 3; i++ {
+			must(t, client(billing), verifyPort, "/quota", 200, billingID)
+		}
+		s, b, h, err := get(t, client(billing), verifyPort, "/quota")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if s != 429 || !strings.Contains(b, `"plan":"pro"`) || h.Get("Retry-After") == "" {
+			t.Fatalf("billing's 4th request: %d %q Retry-After %q, want 429 on plan pro", s, b, h.Get("Retry-After"))
+		}
+		must(t, client(web), verifyPort, "/quota", 200, webID)
+		s, b, _, err = get(t, client(web), verifyPort, "/quota")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if s != 429 || !strings.Contains(b, `"plan":"free"`) {
+			t.Fatalf("web's 2nd request: %d %q, want 429 on plan free", s, b)
 		}
 	})
 	t.Run("DNS SAN and CN subjects", func(t *testing.T) {

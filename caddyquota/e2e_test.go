@@ -179,11 +179,6 @@ http://127.0.0.1:%[1]d {
 		resp.Body.Close()
 		h := resp.Header.Clone()
 		h.Del("Content-Length")
-		for _, k := range []string{"Ratelimit", "Ratelimit-Policy"} {
-			if v := h.Get(k); v != "" {
-				h.Set(k, secondsRe.ReplaceAllString(v, ";t=<s>"))
-			}
-		}
 		rec.AddNext(p, p.Key(t)+" "+path, pathtest.Resp(resp.StatusCode, h, string(b)))
 		return result{resp.StatusCode, string(b), resp.Header}
 	}

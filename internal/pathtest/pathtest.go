@@ -14,6 +14,7 @@ import (
 	"net/http"
 	"os"
 	"reflect"
+	"regexp"
 	"sort"
 	"strconv"
 	"strings"
@@ -308,8 +309,13 @@ type Response struct {
 // Resp returns what the paths must agree on of a response: its status,
 // its header fields but Date, and its body, with each old string of
 // replace turned into its new one (a test's per-path ids) in field values
-// and body. A Retry-After in seconds, which depends on the moment, is
-// recorded as "<seconds>" (a test checks its range itself).
+// and body. A Retry-After in seconds and the seconds to a window's reset
+// in a RateLimit field (`;t=57499`), which depend on the moment, are
+// recorded as "<seconds>" (a test checks their range itself).
+// resetSeconds is a RateLimit field's seconds to the reset
+// (draft-ietf-httpapi-ratelimit-headers).
+var resetSeconds = regexp.MustCompile(`;t=\d+`)
+
 func Resp(status int, header http.Header, body string, replace ...string) Response {
 	r := strings.NewReplacer(replace...)
 	out := Response{Status: status, Body: r.Replace(body)}
@@ -323,6 +329,9 @@ func Resp(status int, header http.Header, body string, replace ...string) Respon
 		for _, v := range vs {
 			if _, err := strconv.Atoi(v); err == nil && k == "Retry-After" {
 				v = "<seconds>"
+			}
+			if k == "Ratelimit" {
+				v = resetSeconds.ReplaceAllString(v, ";t=<seconds>")
 			}
 			out.Header[k] = append(out.Header[k], r.Replace(v))
 		}
