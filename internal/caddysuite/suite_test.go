@@ -92,6 +92,7 @@ func TestCaddyIntegrationSuite(t *testing.T) {
 	base := p.runSuite(t, false)
 	p.resetStats()
 	with := p.runSuite(t, true)
+	p.againAlone(t, true, base, with)
 
 	var passedBase []string
 	for _, name := range suiteTests {
@@ -173,6 +174,7 @@ func TestCaddyIntegrationSuitePathGuard(t *testing.T) {
 	p.guard = true
 	p.mu.Unlock()
 	guarded := p.runSuite(t, true)
+	p.againAlone(t, true, base, guarded)
 	passed := 0
 	for _, name := range suiteTests {
 		if base[name] != "pass" {
@@ -387,15 +389,36 @@ func (p *adminProxy) requestShare() (fast, total float64) {
 // runSuite runs the integration tests (go test, in the repository's
 // module) and returns each test's outcome: pass, fail or skip.
 func (p *adminProxy) runSuite(t *testing.T, wrap bool) map[string]string {
+	run := "^(" + strings.Join(suiteTests, "|") + ")$"
+	if r := os.Getenv("CADDYSUITE_RUN"); r != "" {
+		run = r // (to look at some tests by hand)
+	}
+	return p.runTests(t, wrap, run, suiteTests)
+}
+
+// againAlone runs once more, alone, each test that passed on the baseline
+// but not in run (with the wrapper or path_guard), and records its new
+// result there: some of Caddy's tests time a request body or a dial in
+// milliseconds, which a loaded 2-core machine misses now and then (seen:
+// TestReverseProxyRequestBodyTimeout). Each second run is logged; a test
+// the gateway breaks fails it too.
+func (p *adminProxy) againAlone(t *testing.T, wrap bool, base, run map[string]string) {
+	for _, name := range suiteTests {
+		if base[name] != "pass" || run[name] == "pass" {
+			continue
+		}
+		again := p.runTests(t, wrap, "^"+name+"$", []string{name})[name]
+		t.Logf("%s was %q in the whole run; alone again: %q", name, run[name], again)
+		run[name] = again
+	}
+}
+
+func (p *adminProxy) runTests(t *testing.T, wrap bool, run string, names []string) map[string]string {
 	p.mu.Lock()
 	p.wrap = wrap
 	p.mu.Unlock()
 	_, file, _, _ := runtime.Caller(0)
 	root := filepath.Join(filepath.Dir(file), "..", "..")
-	run := "^(" + strings.Join(suiteTests, "|") + ")$"
-	if r := os.Getenv("CADDYSUITE_RUN"); r != "" {
-		run = r // (to look at some tests by hand)
-	}
 	cmd := exec.Command("go", "test", "github.com/caddyserver/caddy/v2/caddytest/integration",
 		"-run", run, "-count=1", "-json", "-timeout", "15m")
 	cmd.Dir = root
@@ -440,7 +463,7 @@ func (p *adminProxy) runSuite(t *testing.T, wrap bool) map[string]string {
 	if len(res) == 0 {
 		t.Fatalf("the integration suite did not run:\n%s", tail(out.String(), 4000))
 	}
-	for _, name := range suiteTests {
+	for _, name := range names {
 		if res[name] == "" {
 			res[name] = "not run"
 		}
