@@ -11,6 +11,7 @@ package fastpath
 
 import (
 	"net"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -158,6 +159,7 @@ func (lw *ListenerWrapper) settings(ln net.Listener) settings {
 		writeIdleTimeout:  time.Duration(srv.WriteIdleTimeout),
 		maxWriteChunk:     srv.MaxWriteChunk,
 	}
+	s.h2, s.h2c = h2Protocols(srv)
 	if s.maxHeaderBytes <= 0 {
 		s.maxHeaderBytes = 16 << 10
 	}
@@ -182,6 +184,25 @@ func (lw *ListenerWrapper) settings(ln net.Listener) settings {
 		}
 	}
 	return s
+}
+
+// h2Protocols says whether the server takes HTTP/2 over TLS (h2) and
+// cleartext HTTP/2 with prior knowledge (h2c), as Caddy's server does from
+// its protocols (h1, h2 and h3 when unset); with per-listener protocols,
+// only what every listener of the server takes.
+func h2Protocols(srv *caddyhttp.Server) (h2, h2c bool) {
+	protos := srv.Protocols
+	if len(protos) == 0 {
+		protos = []string{"h1", "h2", "h3"}
+	}
+	h2, h2c = slices.Contains(protos, "h2"), slices.Contains(protos, "h2c")
+	for _, lp := range srv.ListenProtocols {
+		if lp != nil {
+			h2 = h2 && slices.Contains(lp, "h2")
+			h2c = h2c && slices.Contains(lp, "h2c")
+		}
+	}
+	return h2, h2c
 }
 
 // UnmarshalCaddyfile sets up the wrapper from Caddyfile tokens:

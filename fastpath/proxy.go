@@ -128,6 +128,7 @@ var (
 	protoHTTPS   = []string{"https"}
 	via11        = []string{"1.1 Caddy"}
 	via10        = []string{"1.0 Caddy"}
+	via20        = []string{"2.0 Caddy"}
 	viaResponse1 = "1.1 Caddy"
 	viaResponse0 = "1.0 Caddy"
 )
@@ -221,6 +222,8 @@ func (ps *proxyState) prepare(r *http.Request, derived bool) *http.Request {
 	ps.addForwarded(out)
 	if v, ok := hdr["Via"]; ok {
 		hdr["Via"] = append(v[:len(v):len(v)], strconv.Itoa(out.ProtoMajor)+"."+strconv.Itoa(out.ProtoMinor)+" Caddy")
+	} else if out.ProtoMajor == 2 {
+		hdr["Via"] = via20
 	} else if out.ProtoMinor == 1 {
 		hdr["Via"] = via11
 	} else {
