@@ -221,7 +221,9 @@ func TestH2RapidReset(t *testing.T) {
 	// the server still serves others
 	q := dialH2(t, fastPort)
 	q.get(1, "/")
-	if seen, ok := q.readUntil(5*time.Second, func(f http2.Frame) bool { return f.Header().StreamID == 1 && f.Header().Flags.Has(http2.FlagDataEndStream) }); !ok {
+	if seen, ok := q.readUntil(5*time.Second, func(f http2.Frame) bool {
+		return f.Header().StreamID == 1 && f.Header().Flags.Has(http2.FlagDataEndStream)
+	}); !ok {
 		t.Fatalf("a new connection is not served after the attack: %v", seen)
 	}
 }
