@@ -47,12 +47,7 @@ func TestH2C(t *testing.T) {
 	site := strings.ReplaceAll(handoffSite, "{$UP}", up.Addr())
 	loadTwinOpts(t, twinOpts{serverOpts: "\t\tprotocols h1 h2c"}, site)
 
-	h2c := &http.Client{Transport: &http2.Transport{
-		AllowHTTP: true,
-		DialTLSContext: func(ctx context.Context, network, addr string, _ *tls.Config) (net.Conn, error) {
-			return (&net.Dialer{}).DialContext(ctx, network, addr)
-		},
-	}, Timeout: 10 * time.Second}
+	h2c := h2cClient()
 	before := stats(t, "fast")
 	for _, path := range []string{"/health", "/proxied?x=1"} {
 		var got [2]difftest.ClientResult
@@ -78,6 +73,17 @@ func TestH2C(t *testing.T) {
 	if stats(t, "fast").Served == after.Served {
 		t.Fatal("HTTP/1.1 on an h2c port did not stay on the fast path")
 	}
+}
+
+// h2cClient is an HTTP/2 client without TLS (prior knowledge).
+func h2cClient() *http.Client {
+	return &http.Client{Transport: &http2.Transport{
+		AllowHTTP:          true,
+		DisableCompression: true,
+		DialTLSContext: func(ctx context.Context, network, addr string, _ *tls.Config) (net.Conn, error) {
+			return (&net.Dialer{}).DialContext(ctx, network, addr)
+		},
+	}, Timeout: 20 * time.Second}
 }
 
 // TestH2COff: without h2c among the server's protocols, the HTTP/2
