@@ -55,15 +55,7 @@ var Both = []Path{{Name: "caddy"}, {Name: "fastpath", Fast: true}}
 // (docs/fastpath.md, "HTTP/2"); this compares it with Caddy's.
 func RunH2(t *testing.T, test func(t *testing.T, p Path, rec *Recorder)) {
 	t.Helper()
-	rec := &Recorder{}
-	for i, p := range Both {
-		if i > 0 {
-			stopServers(t)
-		}
-		p.H2 = true
-		t.Run(p.Name, func(t *testing.T) { test(t, p, rec) })
-	}
-	rec.Compare(t)
+	run(t, true, test)
 }
 
 // H2CTransport is an HTTP/2 transport without TLS (prior knowledge).
@@ -81,11 +73,17 @@ func H2CTransport() *http2.Transport {
 // what the two recorded in rec.
 func Run(t *testing.T, test func(t *testing.T, p Path, rec *Recorder)) {
 	t.Helper()
+	run(t, false, test)
+}
+
+func run(t *testing.T, h2 bool, test func(t *testing.T, p Path, rec *Recorder)) {
+	t.Helper()
 	rec := &Recorder{}
 	for i, p := range Both {
 		if i > 0 {
 			stopServers(t)
 		}
+		p.H2 = h2
 		t.Run(p.Name, func(t *testing.T) { test(t, p, rec) })
 	}
 	rec.Compare(t)
