@@ -113,6 +113,7 @@ type h2stream struct {
 	delegateReq  *http.Request
 	writeDL      time.Time // write_timeout's deadline (zero: none)
 	readDL       time.Time // read_timeout's deadline
+	ownReadDL    bool      // a handler set it (http.ResponseController): read_body_idle no longer applies
 	fields       []field
 	gone         chan struct{} // closed when the stream ends
 }
@@ -197,6 +198,10 @@ func (sc *h2conn) serve() {
 			sc.l.logger.Error("panic serving an HTTP/2 connection on the fast path",
 				zap.String("remote", sc.c.remoteAddr), zap.Any("error", r),
 				zap.ByteString("stack", debug.Stack()))
+			// (the panic may have left a lock held: close first)
+			sc.nc.Close()
+			go sc.shutdown()
+			return
 		}
 		sc.shutdown()
 	}()
@@ -997,7 +1002,10 @@ func (s *h2stream) declareTrailers(v string) {
 // does: the Content-Length when the client sent one, -1 while the body is
 // open without one, and no body when the HEADERS ended the stream.
 func (s *h2stream) requestBody(r *http.Request) {
-	if s.declLen == 0 && s.body.eof && s.body.buffered() == 0 {
+	s.sc.mu.Lock()
+	none := s.declLen == 0 && s.body.eof && s.body.buffered() == 0
+	s.sc.mu.Unlock()
+	if none {
 		r.ContentLength = 0
 		r.Body = http.NoBody
 		return
@@ -1023,6 +1031,7 @@ func (s *h2stream) serveStream() {
 	now := time.Now()
 	st := &s.st
 	st.hardRead, st.hardWrite = time.Time{}, time.Time{}
+	s.ownReadDL = false
 	if d := sc.l.readTimeout; d > 0 {
 		s.readDL = now.Add(d)
 	} else {
@@ -1234,9 +1243,20 @@ func (b *h2Body) Read(p []byte) (int, error) {
 	}
 	sc.mu.Lock()
 	var timer *time.Timer
+	var dl time.Time
 	for b.buffered() == 0 && !b.eof && !b.closed && !s.reset && !sc.closed {
-		if !s.readDL.IsZero() {
-			left := time.Until(s.readDL)
+		if dl.IsZero() {
+			// read_timeout (or a handler's deadline), and
+			// read_body_idle from this read on, as on HTTP/1.1
+			dl = s.readDL
+			if d := sc.l.readIdleTimeout; d > 0 && !s.ownReadDL {
+				if idle := time.Now().Add(d); dl.IsZero() || idle.Before(dl) {
+					dl = idle
+				}
+			}
+		}
+		if !dl.IsZero() {
+			left := time.Until(dl)
 			if left <= 0 {
 				sc.mu.Unlock()
 				return 0, os.ErrDeadlineExceeded

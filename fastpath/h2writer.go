@@ -130,7 +130,7 @@ func (w *h2Writer) FlushError() error {
 func (w *h2Writer) SetReadDeadline(t time.Time) error {
 	sc := w.s.sc
 	sc.mu.Lock()
-	w.s.readDL = t
+	w.s.readDL, w.s.ownReadDL = t, true
 	sc.cond.Broadcast()
 	sc.mu.Unlock()
 	return nil
