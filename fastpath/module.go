@@ -1,11 +1,11 @@
 // Package fastpath is the gateway's fast path: the listener wrapper
-// caddy.listeners.apigate, which serves a server's HTTP/1.1 requests on a
-// lean engine of its own, running the server's routes compiled into a plan
-// of the same provisioned module instances (any handler and matcher module,
-// access logs and trusted proxies included), serves the requests the plan
-// does not take through Caddy's server handler on the same connection, and
-// hands every connection whose protocol changes (HTTP/2, h2c, upgrades) to
-// Caddy's server unchanged. A server with an option the plan does not
+// caddy.listeners.apigate, which serves a server's HTTP/1.1 and HTTP/2
+// requests on lean engines of its own (h2.go), running the server's routes
+// compiled into a plan of the same provisioned module instances (any
+// handler and matcher module, access logs and trusted proxies included),
+// serves the requests the plan does not take through Caddy's server
+// handler on the same connection, and hands every connection whose
+// protocol changes (upgrades, CONNECT) to Caddy's server unchanged. A server with an option the plan does not
 // honour stays wholly on Caddy's path. See docs/fastpath.md.
 package fastpath
 
