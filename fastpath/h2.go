@@ -1109,8 +1109,8 @@ func (sc *h2conn) handlerDone(s *h2stream) {
 			sc.wakeReader() // the reader closes the connection
 		}
 	}
+	id := s.id // (a lingering stream is the reader's once mu is released: it may free it)
 	sc.mu.Unlock()
-	id := s.id
 	if resetNow {
 		sc.writeFrames(func() error { return sc.fr.WriteRSTStream(id, http2.ErrCodeNo) }, false)
 	}
