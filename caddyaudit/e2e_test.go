@@ -67,6 +67,12 @@ func TestEndToEnd(t *testing.T) {
 	pathtest.Run(t, testEndToEnd)
 }
 
+// TestEndToEndH2 is TestEndToEnd over HTTP/2 (h2c): the fast path's
+// HTTP/2 engine makes the same responses and events as Caddy's.
+func TestEndToEndH2(t *testing.T) {
+	pathtest.RunH2(t, testEndToEnd)
+}
+
 func testEndToEnd(t *testing.T, p pathtest.Path, rec *pathtest.Recorder) {
 	rc := &e2eReceiver{events: map[string]caddyaudit.Event{}}
 	hook := httptest.NewServer(rc)

@@ -308,7 +308,7 @@ https://localhost:%[11]d {
 	roots := x509.NewCertPool()
 	roots.AddCert(ca.cert)
 	client := func(certs ...tls.Certificate) *http.Client {
-		// HTTP/1.1: an h2 connection is handed to Caddy's HTTP/2 server
+		// HTTP/1.1 (HTTP/2 runs the same plan on the fast path; this test is about TLS)
 		cfg := &tls.Config{RootCAs: roots, NextProtos: []string{"http/1.1"}}
 		if len(certs) > 0 {
 			// sent even when the server's list of acceptable CAs does not

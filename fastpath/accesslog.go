@@ -119,8 +119,8 @@ func (ex *exchange) logAccess(duration time.Duration, writeErr error) {
 	if skip, ok := ex.vars[caddyhttp.LogSkipVar].(bool); ok && skip {
 		return
 	}
-	w := &ex.st.w
-	status, size := w.logStatus, int(w.size)
+	status, size64 := ex.writer().logged()
+	size := int(size64)
 	if ex.repl != nil {
 		ex.repl.Set("http.response.status", status)
 		ex.repl.Set("http.response.size", size)
@@ -165,12 +165,12 @@ func (ex *exchange) accessFields(duration time.Duration, status, size int, write
 	creds := ex.plan.access.cfg.ShouldLogCredentials
 	f := append(ex.fieldScratch[:0],
 		zap.Object("request", (*loggedRequest)(ex)),
-		zap.Int("bytes_read", int(ex.st.body.handlerRead)),
+		zap.Int("bytes_read", int(ex.bodyRead())),
 		zap.String("user_id", userID),
 		zap.Duration("duration", duration),
 		zap.Int("size", size),
 		zap.Int("status", status),
-		zap.Object("resp_headers", caddyhttp.LoggableHTTPHeader{Header: ex.st.w.handlerHeader, ShouldLogCredentials: creds}),
+		zap.Object("resp_headers", caddyhttp.LoggableHTTPHeader{Header: ex.writer().handlerHdr(), ShouldLogCredentials: creds}),
 	)
 	if writeErr != nil {
 		f = append(f, zap.NamedError("write_error", writeErr))
@@ -213,8 +213,12 @@ func (ex *exchange) fillLogReq() {
 	r := &ex.logReq
 	*r = ex.tmpl // (its context: the request's)
 	r.Method, r.Proto, r.Host, r.RequestURI = h.method, h.proto, h.host, h.target
-	r.ProtoMajor, r.ProtoMinor = 1, h.minor
+	r.ProtoMajor, r.ProtoMinor = h.protoVersion()
 	r.RemoteAddr, r.Header, r.TLS = c.remoteAddr, hdr, c.tlsState
+	if ex.st.h2 != nil {
+		r.TLS = ex.st.h2.tls
+		r.ContentLength = ex.st.h2.declLen
+	}
 	if h.chunked {
 		r.TransferEncoding = chunkedEncoding
 	}

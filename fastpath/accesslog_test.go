@@ -23,7 +23,9 @@ import (
 // b.example with a log of its own name, c.example with none (so skipped).
 // Errors are logged through the per-host loggers too (error logs of a
 // server with access logs follow the host's logger names).
-func accessLogConfig(logA, logB, up string) string {
+func accessLogConfig(logA, logB, up string) string { return accessLogConfigOpts(logA, logB, up, "") }
+
+func accessLogConfigOpts(logA, logB, up, serverOpts string) string {
 	return fmt.Sprintf(`{
 	admin localhost:%[1]d
 	http_port 20400
@@ -32,10 +34,12 @@ func accessLogConfig(logA, logB, up string) string {
 	servers :%[2]d {
 		name plain
 		trusted_proxies static private_ranges
+%[8]s
 	}
 	servers :%[3]d {
 		name fast
 		trusted_proxies static private_ranges
+%[8]s
 		listener_wrappers {
 			apigate
 		}
@@ -80,7 +84,7 @@ http://b.example:%[2]d, http://b.example:%[3]d {
 http://c.example:%[2]d, http://c.example:%[3]d {
 	respond "c" 200
 }
-`, adminPort, plainPort, fastPort, logA, logB, up, strings.Repeat("L", 3000))
+`, adminPort, plainPort, fastPort, logA, logB, up, strings.Repeat("L", 3000), serverOpts)
 }
 
 // TestAccessLog: with access logs on, the fast path serves the server
@@ -89,11 +93,18 @@ http://c.example:%[2]d, http://c.example:%[3]d {
 // client sent, the client IP from trusted_proxies), bytes read, user,
 // size, status, response headers, extra fields, in the same order; only
 // the time, the duration and the client's port differ.
-func TestAccessLog(t *testing.T) {
+func TestAccessLog(t *testing.T) { testAccessLog(t, "", nil) }
+
+// TestAccessLogH2: the same over HTTP/2 (h2c with prior knowledge): each
+// record of a request the plan's HTTP/2 engine served is Caddy's, and
+// gateway_fastpath_requests_total counts them.
+func TestAccessLogH2(t *testing.T) { testAccessLog(t, "\t\tprotocols h1 h2c", h2cClient) }
+
+func testAccessLog(t *testing.T, serverOpts string, client func() *http.Client) {
 	dir := t.TempDir()
 	logA, logB := filepath.Join(dir, "a.log"), filepath.Join(dir, "b.log")
 	up := newEchoUpstream(t)
-	caddytester.Load(t, adminPort, accessLogConfig(logA, logB, up.Addr()))
+	caddytester.Load(t, adminPort, accessLogConfigOpts(logA, logB, up.Addr(), serverOpts))
 	requireFast(t, "fast")
 
 	body := func(s string) func() io.Reader { return func() io.Reader { return strings.NewReader(s) } }
@@ -122,7 +133,7 @@ func TestAccessLog(t *testing.T) {
 		{Method: "GET", Path: "/c", Header: http.Header{"Host": {"c.example"}}},
 	}
 	before := servedCount(t, "fast")
-	compareSeq(t, seq)
+	compareSeqWith(t, seq, client)
 	if n := servedCount(t, "fast") - before; int(n) != len(seq) {
 		t.Errorf("the fast path served %v of %d requests", n, len(seq))
 	}
@@ -133,6 +144,11 @@ func TestAccessLog(t *testing.T) {
 		}
 		if len(plain) != len(fast) {
 			t.Errorf("%s: %d records from Caddy's path, %d from the fast path", file, len(plain), len(fast))
+		}
+		if len(fast) > 0 && client != nil {
+			if req, _ := fast[0].Values["request"].(map[string]any); req["proto"] != "HTTP/2.0" {
+				t.Errorf("%s: the request was not HTTP/2: %v", file, req["proto"])
+			}
 		}
 		for i := 0; i < min(len(plain), len(fast)); i++ {
 			if !reflect.DeepEqual(plain[i], fast[i]) {

@@ -261,3 +261,51 @@ func loadBench(b *testing.B, cfg string) {
 	}
 	b.Cleanup(func() { caddy.Stop() })
 }
+
+// BenchmarkProxyH2 is BenchmarkProxy over HTTP/2 (h2c with prior
+// knowledge, x/net's client: its allocations count on both paths): one
+// request at a time on one connection, then 64 at once (streams of one
+// connection, RunParallel).
+//
+//	go test ./fastpath -run '^$' -bench ProxyH2 -benchmem
+func BenchmarkProxyH2(b *testing.B) {
+	backend := rawBackend(b)
+	cfg := twin(twinOpts{serverOpts: "\t\tprotocols h1 h2c"}, fmt.Sprintf(`	reverse_proxy %s {
+		transport h1
+	}`, backend))
+	loadBench(b, cfg)
+	benchRequireFast(b)
+	for _, p := range []struct {
+		name string
+		port int
+	}{{"caddy", plainPort}, {"fastpath", fastPort}} {
+		client := h2cClient()
+		url := fmt.Sprintf("http://127.0.0.1:%d/bench", p.port)
+		get := func(b *testing.B) {
+			res, err := client.Get(url)
+			if err != nil {
+				b.Fatal(err)
+			}
+			io.Copy(io.Discard, res.Body)
+			res.Body.Close()
+		}
+		b.Run(p.name, func(b *testing.B) {
+			get(b)
+			b.ReportAllocs()
+			b.ResetTimer()
+			for i := 0; i < b.N; i++ {
+				get(b)
+			}
+		})
+		b.Run(p.name+"-streams", func(b *testing.B) {
+			b.ReportAllocs()
+			b.SetParallelism(32)
+			b.RunParallel(func(pb *testing.PB) {
+				for pb.Next() {
+					get(b)
+				}
+			})
+		})
+		client.CloseIdleConnections()
+	}
+}

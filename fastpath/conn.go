@@ -2,6 +2,7 @@ package fastpath
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"crypto/tls"
 	"errors"
@@ -52,7 +53,9 @@ type conn struct {
 	// deadline replaces the server's
 	ownReadDL, ownWriteDL bool
 	hijacked              bool // a handler took the connection (Hijack)
-	headSlack             int  // bytes of the head max_header_size does not count (readHead)
+	isH2                  bool // served by the HTTP/2 engine (h2.go)
+	h2                    *h2conn
+	headSlack             int // bytes of the head max_header_size does not count (readHead)
 	// a head being received while the connection holds no request state
 	// (parkHead)
 	partial             []byte
@@ -68,7 +71,8 @@ type conn struct {
 // and per-request structures, reused from one request to the next and
 // pooled between connections.
 type state struct {
-	c *conn
+	c  *conn
+	h2 *h2stream // the HTTP/2 stream whose request this is (h2.go); nil on HTTP/1
 
 	rb   h1wire.Rbuf
 	bw   *bufio.Writer
@@ -265,6 +269,10 @@ func (c *conn) serve() {
 		if serveIt, handedOff = c.handshake(tc); !serveIt {
 			return
 		}
+		if c.isH2 {
+			c.serveH2(nil)
+			return
+		}
 	}
 	if c.raw == nil {
 		c.acquire() // (TLS: the state's buffer reads from the TLS connection)
@@ -281,6 +289,20 @@ func (c *conn) serve() {
 			return
 		}
 		if c.head.handoff != "" {
+			if c.head.isH2Preface() {
+				if ok, reason := c.l.h2Allowed(c.tlsConn != nil); ok && c.tlsConn == nil {
+					// h2c with prior knowledge: the preface's bytes go
+					// to the HTTP/2 engine with what follows them
+					prefix := bytes.Clone(c.rb.Buffered())
+					c.rb.Discard(len(prefix))
+					c.release()
+					c.isH2 = true
+					c.serveH2(prefix)
+					return
+				} else if reason != "" {
+					c.l.h2Fallback(reason)
+				}
+			}
 			handedOff = c.handoff(c.head.handoff)
 			return
 		}
@@ -373,6 +395,14 @@ func (c *conn) handshake(tc *tls.Conn) (serveIt, handedOff bool) {
 	c.nc.SetWriteDeadline(time.Time{})
 	st := tc.ConnectionState()
 	c.tlsState = &st
+	if st.NegotiatedProtocol == "h2" {
+		if ok, reason := c.l.h2Allowed(true); !ok {
+			c.l.h2Fallback(reason)
+			return false, c.handoff("ALPN h2: " + reason)
+		}
+		c.isH2 = true
+		return true, false
+	}
 	if st.NegotiatedProtocol != "" && st.NegotiatedProtocol != "http/1.1" {
 		return false, c.handoff("ALPN " + st.NegotiatedProtocol)
 	}

@@ -131,9 +131,18 @@ func TestDifferential(t *testing.T) {
 // compareSeq sends seq on one client to each server and compares.
 func compareSeq(t *testing.T, seq []difftest.Request) {
 	t.Helper()
+	compareSeqWith(t, seq, nil)
+}
+
+// compareSeqWith is compareSeq with clients newClient makes (nil: HTTP/1.1).
+func compareSeqWith(t *testing.T, seq []difftest.Request, newClient func() *http.Client) {
+	t.Helper()
 	var got [2][]difftest.ClientResult
 	for i, port := range []int{plainPort, fastPort} {
 		client := &http.Client{Transport: &http.Transport{DisableCompression: true}, Timeout: 20 * time.Second}
+		if newClient != nil {
+			client = newClient()
+		}
 		for _, rq := range seq {
 			got[i] = append(got[i], difftest.Do(client, port, rq))
 		}

@@ -62,7 +62,7 @@ func (x *exCtx) Err() error {
 	if ex.gone.isCanceled() {
 		return context.Canceled
 	}
-	if c := ex.st.c; c != nil && c.peerGone() {
+	if c := ex.st.c; c != nil && ex.st.h2 == nil && c.peerGone() {
 		ex.gone.cancel()
 		return context.Canceled
 	}
@@ -74,6 +74,9 @@ func (x *exCtx) Err() error {
 // called first.
 func (x *exCtx) AfterFunc(f func()) (stop func() bool) {
 	ex := x.ex
+	if ex.st.h2 != nil {
+		return ex.st.h2.afterGone(f)
+	}
 	c := ex.st.c
 	rc := c.peekConn()
 	var mu sync.Mutex

@@ -39,20 +39,15 @@ const handoffSite = `	handle /health {
 		}
 	}`
 
-// TestHandoffH2C: with h2c on, a client speaking HTTP/2 without TLS
-// (prior knowledge) is handed to Caddy's server and answered as Caddy
-// answers it; HTTP/1.1 on the same port stays on the fast path.
-func TestHandoffH2C(t *testing.T) {
+// TestH2C: with h2c on, a client speaking HTTP/2 without TLS (prior
+// knowledge) is served by the plan's HTTP/2 engine and answered as Caddy
+// answers it; HTTP/1.1 on the same port stays on the fast path too.
+func TestH2C(t *testing.T) {
 	up := newEchoUpstream(t)
 	site := strings.ReplaceAll(handoffSite, "{$UP}", up.Addr())
 	loadTwinOpts(t, twinOpts{serverOpts: "\t\tprotocols h1 h2c"}, site)
 
-	h2c := &http.Client{Transport: &http2.Transport{
-		AllowHTTP: true,
-		DialTLSContext: func(ctx context.Context, network, addr string, _ *tls.Config) (net.Conn, error) {
-			return (&net.Dialer{}).DialContext(ctx, network, addr)
-		},
-	}, Timeout: 10 * time.Second}
+	h2c := h2cClient()
 	before := stats(t, "fast")
 	for _, path := range []string{"/health", "/proxied?x=1"} {
 		var got [2]difftest.ClientResult
@@ -68,11 +63,11 @@ func TestHandoffH2C(t *testing.T) {
 		}
 	}
 	after := stats(t, "fast")
-	if after.HandedOff <= before.HandedOff {
-		t.Fatalf("the h2c connection was not handed to Caddy (%d before, %d after)", before.HandedOff, after.HandedOff)
+	if after.HandedOff != before.HandedOff {
+		t.Fatalf("the h2c connection was handed to Caddy (%d before, %d after)", before.HandedOff, after.HandedOff)
 	}
-	if after.Served != before.Served {
-		t.Fatalf("the fast path served %d HTTP/2 requests itself", after.Served-before.Served)
+	if after.Served-before.Served != 2 {
+		t.Fatalf("the fast path served %d HTTP/2 requests itself, want 2", after.Served-before.Served)
 	}
 	compareSeq(t, []difftest.Request{{Method: "GET", Path: "/health"}})
 	if stats(t, "fast").Served == after.Served {
@@ -80,10 +75,47 @@ func TestHandoffH2C(t *testing.T) {
 	}
 }
 
-// TestHandoffTLS: over TLS, ALPN h2 goes to Caddy's server, http/1.1 to
-// the fast path; both answer as Caddy does, and the differential table
-// runs over HTTPS too.
-func TestHandoffTLS(t *testing.T) {
+// h2cClient is an HTTP/2 client without TLS (prior knowledge).
+func h2cClient() *http.Client {
+	return &http.Client{Transport: &http2.Transport{
+		AllowHTTP:          true,
+		DisableCompression: true,
+		DialTLSContext: func(ctx context.Context, network, addr string, _ *tls.Config) (net.Conn, error) {
+			return (&net.Dialer{}).DialContext(ctx, network, addr)
+		},
+	}, Timeout: 20 * time.Second}
+}
+
+// TestH2COff: without h2c among the server's protocols, the HTTP/2
+// preface on a cleartext port goes to Caddy's server, which answers it as
+// it does without the fast path.
+func TestH2COff(t *testing.T) {
+	loadTwinOpts(t, twinOpts{}, `	respond "hi"`)
+	before := stats(t, "fast")
+	var got [2]string
+	for i, port := range []int{plainPort, fastPort} {
+		c, err := net.Dial("tcp", fmt.Sprintf("127.0.0.1:%d", port))
+		if err != nil {
+			t.Fatal(err)
+		}
+		c.Write([]byte(http2.ClientPreface))
+		c.SetReadDeadline(time.Now().Add(5 * time.Second))
+		b, _ := io.ReadAll(c)
+		c.Close()
+		got[i] = string(b)
+	}
+	if got[0] != got[1] {
+		t.Fatalf("the h2c preface is answered differently\nCaddy's path: %q\nfast path:    %q", got[0], got[1])
+	}
+	if after := stats(t, "fast"); after.HandedOff != before.HandedOff+1 {
+		t.Fatalf("handed off %d connections, want 1", after.HandedOff-before.HandedOff)
+	}
+}
+
+// TestH2TLS: over TLS, ALPN h2 and http/1.1 are both served by the plan,
+// and the differential table runs over HTTP/2 (an http2.Transport client)
+// and HTTP/1.1 through both paths: the same answers.
+func TestH2TLS(t *testing.T) {
 	up := difftest.NewUpstream(t, func(c net.Conn, req *http.Request, body []byte, n int) bool {
 		if h := difftest.Behaviours[req.URL.Path]; h != nil {
 			return h(c, req, body)
@@ -98,12 +130,61 @@ func TestHandoffTLS(t *testing.T) {
 		return &http.Client{Transport: &http.Transport{TLSClientConfig: tlsConf.Clone(), DisableCompression: true,
 			TLSNextProto: map[string]func(string, *tls.Conn) http.RoundTripper{}}, Timeout: 20 * time.Second}
 	}
-	h2 := &http.Client{Transport: &http.Transport{TLSClientConfig: tlsConf.Clone(), ForceAttemptHTTP2: true, DisableCompression: true}, Timeout: 20 * time.Second}
+	h2 := func() *http.Client {
+		return &http.Client{Transport: &http2.Transport{TLSClientConfig: tlsConf.Clone(), DisableCompression: true}, Timeout: 20 * time.Second}
+	}
+	waitCerts(t, h2())
+	before := stats(t, "fast")
+	var got [2]difftest.ClientResult
+	for i, port := range []int{plainPort, fastPort} {
+		got[i] = difftest.DoURL(h2(), fmt.Sprintf("https://127.0.0.1:%d", port), difftest.Request{Method: "GET", Path: "/health"})
+		normPorts(&got[i])
+	}
+	if got[0].Status != 200 || !reflect.DeepEqual(got[0], got[1]) || !strings.Contains(got[1].Body, "HTTP/2") {
+		t.Fatalf("h2 differs or failed\nCaddy's path: %v\nfast path:    %v", got[0], got[1])
+	}
+	mid := stats(t, "fast")
+	if mid.HandedOff != before.HandedOff || mid.Served != before.Served+1 {
+		t.Fatalf("an ALPN h2 connection was not served by the plan (handed off %d -> %d, served %d -> %d)",
+			before.HandedOff, mid.HandedOff, before.Served, mid.Served)
+	}
+	for _, proto := range []struct {
+		name   string
+		client func() *http.Client
+	}{{"h2", h2}, {"h1", h1}} {
+		for _, tc := range difftest.Cases() {
+			t.Run(proto.name+"/"+tc.Name, func(t *testing.T) {
+				var got [2][]difftest.ClientResult
+				for i, port := range []int{plainPort, fastPort} {
+					client := proto.client()
+					for _, rq := range tc.Seq {
+						got[i] = append(got[i], difftest.DoURL(client, fmt.Sprintf("https://127.0.0.1:%d", port), rq))
+					}
+					client.CloseIdleConnections()
+				}
+				for j := range tc.Seq {
+					normPorts(&got[0][j])
+					normPorts(&got[1][j])
+					if !reflect.DeepEqual(got[0][j], got[1][j]) {
+						t.Errorf("request %d (%s %s) differs over %s\nCaddy's path: %v\nfast path:    %v",
+							j, tc.Seq[j].Method, tc.Seq[j].Path, proto.name, got[0][j], got[1][j])
+					}
+				}
+			})
+		}
+	}
+	if after := stats(t, "fast"); after.Served <= mid.Served {
+		t.Fatalf("not served by the plan (served %d -> %d)", mid.Served, after.Served)
+	}
+}
 
-	// (tls internal issues the certificates in the background)
+// waitCerts waits for tls internal's certificates (issued in the
+// background) on both servers.
+func waitCerts(t *testing.T, client *http.Client) {
+	t.Helper()
 	for _, port := range []int{plainPort, fastPort} {
 		for deadline := time.Now().Add(15 * time.Second); ; {
-			res, err := h2.Get(fmt.Sprintf("https://127.0.0.1:%d/health", port))
+			res, err := client.Get(fmt.Sprintf("https://127.0.0.1:%d/health", port))
 			if err == nil {
 				res.Body.Close()
 				break
@@ -114,46 +195,7 @@ func TestHandoffTLS(t *testing.T) {
 			time.Sleep(100 * time.Millisecond)
 		}
 	}
-	h2.CloseIdleConnections()
-	before := stats(t, "fast")
-	// HTTP/2 over TLS: handed off
-	var got [2]difftest.ClientResult
-	for i, port := range []int{plainPort, fastPort} {
-		got[i] = difftest.DoURL(h2, fmt.Sprintf("https://127.0.0.1:%d", port), difftest.Request{Method: "GET", Path: "/health"})
-		normPorts(&got[i])
-	}
-	if got[0].Status != 200 || !reflect.DeepEqual(got[0], got[1]) || !strings.Contains(got[1].Body, "HTTP/2") {
-		t.Fatalf("h2 differs or failed\nCaddy's path: %v\nfast path:    %v", got[0], got[1])
-	}
-	mid := stats(t, "fast")
-	if mid.HandedOff <= before.HandedOff || mid.Served != before.Served {
-		t.Fatalf("an ALPN h2 connection was not handed off (handed off %d -> %d, served %d -> %d)",
-			before.HandedOff, mid.HandedOff, before.Served, mid.Served)
-	}
-	// HTTP/1.1 over TLS: the plan, with the whole table
-	for _, tc := range difftest.Cases() {
-		t.Run(tc.Name, func(t *testing.T) {
-			var got [2][]difftest.ClientResult
-			for i, port := range []int{plainPort, fastPort} {
-				client := h1()
-				for _, rq := range tc.Seq {
-					got[i] = append(got[i], difftest.DoURL(client, fmt.Sprintf("https://127.0.0.1:%d", port), rq))
-				}
-				client.CloseIdleConnections()
-			}
-			for j := range tc.Seq {
-				normPorts(&got[0][j])
-				normPorts(&got[1][j])
-				if !reflect.DeepEqual(got[0][j], got[1][j]) {
-					t.Errorf("request %d (%s %s) differs over HTTPS\nCaddy's path: %v\nfast path:    %v",
-						j, tc.Seq[j].Method, tc.Seq[j].Path, got[0][j], got[1][j])
-				}
-			}
-		})
-	}
-	if stats(t, "fast").Served <= mid.Served {
-		t.Fatal("HTTP/1.1 over TLS was not served by the fast path")
-	}
+	client.CloseIdleConnections()
 }
 
 // TestHandoffWebSocket: an Upgrade request is handed to Caddy's server,

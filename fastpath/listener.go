@@ -48,6 +48,10 @@ type listener struct {
 	tlsHandshakeTimeout time.Duration
 	maxWriteChunk       int
 
+	// HTTP/2 on the plan: over TLS (h2 among the server's protocols),
+	// cleartext with prior knowledge (h2c among them)
+	h2, h2c     bool
+	warnedH2    atomic.Bool
 	stats       *serverStats
 	dateCache   atomic.Pointer[dateStamp]
 	warnedPlain atomic.Bool
@@ -88,6 +92,8 @@ func newListener(inner net.Listener, p *plan, s settings, stats *serverStats, lo
 		writeIdleTimeout:    s.writeIdleTimeout,
 		tlsHandshakeTimeout: s.tlsHandshakeTimeout,
 		maxWriteChunk:       s.maxWriteChunk,
+		h2:                  s.h2,
+		h2c:                 s.h2c,
 	}
 	go l.acceptLoop()
 	return l
@@ -105,6 +111,7 @@ type settings struct {
 	writeIdleTimeout    time.Duration
 	tlsHandshakeTimeout time.Duration
 	maxWriteChunk       int // write_max_chunk: the largest write one deadline covers
+	h2, h2c             bool
 }
 
 func (l *listener) acceptLoop() {
@@ -203,6 +210,10 @@ func (l *listener) closeWith(err error) {
 		close(l.done)
 		l.mu.Lock()
 		for c := range l.conns {
+			if c.h2 != nil {
+				go c.h2.drain() // GOAWAY; the streams in flight finish
+				continue
+			}
 			if c.status.Load() == stateIdle {
 				c.nc.SetReadDeadline(aLongTimeAgo)
 			}
@@ -212,6 +223,15 @@ func (l *listener) closeWith(err error) {
 }
 
 func (l *listener) draining() bool { return l.drainFlag.Load() }
+
+// h2Fallback logs, once per listener, why HTTP/2 connections go to Caddy's
+// server rather than the plan.
+func (l *listener) h2Fallback(reason string) {
+	if !l.warnedH2.Swap(true) {
+		l.logger.Info("HTTP/2 connections of this server go to Caddy's server",
+			zap.String("server", l.plan.name), zap.String("reason", reason))
+	}
+}
 
 func (l *listener) debug(msg, detail string) {
 	if ce := l.logger.Check(zapcore.DebugLevel, msg); ce != nil {

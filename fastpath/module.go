@@ -1,16 +1,17 @@
 // Package fastpath is the gateway's fast path: the listener wrapper
-// caddy.listeners.apigate, which serves a server's HTTP/1.1 requests on a
-// lean engine of its own, running the server's routes compiled into a plan
-// of the same provisioned module instances (any handler and matcher module,
-// access logs and trusted proxies included), serves the requests the plan
-// does not take through Caddy's server handler on the same connection, and
-// hands every connection whose protocol changes (HTTP/2, h2c, upgrades) to
-// Caddy's server unchanged. A server with an option the plan does not
+// caddy.listeners.apigate, which serves a server's HTTP/1.1 and HTTP/2
+// requests on lean engines of its own (h2.go), running the server's routes
+// compiled into a plan of the same provisioned module instances (any
+// handler and matcher module, access logs and trusted proxies included),
+// serves the requests the plan does not take through Caddy's server
+// handler on the same connection, and hands every connection whose
+// protocol changes (upgrades, CONNECT) to Caddy's server unchanged. A server with an option the plan does not
 // honour stays wholly on Caddy's path. See docs/fastpath.md.
 package fastpath
 
 import (
 	"net"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -158,6 +159,7 @@ func (lw *ListenerWrapper) settings(ln net.Listener) settings {
 		writeIdleTimeout:  time.Duration(srv.WriteIdleTimeout),
 		maxWriteChunk:     srv.MaxWriteChunk,
 	}
+	s.h2, s.h2c = h2Protocols(srv)
 	if s.maxHeaderBytes <= 0 {
 		s.maxHeaderBytes = 16 << 10
 	}
@@ -182,6 +184,25 @@ func (lw *ListenerWrapper) settings(ln net.Listener) settings {
 		}
 	}
 	return s
+}
+
+// h2Protocols says whether the server takes HTTP/2 over TLS (h2) and
+// cleartext HTTP/2 with prior knowledge (h2c), as Caddy's server does from
+// its protocols (h1, h2 and h3 when unset); with per-listener protocols,
+// only what every listener of the server takes.
+func h2Protocols(srv *caddyhttp.Server) (h2, h2c bool) {
+	protos := srv.Protocols
+	if len(protos) == 0 {
+		protos = []string{"h1", "h2", "h3"}
+	}
+	h2, h2c = slices.Contains(protos, "h2"), slices.Contains(protos, "h2c")
+	for _, lp := range srv.ListenProtocols {
+		if lp != nil {
+			h2 = h2 && slices.Contains(lp, "h2")
+			h2c = h2c && slices.Contains(lp, "h2c")
+		}
+	}
+	return h2, h2c
 }
 
 // UnmarshalCaddyfile sets up the wrapper from Caddyfile tokens:

@@ -65,6 +65,24 @@ type reqHead struct {
 	// expectFail: an Expect other than 100-continue, which net/http
 	// answers with 417 before any handler runs.
 	expectFail bool
+	// h2: the head of an HTTP/2 stream (h2.go), made from its header
+	// block: proto is "HTTP/2.0", the fields keep Host as Go's HTTP/2
+	// server keeps it
+	h2 bool
+}
+
+// isH2Preface says the head is the HTTP/2 client preface's first part
+// ("PRI * HTTP/2.0"): h2c with prior knowledge.
+func (h *reqHead) isH2Preface() bool {
+	return h.method == "PRI" && h.target == "*" && h.proto == "HTTP/2.0" && len(h.fields) == 0
+}
+
+// protoVersion is the request's ProtoMajor and ProtoMinor.
+func (h *reqHead) protoVersion() (int, int) {
+	if h.h2 {
+		return 2, 0
+	}
+	return 1, h.minor
 }
 
 // badRequest is a head the plan refuses, answered as net/http answers:

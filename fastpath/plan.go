@@ -307,7 +307,7 @@ func (ex *exchange) replacer() *caddy.Replacer {
 	if ex.repl == nil {
 		if ex.replKeep == nil {
 			r := caddy.NewReplacer()
-			addHTTPVarsToReplacer(r, &ex.shadow, &ex.st.w)
+			addHTTPVarsToReplacer(r, &ex.shadow, ex.writer())
 			r.Map(ex.rpPlaceholders)
 			ex.replKeep, ex.replBase = r, replacerProviders(r)
 		} else {
@@ -381,7 +381,9 @@ func (ex *exchange) begin(now time.Time) {
 	clear(ex.groupM)
 	ex.ncont = 0
 	ex.repl = nil // a new one when asked for (replacer)
-	ex.gone.reset()
+	if ex.st.h2 == nil {
+		ex.gone.reset() // (an HTTP/2 stream's is reset when it opens: it may be reset before its handler runs)
+	}
 
 	ex.logReq.Header = nil // (made again when a record needs it)
 	ex.url = url.URL{Path: h.path, RawPath: h.rawPath, RawQuery: h.rawQuery}
@@ -396,7 +398,7 @@ func (ex *exchange) begin(now time.Time) {
 	r.Method = h.method
 	r.URL = &ex.url
 	r.Proto = h.proto
-	r.ProtoMajor, r.ProtoMinor = 1, h.minor
+	r.ProtoMajor, r.ProtoMinor = h.protoVersion()
 	r.Header = hdr
 	r.Host = h.host
 	r.RemoteAddr = c.remoteAddr
@@ -422,6 +424,9 @@ func (ex *exchange) begin(now time.Time) {
 		ex.vars[caddyhttp.ClientIPVarKey] = c.clientIPAny
 	}
 	switch {
+	case ex.st.h2 != nil:
+		r.TLS = ex.st.h2.tls
+		ex.st.h2.requestBody(r)
 	case h.chunked:
 		r.ContentLength = -1
 		r.TransferEncoding = chunkedEncoding
@@ -452,7 +457,9 @@ func (h *reqHead) fillHeader(hdr http.Header, vals []string, dropDotted bool) []
 		f := &h.fields[i]
 		switch f.name {
 		case "Host", "Transfer-Encoding":
-			continue // net/http keeps them out of the header map
+			if !h.h2 {
+				continue // net/http keeps them out of the header map
+			}
 		case "Cache-Control":
 			hasCC = true
 		}
@@ -470,6 +477,30 @@ func (h *reqHead) fillHeader(hdr http.Header, vals []string, dropDotted bool) []
 		hdr["Cache-Control"] = noCacheValue
 	}
 	return vals
+}
+
+// respOut is the response writer of the request an exchange serves: the
+// HTTP/1 connection's (respWriter) or an HTTP/2 stream's (h2Writer).
+type respOut interface {
+	http.ResponseWriter
+	FlushError() error
+	handlerHdr() http.Header          // the handlers' header map
+	logged() (status int, size int64) // what Caddy's access log recorder sees
+}
+
+func (ex *exchange) writer() respOut {
+	if s := ex.st.h2; s != nil {
+		return &s.w
+	}
+	return &ex.st.w
+}
+
+// bodyRead is how much of the request body the handlers read.
+func (ex *exchange) bodyRead() int64 {
+	if s := ex.st.h2; s != nil {
+		return s.body.handlerRead
+	}
+	return ex.st.body.handlerRead
 }
 
 // routeGroupCtxKey is caddyhttp's (an unexported name of an exported type).
@@ -494,19 +525,23 @@ const (
 func (ex *exchange) serve(now time.Time) result {
 	ex.begin(now)
 	p := ex.plan
-	w := &ex.st.c.w
-	w.handlerHeader["Server"] = serverHeader
+	w := ex.writer()
+	hh := w.handlerHdr()
+	hh["Server"] = serverHeader
 	if p.altSvc != nil {
-		w.handlerHeader["Alt-Svc"] = p.altSvc
-	}
-	if p.srv.EnableFullDuplex {
-		w.fullDuplex = true // (Caddy's server asks for it on every HTTP/1 request)
+		hh["Alt-Svc"] = p.altSvc
 	}
 	var hw http.ResponseWriter = w
 	var idleR *caddyhttp.IdleTimeoutReader
 	var idleW *caddyhttp.IdleTimeoutWriter
-	if p.rateTimeouts {
-		hw, idleR, idleW = ex.idleTimeouts(w, now)
+	if ex.st.h2 == nil {
+		w1 := &ex.st.w
+		if p.srv.EnableFullDuplex {
+			w1.fullDuplex = true // (Caddy's server asks for it on every HTTP/1 request)
+		}
+		if p.rateTimeouts {
+			hw, idleR, idleW = ex.idleTimeouts(w1, now)
+		}
 	}
 	logging := p.access != nil && p.access.shouldLog(ex.req.Host)
 	err := ex.checkRequest()
@@ -560,7 +595,7 @@ func (ex *exchange) idleTimeouts(w *respWriter, start time.Time) (http.ResponseW
 				Start:        start,
 				Timeout:      time.Duration(srv.ReadIdleTimeout),
 				MinRate:      srv.ReadMinRate,
-				HardDeadline: c.hardRead,
+				HardDeadline: ex.st.hardRead,
 			},
 			Logger:        ex.plan.logger,
 			DrainDeadline: r.ContentLength != 0,
@@ -577,7 +612,7 @@ func (ex *exchange) idleTimeouts(w *respWriter, start time.Time) (http.ResponseW
 				Start:        start,
 				Timeout:      time.Duration(srv.WriteIdleTimeout),
 				MinRate:      srv.WriteMinRate,
-				HardDeadline: c.hardWrite,
+				HardDeadline: ex.st.hardWrite,
 			},
 			MaxChunk: srv.MaxWriteChunk,
 			Logger:   ex.plan.logger,
@@ -602,7 +637,7 @@ func (w *idleReadWriter) SetReadDeadline(t time.Time) error { return w.reader.Se
 // 100-continue as net/http does, before any handler: 417, and the
 // connection closes.
 func (ex *exchange) expectationFailed() result {
-	w := &ex.st.c.w
+	w := &ex.st.w
 	w.handlerHeader["Connection"] = []string{"close"}
 	w.WriteHeader(http.StatusExpectationFailed)
 	ex.st.c.l.stats.served.Add(1)
@@ -634,7 +669,7 @@ func (ex *exchange) delegate(now time.Time, head []byte) result {
 	default:
 		req.Body = http.NoBody
 	}
-	w := &ex.st.c.w
+	w := &ex.st.w
 	if req.RequestURI == "*" && req.Method == http.MethodOptions {
 		// net/http answers "OPTIONS *" itself (its globalOptionsHandler)
 		w.Header().Set("Content-Length", "0")

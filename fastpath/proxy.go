@@ -128,6 +128,7 @@ var (
 	protoHTTPS   = []string{"https"}
 	via11        = []string{"1.1 Caddy"}
 	via10        = []string{"1.0 Caddy"}
+	via20        = []string{"2.0 Caddy"}
 	viaResponse1 = "1.1 Caddy"
 	viaResponse0 = "1.0 Caddy"
 )
@@ -221,6 +222,8 @@ func (ps *proxyState) prepare(r *http.Request, derived bool) *http.Request {
 	ps.addForwarded(out)
 	if v, ok := hdr["Via"]; ok {
 		hdr["Via"] = append(v[:len(v):len(v)], strconv.Itoa(out.ProtoMajor)+"."+strconv.Itoa(out.ProtoMinor)+" Caddy")
+	} else if out.ProtoMajor == 2 {
+		hdr["Via"] = via20
 	} else if out.ProtoMinor == 1 {
 		hdr["Via"] = via11
 	} else {
@@ -653,10 +656,13 @@ var errWritingDownstream = errors.New("writing")
 // flush_interval keeps a server on Caddy's path.
 func (p *proxyStep) copyResponse(dst http.ResponseWriter, src io.Reader, flushInterval time.Duration) error {
 	flush := flushInterval < 0
-	if b, ok := src.(interface{ Buffered() int }); flush && ok && b.Buffered() == 0 {
+	if b, ok := src.(interface{ Buffered() int }); flush && (!ok || b.Buffered() == 0) {
 		// reverse_proxy flushes the head at once from a timer: it goes out
 		// before the body when the body is not there yet (with the body in
-		// hand, the handler's first write wins that race)
+		// hand, the handler's first write wins that race). A body that
+		// cannot tell (another transport's: HTTP/2 upstreams) may never
+		// come before the head is out (a client that sends its body only
+		// once it has the head: Caddy's TestH2ToH2CStream)
 		http.NewResponseController(dst).Flush()
 	}
 	bp := streamBufs.Get().(*[]byte)

@@ -29,9 +29,10 @@ type ServerStatus struct {
 	// Requests the fast path served on this server since the process
 	// started (gateway_fastpath_requests_total).
 	Requests float64 `json:"requests"`
-	// Of the running config: requests the plan served, malformed ones it
-	// refused, and connections it handed to Caddy's server (HTTP/2, h2c,
-	// upgrades, requests the plan does not take).
+	// Of the running config: requests the plan served (HTTP/1.1 and
+	// HTTP/2), malformed ones it refused, and connections it handed to
+	// Caddy's server (upgrades, CONNECT, HTTP/2 where the server does not
+	// allow it on the plan).
 	Served    int64 `json:"served"`
 	Refused   int64 `json:"refused"`
 	HandedOff int64 `json:"handed_off"`

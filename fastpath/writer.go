@@ -95,6 +95,9 @@ func (w *respWriter) reset(c *conn, h *reqHead) {
 	}
 }
 
+func (w *respWriter) handlerHdr() http.Header          { return w.handlerHeader }
+func (w *respWriter) logged() (status int, size int64) { return w.logStatus, w.size }
+
 // Header returns the response header map.
 func (w *respWriter) Header() http.Header {
 	if !w.snapTaken && w.wroteHeader && !w.committed {

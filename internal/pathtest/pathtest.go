@@ -8,9 +8,12 @@ package pathtest
 import (
 	"bufio"
 	"bytes"
+	"context"
+	"crypto/tls"
 	"encoding/json"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"os"
 	"reflect"
@@ -27,6 +30,7 @@ import (
 	"github.com/caddyserver/caddy/v2/caddyconfig"
 	_ "github.com/caddyserver/caddy/v2/caddyconfig/httpcaddyfile" // the caddyfile adapter
 	"github.com/caddyserver/caddy/v2/caddytest"
+	"golang.org/x/net/http2"
 
 	"github.com/apigate/gateway/caddyaudit"
 	"github.com/apigate/gateway/fastpath"
@@ -37,21 +41,50 @@ import (
 type Path struct {
 	Name string
 	Fast bool
+	// H2: the servers take HTTP/2 without TLS (protocols h1 h2 h2c) and
+	// the tester's client speaks it (prior knowledge): the test runs over
+	// HTTP/2 (RunH2)
+	H2 bool
 }
 
 // Both are the two paths, Caddy's first.
 var Both = []Path{{Name: "caddy"}, {Name: "fastpath", Fast: true}}
+
+// RunH2 is Run over HTTP/2: each path's servers take h2c, and the
+// tester's client (caddytest.Tester.Client, from Load) speaks HTTP/2 with
+// prior knowledge. The fast path serves HTTP/2 on the plan
+// (docs/fastpath.md, "HTTP/2"); this compares it with Caddy's.
+func RunH2(t *testing.T, test func(t *testing.T, p Path, rec *Recorder)) {
+	t.Helper()
+	run(t, true, test)
+}
+
+// H2CTransport is an HTTP/2 transport without TLS (prior knowledge).
+func H2CTransport() *http2.Transport {
+	return &http2.Transport{
+		AllowHTTP: true,
+		DialTLSContext: func(ctx context.Context, network, addr string, _ *tls.Config) (net.Conn, error) {
+			return (&net.Dialer{}).DialContext(ctx, network, addr)
+		},
+	}
+}
 
 // Run runs test once on each path, as a subtest named after the path
 // (Caddy's first: one after the other, on the same ports), then compares
 // what the two recorded in rec.
 func Run(t *testing.T, test func(t *testing.T, p Path, rec *Recorder)) {
 	t.Helper()
+	run(t, false, test)
+}
+
+func run(t *testing.T, h2 bool, test func(t *testing.T, p Path, rec *Recorder)) {
+	t.Helper()
 	rec := &Recorder{}
 	for i, p := range Both {
 		if i > 0 {
 			stopServers(t)
 		}
+		p.H2 = h2
 		t.Run(p.Name, func(t *testing.T) { test(t, p, rec) })
 	}
 	rec.Compare(t)
@@ -88,7 +121,7 @@ func (p Path) JSON(t testing.TB, caddyfile string) []byte {
 	if err != nil {
 		t.Fatalf("adapting the Caddyfile: %v", err)
 	}
-	if !p.Fast {
+	if !p.Fast && !p.H2 {
 		return js
 	}
 	var cfg map[string]any
@@ -100,8 +133,13 @@ func (p Path) JSON(t testing.TB, caddyfile string) []byte {
 	servers, _ := httpApp["servers"].(map[string]any)
 	for _, s := range servers {
 		srv := s.(map[string]any)
-		ws, _ := srv["listener_wrappers"].([]any)
-		srv["listener_wrappers"] = append(ws, map[string]any{"wrapper": "apigate"})
+		if p.H2 {
+			srv["protocols"] = []string{"h1", "h2", "h2c"}
+		}
+		if p.Fast {
+			ws, _ := srv["listener_wrappers"].([]any)
+			srv["listener_wrappers"] = append(ws, map[string]any{"wrapper": "apigate"})
+		}
 	}
 	out, err := json.Marshal(cfg)
 	if err != nil {
@@ -120,6 +158,9 @@ func (p Path) Load(t *testing.T, adminPort int, caddyfile string, servers ...str
 	t.Helper()
 	tester := caddytester.LoadJSON(t, adminPort, string(p.JSON(t, caddyfile)))
 	loadedAdmin.Store(int32(adminPort))
+	if p.H2 {
+		tester.Client.Transport = H2CTransport()
+	}
 	if p.Fast {
 		RequireFast(t, servers...)
 		before := map[string]float64{}
