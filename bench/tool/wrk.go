@@ -19,6 +19,9 @@ type WrkResult struct {
 	Requests int64   `json:"requests"`
 	Non2xx   int64   `json:"non_2xx"`
 	Errors   int64   `json:"socket_errors"`
+	// MeanMs is the mean latency, from loaders that report no
+	// percentiles (h2load); 0 for wrk's runs.
+	MeanMs float64 `json:"mean_ms,omitempty"`
 }
 
 // WrkJob describes a wrk invocation.
