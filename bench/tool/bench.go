@@ -263,7 +263,7 @@ func (b *Bench) loadRounds(list []Scenario) {
 				continue
 			}
 			var parts []string
-			for _, c := range connLevels {
+			for _, c := range s.Levels() {
 				w := smp.At[c]
 				bad := ""
 				if w.Non2xx > 0 || w.Errors > 0 {

@@ -234,8 +234,11 @@ func (b *Bench) authHeader(s Scenario) string {
 // load runs a row's loader against url for d: wrk for the rows in clear
 // text (wrkJob), h2load for the rows over TLS (Proto).
 func (b *Bench) load(s Scenario, url string, conns int, d time.Duration, offset int64) (WrkResult, error) {
-	if s.Proto == "" {
+	switch s.Proto {
+	case "":
 		return runWrk(b.wrkJob(s, url, conns, d, offset))
+	case protoH3:
+		return b.runH3Load(b.h2Job(s, url, conns, d))
 	}
 	return runH2load(b.h2Job(s, url, conns, d))
 }
@@ -244,7 +247,7 @@ func (b *Bench) load(s Scenario, url string, conns int, d time.Duration, offset 
 // no pool of tokens or paths: h2load sends one request again and again).
 func (b *Bench) h2Job(s Scenario, url string, conns int, d time.Duration) H2Job {
 	j := H2Job{URL: url, Proto: s.Proto, Conns: conns, Streams: 1, Duration: d}
-	if s.Proto == protoH2 {
+	if s.Proto == protoH2 || s.Proto == protoH3 {
 		j.Streams = h2Streams
 	}
 	if s.Token != "" {
@@ -315,7 +318,7 @@ func (b *Bench) runScenario(s Scenario, idx, round int) Sample {
 	var offset int64
 	upBefore, upErr := backendAccepts()
 	warm := 50
-	if s.Proto == protoH2 {
+	if s.Proto == protoH2 || s.Proto == protoH3 {
 		warm = h2Conns
 	}
 	w, err := b.load(s, url, warm, b.Warmup, offset)
@@ -371,7 +374,9 @@ func (b *Bench) runScenario(s Scenario, idx, round int) Sample {
 	}
 	if s.Server == "gateway" {
 		smp.Path = readPath(p.Log, s.Conf.FastPath, smp.Extra["fastpath_requests"], float64(requestsOf(smp)))
-		smp.Path.H2 = s.Proto == protoH2
+		if s.Proto == protoH2 || s.Proto == protoH3 {
+			smp.Path.Proto = s.Proto
+		}
 	}
 	if p != nil && p.Exited() {
 		smp.Err = "server exited during the run: " + p.LogTail(10)

@@ -15,8 +15,10 @@ type Scenario struct {
 	// Proto is the load's protocol: "" (HTTP/1.1 in clear text, wrk at
 	// 300 connections), protoH2 (HTTP/2 over TLS 1.3, h2load at 50
 	// connections x 10 streams) or protoTLSH1 (HTTP/1.1 over TLS 1.3,
-	// h2load at 300 connections). The TLS rows' servers terminate TLS 1.3
-	// with the bench's ECDSA P-256 certificate and offer h2 and http/1.1.
+	// h2load at 300 connections) or protoH3 (HTTP/3, benchtool h3load at
+	// 50 connections x 10 streams). The TLS rows' servers terminate TLS
+	// 1.3 with the bench's ECDSA P-256 certificate and offer h2 and
+	// http/1.1 (Caddy h3 too).
 	Proto    string
 	Baseline string // scenario whose throughput in the same round is this one's 100%
 	// OptIn: left out of the default run (which must stay under 45
@@ -177,6 +179,8 @@ func scenarios() []Scenario {
 		tlsRow(Scenario{Name: "traefik-all-h2", Label: "Traefik ForwardAuth HS256 + rateLimit + ForwardAuth -> permission service (every duty Traefik does), HTTP/2", Server: "traefik", Conf: Conf{FwdAuth: true, RateLimit: true, Perm: "fwdauth"}, Token: "HS256", Baseline: "traefik-h2"}, protoH2),
 		tlsRow(Scenario{Name: "gw-caddy-all-h2", Label: "gateway all duties, no apigate wrapper (Caddy's path), transport h1, HTTP/2", Server: "gateway", Conf: allH1, Token: "HS256", Baseline: "gw-caddy-h2"}, protoH2),
 		tlsRow(Scenario{Name: "gw-fast-all-h2", Label: "gateway (apigate) all duties, HTTP/2", Server: "gateway", Conf: fast(all), Token: "HS256", Baseline: "gw-fast-h2"}, protoH2),
+		// HTTP/3 stays on Caddy's path (issue 36): its measured cost
+		tlsRow(Scenario{Name: "gw-fast-h3", Label: "gateway, no duties, apigate wrapper, transport h1, HTTP/3 (Caddy's QUIC server)", Server: "gateway", Conf: fast(Conf{}), Baseline: "gw-fast-h2"}, protoH3),
 		tlsRow(Scenario{Name: "nginx-tls-h1", Label: "nginx 1.22, HTTP/1.1 over TLS", Server: "nginx"}, protoTLSH1),
 		tlsRow(Scenario{Name: "haproxy-tls-h1", Label: "HAProxy 2.6, HTTP/1.1 over TLS", Server: "haproxy"}, protoTLSH1),
 		tlsRow(Scenario{Name: "gw-fast-tls-h1", Label: "gateway, no duties, apigate wrapper, transport h1, HTTP/1.1 over TLS", Server: "gateway", Conf: fast(Conf{}), Baseline: "nginx-tls-h1"}, protoTLSH1),
@@ -275,6 +279,7 @@ func targets() []Target {
 		{Name: "HTTP/2, fast path, no duties: CPU per request vs Traefik", Scenario: "gw-fast-h2", Kind: "cpu", Against: "traefik-h2", Report: true},
 		{Name: "HTTP/2, fast path, every duty: CPU per request vs HAProxy + jwt_verify, roles, stick table", Scenario: "gw-fast-all-h2", Kind: "cpu", Against: "haproxy-all-h2", Report: true},
 		{Name: "HTTP/2, fast path, every duty: CPU per request vs nginx + auth_request, limit_req", Scenario: "gw-fast-all-h2", Kind: "cpu", Against: "nginx-all-h2", Report: true},
+		{Name: "HTTP/3 (Caddy's path), no duties: CPU per request vs HTTP/2 with the wrapper", Scenario: "gw-fast-h3", Kind: "cpu", Against: "gw-fast-h2", Report: true},
 		{Name: "HTTP/1.1 over TLS, fast path, no duties: CPU per request vs nginx", Scenario: "gw-fast-tls-h1", Kind: "cpu", Against: "nginx-tls-h1", Report: true},
 		{Name: "HTTP/1.1 over TLS, fast path, no duties, vs nginx", Scenario: "gw-fast-tls-h1", Kind: "ratio", Against: "nginx-tls-h1", Report: true},
 	}
@@ -284,7 +289,7 @@ func targets() []Target {
 // of its samples' At): connLevels, or h2Conns for an HTTP/2 row (each
 // connection carries h2Streams streams).
 func (s Scenario) Levels() []int {
-	if s.Proto == protoH2 {
+	if s.Proto == protoH2 || s.Proto == protoH3 {
 		return []int{h2Conns}
 	}
 	return connLevels
@@ -297,6 +302,8 @@ func (s Scenario) loadStr() string {
 		return fmt.Sprintf("h2load, HTTP/2 over TLS 1.3, %d connections x %d streams", h2Conns, h2Streams)
 	case protoTLSH1:
 		return fmt.Sprintf("h2load --h1, HTTP/1.1 over TLS 1.3, %d connections", connLevels[0])
+	case protoH3:
+		return fmt.Sprintf("benchtool h3load (quic-go), HTTP/3, %d connections x %d streams", h2Conns, h2Streams)
 	}
 	return fmt.Sprintf("wrk, %d connections", connLevels[0])
 }
