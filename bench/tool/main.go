@@ -83,7 +83,7 @@ func need(n int) {
 }
 
 func usage() {
-	fmt.Fprintln(os.Stderr, "usage: benchtool run [flags] | authsvc <addr> <keydir> | permsvc <addr> | auditsink <addr> | openloop ... | idleconns ... | slowloris <addr> <n> <interval> | flaky <addr> <ctl> | chart <json> <png>")
+	fmt.Fprintln(os.Stderr, "usage: benchtool run [flags] | authsvc <addr> <keydir> | permsvc <addr> | auditsink <addr> | openloop ... | h3load <url> <conns> <streams> <duration> [header] | idleconns ... | slowloris <addr> <n> <interval> | flaky <addr> <ctl> | chart <json> <png>")
 	os.Exit(2)
 }
 

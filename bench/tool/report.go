@@ -668,7 +668,7 @@ func (r *Report) markdown(png string) string {
 	r.stepsMarkdown(p)
 	p("![throughput chart](%s)", png)
 	p("")
-	p("## Targets, at 300 connections")
+	p("## Targets, at 300 connections (the rows over TLS: at their own load, group 3c)")
 	p("")
 	p("A target is **met** only when its median meets the goal and at least %d of its rounds do (%d rounds were run); **noisy** when the median meets it but fewer rounds do; **missed** when the median does not. "+
 		"Only rounds in which both rows ran without error and kept their server at least %.0f%% busy on core 1 count: a proxy that was not saturated measured its load, not itself (**not saturated**). "+
@@ -718,9 +718,10 @@ func (r *Report) markdown(png string) string {
 			p("Each proxy terminates TLS 1.3 with the bench's ECDSA P-256 certificate (as in the TLS part), offers h2 and http/1.1 by ALPN, and proxies to the same backend over HTTP/1.1 in clear text. "+
 				"Load: h2load (one thread, core %s) for the warm-up and then for the measured run: HTTP/2 rows at %d connections x %d concurrent streams (`h2load -c%d -m%d --npn-list=h2`), HTTP/1.1 rows at %d connections (`h2load --h1`); a run whose negotiated protocol is not the row's fails. "+
 				"h2load reports no latency percentiles: p99 is \"-\" (its mean is in the JSON, `mean_ms`). "+
+				"HTTP/3 rows (`*-h3`): `benchtool h3load`, a closed-loop client on quic-go (Debian's h2load has no QUIC), one thread on core %s, %d connections x %d streams; it is heavier than h2load, so read their cpu_us_per_req, not their req/s. "+
 				"Each proxy's every-duty row has the duties of its four-step rows (the gateway: audit HTTP, jwt_auth HS256, rbac, rate_limit, permission cached). "+
 				"`gw-fast-*` rows have the apigate wrapper; `gw-caddy-*` rows are the same gateway without it; which path served a request is the gateway's to say (*served by*).",
-				coreLoad, h2Conns, h2Streams, h2Conns, h2Streams, connLevels[0])
+				coreLoad, h2Conns, h2Streams, h2Conns, h2Streams, connLevels[0], coreLoad, h2Conns, h2Streams)
 			p("")
 		}
 		p("| scenario | what | req/s | p99 ms | vs baseline | cpu_us_per_req | of which user | core0_busy | peak RSS | core 1: server / others | upstream connections | served by |")
@@ -751,7 +752,7 @@ func (r *Report) markdown(png string) string {
 		p("")
 		at := "All at 300 connections."
 		if g.id == "tls" {
-			at = fmt.Sprintf("HTTP/2 rows at %d connections x %d streams, HTTP/1.1 rows at %d connections.", h2Conns, h2Streams, connLevels[0])
+			at = fmt.Sprintf("HTTP/2 and HTTP/3 rows at %d connections x %d streams, HTTP/1.1 rows at %d connections.", h2Conns, h2Streams, connLevels[0])
 		}
 		p("%s Core 1 (the proxy's core): the median share of its time the server used during the measured run, and the share other processes of the machine took; a run in which others took more than %.0f%% was run again (up to %d times). "+
 			"A row marked *not saturated* had its server less than %.0f%% busy in at least one round: it was limited by the load (wrk and the backend on core 0), not by itself, and those rounds count toward no target. "+
