@@ -115,14 +115,7 @@ func parseH2load(s, want string) (WrkResult, error) {
 	// not an HTTP answer
 	r.Errors = max(failed-r.Non2xx, errored+timeout, 0)
 	if m = h2Mean.FindStringSubmatch(s); m != nil {
-		v, _ := strconv.ParseFloat(m[1], 64)
-		switch m[2] {
-		case "us":
-			v /= 1000
-		case "s":
-			v *= 1000
-		}
-		r.MeanMs = v
+		r.MeanMs = toMs(m[1], m[2])
 	}
 	return r, nil
 }

@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bytes"
 	"context"
 	"crypto/tls"
 	"encoding/json"
@@ -10,7 +9,6 @@ import (
 	"io"
 	"net/http"
 	"os"
-	"os/exec"
 	"strconv"
 	"strings"
 	"sync"
@@ -154,20 +152,13 @@ func h3Load(url string, conns, streams int, d time.Duration, hname, hvalue strin
 // reads its result as the bench's. A run with no answer over HTTP/3 is an
 // error (the server did not serve QUIC).
 func (b *Bench) runH3Load(j H2Job) (WrkResult, error) {
-	args := []string{"-c", coreLoad, b.Tool, "h3load", j.URL, strconv.Itoa(j.Conns), strconv.Itoa(max(j.Streams, 1)), j.Duration.String()}
+	args := []string{"h3load", j.URL, strconv.Itoa(j.Conns), strconv.Itoa(max(j.Streams, 1)), j.Duration.String()}
 	if j.Header != "" {
 		args = append(args, j.Header)
 	}
-	cmd := exec.Command("taskset", args...)
-	cmd.Env = append(os.Environ(), "GOMAXPROCS=1")
-	var out, errb bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &out, &errb
-	if err := cmd.Run(); err != nil {
-		return WrkResult{}, fmt.Errorf("h3load: %v: %s", err, strings.TrimSpace(errb.String()))
-	}
 	var r h3Result
-	if err := json.NewDecoder(io.LimitReader(&out, 1<<20)).Decode(&r); err != nil {
-		return WrkResult{}, fmt.Errorf("h3load: %v", err)
+	if err := b.runLoadTool(&r, args...); err != nil {
+		return WrkResult{}, err
 	}
 	if r.FirstBad != "" {
 		progress("  h3load %s: %d answers outside 2xx/3xx, the first: %s", j.URL, r.Non2xx, oneLine(r.FirstBad))
