@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"context"
 	"fmt"
 	"os/exec"
 	"regexp"
@@ -63,12 +64,23 @@ func (j H2Job) wantALPN() string {
 	return "h2"
 }
 
+// h2loadGrace is how long past its duration an h2load run may take
+// before it is stopped: its timing-based mode was seen to run on for
+// minutes (HTTP/1.1 over TLS against HAProxy on a loaded machine, with
+// some of its clients never connected); a run must end.
+var h2loadGrace = 30 * time.Second
+
 // runH2load runs h2load with one thread pinned to core 0.
 func runH2load(j H2Job) (WrkResult, error) {
-	cmd := exec.Command("taskset", append([]string{"-c", coreLoad}, j.args()...)...)
+	ctx, cancel := context.WithTimeout(context.Background(), j.Duration+h2loadGrace)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, "taskset", append([]string{"-c", coreLoad}, j.args()...)...)
 	var out, errb bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &errb
 	if err := cmd.Run(); err != nil {
+		if ctx.Err() != nil {
+			return WrkResult{}, fmt.Errorf("h2load did not end %s after its %s run and was stopped: %s", h2loadGrace, j.Duration, oneLine(strings.TrimSpace(errb.String()+out.String())))
+		}
 		return WrkResult{}, fmt.Errorf("h2load: %v: %s", err, strings.TrimSpace(errb.String()+out.String()))
 	}
 	return parseH2load(out.String(), j.wantALPN())

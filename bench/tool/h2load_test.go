@@ -172,3 +172,30 @@ func TestTLSRowConfigs(t *testing.T) {
 		}
 	}
 }
+
+// TestH2loadStopped: an h2load that runs on past its duration (as Debian's
+// did against HAProxy on a loaded machine) is stopped and the row gets an
+// error, instead of hanging the bench.
+func TestH2loadStopped(t *testing.T) {
+	dir := t.TempDir()
+	if err := os.WriteFile(filepath.Join(dir, "h2load"), []byte("#!/bin/sh\necho starting benchmark...\nexec sleep 60\n"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	t.Setenv("PATH", dir+":"+os.Getenv("PATH"))
+	old := h2loadGrace
+	h2loadGrace = 300 * time.Millisecond
+	defer func() { h2loadGrace = old }()
+	done := make(chan error, 1)
+	go func() {
+		_, err := runH2load(H2Job{URL: "https://127.0.0.1:1/", Proto: protoH2, Conns: 1, Streams: 1, Duration: time.Second})
+		done <- err
+	}()
+	select {
+	case err := <-done:
+		if err == nil || !strings.Contains(err.Error(), "did not end") {
+			t.Fatalf("err %v", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("an h2load that does not end was not stopped within 10 s")
+	}
+}
