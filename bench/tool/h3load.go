@@ -105,6 +105,13 @@ func h3Load(url string, conns, streams int, d time.Duration, hname, hvalue strin
 						}
 						continue
 					}
+					if ctx.Err() != nil {
+						// an answer after the end of the run is to a request the
+						// run cancelled (the gateway may answer it 504): as
+						// h2load, count only what completed within the run
+						resp.Body.Close()
+						return
+					}
 					var body []byte
 					if resp.StatusCode < 200 || resp.StatusCode >= 400 {
 						body, err = io.ReadAll(io.LimitReader(resp.Body, 200))
