@@ -3,6 +3,7 @@ module github.com/apigate/gateway/bench
 go 1.26.0
 
 require (
+	github.com/quic-go/quic-go v0.63.0
 	github.com/valyala/fasthttp v1.78.0
 	gonum.org/v1/plot v0.17.0
 )
@@ -16,7 +17,11 @@ require (
 	github.com/golang/freetype v0.0.0-20170609003504-e2365dfdc4a0 // indirect
 	github.com/klauspost/compress v1.20.3 // indirect
 	github.com/molecule-man/go-brrr v1.3.1 // indirect
+	github.com/quic-go/qpack v0.6.0 // indirect
 	github.com/valyala/bytebufferpool v1.0.0 // indirect
+	golang.org/x/crypto v0.58.0 // indirect
 	golang.org/x/image v0.30.0 // indirect
+	golang.org/x/net v0.62.0 // indirect
+	golang.org/x/sys v0.49.0 // indirect
 	golang.org/x/text v0.43.0 // indirect
 )

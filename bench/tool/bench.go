@@ -69,7 +69,16 @@ func (b *Bench) Run(containers int, skip, note string) error {
 			// every duty's cost on the fast path (issue 24), opt-in rows
 			// included, with the rows they are costs against
 			for _, sc := range scenarios() {
-				if sc.Server == "gateway" && sc.Conf.FastPath {
+				if sc.Server == "gateway" && sc.Conf.FastPath && sc.Proto == "" {
+					onlyScen[sc.Name] = true
+				}
+			}
+			onlyParts["load"] = true
+		case n == "h2":
+			// the rows over TLS 1.3 (issue 36): HTTP/2 bare and every
+			// duty for each proxy, HTTP/1.1 over TLS beside them
+			for _, sc := range scenarios() {
+				if sc.Proto != "" {
 					onlyScen[sc.Name] = true
 				}
 			}
@@ -78,7 +87,7 @@ func (b *Bench) Run(containers int, skip, note string) error {
 			onlyParts[n] = true
 		default:
 			if _, ok := scenarioByName(n); !ok {
-				return fmt.Errorf("-only: %q is neither a scenario, nor a part, nor steps (parts: %s)", n, strings.Join(parts, ", "))
+				return fmt.Errorf("-only: %q is neither a scenario, nor a part, nor steps, fastduties or h2 (parts: %s)", n, strings.Join(parts, ", "))
 			}
 			onlyScen[n] = true
 			onlyParts["load"] = true
@@ -161,13 +170,26 @@ func (b *Bench) Run(containers int, skip, note string) error {
 			list = append(list, s)
 		case len(onlyScen) == 0 && !skips["load"] && (len(onlyParts) == 0 || onlyParts["load"]):
 			also := ""
-			if s.Server == "gateway" && s.Conf.FastPath {
+			if s.Proto != "" {
+				also = " or ONLY=h2"
+			} else if s.Server == "gateway" && s.Conf.FastPath {
 				also = " or ONLY=fastduties"
 			}
 			r.NotRun = append(r.NotRun, fmt.Sprintf("%s (%s): an opt-in row, left out of the default run to keep it under 45 minutes; ALL=1, ONLY=%s%s runs it", s.Name, s.Label, s.Name, also))
 		}
 	}
 	r.Scenarios = list
+	for _, s := range list {
+		if s.Proto != "" {
+			if b.tlsCert, b.tlsKey, b.tlsPem, err = b.tlsFiles(); err != nil {
+				return fmt.Errorf("the TLS rows' certificate: %v", err)
+			}
+			if _, err := exec.LookPath("h2load"); err != nil {
+				return fmt.Errorf("%s is loaded by h2load, which is not installed (Debian package nghttp2-client; scripts/install-deps bench installs it)", s.Name)
+			}
+			break
+		}
+	}
 
 	progress("starting backend, auth, permission and audit services and nats-server on core %s", coreLoad)
 	if err := b.startServices(); err != nil {
@@ -241,7 +263,7 @@ func (b *Bench) loadRounds(list []Scenario) {
 				continue
 			}
 			var parts []string
-			for _, c := range connLevels {
+			for _, c := range s.Levels() {
 				w := smp.At[c]
 				bad := ""
 				if w.Non2xx > 0 || w.Errors > 0 {
@@ -330,6 +352,7 @@ func (b *Bench) versions() map[string]string {
 	run("nginx", "nginx", "-v")
 	run("haproxy", "haproxy", "-v")
 	run("wrk", "wrk", "--version")
+	run("h2load", "h2load", "--version")
 	run("nats-server", "nats-server", "--version")
 	run("podman", "podman", "--version")
 	run("go", "go", "version")

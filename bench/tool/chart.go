@@ -90,10 +90,18 @@ func loadPlot(r *Report) (*plot.Plot, vg.Length, error) {
 
 	barW := vg.Points(9)
 	var maxX float64
-	for li, c := range connLevels {
+	// one bar per row, at its own level (an HTTP/2 row's is its
+	// connections, each with h2Streams streams)
+	levels := append(append([]int(nil), connLevels...), h2Conns)
+	for _, c := range levels {
 		vals := make(plotter.Values, n)
-		wh := &whiskers{offset: barW * vg.Length(float64(li)-0.5) * -1}
+		wh := &whiskers{offset: barW * 0.5}
+		drawn := false
 		for i, name := range names {
+			if r.level(name) != c {
+				continue
+			}
+			drawn = true
 			st := r.rps(name, c)
 			y := n - 1 - i
 			if st.valid() {
@@ -104,6 +112,9 @@ func loadPlot(r *Report) (*plot.Plot, vg.Length, error) {
 				}
 			}
 		}
+		if !drawn {
+			continue
+		}
 		bars, err := plotter.NewBarChart(vals, barW)
 		if err != nil {
 			return nil, 0, err
@@ -111,10 +122,14 @@ func loadPlot(r *Report) (*plot.Plot, vg.Length, error) {
 		bars.Horizontal = true
 		bars.Color = levelColors[c]
 		bars.LineStyle.Width = 0
-		// 300 connections drawn below 50 within each row
+		// (each row has one bar, at its own level)
 		bars.Offset = wh.offset
 		p.Add(bars, wh)
-		p.Legend.Add(fmt.Sprintf("%d connections", c), bars)
+		legend := fmt.Sprintf("%d connections", c)
+		if c == h2Conns {
+			legend = fmt.Sprintf("HTTP/2: %d connections x %d streams", h2Conns, h2Streams)
+		}
+		p.Legend.Add(legend, bars)
 	}
 	p.X.Max = maxX * 1.18 // room for the value labels
 	p.Add(plotter.NewGrid())

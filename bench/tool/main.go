@@ -6,6 +6,7 @@
 //	benchtool permsvc <addr>           permission service (allows everything)
 //	benchtool auditsink <addr>         audit webhook receiver
 //	benchtool openloop <addr> <path> <rate> <conns> <duration> [header]   fixed-rate load, JSON result
+//	benchtool h3load <url> <conns> <streams> <duration> [header]   closed-loop HTTP/3 load, JSON result
 //	benchtool idleconns <addr> <path> <n> [header]   hold n idle keep-alive connections until stdin closes
 //	benchtool slowloris <addr> <n> <interval>        hold n connections sending a head a line per interval, until stdin closes
 //	benchtool flaky <addr> <ctl>       the failing upstream of the circuit-breaking part
@@ -57,6 +58,8 @@ func main() {
 		err = cmdRun(os.Args[2:])
 	case "openloop":
 		err = cmdOpenLoop(os.Args[2:])
+	case "h3load":
+		err = cmdH3Load(os.Args[2:])
 	case "idleconns":
 		err = cmdIdleConns(os.Args[2:])
 	case "slowloris":
@@ -80,7 +83,7 @@ func need(n int) {
 }
 
 func usage() {
-	fmt.Fprintln(os.Stderr, "usage: benchtool run [flags] | authsvc <addr> <keydir> | permsvc <addr> | auditsink <addr> | openloop ... | idleconns ... | slowloris <addr> <n> <interval> | flaky <addr> <ctl> | chart <json> <png>")
+	fmt.Fprintln(os.Stderr, "usage: benchtool run [flags] | authsvc <addr> <keydir> | permsvc <addr> | auditsink <addr> | openloop ... | h3load <url> <conns> <streams> <duration> [header] | idleconns ... | slowloris <addr> <n> <interval> | flaky <addr> <ctl> | chart <json> <png>")
 	os.Exit(2)
 }
 

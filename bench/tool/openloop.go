@@ -235,18 +235,27 @@ func cmdOpenLoop(args []string) error {
 // runOpenLoop runs the generator as a process pinned to the load core,
 // beside the backend, as wrk is.
 func (b *Bench) runOpenLoop(addr, path, header string, rate float64, conns int, d time.Duration) (OpenLoopResult, error) {
-	args := []string{"-c", coreLoad, b.Tool, "openloop", addr, path, strconv.FormatFloat(rate, 'f', 0, 64), strconv.Itoa(conns), d.String()}
+	args := []string{"openloop", addr, path, strconv.FormatFloat(rate, 'f', 0, 64), strconv.Itoa(conns), d.String()}
 	if header != "" {
 		args = append(args, header)
 	}
-	cmd := exec.Command("taskset", args...)
-	cmd.Env = append(os.Environ(), "GOMAXPROCS=1")
-	var out, errb bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &out, &errb
-	if err := cmd.Run(); err != nil {
-		return OpenLoopResult{}, fmt.Errorf("openloop: %v: %s", err, strings.TrimSpace(errb.String()))
-	}
 	var r OpenLoopResult
-	err := json.NewDecoder(io.LimitReader(&out, 1<<20)).Decode(&r)
+	err := b.runLoadTool(&r, args...)
 	return r, err
+}
+
+// runLoadTool runs a load subcommand of this tool (openloop, h3load) on
+// core 0 with GOMAXPROCS=1 and decodes its JSON result into out.
+func (b *Bench) runLoadTool(out any, args ...string) error {
+	cmd := exec.Command("taskset", append([]string{"-c", coreLoad, b.Tool}, args...)...)
+	cmd.Env = append(os.Environ(), "GOMAXPROCS=1")
+	var stdout, errb bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stdout, &errb
+	if err := cmd.Run(); err != nil {
+		return fmt.Errorf("%s: %v: %s", args[0], err, strings.TrimSpace(errb.String()))
+	}
+	if err := json.NewDecoder(io.LimitReader(&stdout, 1<<20)).Decode(out); err != nil {
+		return fmt.Errorf("%s: %v", args[0], err)
+	}
+	return nil
 }

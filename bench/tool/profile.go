@@ -23,8 +23,9 @@ type Profile struct {
 const maxProfiles = 5
 
 // profiles takes a CPU profile of each gateway scenario whose target was
-// missed: the scenario runs again under wrk at 300 connections while the
-// gateway's admin endpoint records a profile.
+// missed: the scenario runs again under its load (wrk at 300
+// connections; h2load for the TLS rows) while the gateway's admin
+// endpoint records a profile.
 func (b *Bench) profiles() {
 	seen := map[string]bool{}
 	var names []string
@@ -68,7 +69,7 @@ func (b *Bench) profile(s Scenario, kind string) Profile {
 	pr := Profile{Scenario: s.Name, Kind: kind}
 	port := firstPort + 70
 	addr := fmt.Sprintf("127.0.0.1:%d", port)
-	url := "http://" + addr + "/items/1"
+	url := rowURL(s, addr)
 	waitPortFree(addr, 5*time.Second)
 	c := b.conf(s, port)
 	p, err := b.startServer(s, c, s.Name+"-profile")
@@ -83,7 +84,7 @@ func (b *Bench) profile(s Scenario, kind string) Profile {
 	}
 	wrkDone := make(chan error, 1)
 	go func() {
-		_, err := runWrk(b.wrkJob(s, url, 300, 11*time.Second, 0))
+		_, err := b.load(s, url, s.Levels()[0], 11*time.Second, 0)
 		wrkDone <- err
 	}()
 	cl := &http.Client{Timeout: 30 * time.Second}

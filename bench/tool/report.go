@@ -225,10 +225,20 @@ func (r *Report) rps(name string, conns int) Stat {
 	return stat(v)
 }
 
+// level is the client connections of a row's measured runs (Levels).
+func (r *Report) level(name string) int {
+	if s, ok := r.scenario(name); ok {
+		return s.Levels()[0]
+	}
+	return connLevels[0]
+}
+
+// lat is a row's P50 or P99 over its rounds; none ("-") for a loader
+// that reports no percentiles (h2load).
 func (r *Report) lat(name string, conns int, p99 bool) Stat {
 	var v []float64
 	for _, s := range r.Samples[name] {
-		if s.ok(conns) {
+		if s.ok(conns) && s.At[conns].P99ms > 0 {
 			if p99 {
 				v = append(v, s.At[conns].P99ms)
 			} else {
@@ -384,8 +394,9 @@ func ratioStr(s Stat) string {
 // evaluate fills in the targets table.
 func (r *Report) evaluate() {
 	var out []TargetResult
-	const c = 300
 	for _, t := range targets() {
+		// (a target compares rows of one load: their connections are the same)
+		c := r.level(t.Scenario)
 		tr := TargetResult{Name: t.Name, Scenario: t.Scenario, Kind: t.Kind}
 		sc, _ := scenarioByName(t.Scenario)
 		tr.Path = r.pathNote(t.Scenario)
@@ -402,6 +413,9 @@ func (r *Report) evaluate() {
 			}
 		case "cpu":
 			tr.Goal = fmt.Sprintf("<= %.2fx %s's", t.Limit, against)
+			if t.Report {
+				tr.Goal = "reported (vs " + against + "'s)"
+			}
 		case "ratio":
 			switch {
 			case t.Report:
@@ -489,7 +503,7 @@ func (r *Report) evaluate() {
 // connections a proxy opened in a run, and peak memory against another
 // scenario's.
 func (r *Report) evaluateOther(t Target, tr TargetResult, against string, ok bool) TargetResult {
-	const c = 300
+	c := r.level(t.Scenario)
 	notMeasured := func() TargetResult {
 		tr.Measured, tr.Status = "-", "not measured"
 		return tr
@@ -654,7 +668,7 @@ func (r *Report) markdown(png string) string {
 	r.stepsMarkdown(p)
 	p("![throughput chart](%s)", png)
 	p("")
-	p("## Targets, at 300 connections")
+	p("## Targets, at 300 connections (the rows over TLS: at their own load, group 3c)")
 	p("")
 	p("A target is **met** only when its median meets the goal and at least %d of its rounds do (%d rounds were run); **noisy** when the median meets it but fewer rounds do; **missed** when the median does not. "+
 		"Only rounds in which both rows ran without error and kept their server at least %.0f%% busy on core 1 count: a proxy that was not saturated measured its load, not itself (**not saturated**). "+
@@ -686,6 +700,7 @@ func (r *Report) markdown(png string) string {
 	groups := []struct{ id, title string }{
 		{"bare", "1. Bare proxy"}, {"auth", "2. Authentication"}, {"duties", "3. Gateway duties, alone and together"},
 		{"steps", "3b. The four steps' other rows (each step on top of the ones before it)"},
+		{"tls", "3c. Over TLS 1.3: HTTP/2, and HTTP/1.1 beside it (h2load)"},
 	}
 	for _, g := range groups {
 		var rows []Scenario
@@ -699,6 +714,16 @@ func (r *Report) markdown(png string) string {
 		}
 		p("## %s", g.title)
 		p("")
+		if g.id == "tls" {
+			p("Each proxy terminates TLS 1.3 with the bench's ECDSA P-256 certificate (as in the TLS part), offers h2 and http/1.1 by ALPN, and proxies to the same backend over HTTP/1.1 in clear text. "+
+				"Load: h2load (one thread, core %s) for the warm-up and then for the measured run: HTTP/2 rows at %d connections x %d concurrent streams (`h2load -c%d -m%d --npn-list=h2`), HTTP/1.1 rows at %d connections (`h2load --h1`); a run whose negotiated protocol is not the row's fails. "+
+				"h2load reports no latency percentiles: p99 is \"-\" (its mean is in the JSON, `mean_ms`). "+
+				"HTTP/3 rows (`*-h3`): `benchtool h3load`, a closed-loop client on quic-go (Debian's h2load has no QUIC), one thread on core %s, %d connections x %d streams; it is heavier than h2load, so read their cpu_us_per_req, not their req/s. "+
+				"Each proxy's every-duty row has the duties of its four-step rows (the gateway: audit HTTP, jwt_auth HS256, rbac, rate_limit, permission cached). "+
+				"`gw-fast-*` rows have the apigate wrapper; `gw-caddy-*` rows are the same gateway without it; which path served a request is the gateway's to say (*served by*).",
+				coreLoad, h2Conns, h2Streams, h2Conns, h2Streams, connLevels[0], coreLoad, h2Conns, h2Streams)
+			p("")
+		}
 		p("| scenario | what | req/s | p99 ms | vs baseline | cpu_us_per_req | of which user | core0_busy | peak RSS | core 1: server / others | upstream connections | served by |")
 		p("|---|---|---|---|---|---|---|---|---|---|---|---|")
 		for _, s := range rows {
@@ -718,16 +743,20 @@ func (r *Report) markdown(png string) string {
 				served = pathLabel(r.Samples[s.Name])
 			}
 			p("| %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s |", s.Name, s.Label,
-				fmtStat(r.rps(s.Name, 300), "%.0f"), fmtStat(r.lat(s.Name, 300, true), "%.1f"),
-				vs(300), fmtStat(r.cpuPerReq(s.Name), "%.1f"), fmtStat(r.cpuUserPerReq(s.Name), "%.1f"), fmtStat(r.core0(s.Name), "%.2f"), mem, r.coreStr(s.Name), r.upstreamStr(s.Name), served)
+				fmtStat(r.rps(s.Name, r.level(s.Name)), "%.0f"), fmtStat(r.lat(s.Name, r.level(s.Name), true), "%.1f"),
+				vs(r.level(s.Name)), fmtStat(r.cpuPerReq(s.Name), "%.1f"), fmtStat(r.cpuUserPerReq(s.Name), "%.1f"), fmtStat(r.core0(s.Name), "%.2f"), mem, r.coreStr(s.Name), r.upstreamStr(s.Name), served)
 		}
 		p("")
 		p("cpu_us_per_req: the proxy's own CPU time (user + system of its processes, from /proc) over the measured run, divided by the requests completed, in µs: what a request costs it, valid whether or not it was saturated; of which user: its user-space part (the rest is the kernel's: system calls and the loopback network stack), where engines that make the same system calls differ. " +
 			"core0_busy: the busy share of core 0 (wrk, the backend, the helper services); near 1, req/s measured the load side, and only cpu_us_per_req compares the proxies.")
 		p("")
-		p("All at 300 connections. Core 1 (the proxy's core): the median share of its time the server used during the measured run, and the share other processes of the machine took; a run in which others took more than %.0f%% was run again (up to %d times). "+
+		at := "All at 300 connections."
+		if g.id == "tls" {
+			at = fmt.Sprintf("HTTP/2 and HTTP/3 rows at %d connections x %d streams, HTTP/1.1 rows at %d connections.", h2Conns, h2Streams, connLevels[0])
+		}
+		p("%s Core 1 (the proxy's core): the median share of its time the server used during the measured run, and the share other processes of the machine took; a run in which others took more than %.0f%% was run again (up to %d times). "+
 			"A row marked *not saturated* had its server less than %.0f%% busy in at least one round: it was limited by the load (wrk and the backend on core 0), not by itself, and those rounds count toward no target. "+
-			"Upstream connections: the median number of connections the proxy opened to the backend from the warm-up to the end of the run (nginx's stub_status).", 100*maxOthers, maxReruns, 100*minBusy)
+			"Upstream connections: the median number of connections the proxy opened to the backend from the warm-up to the end of the run (nginx's stub_status).", at, 100*maxOthers, maxReruns, 100*minBusy)
 		p("")
 		p("Peak RSS is VmHWM (for nginx, master + worker); \"anon\" is the sampled peak of anonymous memory (heap and stacks), i.e. without the pages of the mapped executable, which are most of an idle Caddy's resident set.")
 		p("")
@@ -739,7 +768,7 @@ func (r *Report) markdown(png string) string {
 				if smp.Err != "" {
 					p("- %s, round %d: **error**: %s", s.Name, smp.Round, oneLine(smp.Err))
 				}
-				for _, c := range connLevels {
+				for _, c := range s.Levels() {
 					if wr, ok := smp.At[c]; ok && (wr.Non2xx > 0 || wr.Errors > 0) {
 						p("- %s, round %d, %d connections: %d non-2xx responses, %d socket errors (round excluded)", s.Name, smp.Round, c, wr.Non2xx, wr.Errors)
 					}

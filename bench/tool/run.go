@@ -49,6 +49,8 @@ type Bench struct {
 	tokens              map[string]string // alg -> one token
 	pools               map[string]string // alg -> pool file
 	services            []*Proc
+	tlsCert, tlsKey     string // the TLS rows' certificate and key (tlsFiles) ...
+	tlsPem              string // ... and both in one file (HAProxy)
 	confDir, logDir     string
 	started             time.Time
 	report              *Report
@@ -129,6 +131,11 @@ func (b *Bench) conf(s Scenario, port int) Conf {
 	}
 	if c.Quota {
 		c.QuotaDir = filepath.Join(b.Work, "quota")
+	}
+	if s.Proto != "" {
+		// TLS 1.3 with the ECDSA P-256 certificate, h2 offered by ALPN
+		// (a tls-h1 row's client asks for http/1.1 only)
+		c.TLSCert, c.TLSKey, c.TLSPem, c.HTTP2 = b.tlsCert, b.tlsKey, b.tlsPem, true
 	}
 	switch s.Server {
 	case "gateway":
@@ -231,6 +238,39 @@ func (b *Bench) authHeader(s Scenario) string {
 	return ""
 }
 
+// load runs a row's loader against url for d: wrk for the rows in clear
+// text (wrkJob), h2load for the rows over TLS (Proto).
+func (b *Bench) load(s Scenario, url string, conns int, d time.Duration, offset int64) (WrkResult, error) {
+	switch s.Proto {
+	case "":
+		return runWrk(b.wrkJob(s, url, conns, d, offset))
+	case protoH3:
+		return b.runH3Load(b.h2Job(s, url, conns, d))
+	}
+	return runH2load(b.h2Job(s, url, conns, d))
+}
+
+// h2Job is a TLS row's h2load run: its token (a TLS row rotates through
+// no pool of tokens or paths: h2load sends one request again and again).
+func (b *Bench) h2Job(s Scenario, url string, conns int, d time.Duration) H2Job {
+	j := H2Job{URL: url, Proto: s.Proto, Conns: conns, Streams: 1, Duration: d}
+	if s.Proto == protoH2 || s.Proto == protoH3 {
+		j.Streams = h2Streams
+	}
+	if s.Token != "" {
+		j.Header = "Authorization: Bearer " + b.tokens[s.Token]
+	}
+	return j
+}
+
+// rowURL is the URL a row's load and check request go to.
+func rowURL(s Scenario, addr string) string {
+	if s.Proto != "" {
+		return "https://" + addr + "/items/1"
+	}
+	return "http://" + addr + "/items/1"
+}
+
 func (b *Bench) wrkJob(s Scenario, url string, conns int, d time.Duration, offset int64) WrkJob {
 	j := WrkJob{URL: url, Conns: conns, Duration: d}
 	if s.Token != "" {
@@ -258,7 +298,7 @@ func (b *Bench) runScenario(s Scenario, idx, round int) Sample {
 	if s.Server == "direct" {
 		addr = backendAddr
 	}
-	url := "http://" + addr + "/items/1"
+	url := rowURL(s, addr)
 	waitPortFree(addr, 5*time.Second)
 	p, err := b.startServer(s, c, tag)
 	if err != nil {
@@ -284,7 +324,11 @@ func (b *Bench) runScenario(s Scenario, idx, round int) Sample {
 	// already sent, plus the requests that were in flight)
 	var offset int64
 	upBefore, upErr := backendAccepts()
-	w, err := runWrk(b.wrkJob(s, url, 50, b.Warmup, offset))
+	warm := 50
+	if s.Proto == protoH2 || s.Proto == protoH3 {
+		warm = h2Conns
+	}
+	w, err := b.load(s, url, warm, b.Warmup, offset)
 	if err != nil {
 		smp.Err = err.Error()
 		return smp
@@ -304,8 +348,8 @@ func (b *Bench) runScenario(s Scenario, idx, round int) Sample {
 		pid = p.Pid()
 	}
 	share := startCoreShare(pid)
-	for _, conns := range connLevels {
-		r, err := runWrk(b.wrkJob(s, url, conns, b.Dur, offset))
+	for _, conns := range s.Levels() {
+		r, err := b.load(s, url, conns, b.Dur, offset)
 		if err != nil {
 			smp.Err = err.Error()
 			return smp
@@ -337,6 +381,9 @@ func (b *Bench) runScenario(s Scenario, idx, round int) Sample {
 	}
 	if s.Server == "gateway" {
 		smp.Path = readPath(p.Log, s.Conf.FastPath, smp.Extra["fastpath_requests"], float64(requestsOf(smp)))
+		if s.Proto == protoH2 || s.Proto == protoH3 {
+			smp.Path.Proto = s.Proto
+		}
 	}
 	if p != nil && p.Exited() {
 		smp.Err = "server exited during the run: " + p.LogTail(10)

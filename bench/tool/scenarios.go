@@ -1,15 +1,25 @@
 package main
 
+import "fmt"
+
 // Scenario is one configuration under load.
 type Scenario struct {
-	Name     string // id, used in tables and the chart
-	Label    string // what it is, in words
-	Group    string // bare | auth | duties | steps
-	Server   string // direct | nginx | haproxy | caddy | gateway | traefik | fastproxy
-	Conf     Conf   // template data (Port and addresses are filled in at run time)
-	Token    string // "" | HS256 | RS256: one token, reused on every request
-	Pool     string // "" | HS256 | RS256: rotate through a pool of distinct tokens
-	Paths    bool   // rotate through distinct paths
+	Name   string // id, used in tables and the chart
+	Label  string // what it is, in words
+	Group  string // bare | auth | duties | steps | tls
+	Server string // direct | nginx | haproxy | caddy | gateway | traefik | fastproxy
+	Conf   Conf   // template data (Port and addresses are filled in at run time)
+	Token  string // "" | HS256 | RS256: one token, reused on every request
+	Pool   string // "" | HS256 | RS256: rotate through a pool of distinct tokens
+	Paths  bool   // rotate through distinct paths
+	// Proto is the load's protocol: "" (HTTP/1.1 in clear text, wrk at
+	// 300 connections), protoH2 (HTTP/2 over TLS 1.3, h2load at 50
+	// connections x 10 streams) or protoTLSH1 (HTTP/1.1 over TLS 1.3,
+	// h2load at 300 connections) or protoH3 (HTTP/3, benchtool h3load at
+	// 50 connections x 10 streams). The TLS rows' servers terminate TLS
+	// 1.3 with the bench's ECDSA P-256 certificate and offer h2 and
+	// http/1.1 (Caddy h3 too).
+	Proto    string
 	Baseline string // scenario whose throughput in the same round is this one's 100%
 	// OptIn: left out of the default run (which must stay under 45
 	// minutes on the 2-core machine); ALL=1 or ONLY= naming it runs it.
@@ -47,6 +57,7 @@ type Conf struct {
 	TLSCert        string   // TLS 1.3 termination with this certificate ...
 	TLSKey         string   // ... and key
 	TLSPem         string   // (HAProxy: both in one file)
+	HTTP2          bool     // with TLS: offer h2 by ALPN too (nginx listen ... http2, HAProxy alpn; Caddy and Traefik offer it by default)
 	Gzip           bool     // compress answers (gzip, level 6) for clients that accept it
 	Upstreams      []string // several upstreams (circuit breaking) instead of Backend
 	FDLimit        int      // the open-file limit the servers run with
@@ -156,7 +167,34 @@ func scenarios() []Scenario {
 		{Name: "nginx-steps-rl", Label: "nginx auth_request HS256 + limit_req", Group: "steps", Server: "nginx", Conf: Conf{FwdAuth: true, RateLimit: true}, Token: "HS256", Baseline: "nginx-authreq-hs256"},
 		{Name: "haproxy-steps-rbac", Label: "HAProxy jwt_verify HS256 + roles rule", Group: "steps", Server: "haproxy", Conf: Conf{JWT: "HS256", RBAC: true}, Token: "HS256", Baseline: "haproxy-jwt-hs256"},
 		{Name: "haproxy-steps-rl", Label: "HAProxy jwt_verify HS256 + roles rule + stick-table rate limit", Group: "steps", Server: "haproxy", Conf: Conf{JWT: "HS256", RBAC: true, RateLimit: true}, Token: "HS256", Baseline: "haproxy-steps-rbac"},
+
+		// 3c. over TLS 1.3 (issue 36): HTTP/2, bare and with every duty
+		// each proxy can do (the duties of its four-step rows), and
+		// HTTP/1.1 over TLS beside it; opt-in (ONLY=h2 runs them all)
+		tlsRow(Scenario{Name: "nginx-h2", Label: "nginx 1.22, HTTP/2", Server: "nginx"}, protoH2),
+		tlsRow(Scenario{Name: "haproxy-h2", Label: "HAProxy 2.6, HTTP/2", Server: "haproxy"}, protoH2),
+		tlsRow(Scenario{Name: "traefik-h2", Label: "Traefik " + traefikVersion + ", HTTP/2", Server: "traefik"}, protoH2),
+		tlsRow(Scenario{Name: "caddy-h2", Label: "stock Caddy v2.11.9, HTTP/2", Server: "caddy"}, protoH2),
+		tlsRow(Scenario{Name: "gw-caddy-h2", Label: "gateway, no duties, no apigate wrapper (Caddy's path), transport h1, HTTP/2", Server: "gateway", Conf: Conf{Transport: "h1"}, Baseline: "caddy-h2"}, protoH2),
+		tlsRow(Scenario{Name: "gw-fast-h2", Label: "gateway, no duties, apigate wrapper, transport h1, HTTP/2", Server: "gateway", Conf: fast(Conf{}), Baseline: "nginx-h2"}, protoH2),
+		tlsRow(Scenario{Name: "nginx-all-h2", Label: "nginx auth_request HS256 + limit_req (every duty nginx does), HTTP/2", Server: "nginx", Conf: Conf{FwdAuth: true, RateLimit: true}, Token: "HS256", Baseline: "nginx-h2"}, protoH2),
+		tlsRow(Scenario{Name: "haproxy-all-h2", Label: "HAProxy jwt_verify HS256 + roles rule + stick-table rate limit (every duty HAProxy does), HTTP/2", Server: "haproxy", Conf: Conf{JWT: "HS256", RBAC: true, RateLimit: true}, Token: "HS256", Baseline: "haproxy-h2"}, protoH2),
+		tlsRow(Scenario{Name: "traefik-all-h2", Label: "Traefik ForwardAuth HS256 + rateLimit + ForwardAuth -> permission service (every duty Traefik does), HTTP/2", Server: "traefik", Conf: Conf{FwdAuth: true, RateLimit: true, Perm: "fwdauth"}, Token: "HS256", Baseline: "traefik-h2"}, protoH2),
+		tlsRow(Scenario{Name: "gw-caddy-all-h2", Label: "gateway all duties, no apigate wrapper (Caddy's path), transport h1, HTTP/2", Server: "gateway", Conf: allH1, Token: "HS256", Baseline: "gw-caddy-h2"}, protoH2),
+		tlsRow(Scenario{Name: "gw-fast-all-h2", Label: "gateway (apigate) all duties, HTTP/2", Server: "gateway", Conf: fast(all), Token: "HS256", Baseline: "gw-fast-h2"}, protoH2),
+		// HTTP/3 stays on Caddy's path (issue 36): its measured cost
+		tlsRow(Scenario{Name: "gw-fast-h3", Label: "gateway, no duties, apigate wrapper, transport h1, HTTP/3 (Caddy's QUIC server)", Server: "gateway", Conf: fast(Conf{}), Baseline: "gw-fast-h2"}, protoH3),
+		tlsRow(Scenario{Name: "nginx-tls-h1", Label: "nginx 1.22, HTTP/1.1 over TLS", Server: "nginx"}, protoTLSH1),
+		tlsRow(Scenario{Name: "haproxy-tls-h1", Label: "HAProxy 2.6, HTTP/1.1 over TLS", Server: "haproxy"}, protoTLSH1),
+		tlsRow(Scenario{Name: "gw-fast-tls-h1", Label: "gateway, no duties, apigate wrapper, transport h1, HTTP/1.1 over TLS", Server: "gateway", Conf: fast(Conf{}), Baseline: "nginx-tls-h1"}, protoTLSH1),
 	}
+}
+
+// tlsRow makes s a row of group 3c: loaded over TLS 1.3 with proto by
+// h2load, opt-in (ONLY=h2 runs every such row).
+func tlsRow(s Scenario, proto string) Scenario {
+	s.Group, s.Proto, s.OptIn = "tls", proto, true
+	return s
 }
 
 func targets() []Target {
@@ -236,7 +274,44 @@ func targets() []Target {
 		// issue 26: against Traefik
 		{Name: "gateway fast path, no duties, vs Traefik", Scenario: "gw-fast", Kind: "ratio", Against: "traefik", Report: true},
 		{Name: "gateway fast path, every duty, vs Traefik + ForwardAuth (HS256)", Scenario: "gw-fast-all", Kind: "ratio", Against: "traefik-fwdauth-hs256", Report: true},
+		// issue 36: HTTP/2 over TLS 1.3 (h2load, 50 connections x 10
+		// streams), the fast path's row against the peers' and its own
+		// bare row
+		{Name: "HTTP/2, fast path, no duties: CPU per request vs nginx", Scenario: "gw-fast-h2", Kind: "cpu", Against: "nginx-h2", Limit: 1.3},
+		{Name: "HTTP/2, fast path, no duties: CPU per request vs HAProxy", Scenario: "gw-fast-h2", Kind: "cpu", Against: "haproxy-h2", Limit: 1.6},
+		{Name: "HTTP/2, fast path, no duties, vs nginx", Scenario: "gw-fast-h2", Kind: "ratio", Against: "nginx-h2", Limit: 0.7},
+		{Name: "HTTP/2, fast path, every duty: CPU per request vs its bare route", Scenario: "gw-fast-all-h2", Kind: "cpu", Against: "gw-fast-h2", Limit: 1.25},
+		{Name: "HTTP/2, fast path, no duties: CPU per request vs Caddy's path", Scenario: "gw-fast-h2", Kind: "cpu", Against: "gw-caddy-h2", Report: true},
+		{Name: "HTTP/2, fast path, no duties: CPU per request vs Traefik", Scenario: "gw-fast-h2", Kind: "cpu", Against: "traefik-h2", Report: true},
+		{Name: "HTTP/2, fast path, every duty: CPU per request vs HAProxy + jwt_verify, roles, stick table", Scenario: "gw-fast-all-h2", Kind: "cpu", Against: "haproxy-all-h2", Report: true},
+		{Name: "HTTP/2, fast path, every duty: CPU per request vs nginx + auth_request, limit_req", Scenario: "gw-fast-all-h2", Kind: "cpu", Against: "nginx-all-h2", Report: true},
+		{Name: "HTTP/3 (Caddy's path), no duties: CPU per request vs HTTP/2 with the wrapper", Scenario: "gw-fast-h3", Kind: "cpu", Against: "gw-fast-h2", Report: true},
+		{Name: "HTTP/1.1 over TLS, fast path, no duties: CPU per request vs nginx", Scenario: "gw-fast-tls-h1", Kind: "cpu", Against: "nginx-tls-h1", Report: true},
+		{Name: "HTTP/1.1 over TLS, fast path, no duties, vs nginx", Scenario: "gw-fast-tls-h1", Kind: "ratio", Against: "nginx-tls-h1", Report: true},
 	}
+}
+
+// Levels are the client connections of a row's measured runs (the keys
+// of its samples' At): connLevels, or h2Conns for an HTTP/2 row (each
+// connection carries h2Streams streams).
+func (s Scenario) Levels() []int {
+	if s.Proto == protoH2 || s.Proto == protoH3 {
+		return []int{h2Conns}
+	}
+	return connLevels
+}
+
+// loadStr says how a row is loaded, for the report.
+func (s Scenario) loadStr() string {
+	switch s.Proto {
+	case protoH2:
+		return fmt.Sprintf("h2load, HTTP/2 over TLS 1.3, %d connections x %d streams", h2Conns, h2Streams)
+	case protoTLSH1:
+		return fmt.Sprintf("h2load --h1, HTTP/1.1 over TLS 1.3, %d connections", connLevels[0])
+	case protoH3:
+		return fmt.Sprintf("benchtool h3load (quic-go), HTTP/3, %d connections x %d streams", h2Conns, h2Streams)
+	}
+	return fmt.Sprintf("wrk, %d connections", connLevels[0])
 }
 
 func scenarioByName(name string) (Scenario, bool) {

@@ -19,6 +19,9 @@ type WrkResult struct {
 	Requests int64   `json:"requests"`
 	Non2xx   int64   `json:"non_2xx"`
 	Errors   int64   `json:"socket_errors"`
+	// MeanMs is the mean latency, from loaders that report no
+	// percentiles (h2load); 0 for wrk's runs.
+	MeanMs float64 `json:"mean_ms,omitempty"`
 }
 
 // WrkJob describes a wrk invocation.
@@ -84,13 +87,7 @@ func parseWrk(s string) (WrkResult, error) {
 		return r, fmt.Errorf("wrk output without its 50%% and 99%% latency lines (found %d): %s", len(lat), s)
 	}
 	for _, m := range lat {
-		v, _ := strconv.ParseFloat(m[2], 64)
-		switch m[3] {
-		case "us":
-			v /= 1000
-		case "s":
-			v *= 1000
-		}
+		v := toMs(m[2], m[3])
 		if m[1] == "50" {
 			r.P50ms = v
 		} else {
@@ -98,4 +95,17 @@ func parseWrk(s string) (WrkResult, error) {
 		}
 	}
 	return r, nil
+}
+
+// toMs is a latency of wrk's or h2load's output (a number and its unit:
+// us, ms or s) in milliseconds.
+func toMs(num, unit string) float64 {
+	v, _ := strconv.ParseFloat(num, 64)
+	switch unit {
+	case "us":
+		v /= 1000
+	case "s":
+		v *= 1000
+	}
+	return v
 }
