@@ -154,12 +154,17 @@ func TestActiveHealth(t *testing.T) {
 		health_interval 50ms
 		health_fails 1
 	}`, d.Addr(), a.Addr()))
+	// each server's reverse_proxy has its own checker (Caddy keeps active
+	// health per handler's upstream): wait for both to have run; a fast
+	// path that ignored them would send every request to D (lb_policy first)
 	deadline := time.Now().Add(5 * time.Second)
-	for get(t, plainPort, "/") != "200 A" {
-		if time.Now().After(deadline) {
-			t.Fatal("Caddy's active health check did not mark D unhealthy")
+	for _, port := range []int{plainPort, fastPort} {
+		for get(t, port, "/") != "200 A" {
+			if time.Now().After(deadline) {
+				t.Fatalf("port %d: D is still chosen 5 s after its health checks began to fail", port)
+			}
+			time.Sleep(50 * time.Millisecond)
 		}
-		time.Sleep(50 * time.Millisecond)
 	}
 	for i := 0; i < 5; i++ {
 		if got := get(t, fastPort, "/"); got != "200 A" {
