@@ -3,9 +3,11 @@
 package caddytester
 
 import (
+	"fmt"
 	"testing"
 	"time"
 
+	"github.com/caddyserver/caddy/v2"
 	"github.com/caddyserver/caddy/v2/caddytest"
 )
 
@@ -31,6 +33,17 @@ func load(t *testing.T, adminPort int, config, adapter string) *caddytest.Tester
 		AdminPort:          adminPort,
 		LoadRequestTimeout: 30 * time.Second,
 		TestRequestTimeout: 30 * time.Second,
+	}
+	if caddy.ActiveContext().Context != nil {
+		// the previous config's servers stop and close their listeners
+		// first: on a reload to the same ports Caddy's http app returns
+		// from Stop before its old servers finish shutting down (with the
+		// tests' short grace periods), and a connection accepted by one
+		// then gets EOF (seen in TestHijack, TestIdleHoldsNoState);
+		// internal/pathtest does the same between its paths
+		if err := caddy.Load([]byte(fmt.Sprintf(`{"admin":{"listen":"localhost:%d"}}`, adminPort)), true); err != nil {
+			t.Fatalf("stopping the previous config's servers: %v", err)
+		}
 	}
 	loaded := false
 	t.Run("load config", func(t *testing.T) {
