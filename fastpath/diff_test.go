@@ -81,6 +81,7 @@ func loadTwin(t *testing.T, globals, site string) {
 
 func loadTwinOpts(t *testing.T, o twinOpts, site string) {
 	t.Helper()
+	caddytester.StopServers(t, adminPort)
 	caddytester.Load(t, adminPort, twin(o, site))
 	requireFast(t, "fast")
 }

@@ -93,6 +93,7 @@ func (hijacker) ServeHTTP(w http.ResponseWriter, r *http.Request, _ caddyhttp.Ha
 // (with the bytes read after the request), as on Caddy's path, and the
 // fast path leaves it alone from then on.
 func TestHijack(t *testing.T) {
+	caddytester.StopServers(t, adminPort)
 	caddytester.Load(t, adminPort, twin(twinOpts{globals: "\torder test_hijack first"}, `	test_hijack`))
 	requireFast(t, "fast")
 	for _, port := range []int{plainPort, fastPort} {

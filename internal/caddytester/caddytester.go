@@ -34,17 +34,6 @@ func load(t *testing.T, adminPort int, config, adapter string) *caddytest.Tester
 		LoadRequestTimeout: 30 * time.Second,
 		TestRequestTimeout: 30 * time.Second,
 	}
-	if caddy.ActiveContext().Context != nil {
-		// the previous config's servers stop and close their listeners
-		// first: on a reload to the same ports Caddy's http app returns
-		// from Stop before its old servers finish shutting down (with the
-		// tests' short grace periods), and a connection accepted by one
-		// then gets EOF (seen in TestHijack, TestIdleHoldsNoState);
-		// internal/pathtest does the same between its paths
-		if err := caddy.Load([]byte(fmt.Sprintf(`{"admin":{"listen":"localhost:%d"}}`, adminPort)), true); err != nil {
-			t.Fatalf("stopping the previous config's servers: %v", err)
-		}
-	}
 	loaded := false
 	t.Run("load config", func(t *testing.T) {
 		caddytest.NewTester(t).WithDefaultOverrides(overrides).InitServer(config, adapter)
@@ -54,4 +43,21 @@ func load(t *testing.T, adminPort int, config, adapter string) *caddytest.Tester
 		t.Fatal("caddy did not start or did not load the config")
 	}
 	return caddytest.NewTester(t).WithDefaultOverrides(overrides)
+}
+
+// StopServers stops the servers of the config loaded in this test binary
+// (if any), keeping the admin API on adminPort. On a reload to the same
+// ports Caddy's http app returns from Stop before its old servers finish
+// shutting down (with tests' short grace periods), and a connection one of
+// them accepts then gets EOF: a test that is not about reloads calls it
+// before Load (fastpath's TestHijack and TestIdleHoldsNoState saw it).
+// Not for tests of what outlives a reload (caddyh1's pools).
+func StopServers(t *testing.T, adminPort int) {
+	t.Helper()
+	if caddy.ActiveContext().Context == nil {
+		return
+	}
+	if err := caddy.Load([]byte(fmt.Sprintf(`{"admin":{"listen":"localhost:%d"}}`, adminPort)), true); err != nil {
+		t.Fatalf("stopping the previous config's servers: %v", err)
+	}
 }
