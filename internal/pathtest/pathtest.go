@@ -26,7 +26,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/caddyserver/caddy/v2"
 	"github.com/caddyserver/caddy/v2/caddyconfig"
 	_ "github.com/caddyserver/caddy/v2/caddyconfig/httpcaddyfile" // the caddyfile adapter
 	"github.com/caddyserver/caddy/v2/caddytest"
@@ -103,12 +102,8 @@ var loadedAdmin atomic.Int32
 // next load's provisioning leaves them the time to close their listeners.
 func stopServers(t *testing.T) {
 	t.Helper()
-	port := loadedAdmin.Load()
-	if port == 0 || caddy.ActiveContext().Context == nil {
-		return
-	}
-	if err := caddy.Load([]byte(fmt.Sprintf(`{"admin":{"listen":"localhost:%d"}}`, port)), true); err != nil {
-		t.Fatalf("stopping the previous path's servers: %v", err)
+	if port := loadedAdmin.Load(); port != 0 {
+		caddytester.StopServers(t, int(port))
 	}
 }
 
