@@ -24,7 +24,7 @@ import (
 	_ "github.com/apigate/gateway/caddyjwt"
 	_ "github.com/apigate/gateway/caddypermcache"
 	_ "github.com/apigate/gateway/caddyrbac"
-	"github.com/apigate/gateway/internal/pathtest"
+	"github.com/apigate/gateway/internal/testkit/pathtest"
 )
 
 // Ports of this package: admin 2950, listeners 20300-20349 (caddyclientcert

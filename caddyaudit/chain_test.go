@@ -14,7 +14,7 @@ import (
 	"time"
 
 	"github.com/apigate/gateway/caddyaudit/auditchain"
-	"github.com/apigate/gateway/internal/pathtest"
+	"github.com/apigate/gateway/internal/testkit/pathtest"
 )
 
 // writeChainKey writes a new Ed25519 private key for audit's chain to

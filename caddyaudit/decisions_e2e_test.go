@@ -22,7 +22,7 @@ import (
 	"github.com/apigate/gateway/caddyaudit"
 	"github.com/apigate/gateway/caddyaudit/auditchain"
 	_ "github.com/apigate/gateway/caddypermcache"
-	"github.com/apigate/gateway/internal/pathtest"
+	"github.com/apigate/gateway/internal/testkit/pathtest"
 )
 
 // TestDecisionsEndToEnd runs jwt_auth, rbac and permission (against a real

@@ -13,7 +13,7 @@ import (
 	"github.com/golang-jwt/jwt/v5"
 
 	"github.com/apigate/gateway/caddyaudit"
-	"github.com/apigate/gateway/internal/pathtest"
+	"github.com/apigate/gateway/internal/testkit/pathtest"
 )
 
 // TestErrorRoutesBytesOut: denials (jwt_auth, rbac) and an upstream error

@@ -16,7 +16,7 @@ import (
 	"go.uber.org/zap/zaptest/observer"
 
 	"github.com/apigate/gateway/internal/natsconn"
-	gwnatstest "github.com/apigate/gateway/internal/natstest"
+	gwnatstest "github.com/apigate/gateway/internal/testkit/natstest"
 )
 
 func runNATS(t *testing.T, port int, storeDir string) *server.Server {

@@ -10,7 +10,7 @@ import (
 
 	"github.com/apigate/gateway/caddyaudit"
 
-	"github.com/apigate/gateway/internal/caddytester"
+	"github.com/apigate/gateway/internal/testkit/caddytester"
 )
 
 // TestReloadKeepsAndDrainsQueues: events queued while the receiver is down

@@ -8,7 +8,7 @@ import (
 
 	"github.com/apigate/gateway/caddyaudit"
 
-	"github.com/apigate/gateway/internal/caddytester"
+	"github.com/apigate/gateway/internal/testkit/caddytester"
 )
 
 // TestSpoolAcrossGatewayRestart: the receiver is down, N requests pass,

@@ -32,7 +32,7 @@ import (
 	_ "github.com/apigate/gateway/caddypermcache"
 	_ "github.com/apigate/gateway/caddyquota"
 	_ "github.com/apigate/gateway/caddyrbac"
-	"github.com/apigate/gateway/internal/pathtest"
+	"github.com/apigate/gateway/internal/testkit/pathtest"
 )
 
 // Ports of this package: admin 2951, listeners 20350-20399 (caddyapikey

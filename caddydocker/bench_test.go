@@ -10,7 +10,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/apigate/gateway/internal/podmantest"
+	"github.com/apigate/gateway/internal/testkit/podmantest"
 )
 
 // BenchmarkDiscoveryLatency measures, against real Podman, the time from

@@ -16,7 +16,7 @@ import (
 
 	_ "github.com/apigate/gateway/caddyaudit"
 	"github.com/apigate/gateway/fastpath"
-	"github.com/apigate/gateway/internal/podmantest"
+	"github.com/apigate/gateway/internal/testkit/podmantest"
 )
 
 // Ports of the canary tests (their own, so that they run beside the

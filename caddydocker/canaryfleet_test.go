@@ -7,7 +7,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/apigate/gateway/internal/natstest"
+	"github.com/apigate/gateway/internal/testkit/natstest"
 )
 
 // TestCanaryFleet: two gateways' canary controllers on one NATS cluster

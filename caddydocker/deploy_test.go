@@ -15,7 +15,7 @@ import (
 	"time"
 
 	"github.com/apigate/gateway/fastpath"
-	"github.com/apigate/gateway/internal/podmantest"
+	"github.com/apigate/gateway/internal/testkit/podmantest"
 )
 
 // TestPodmanHealth: containers with a health check are routed only while

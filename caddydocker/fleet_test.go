@@ -19,7 +19,7 @@ import (
 	"go.uber.org/zap/zaptest/observer"
 
 	"github.com/apigate/gateway/internal/natsconn"
-	"github.com/apigate/gateway/internal/natstest"
+	"github.com/apigate/gateway/internal/testkit/natstest"
 )
 
 // fleetConn returns a connection of its own for one "host" (natsconn

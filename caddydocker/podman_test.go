@@ -18,7 +18,7 @@ import (
 	"github.com/golang-jwt/jwt/v5"
 	dto "github.com/prometheus/client_model/go"
 
-	"github.com/apigate/gateway/internal/podmantest"
+	"github.com/apigate/gateway/internal/testkit/podmantest"
 )
 
 // Ports of this package (see the team brief): admin 2905, listeners 19500-19599.

@@ -6,7 +6,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/apigate/gateway/internal/podmantest"
+	"github.com/apigate/gateway/internal/testkit/podmantest"
 )
 
 // TestScopePodman: with `scope`, the gateway routes only the containers

@@ -14,7 +14,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/apigate/gateway/internal/pathtest"
+	"github.com/apigate/gateway/internal/testkit/pathtest"
 )
 
 // writeState writes a state file routing the containers (their routes as

@@ -11,7 +11,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/apigate/gateway/internal/pathtest"
+	"github.com/apigate/gateway/internal/testkit/pathtest"
 )
 
 // startConfig is a gateway whose engine never answers (a socket that does

@@ -6,7 +6,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/apigate/gateway/internal/podmantest"
+	"github.com/apigate/gateway/internal/testkit/podmantest"
 )
 
 // vanishedConfig is a gateway whose site has a catch-all of its own, with

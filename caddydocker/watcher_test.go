@@ -11,7 +11,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/apigate/gateway/internal/podmantest"
+	"github.com/apigate/gateway/internal/testkit/podmantest"
 )
 
 type fakeEngine struct {

@@ -17,7 +17,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/apigate/gateway/internal/difftest"
+	"github.com/apigate/gateway/internal/testkit/difftest"
 )
 
 // upstream is a scripted HTTP/1.1 server on a real socket: for every

@@ -10,8 +10,8 @@ import (
 
 	_ "github.com/caddyserver/caddy/v2/modules/standard"
 
-	"github.com/apigate/gateway/internal/caddytester"
-	"github.com/apigate/gateway/internal/difftest"
+	"github.com/apigate/gateway/internal/testkit/caddytester"
+	"github.com/apigate/gateway/internal/testkit/difftest"
 )
 
 // Ports of this package: admin 2909, listeners 20100-20199 (bench/ uses

@@ -5,7 +5,7 @@ import (
 	"path/filepath"
 	"testing"
 
-	"github.com/apigate/gateway/internal/goldentest"
+	"github.com/apigate/gateway/internal/testkit/goldentest"
 )
 
 var update = flag.Bool("update", false, "rewrite the expected JSON of testdata/*.caddyfiletest")

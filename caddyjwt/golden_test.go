@@ -9,7 +9,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/apigate/gateway/internal/goldentest"
+	"github.com/apigate/gateway/internal/testkit/goldentest"
 
 	"github.com/caddyserver/caddy/v2/caddyconfig/caddyfile"
 	_ "github.com/caddyserver/caddy/v2/caddyconfig/httpcaddyfile"

@@ -12,7 +12,7 @@ import (
 
 	_ "github.com/apigate/gateway/caddyjwt"       // jwt_auth, for the order golden file
 	_ "github.com/apigate/gateway/caddypermcache" // permission, likewise
-	"github.com/apigate/gateway/internal/goldentest"
+	"github.com/apigate/gateway/internal/testkit/goldentest"
 )
 
 // TestUnmarshalCaddyfile: each option, the modes of validate, and the

@@ -8,7 +8,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/apigate/gateway/internal/caddytester"
+	"github.com/apigate/gateway/internal/testkit/caddytester"
 )
 
 type mdBlock struct{ info, text string }

@@ -24,8 +24,8 @@ import (
 	"github.com/apigate/gateway/caddyopenapi"
 	_ "github.com/apigate/gateway/dashboard"
 	"github.com/apigate/gateway/identity"
-	"github.com/apigate/gateway/internal/caddytester"
-	"github.com/apigate/gateway/internal/pathtest"
+	"github.com/apigate/gateway/internal/testkit/caddytester"
+	"github.com/apigate/gateway/internal/testkit/pathtest"
 )
 
 const e2eSecret = "caddyopenapi-e2e-secret-0123456789abcdef0123456789"

@@ -8,7 +8,7 @@ import (
 
 	"github.com/caddyserver/caddy/v2/caddyconfig/caddyfile"
 
-	"github.com/apigate/gateway/internal/goldentest"
+	"github.com/apigate/gateway/internal/testkit/goldentest"
 )
 
 func TestUnmarshalCaddyfile(t *testing.T) {

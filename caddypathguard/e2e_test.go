@@ -23,8 +23,8 @@ import (
 	"github.com/apigate/gateway/caddyaudit"
 	_ "github.com/apigate/gateway/caddyjwt"
 	"github.com/apigate/gateway/internal/deny"
-	"github.com/apigate/gateway/internal/natstest"
-	"github.com/apigate/gateway/internal/pathtest"
+	"github.com/apigate/gateway/internal/testkit/natstest"
+	"github.com/apigate/gateway/internal/testkit/pathtest"
 )
 
 const secret = "path-guard-test-secret-0123456789abcdef"

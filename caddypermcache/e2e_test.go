@@ -16,7 +16,7 @@ import (
 
 	"github.com/apigate/gateway/caddyaudit"
 	_ "github.com/apigate/gateway/caddyjwt" // jwt_auth
-	"github.com/apigate/gateway/internal/pathtest"
+	"github.com/apigate/gateway/internal/testkit/pathtest"
 )
 
 // Ports of this package (see the team brief): admin 2903, listeners 19300-19399.

@@ -13,7 +13,7 @@ import (
 
 	_ "github.com/apigate/gateway/caddyapikey"    // the golden file's identity source
 	_ "github.com/apigate/gateway/caddypermcache" // and permission, which quota follows
-	"github.com/apigate/gateway/internal/goldentest"
+	"github.com/apigate/gateway/internal/testkit/goldentest"
 )
 
 // TestUnmarshalGlobalOption: the quota global option, every setting,

@@ -22,8 +22,8 @@ import (
 	_ "github.com/apigate/gateway/caddyjwt"
 	"github.com/apigate/gateway/caddyquota"
 	"github.com/apigate/gateway/caddyquota/quotausage"
-	"github.com/apigate/gateway/internal/natstest"
-	"github.com/apigate/gateway/internal/pathtest"
+	"github.com/apigate/gateway/internal/testkit/natstest"
+	"github.com/apigate/gateway/internal/testkit/pathtest"
 )
 
 const jwtSecret = "caddyquota-e2e-secret-0123456789abcdef0123456789"

@@ -15,7 +15,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"go.uber.org/zap/zaptest"
 
-	"github.com/apigate/gateway/internal/natstest"
+	"github.com/apigate/gateway/internal/testkit/natstest"
 )
 
 // farFromMidnight is a zone where it is now between 10:00 and 14:00, so

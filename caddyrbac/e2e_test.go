@@ -20,7 +20,7 @@ import (
 
 	_ "github.com/apigate/gateway/caddyjwt"
 
-	"github.com/apigate/gateway/internal/pathtest"
+	"github.com/apigate/gateway/internal/testkit/pathtest"
 )
 
 // Ports of this package (see the team brief): admin 2902, listeners

@@ -15,7 +15,7 @@ import (
 	"github.com/chromedp/cdproto/network"
 	"github.com/chromedp/chromedp"
 
-	"github.com/apigate/gateway/internal/podmantest"
+	"github.com/apigate/gateway/internal/testkit/podmantest"
 )
 
 // chromiumPath finds Debian's chromium. Without it the browser tests skip

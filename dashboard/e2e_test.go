@@ -24,7 +24,7 @@ import (
 	"github.com/apigate/gateway/caddydocker"
 	_ "github.com/apigate/gateway/caddyjwt"
 	_ "github.com/apigate/gateway/caddyrbac"
-	"github.com/apigate/gateway/internal/podmantest"
+	"github.com/apigate/gateway/internal/testkit/podmantest"
 	_ "github.com/apigate/gateway/natsstore" // (fleet rate_limit labels count through it, as in the binary)
 )
 

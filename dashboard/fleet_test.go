@@ -12,8 +12,8 @@ import (
 
 	"github.com/apigate/gateway/caddydocker"
 	"github.com/apigate/gateway/internal/natsconn"
-	"github.com/apigate/gateway/internal/natstest"
-	"github.com/apigate/gateway/internal/podmantest"
+	"github.com/apigate/gateway/internal/testkit/natstest"
+	"github.com/apigate/gateway/internal/testkit/podmantest"
 )
 
 // TestFleetNamesakeShown: a gateway whose fleet node name another gateway

@@ -11,7 +11,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/apigate/gateway/internal/podmantest"
+	"github.com/apigate/gateway/internal/testkit/podmantest"
 )
 
 // TestCanaryWorkedExample runs docs/caddydocker.md's worked example of a

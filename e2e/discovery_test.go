@@ -14,8 +14,8 @@ import (
 
 	"golang.org/x/net/websocket"
 
-	"github.com/apigate/gateway/internal/pathtest"
-	"github.com/apigate/gateway/internal/podmantest"
+	"github.com/apigate/gateway/internal/testkit/pathtest"
+	"github.com/apigate/gateway/internal/testkit/podmantest"
 )
 
 // TestDiscovery runs the built gateway against a real (private) Podman:

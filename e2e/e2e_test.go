@@ -16,7 +16,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/apigate/gateway/internal/pathtest"
+	"github.com/apigate/gateway/internal/testkit/pathtest"
 )
 
 // TestDutyChain walks one route with every duty through the happy path and

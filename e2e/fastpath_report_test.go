@@ -14,7 +14,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/apigate/gateway/internal/natstest"
+	"github.com/apigate/gateway/internal/testkit/natstest"
 )
 
 // TestFastPathReport: an operator sees whether the fast path serves each

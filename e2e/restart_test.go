@@ -14,8 +14,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/apigate/gateway/internal/pathtest"
-	"github.com/apigate/gateway/internal/podmantest"
+	"github.com/apigate/gateway/internal/testkit/pathtest"
+	"github.com/apigate/gateway/internal/testkit/podmantest"
 )
 
 // TestRestartServesLastGoodRoutes restarts the gateway three times

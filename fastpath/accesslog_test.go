@@ -14,8 +14,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/apigate/gateway/internal/caddytester"
-	"github.com/apigate/gateway/internal/difftest"
+	"github.com/apigate/gateway/internal/testkit/caddytester"
+	"github.com/apigate/gateway/internal/testkit/difftest"
 )
 
 // accessLogConfig has three sites on both servers (plain, on Caddy's path,

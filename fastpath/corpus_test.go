@@ -16,8 +16,8 @@ import (
 	"github.com/golang-jwt/jwt/v5"
 	"golang.org/x/crypto/bcrypt"
 
-	"github.com/apigate/gateway/internal/caddytester"
-	"github.com/apigate/gateway/internal/difftest"
+	"github.com/apigate/gateway/internal/testkit/caddytester"
+	"github.com/apigate/gateway/internal/testkit/difftest"
 )
 
 // corpusRequests are the requests TestCorpus sends to each config of

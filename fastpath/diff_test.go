@@ -12,8 +12,8 @@ import (
 	_ "github.com/caddyserver/caddy/v2/modules/standard"
 
 	_ "github.com/apigate/gateway/caddyh1"
-	"github.com/apigate/gateway/internal/caddytester"
-	"github.com/apigate/gateway/internal/difftest"
+	"github.com/apigate/gateway/internal/testkit/caddytester"
+	"github.com/apigate/gateway/internal/testkit/difftest"
 )
 
 // Ports of this package: admin 2960, listeners 20400-20499.

@@ -15,7 +15,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/apigate/gateway/internal/difftest"
+	"github.com/apigate/gateway/internal/testkit/difftest"
 )
 
 // rawResult is what a client sees when it writes raw bytes: the responses,

@@ -15,8 +15,8 @@ import (
 
 	"golang.org/x/net/http2"
 
-	"github.com/apigate/gateway/internal/caddytester"
-	"github.com/apigate/gateway/internal/difftest"
+	"github.com/apigate/gateway/internal/testkit/caddytester"
+	"github.com/apigate/gateway/internal/testkit/difftest"
 )
 
 func stats(t *testing.T, server string) ServerStatus {

@@ -10,7 +10,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/apigate/gateway/internal/difftest"
+	"github.com/apigate/gateway/internal/testkit/difftest"
 )
 
 // namedUpstream answers "<name>" to every request but /hc (its health

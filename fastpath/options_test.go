@@ -6,7 +6,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/apigate/gateway/internal/difftest"
+	"github.com/apigate/gateway/internal/testkit/difftest"
 )
 
 // clientIPSite shows what a request's client address is, by every means a

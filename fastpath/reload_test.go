@@ -11,7 +11,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/apigate/gateway/internal/difftest"
+	"github.com/apigate/gateway/internal/testkit/difftest"
 )
 
 // TestReloadUnderLoad reloads the config ten times through the admin API

@@ -7,7 +7,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/apigate/gateway/internal/difftest"
+	"github.com/apigate/gateway/internal/testkit/difftest"
 )
 
 // routesSite exercises routing as Caddyfiles write it: handle blocks (one

@@ -17,7 +17,7 @@ import (
 
 	"github.com/apigate/gateway/internal/metrics"
 	"github.com/apigate/gateway/internal/natsconn"
-	"github.com/apigate/gateway/internal/natstest"
+	"github.com/apigate/gateway/internal/testkit/natstest"
 )
 
 // openCopy opens a local copy of bucket "copy" in dir on the servers at

@@ -15,7 +15,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
-	"github.com/apigate/gateway/internal/natstest"
+	"github.com/apigate/gateway/internal/testkit/natstest"
 )
 
 // storageConfig is a config whose `tls internal` site makes Caddy's pki

@@ -22,7 +22,7 @@ import (
 	_ "github.com/apigate/gateway/caddypermcache"
 	_ "github.com/apigate/gateway/caddyrbac"
 	"github.com/apigate/gateway/internal/deny"
-	"github.com/apigate/gateway/internal/pathtest"
+	"github.com/apigate/gateway/internal/testkit/pathtest"
 )
 
 // Ports of this package: admin 2890, listeners 20200-20299.

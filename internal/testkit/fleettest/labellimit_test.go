@@ -5,8 +5,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/apigate/gateway/internal/natstest"
-	"github.com/apigate/gateway/internal/podmantest"
+	"github.com/apigate/gateway/internal/testkit/natstest"
+	"github.com/apigate/gateway/internal/testkit/podmantest"
 )
 
 // TestFleetLabelRateLimit: a container on host A with the label

@@ -10,7 +10,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/apigate/gateway/internal/podmantest"
+	"github.com/apigate/gateway/internal/testkit/podmantest"
 )
 
 // gatewayProc is one gateway process of a test "host".

@@ -12,9 +12,9 @@ import (
 	"time"
 
 	"github.com/apigate/gateway/caddyquota/quotausage"
-	"github.com/apigate/gateway/internal/natstest"
-	"github.com/apigate/gateway/internal/pathtest"
-	"github.com/apigate/gateway/internal/podmantest"
+	"github.com/apigate/gateway/internal/testkit/natstest"
+	"github.com/apigate/gateway/internal/testkit/pathtest"
+	"github.com/apigate/gateway/internal/testkit/podmantest"
 )
 
 // The quota fleet tests' settings: the counts are written every

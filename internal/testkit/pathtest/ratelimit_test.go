@@ -14,7 +14,7 @@ import (
 	_ "github.com/mholt/caddy-ratelimit"
 
 	"github.com/apigate/gateway/fastpath"
-	"github.com/apigate/gateway/internal/pathtest"
+	"github.com/apigate/gateway/internal/testkit/pathtest"
 )
 
 // Ports of this package: admin 2970, listeners 20500-20549.

@@ -11,8 +11,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/apigate/gateway/internal/natstest"
-	"github.com/apigate/gateway/internal/podmantest"
+	"github.com/apigate/gateway/internal/testkit/natstest"
+	"github.com/apigate/gateway/internal/testkit/podmantest"
 )
 
 // balancer is what a layer-4 load balancer in front of the gateways does

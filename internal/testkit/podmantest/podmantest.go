@@ -1,7 +1,7 @@
 // Package podmantest runs a private Podman for tests: its own storage,
 // runtime directory, events log and API socket under a temporary directory,
 // runc with raised ulimits (see ENVIRONMENT.md), and an image holding the
-// static test server (internal/testserver) made with
+// static test server (internal/testkit/testserver) made with
 // `podman import`. Containers use the host network and loopback ports.
 package podmantest
 
@@ -140,7 +140,7 @@ func (p *Podman) buildImage(modDir string) error {
 		return err
 	}
 	bin := filepath.Join(rootfs, "testserver")
-	build := exec.Command(filepath.Join(runtime.GOROOT(), "bin", "go"), "build", "-trimpath", "-o", bin, "./internal/testserver")
+	build := exec.Command(filepath.Join(runtime.GOROOT(), "bin", "go"), "build", "-trimpath", "-o", bin, "./internal/testkit/testserver")
 	build.Dir = modDir
 	build.Env = append(os.Environ(), "CGO_ENABLED=0")
 	if out, err := build.CombinedOutput(); err != nil {

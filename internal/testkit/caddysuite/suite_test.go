@@ -418,7 +418,7 @@ func (p *adminProxy) runTests(t *testing.T, wrap bool, run string, names []strin
 	p.wrap = wrap
 	p.mu.Unlock()
 	_, file, _, _ := runtime.Caller(0)
-	root := filepath.Join(filepath.Dir(file), "..", "..")
+	root := filepath.Join(filepath.Dir(file), "..", "..", "..")
 	cmd := exec.Command("go", "test", "github.com/caddyserver/caddy/v2/caddytest/integration",
 		"-run", run, "-count=1", "-json", "-timeout", "15m")
 	cmd.Dir = root

@@ -33,7 +33,7 @@ import (
 
 	"github.com/apigate/gateway/caddyaudit"
 	"github.com/apigate/gateway/fastpath"
-	"github.com/apigate/gateway/internal/caddytester"
+	"github.com/apigate/gateway/internal/testkit/caddytester"
 )
 
 // Path is one of the request paths.

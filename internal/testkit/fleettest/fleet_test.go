@@ -28,7 +28,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
-	"github.com/apigate/gateway/internal/natstest"
+	"github.com/apigate/gateway/internal/testkit/natstest"
 )
 
 // Ports of this package (the natsstore range of the team brief).
@@ -43,14 +43,14 @@ const (
 	limitEvents = 30 // events of zone per_user in testdata/replica.Caddyfile
 )
 
-// repoRoot is the module root (two levels up from this package).
+// repoRoot is the module root (three levels up from this package).
 func repoRoot(t *testing.T) string {
 	t.Helper()
 	wd, err := os.Getwd()
 	if err != nil {
 		t.Fatal(err)
 	}
-	return filepath.Clean(filepath.Join(wd, "..", ".."))
+	return filepath.Clean(filepath.Join(wd, "..", "..", ".."))
 }
 
 // needModules are the modules the replica and canary configs use.
@@ -60,7 +60,7 @@ var needModules = []string{"caddy.storage.nats", "audit", "http.handlers.audit",
 
 // gatewayBinary finds a gateway binary with every module the fleet needs:
 // $FLEET_CADDY, else bin/caddy (built by build/build.sh), else it builds
-// ./internal/fleettest/fleetcaddy with go build.
+// ./internal/testkit/fleettest/fleetcaddy with go build.
 func gatewayBinary(t *testing.T) string {
 	t.Helper()
 	root := repoRoot(t)
@@ -92,7 +92,7 @@ func gatewayBinary(t *testing.T) string {
 	}
 	out := filepath.Join(t.TempDir(), "fleetcaddy")
 	t.Logf("building %s (bin/caddy missing or incomplete)", out)
-	cmd := exec.Command("go", "build", "-o", out, "./internal/fleettest/fleetcaddy")
+	cmd := exec.Command("go", "build", "-o", out, "./internal/testkit/fleettest/fleetcaddy")
 	cmd.Dir = root
 	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
 	if b, err := cmd.CombinedOutput(); err != nil {

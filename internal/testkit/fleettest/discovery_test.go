@@ -6,8 +6,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/apigate/gateway/internal/natstest"
-	"github.com/apigate/gateway/internal/podmantest"
+	"github.com/apigate/gateway/internal/testkit/natstest"
+	"github.com/apigate/gateway/internal/testkit/podmantest"
 )
 
 // Ports of the discovery fleet test: two gateways ("hosts" A and B).

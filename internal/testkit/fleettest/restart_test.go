@@ -8,8 +8,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/apigate/gateway/internal/natstest"
-	"github.com/apigate/gateway/internal/podmantest"
+	"github.com/apigate/gateway/internal/testkit/natstest"
+	"github.com/apigate/gateway/internal/testkit/podmantest"
 )
 
 // TestRestartedMemberServesLastGoodSet: a fleet member that restarts

@@ -9,7 +9,7 @@ import (
 	"time"
 
 	_ "github.com/apigate/gateway/caddyaudit"
-	"github.com/apigate/gateway/internal/pathtest"
+	"github.com/apigate/gateway/internal/testkit/pathtest"
 )
 
 // behindLBPort is the gateway's port behind a (simulated) load balancer.
