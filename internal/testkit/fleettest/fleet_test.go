@@ -54,7 +54,7 @@ func repoRoot(t *testing.T) string {
 }
 
 // needModules are the modules the replica and canary configs use.
-var needModules = []string{"caddy.storage.nats", "audit", "http.handlers.audit",
+var needModules = []string{"caddy.storage.nats", "audit", "http.handlers.audit", "http.handlers.gateway_ready",
 	"http.handlers.jwt_auth", "http.handlers.rate_limit", "http.handlers.permission",
 	"http.reverse_proxy.selection_policies.docker", "quota", "http.handlers.quota"}
 
