@@ -130,6 +130,7 @@ func startReplica(t *testing.T, bin, config string, idx int, env []string) *repl
 		fmt.Sprintf("GATEWAY_HTTP_PORT=%d", httpPorts[idx]),
 		fmt.Sprintf("GATEWAY_HTTPS_PORT=%d", httpsPorts[idx]),
 		fmt.Sprintf("GATEWAY_NODE=replica-%d", idx),
+		"SHUTDOWN_DELAY=500ms",
 		"AUDIT_SPOOL="+filepath.Join(dir, "audit"),
 	)
 	cmd.Env = append(cmd.Env, env...)
