@@ -20,6 +20,7 @@ type rateLoad struct {
 	url    string
 	want   func(code int, body string) bool
 	stopc  chan struct{}
+	once   sync.Once
 	wg     sync.WaitGroup
 
 	mu                     sync.Mutex
@@ -79,9 +80,11 @@ func (l *rateLoad) one(url string) {
 
 // stop ends the load and waits for the requests in flight.
 func (l *rateLoad) stop() {
-	close(l.stopc)
-	l.wg.Wait()
-	l.client.CloseIdleConnections()
+	l.once.Do(func() {
+		close(l.stopc)
+		l.wg.Wait()
+		l.client.CloseIdleConnections()
+	})
 }
 
 // summary is the outcome, for failure messages and logs.
