@@ -239,9 +239,12 @@ func (l *listener) debug(msg, detail string) {
 	}
 }
 
-// date returns the Date field value for now, formatted once a second.
-func (l *listener) date() []byte {
-	now := time.Now()
+// date returns the Date field value for now (the request's latest clock
+// reading; zero: the clock's), formatted once a second.
+func (l *listener) date(now time.Time) []byte {
+	if now.IsZero() {
+		now = time.Now()
+	}
 	sec := now.Unix()
 	if d := l.dateCache.Load(); d != nil && d.sec == sec {
 		return d.b

@@ -598,7 +598,7 @@ func (w *respWriter) framing(hd *respHead, p []byte, te string, keepAlives bool)
 	}
 
 	if !headerHas(header, "Date") {
-		set.date = w.c.l.date()
+		set.date = w.c.l.date(w.c.ex.clock)
 	}
 
 	if hasCL && hasTE && te != "identity" {
