@@ -425,6 +425,14 @@ func (c *conn) awaitRequest(first bool) (keepHeadDL, ok bool) {
 			dl = time.Now().Add(d)
 			c.nc.SetReadDeadline(dl)
 		}
+		if c.l.draining() {
+			// (a shutdown began: its deadline for new connections,
+			// which this one's may have just replaced)
+			if g := time.Now().Add(newConnGrace); dl.IsZero() || g.Before(dl) {
+				dl = g
+				c.nc.SetReadDeadline(dl)
+			}
+		}
 		if !c.idleFill() {
 			return false, false
 		}
