@@ -118,10 +118,17 @@ func haproxyStats(sock, backend string) (map[string]haproxyStat, error) {
 // 25 req/s on kept-alive connections. A rolling restart, as the docs
 // describe it (SIGTERM gateway g1, wait for its exit, start it again,
 // wait until HAProxy sends to it again; then g2), refuses no connection,
-// fails no request and answers nothing wrong.
+// fails no request and answers nothing wrong. The same with the fast
+// path's apigate listener wrapper (Caddyfile.example has it).
 func TestRollingRestartBehindHAProxy(t *testing.T) {
 	hap := haproxyBinary(t)
 	bin := gatewayBinary(t)
+	for _, wrapper := range []bool{false, true} {
+		t.Run(fmt.Sprintf("apigate wrapper %v", wrapper), func(t *testing.T) { rollingBehindHAProxy(t, hap, bin, wrapper) })
+	}
+}
+
+func rollingBehindHAProxy(t *testing.T, hap, bin string, wrapper bool) {
 	const delay = 5 * time.Second // the reference configs' shutdown_delay
 	ports := natstest.FreePorts(t, 8)
 	front, tlsFront := ports[0], ports[1]
@@ -141,7 +148,7 @@ func TestRollingRestartBehindHAProxy(t *testing.T) {
 	start := func(i int) {
 		t.Helper()
 		base := fmt.Sprintf("http://127.0.0.1:%d", gw[i])
-		procs[i] = runGateway(t, bin, names[i], drainConfig(admin[i], gw[i], delay, false, ""), base+"/ready")
+		procs[i] = runGateway(t, bin, names[i], drainConfig(admin[i], gw[i], delay, wrapper, ""), base+"/ready")
 	}
 	start(0)
 	start(1)
