@@ -2,6 +2,10 @@ package fleettest
 
 import (
 	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/http/httptest"
 	"syscall"
 	"testing"
 	"time"
@@ -112,6 +116,106 @@ func TestDrainOnSIGTERM(t *testing.T) {
 			}
 			if api.ok < int(delay.Seconds())*100*8/10 {
 				t.Errorf("%d API requests answered, want most of the %v delay's at 100/s", api.ok, delay)
+			}
+		})
+	}
+}
+
+// TestShutdownFinishesRequests: a request in flight when the gateway is
+// told to stop (SIGTERM, no shutdown_delay, grace_period 10s) is answered
+// before the process exits, although its upstream answers only after the
+// listener has closed: Caddy's server waits for its connections for the
+// grace period, and so does the fast path for the connections it serves.
+func TestShutdownFinishesRequests(t *testing.T) {
+	bin := gatewayBinary(t)
+	for _, wrapper := range []bool{false, true} {
+		t.Run(fmt.Sprintf("apigate wrapper %v", wrapper), func(t *testing.T) {
+			arrived, release := make(chan struct{}, 1), make(chan struct{})
+			up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				arrived <- struct{}{}
+				<-release
+				io.WriteString(w, "done")
+			}))
+			defer up.Close()
+			defer func() {
+				select {
+				case <-release:
+				default:
+					close(release)
+				}
+			}()
+			ports := natstest.FreePorts(t, 2)
+			base := fmt.Sprintf("http://127.0.0.1:%d", ports[1])
+			wrap := ""
+			if wrapper {
+				wrap = "listener_wrappers {\n\t\t\tapigate\n\t\t}"
+			}
+			p := runGateway(t, bin, "shutdown", func(string) string {
+				return fmt.Sprintf(`{
+	admin 127.0.0.1:%d
+	auto_https off
+	grace_period 10s
+	servers :%d {
+		%s
+	}
+}
+
+http://:%d {
+	handle /ready {
+		gateway_ready
+	}
+	handle {
+		reverse_proxy %s
+	}
+}
+`, ports[0], ports[1], wrap, ports[1], up.Listener.Addr())
+			}, base+"/ready")
+
+			type answer struct {
+				code int
+				body string
+				err  error
+			}
+			got := make(chan answer, 1)
+			go func() {
+				res, err := (&http.Client{Timeout: 20 * time.Second}).Get(base + "/slow")
+				if err != nil {
+					got <- answer{err: err}
+					return
+				}
+				b, err := io.ReadAll(res.Body)
+				res.Body.Close()
+				got <- answer{res.StatusCode, string(b), err}
+			}()
+			select {
+			case <-arrived:
+			case a := <-got:
+				t.Fatalf("the request ended before it reached the upstream: %+v", a)
+			case <-time.After(10 * time.Second):
+				t.Fatal("the request did not reach the upstream within 10s")
+			}
+			if err := p.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+				t.Fatal(err)
+			}
+			// the listener closes (the shutdown has begun) while the
+			// upstream still holds the request
+			podmantest.Eventually(t, "the listener closed after SIGTERM", 10*time.Second, func() string {
+				c, err := net.DialTimeout("tcp", fmt.Sprintf("127.0.0.1:%d", ports[1]), time.Second)
+				if err != nil {
+					return ""
+				}
+				c.Close()
+				return "still accepting"
+			})
+			close(release)
+			a := <-got
+			if a.err != nil || a.code != 200 || a.body != "done" {
+				t.Fatalf("the request in flight at shutdown got %d %q %v; want 200 \"done\"", a.code, a.body, a.err)
+			}
+			select {
+			case <-p.done:
+			case <-time.After(10 * time.Second):
+				t.Fatal("the gateway did not exit within 10s of its last request")
 			}
 		})
 	}
