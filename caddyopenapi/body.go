@@ -31,6 +31,8 @@ type media struct {
 	typ, sub string // lower case; "*" is a wildcard
 	kind     mediaKind
 	schema   *jsonschema.Schema // nil: the content is not checked
+	checks   *schemaCheck       // schema compiled for the tape (request bodies); nil: the library's alone
+	fallback string             // why checks is nil when schema is not
 	shape    *shape
 	disc     *discriminator // nil: none beside a oneOf/anyOf of $refs
 }
@@ -70,6 +72,11 @@ func (c *compiler) compileBody(n node) (*bodySpec, error) {
 	}
 	if b.content, err = c.compileContent(cn); err != nil {
 		return nil, err
+	}
+	for _, m := range b.media {
+		if m.schema != nil && m.kind == mediaJSON {
+			m.checks, m.fallback = compileChecks(m.schema)
+		}
 	}
 	return b, nil
 }

@@ -123,7 +123,7 @@ func (rc *respCheck) checkHead() {
 				rc.vs = append(rc.vs, Violation{Location: p.loc, Keyword: "required", Message: "is required"})
 			}
 		case p.schema != nil:
-			if err := p.schema.Validate(v); err != nil {
+			if err := validateLib(p.schema, v); err != nil {
 				rc.vs = collect(err, p.loc, rc.vs)
 			}
 		}
@@ -208,7 +208,7 @@ func (rc *respCheck) checkBody() {
 		rc.vs = append(rc.vs, *viol)
 		return
 	}
-	if err := rc.media.schema.Validate(v); err != nil {
+	if err := validateLib(rc.media.schema, v); err != nil {
 		rc.vs = rc.media.disc.explain(v, err, "response.body", rc.vs)
 	}
 }

@@ -5,12 +5,10 @@ import (
 	"errors"
 	"fmt"
 	"maps"
-	"math"
 	"net/http"
 	"net/url"
 	"slices"
 	"sort"
-	"strconv"
 	"strings"
 
 	"github.com/santhosh-tekuri/jsonschema/v6"
@@ -211,33 +209,21 @@ func rewriteNullable(v any) {
 	}
 }
 
-// openAPIFormats are the formats OpenAPI defines beside JSON Schema's:
-// int32 and int64 are ranges; float, double, byte, binary and password
-// describe a value without constraining it (byte is base64, checked
-// where a body is JSON text).
+// openAPIFormats are the formats OpenAPI defines beside JSON Schema's
+// that the gateway asserts: int32 and int64 are ranges (of integers: a
+// number that is not one is the type keyword's to refuse).
 var openAPIFormats = []*jsonschema.Format{
-	{Name: "int32", Validate: intRange(math.MinInt32, math.MaxInt32)},
-	{Name: "int64", Validate: intRange(math.MinInt64, math.MaxInt64)},
+	{Name: "int32", Validate: intFormat(32)},
+	{Name: "int64", Validate: intFormat(64)},
 }
 
-func intRange(lo, hi int64) func(v any) error {
+func intFormat(size int) func(v any) error {
 	return func(v any) error {
 		n, ok := v.(json.Number)
-		if !ok {
+		if !ok || intInRange(parseDecimal([]byte(n)), size) {
 			return nil
 		}
-		if _, err := strconv.ParseInt(string(n), 10, 64); err != nil {
-			f, ferr := strconv.ParseFloat(string(n), 64)
-			if ferr != nil || f != math.Trunc(f) { // not an integer: type's to say
-				return nil
-			}
-			return fmt.Errorf("out of range")
-		}
-		i, _ := strconv.ParseInt(string(n), 10, 64)
-		if i < lo || i > hi {
-			return fmt.Errorf("out of range")
-		}
-		return nil
+		return fmt.Errorf("out of range")
 	}
 }
 
