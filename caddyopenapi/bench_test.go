@@ -85,3 +85,28 @@ func BenchmarkNoBody(b *testing.B) { benchCheck(b, http.MethodGet, "/items", nil
 func BenchmarkPathAndQuery(b *testing.B) {
 	benchCheck(b, http.MethodGet, "/items/42?limit=10", nil)
 }
+
+// BenchmarkBodyValidate1KB: the same body's check alone, on bytes
+// already read: the scan (I-JSON) and the compiled checks. A valid body
+// costs no allocation.
+func BenchmarkBodyValidate1KB(b *testing.B) {
+	body := benchBody(b)
+	s, err := Load("testdata/bench/api.yaml", "", "")
+	if err != nil {
+		b.Fatal(err)
+	}
+	var pv pathValues
+	_, op := s.match(http.MethodPost, "/items", &pv)
+	m := op.body.media[0]
+	if m.checks == nil {
+		b.Fatalf("the bench body's schema is not compiled: %s", m.fallback)
+	}
+	b.ReportAllocs()
+	b.SetBytes(int64(len(body)))
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		if v, vs, _ := m.checkJSON(body, nil); v != verdictPass {
+			b.Fatalf("verdict %d %v", v, vs)
+		}
+	}
+}

@@ -26,6 +26,26 @@ const maxExp = 1 << 40
 // parseDecimal reads the text of a JSON number (already checked by the
 // scanner, or by isJSONNumber).
 func parseDecimal(b []byte) decimal {
+	// most numbers are short integers
+	if len(b) > 0 && len(b) < 19 && b[0] != '-' {
+		var m uint64
+		for _, c := range b {
+			if c < '0' || c > '9' {
+				goto general
+			}
+			m = m*10 + uint64(c-'0')
+		}
+		if m == 0 {
+			return decimal{fits: true}
+		}
+		d := decimal{mant: m, fits: true}
+		for d.mant%10 == 0 {
+			d.mant /= 10
+			d.exp++
+		}
+		return d
+	}
+general:
 	var d decimal
 	i := 0
 	if i < len(b) && b[i] == '-' {

@@ -4,6 +4,7 @@ import (
 	"encoding/binary"
 	"encoding/json"
 	"hash/maphash"
+	"math/bits"
 	"slices"
 	"strconv"
 	"strings"
@@ -284,20 +285,21 @@ func (s *scanner) checkKeys() bool {
 		// one bit a key, by a fingerprint of its bytes: only keys whose
 		// bits collide are compared
 		var seen uint64
+		var fps [64]uint8
 	small:
 		for i, k := range keys {
 			a := s.bytes(&s.tape[k])
 			f := fingerprint(a)
-			if seen&f != 0 {
-				for _, k2 := range keys[:i] {
-					b := s.bytes(&s.tape[k2])
-					if fingerprint(b) == f && string(a) == string(b) {
+			if seen&(1<<f) != 0 {
+				for j, k2 := range keys[:i] {
+					if fps[j] == f && string(a) == string(s.bytes(&s.tape[k2])) {
 						dup = int(k)
 						break small
 					}
 				}
 			}
-			seen |= f
+			seen |= 1 << f
+			fps[i] = f
 		}
 	} else {
 		s.hash = s.hash[:0]
@@ -331,14 +333,14 @@ func (s *scanner) checkKeys() bool {
 	return false
 }
 
-// fingerprint is one bit of 64 for a key, from its length and three of
-// its bytes.
-func fingerprint(b []byte) uint64 {
+// fingerprint is one of 64 values for a key, from its length and three
+// of its bytes.
+func fingerprint(b []byte) uint8 {
 	h := uint64(len(b))
 	if len(b) > 0 {
 		h = h<<24 | uint64(b[0])<<16 | uint64(b[len(b)/2])<<8 | uint64(b[len(b)-1])
 	}
-	return 1 << ((h * 0x9e3779b97f4a7c15) >> 58)
+	return uint8((h * 0x9e3779b97f4a7c15) >> 58)
 }
 
 // string reads the string at i (its opening quote) as a token.
@@ -351,7 +353,11 @@ func (s *scanner) string(i int) (int, bool) {
 		// eight bytes at a time while none needs a look: a quote, a
 		// backslash, a control character or a byte of a multi-byte
 		// character
-		for j+8 <= len(src) && plainWord(binary.LittleEndian.Uint64(src[j:])) {
+		for j+8 <= len(src) {
+			if m := specialBytes(binary.LittleEndian.Uint64(src[j:])); m != 0 {
+				j += bits.TrailingZeros64(m) >> 3
+				break
+			}
 			j += 8
 		}
 		if j >= len(src) {
@@ -452,18 +458,18 @@ func (s *scanner) escaped(start, j int) (int, bool) {
 	return j, s.fail(scanEnd, j)
 }
 
-// plainWord reports whether none of the eight bytes of x is a quote, a
-// backslash, below 0x20 or from 0x80 (the classic bit tricks: a byte
-// below n in x - n*0x01..01 & ^x & 0x80..80).
-func plainWord(x uint64) bool {
+// specialBytes marks (with its high bit) each of the eight bytes of x
+// that is a quote, a backslash, below 0x20 or from 0x80; the lowest mark
+// is exact (the classic bit tricks: a byte below n in x - n*0x01..01
+// borrows into its high bit; a borrow only carries upwards).
+func specialBytes(x uint64) uint64 {
 	const (
 		ones  = 0x0101010101010101
 		highs = 0x8080808080808080
 	)
 	quote := x ^ ('"' * ones)
 	slash := x ^ ('\\' * ones)
-	special := (x - 0x20*ones) | (quote - ones) &^ quote | (slash - ones) &^ slash
-	return (special|x)&highs == 0
+	return ((x - 0x20*ones) | (quote-ones)&^quote | (slash-ones)&^slash | x) & highs
 }
 
 func hex4(src []byte, i int) (rune, bool) {

@@ -186,14 +186,18 @@ func (p *classPattern) MatchString(s string) bool {
 		part := &p.parts[k]
 		n := 0
 		for (part.max < 0 || n < part.max) && i < len(s) {
-			r, size := rune(s[i]), 1
-			if r >= utf8.RuneSelf {
-				r, size = utf8.DecodeRuneInString(s[i:])
+			if c := s[i]; c < utf8.RuneSelf {
+				if part.ascii[c>>6]&(1<<(c&63)) == 0 {
+					break
+				}
+				i++
+			} else {
+				r, size := utf8.DecodeRuneInString(s[i:])
+				if !part.has(r) {
+					break
+				}
+				i += size
 			}
-			if !part.has(r) {
-				break
-			}
-			i += size
 			n++
 		}
 		if n < part.min {

@@ -705,7 +705,9 @@ func (s *scanner) validArray(c *schemaCheck, t uint32) bool {
 }
 
 func (c *schemaCheck) validString(v string) bool {
-	if c.minLen >= 0 || c.maxLen >= 0 {
+	// a string of n bytes has between n/4 and n characters: counted
+	// only when that does not decide
+	if c.minLen >= 0 && (len(v)+3)/4 < c.minLen || c.maxLen >= 0 && len(v) > c.maxLen {
 		n := utf8.RuneCountInString(v)
 		if c.minLen >= 0 && n < c.minLen || c.maxLen >= 0 && n > c.maxLen {
 			return false
