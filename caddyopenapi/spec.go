@@ -28,6 +28,10 @@ type Spec struct {
 	Files []string
 	// Operations are the document's operations, in path order.
 	Operations []*Operation
+	// LibraryChecks are the parts of operations (a request body of a
+	// media type, a parameter) whose schemas use what the compiled checks
+	// do not cover: the JSON Schema library validates them, at its cost.
+	LibraryChecks []LibraryCheck
 
 	bases     []string             // path parts of the servers' URLs ("/v1"); none when "/"
 	literal   map[string]*pathItem // paths without templates
@@ -52,6 +56,14 @@ type Operation struct {
 	stats     *opStats
 }
 
+// LibraryCheck is a part of an operation validated by the JSON Schema
+// library rather than by compiled checks, and why.
+type LibraryCheck struct {
+	Operation string // "createOrder", or "POST /orders"
+	Part      string // "request body application/json", "query parameter limit"
+	Reason    string // "unevaluatedProperties at /etc/gateway/orders.yaml#/components/schemas/Order"
+}
+
 // Key is "<METHOD> <path>": how the summary names an operation.
 func (o *Operation) Key() string { return o.Method + " " + o.Path }
 
@@ -74,7 +86,7 @@ type segment struct {
 var methods = []string{"get", "put", "post", "delete", "options", "head", "patch", "trace"}
 
 // compileSpec reads and compiles the document at path.
-func compileSpec(path string) (*Spec, error) {
+func compileSpec(path string, annotationFormats []string) (*Spec, error) {
 	l := newLoader()
 	src, err := l.load(path)
 	if err != nil {
@@ -99,7 +111,7 @@ func compileSpec(path string) (*Spec, error) {
 	if info, ok := root.child("info"); ok {
 		s.Title, _ = info.str("title")
 	}
-	c := &compiler{l: l, v31: v31, schemas: jsonschema.NewCompiler()}
+	c := &compiler{l: l, v31: v31, schemas: jsonschema.NewCompiler(), unknown: map[string]bool{}, formatsChecked: map[*jsonschema.Schema]bool{}, ownFormats: annotationFormats}
 	if err := c.setup(root); err != nil {
 		return nil, err
 	}
@@ -151,6 +163,11 @@ type compiler struct {
 	l       *loader
 	v31     bool
 	schemas *jsonschema.Compiler
+
+	unknown        map[string]bool // formats the gateway does not know, registered to be found
+	noted          int             // files whose formats are noted (l.order[:noted])
+	formatsChecked map[*jsonschema.Schema]bool
+	ownFormats     []string // annotation_formats
 }
 
 // The dialects an OpenAPI 3.1 document may name for its schemas: JSON
@@ -185,7 +202,7 @@ func (c *compiler) setup(root node) error {
 	for _, f := range openAPIFormats {
 		c.schemas.RegisterFormat(f)
 	}
-	c.schemas.UseLoader(schemaLoader{c.l})
+	c.schemas.UseLoader(schemaLoader{c.l, c})
 	return nil
 }
 
@@ -230,7 +247,10 @@ func intFormat(size int) func(v any) error {
 // schemaLoader hands the JSON Schema compiler the document's files,
 // decoded as the loader decodes them (YAML too), and nothing from the
 // network.
-type schemaLoader struct{ l *loader }
+type schemaLoader struct {
+	l *loader
+	c *compiler
+}
 
 func (sl schemaLoader) Load(u string) (any, error) {
 	switch strings.TrimSuffix(u, "#") {
@@ -250,6 +270,7 @@ func (sl schemaLoader) Load(u string) (any, error) {
 	if err != nil {
 		return nil, err
 	}
+	sl.c.noteFiles()
 	return src.root, nil
 }
 
@@ -259,10 +280,14 @@ func (c *compiler) schemaAt(n node) (*jsonschema.Schema, error) {
 	if err := c.l.refCycle(n); err != nil {
 		return nil, err
 	}
+	c.noteFiles()
 	loc := n.src.url + "#" + encodeFragment(n.ptr)
 	sch, err := c.schemas.Compile(loc)
 	if err != nil {
 		return nil, c.schemaError(n, err)
+	}
+	if err := c.checkFormats(n, sch); err != nil {
+		return nil, err
 	}
 	return sch, nil
 }
@@ -413,6 +438,7 @@ func (s *Spec) compilePath(c *compiler, pn node, template string, rootSecurity [
 		item.ops[op.Method] = op
 		allow = append(allow, op.Method)
 		s.Operations = append(s.Operations, op)
+		s.noteLibraryChecks(op)
 	}
 	item.allow = strings.Join(allow, ", ")
 	if templated {
@@ -447,6 +473,19 @@ func (s *Spec) compileWebhooks(c *compiler, hooks node) error {
 		}
 	}
 	return nil
+}
+
+// noteLibraryChecks lists the parts of op the compiled checks do not
+// cover.
+func (s *Spec) noteLibraryChecks(op *Operation) {
+	if op.body == nil {
+		return
+	}
+	for _, m := range op.body.media {
+		if m.schema != nil && m.kind == mediaJSON && m.checks == nil {
+			s.LibraryChecks = append(s.LibraryChecks, LibraryCheck{Operation: op.ID, Part: "request body " + m.name, Reason: m.fallback})
+		}
+	}
 }
 
 // parse splits the template into segments; it reports whether any holds

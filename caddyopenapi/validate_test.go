@@ -1,11 +1,14 @@
 package caddyopenapi
 
 import (
+	"net/http/httptest"
 	"regexp"
 	"strings"
 	"testing"
 
 	"github.com/santhosh-tekuri/jsonschema/v6"
+	"go.uber.org/zap"
+	"go.uber.org/zap/zaptest/observer"
 )
 
 // TestDecimals: numbers compare and divide exactly, where a float64
@@ -229,6 +232,93 @@ func TestClassPatterns(t *testing.T) {
 		_, got := fastPattern(regexp.MustCompile(p)).(*classPattern)
 		if got != want {
 			t.Errorf("%s: without regexp %v, want %v", p, got, want)
+		}
+	}
+}
+
+// TestFormatNames: the formats the gateway says it checks are the ones
+// the JSON Schema library (and this package) check, and the library
+// knows none of the annotation formats (it would check them otherwise).
+func TestFormatNames(t *testing.T) {
+	for _, name := range assertedFormats {
+		c := jsonschema.NewCompiler()
+		c.AssertFormat()
+		for _, f := range openAPIFormats {
+			c.RegisterFormat(f)
+		}
+		if err := c.AddResource("mem:///f.json", map[string]any{"format": name}); err != nil {
+			t.Fatal(err)
+		}
+		sch, err := c.Compile("mem:///f.json")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if sch.Format == nil {
+			t.Errorf("the library does not check format %q", name)
+		}
+	}
+	for _, name := range annotationFormats {
+		if sch := libFormat(t, name); sch.Format != nil {
+			t.Errorf("the library checks format %q, listed as an annotation", name)
+		}
+	}
+}
+
+// TestLibraryChecks: an operation whose body schema uses what the
+// compiled checks do not cover is listed with the reason (and logged at
+// each load, so `caddy validate` says it); the others are not.
+func TestLibraryChecks(t *testing.T) {
+	doc := `openapi: 3.1.0
+info: {title: t, version: '1'}
+paths:
+  /fast:
+    post:
+      operationId: fast
+      requestBody:
+        content:
+          application/json:
+            schema: {type: object, properties: {a: {type: integer}}}
+      responses: {'200': {description: ok}}
+  /slow:
+    post:
+      operationId: slow
+      requestBody:
+        content:
+          application/json:
+            schema: {$ref: '#/components/schemas/Strict'}
+      responses: {'200': {description: ok}}
+components:
+  schemas:
+    Strict:
+      allOf: [{properties: {a: {type: integer}}}]
+      unevaluatedProperties: false
+`
+	path := writeDoc(t, "api.yaml", map[string]string{"api.yaml": doc})
+	s, err := Load(path, "", "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(s.LibraryChecks) != 1 {
+		t.Fatalf("library checks %+v, want slow's body alone", s.LibraryChecks)
+	}
+	lc := s.LibraryChecks[0]
+	if lc.Operation != "slow" || lc.Part != "request body application/json" || lc.Reason != "unevaluatedProperties at "+path+"#/components/schemas/Strict" {
+		t.Errorf("library check %+v", lc)
+	}
+	core, logs := observer.New(zap.InfoLevel)
+	logLibraryChecks(zap.New(core), path, s)
+	if e := logs.All(); len(e) != 1 || e[0].ContextMap()["operation"] != "slow" || !strings.Contains(e[0].ContextMap()["reason"].(string), "unevaluatedProperties") {
+		t.Errorf("logged %+v", e)
+	}
+	// both still validate
+	for _, tc := range []struct {
+		path, body string
+		want       verdict
+	}{{"/fast", `{"a":1}`, verdictPass}, {"/fast", `{"a":"x"}`, verdictInvalid}, {"/slow", `{"a":1}`, verdictPass}, {"/slow", `{"a":1,"b":2}`, verdictInvalid}} {
+		r := httptest.NewRequest("POST", tc.path, strings.NewReader(tc.body))
+		r.Header.Set("Content-Type", "application/json")
+		if v, vs := check(t, s, r); v != tc.want {
+			t.Errorf("%s %s: verdict %d %v", tc.path, tc.body, v, vs)
 		}
 	}
 }
