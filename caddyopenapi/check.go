@@ -4,7 +4,6 @@ import (
 	"errors"
 	"io"
 	"net/http"
-	"net/url"
 	"strconv"
 )
 
@@ -31,43 +30,28 @@ var errBodyTooLarge = errors.New("request body too large to validate")
 
 // checkParams checks op's parameters against the request.
 func (op *Operation) checkParams(r *http.Request, vals *pathValues, out []Violation) []Violation {
-	var q url.Values
-	if op.query {
-		q = r.URL.Query()
+	if len(op.params) == 0 {
+		return out
 	}
-	var cookies []*http.Cookie
-	if op.cookies {
-		cookies = r.Cookies()
-	}
+	s := getScanner()
+	defer putScanner(s)
 	for _, p := range op.params {
+		s.reset(nil)
 		var (
-			v     any
 			found bool
 			viol  *Violation
 		)
 		switch p.in {
 		case inPath:
-			v, viol = p.decodePath(vals.get(p.pathIdx))
-			found = true
+			viol, found = p.decodePath(s, vals.get(p.pathIdx)), true
 		case inQuery:
-			v, found, viol = p.decodeQuery(q)
+			found, viol = p.decodeQuery(s, r.URL.RawQuery)
 		case inHeader:
-			v, found, viol = p.decodeHeader(r.Header)
+			found, viol = p.decodeHeader(s, r.Header)
 		case inCookie:
-			v, found, viol = p.decodeCookie(cookies)
+			found, viol = p.decodeCookie(s, r.Header)
 		}
-		switch {
-		case viol != nil:
-			out = append(out, *viol)
-		case !found:
-			if p.required {
-				out = append(out, Violation{Location: p.loc, Keyword: "required", Message: "is required"})
-			}
-		case p.schema != nil:
-			if err := validateLib(p.schema, v); err != nil {
-				out = collect(err, p.loc, out)
-			}
-		}
+		out = p.check(s, found, viol, out)
 	}
 	return out
 }
@@ -123,40 +107,8 @@ func (op *Operation) checkBody(r *http.Request, limit int64, out []Violation) (v
 		}
 		return verdictPass, out, nil
 	}
-	if m.kind == mediaJSON {
-		return m.checkJSON(body, out)
-	}
-	v, viol := m.decode(body)
-	if viol != nil {
-		return verdictInvalid, append(out, *viol), nil
-	}
-	if m.schema != nil {
-		if err := validateLib(m.schema, v); err != nil {
-			return verdictInvalid, m.disc.explain(v, err, "body", out), nil
-		}
-	}
-	return verdictPass, out, nil
-}
-
-// checkJSON checks a JSON body: I-JSON, then its schema, by the compiled
-// checks when there are (the library lists the violations of a body they
-// refuse), else by the library.
-func (m *media) checkJSON(body []byte, out []Violation) (verdict, []Violation, error) {
-	sc := getScanner()
-	defer putScanner(sc)
-	if !sc.scan(body) {
-		return verdictInvalid, append(out, sc.violation("body")), nil
-	}
-	if m.schema == nil || m.checks != nil && sc.valid(m.checks, 0) {
-		return verdictPass, out, nil
-	}
-	v := sc.value(0)
-	if err := validateLib(m.schema, v); err != nil {
-		return verdictInvalid, m.disc.explain(v, err, "body", out), nil
-	}
-	// the checks refused what the library passes: the library is the
-	// reference (FuzzCompiledValidator looks for such bodies)
-	return verdictPass, out, nil
+	v, out := m.checkBytes(body, "body", out)
+	return v, out, nil
 }
 
 // bodyPresent reports whether a request has a body of at least one byte:
