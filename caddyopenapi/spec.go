@@ -9,6 +9,7 @@ import (
 	"net/url"
 	"slices"
 	"sort"
+	"strconv"
 	"strings"
 
 	"github.com/santhosh-tekuri/jsonschema/v6"
@@ -476,16 +477,55 @@ func (s *Spec) compileWebhooks(c *compiler, hooks node) error {
 }
 
 // noteLibraryChecks lists the parts of op the compiled checks do not
-// cover.
+// cover: parameters, request bodies, response bodies and headers.
 func (s *Spec) noteLibraryChecks(op *Operation) {
-	if op.body == nil {
-		return
+	note := func(part, reason string) {
+		s.LibraryChecks = append(s.LibraryChecks, LibraryCheck{Operation: op.ID, Part: part, Reason: reason})
 	}
-	for _, m := range op.body.media {
-		if m.schema != nil && m.kind == mediaJSON && m.checks == nil {
-			s.LibraryChecks = append(s.LibraryChecks, LibraryCheck{Operation: op.ID, Part: "request body " + m.name, Reason: m.fallback})
+	params := func(prefix string, ps []*param) {
+		for _, p := range ps {
+			if p.schema != nil && p.checks == nil {
+				note(prefix+p.in+" parameter "+p.name, p.fallback)
+			}
 		}
 	}
+	media := func(prefix string, c content) {
+		for _, m := range c.media {
+			if m.schema != nil && m.kind != mediaOther && m.checks == nil {
+				note(prefix+m.name, m.fallback)
+			}
+		}
+	}
+	params("", op.params)
+	if op.body != nil {
+		media("request body ", op.body.content)
+	}
+	if op.responses == nil {
+		return
+	}
+	response := func(code string, r *responseSpec) {
+		if r == nil {
+			return
+		}
+		media("response "+code+" body ", r.content)
+		for _, h := range r.headers {
+			if h.schema != nil && h.checks == nil {
+				note("response "+code+" header "+h.name, h.fallback)
+			}
+		}
+	}
+	codes := make([]int, 0, len(op.responses.codes))
+	for c := range op.responses.codes {
+		codes = append(codes, c)
+	}
+	sort.Ints(codes)
+	for _, c := range codes {
+		response(strconv.Itoa(c), op.responses.codes[c])
+	}
+	for i, r := range op.responses.ranges {
+		response(strconv.Itoa(i)+"XX", r)
+	}
+	response("default", op.responses.def)
 }
 
 // parse splits the template into segments; it reports whether any holds

@@ -3,6 +3,7 @@ package caddyopenapi
 import (
 	"net/http/httptest"
 	"regexp"
+	"slices"
 	"strings"
 	"testing"
 
@@ -287,6 +288,17 @@ paths:
           application/json:
             schema: {$ref: '#/components/schemas/Strict'}
       responses: {'200': {description: ok}}
+  /slowparts:
+    get:
+      operationId: slowparts
+      parameters:
+        - {name: q, in: query, content: {application/json: {schema: {$ref: '#/components/schemas/Strict'}}}}
+      responses:
+        '200':
+          description: ok
+          content:
+            application/json:
+              schema: {$ref: '#/components/schemas/Strict'}
 components:
   schemas:
     Strict:
@@ -298,16 +310,18 @@ components:
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(s.LibraryChecks) != 1 {
-		t.Fatalf("library checks %+v, want slow's body alone", s.LibraryChecks)
+	reason := "unevaluatedProperties at " + path + "#/components/schemas/Strict"
+	want := []LibraryCheck{
+		{"slow", "request body application/json", reason},
+		{"slowparts", "query parameter q", reason},
+		{"slowparts", "response 200 body application/json", reason},
 	}
-	lc := s.LibraryChecks[0]
-	if lc.Operation != "slow" || lc.Part != "request body application/json" || lc.Reason != "unevaluatedProperties at "+path+"#/components/schemas/Strict" {
-		t.Errorf("library check %+v", lc)
+	if !slices.Equal(s.LibraryChecks, want) {
+		t.Fatalf("library checks\n%+v\nwant\n%+v", s.LibraryChecks, want)
 	}
 	core, logs := observer.New(zap.InfoLevel)
 	logLibraryChecks(zap.New(core), path, s)
-	if e := logs.All(); len(e) != 1 || e[0].ContextMap()["operation"] != "slow" || !strings.Contains(e[0].ContextMap()["reason"].(string), "unevaluatedProperties") {
+	if e := logs.All(); len(e) != 3 || e[0].ContextMap()["operation"] != "slow" || !strings.Contains(e[0].ContextMap()["reason"].(string), "unevaluatedProperties") {
 		t.Errorf("logged %+v", e)
 	}
 	// both still validate
