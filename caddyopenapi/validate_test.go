@@ -1,6 +1,7 @@
 package caddyopenapi
 
 import (
+	"io"
 	"net/http/httptest"
 	"regexp"
 	"slices"
@@ -333,6 +334,54 @@ components:
 		r.Header.Set("Content-Type", "application/json")
 		if v, vs := check(t, s, r); v != tc.want {
 			t.Errorf("%s %s: verdict %d %v", tc.path, tc.body, v, vs)
+		}
+	}
+}
+
+// TestUndeclaredBody: a body on an operation that declares none (a GET)
+// is refused, with a Content-Length or chunked; none, or an empty chunked
+// one, passes; an operation that declares a body is checked as usual.
+func TestUndeclaredBody(t *testing.T) {
+	doc := `openapi: 3.1.0
+info: {title: t, version: '1'}
+paths:
+  /items:
+    get:
+      responses: {'200': {description: ok}}
+    post:
+      requestBody:
+        content:
+          application/json:
+            schema: {type: object}
+      responses: {'200': {description: ok}}
+`
+	s, err := Load(writeDoc(t, "api.yaml", map[string]string{"api.yaml": doc}), "", "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	chunked := func(body string) io.Reader { return io.MultiReader(strings.NewReader(body)) } // no length: sent chunked
+	for _, tc := range []struct {
+		name, method string
+		body         io.Reader
+		length       int64
+		want         verdict
+	}{
+		{"GET, no body", "GET", nil, 0, verdictPass},
+		{"GET, JSON body", "GET", strings.NewReader(`{"a":1}`), 7, verdictInvalid},
+		{"GET, chunked body", "GET", chunked(`{"a":1}`), -1, verdictInvalid},
+		{"GET, empty chunked body", "GET", chunked(""), -1, verdictPass},
+		{"POST, declared body", "POST", strings.NewReader(`{"a":1}`), 7, verdictPass},
+	} {
+		r := httptest.NewRequest(tc.method, "/items", tc.body)
+		r.ContentLength = tc.length
+		r.Header.Set("Content-Type", "application/json")
+		v, vs := check(t, s, r)
+		if v != tc.want {
+			t.Errorf("%s: verdict %d, want %d (%+v)", tc.name, v, tc.want, vs)
+			continue
+		}
+		if v == verdictInvalid && (len(vs) != 1 || vs[0].Location != "body" || vs[0].Keyword != "requestBody") {
+			t.Errorf("%s: violations %+v", tc.name, vs)
 		}
 	}
 }
