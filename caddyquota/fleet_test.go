@@ -235,7 +235,7 @@ func TestFleetRestartReturnsLeases(t *testing.T) {
 	if d, err := b.store.AcquireAt(p, "bob", time.Now(), false); err != nil || !d.Admitted {
 		t.Fatal(d, err)
 	}
-	held := ld(b.store.lw(b.store.lookup("free", "bob").idx, Day, wLeft))
+	held := b.store.lease(b.store.lookup("free", "bob").idx, Day).left.Load()
 	if held < 1 {
 		t.Fatalf("b holds %d tokens, want a lease", held)
 	}

@@ -10,7 +10,8 @@
 // admin API serves a consumer's usage at /gateway/usage.
 //
 // The window, count and lease logic (window.go, plan.go, store.go,
-// table.go, index.go, fleet.go) imports nothing of Caddy.
+// table.go, index.go, and the fleet's fleet.go, fleetlease.go,
+// fleetcalendar.go, fleetsliding.go) imports nothing of Caddy.
 package caddyquota
 
 import (

@@ -24,7 +24,7 @@ import (
 //	consumers.log        the slots' names (index.go)
 //	days/YYYY-MM-DD.cnt  per slot, that day's admitted and refused requests
 //	rings.cnt            per slot, the sliding minute and hour windows
-//	leases.cnt           per slot, the leases of the fleet's counts (fleet.go)
+//	leases.cnt           per slot, the leases of the fleet's counts (fleetlease.go)
 //
 // A slot is one consumer on one plan. Every count is a 64-bit word in a
 // file mapped into memory (table.go), changed in place: a count is in the
@@ -51,7 +51,7 @@ const OverflowConsumer = "*overflow*"
 const (
 	dayRec    = 16   // admitted, refused
 	ringRec   = 1024 // 64 minute buckets, 64 hour buckets
-	leaseRec  = 128  // fleet.go
+	leaseRec  = 128  // fleetlease.go: a windowLease per unit
 	perChunk  = 4096
 	ringWords = ringSize
 )
@@ -123,7 +123,7 @@ type slot struct {
 
 	used atomic.Int64 // the last admission or refusal, Unix ns
 
-	fl fleetSlot // fleet.go
+	fl fleetSlot // fleetlease.go
 }
 
 type dayRef struct {

@@ -1,0 +1,564 @@
+package caddyquota
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"sync"
+	"sync/atomic"
+	"time"
+	"unsafe"
+
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+// This file decides requests from the leases a gateway holds, and runs
+// the operations that write its counts and take or return leases
+// (docOp, the compare-and-set step both documents share).
+
+// windowLease is a slot's lease of one window: four words of the slot's
+// record in leases.cnt, changed in place (so a SIGKILL loses none).
+type windowLease struct {
+	// inst is the instance the lease is of: the period (calendar), or
+	// the step its tokens are charged at (sliding).
+	inst atomic.Int64
+	// take is the tokens this gateway counts in that instance: what it
+	// admitted plus what it holds unused.
+	take atomic.Int64
+	// left is the tokens of take not used yet.
+	left atomic.Int64
+	// debt is the tokens of take admitted without a lease (NATS
+	// unreachable) and not yet written.
+	debt atomic.Int64
+}
+
+// leaseWords is the words of a windowLease in a slot's record of
+// leases.cnt: one windowLease per unit, in unit order.
+const leaseWords = int(unsafe.Sizeof(windowLease{}) / 8)
+
+// lease returns the slot's lease of unit u.
+func (s *Store) lease(idx uint32, u Unit) *windowLease {
+	return (*windowLease)(unsafe.Pointer(s.leases.word(idx, int(u-1)*leaseWords)))
+}
+
+// restart makes the lease one of instance inst, with no token taken.
+func (l *windowLease) restart(inst int64) {
+	l.inst.Store(inst)
+	l.take.Store(0)
+	l.left.Store(0)
+	l.debt.Store(0)
+}
+
+// giveBack returns the tokens in hand: they are no longer taken.
+func (l *windowLease) giveBack() {
+	if left := l.left.Load(); left > 0 {
+		l.left.Add(-left)
+		l.take.Add(-left)
+	}
+}
+
+// fleetSlot is a slot's state with the fleet.
+type fleetSlot struct {
+	plan   atomic.Pointer[Plan] // the plan the slot was last used with
+	queued atomic.Bool
+	again  atomic.Bool
+	// failed: the last operation did not write (an error, or too
+	// many conflicting writes); the ticker tries again even when the
+	// slot is no longer used, else its last counts would stay unwritten
+	failed atomic.Bool
+
+	waitMu sync.Mutex
+	wait   chan struct{} // closed after each operation on the slot
+
+	// guarded by the slot's mu
+	known    [Month + 1]knownWindow
+	lastOp   int64 // Unix ns of the last successful operation
+	lastDay  int64 // the day's admitted count then (the rate)
+	resynced bool  // the month's days were written since the last outage
+}
+
+// knownWindow is what the last operation learned of a window.
+type knownWindow struct {
+	inst      int64 // the instance it is about
+	others    int64 // the other gateways' tokens in the window
+	othersAdm int64 // the other gateways' admitted requests (calendar)
+	exhausted bool  // the fleet had no token left to lease
+	recheck   int64 // when to ask again (Unix ns)
+	reset     int64 // a sliding window's next admission (Unix ns)
+	lastLease int64
+	// reads counts the successful operations that read the window
+	// while this gateway was leasing: not deciding alone, nor holding
+	// after an outage for the others' writes of what they admitted
+	// alone (a read then misses those, and is no ground for a share)
+	reads int64
+	// deciding alone: the instance the share is of, what was left then
+	// as known, and what was admitted alone since; aloneReads is reads
+	// then
+	aloneInst            int64
+	aloneBase, aloneUsed int64
+	aloneAllow           int64 // the share of aloneBase, fixed with it
+	aloneReads           int64
+}
+
+// instOf is the instance of a window at now: the period's ID, or the
+// step.
+func instOf(u Unit, now time.Time, sn *calSnap) int64 {
+	switch u {
+	case Day:
+		return sn.day.ID
+	case Month:
+		return sn.month.ID
+	}
+	return stepOf(now, u)
+}
+
+// leaseValid reports whether a lease of instance li serves instance
+// inst: the same period, or (sliding) a step of its validity.
+func leaseValid(u Unit, li, inst int64) bool {
+	if u.Calendar() {
+		return li == inst
+	}
+	return inst <= li && li-inst < slideValidity
+}
+
+// acquire decides a request with the fleet's counts.
+func (f *Fleet) acquire(s *Store, sl *slot, p *Plan, now time.Time, sn *calSnap, dt *table, dry bool) (Decision, error) {
+	if sl.fl.plan.Load() != p {
+		sl.fl.plan.Store(p)
+	}
+	alone := !f.available.Load() || now.UnixNano() < f.holdTill.Load()
+	if !alone && f.conn.Connected != nil && !f.conn.Connected() {
+		f.setAvailable(false, errors.New("NATS connection lost"))
+		alone = true
+	}
+	// slow, not away: decided on the share, and refused beyond it
+	// whatever on_unavailable says
+	closed := false
+	began, asked := time.Now(), now
+	var timer *time.Timer
+	defer func() {
+		if timer != nil {
+			timer.Stop()
+		}
+	}()
+	for {
+		sl.mu.Lock()
+		d, need, prefetch := f.decide(s, sl, p, now, sn, dt, dry, alone, closed)
+		var ch chan struct{}
+		if need {
+			ch = sl.fl.waitCh()
+		}
+		sl.mu.Unlock()
+		if !need {
+			if prefetch {
+				f.enqueue(sl)
+			}
+			return d, nil
+		}
+		f.enqueue(sl)
+		if timer == nil {
+			timer = time.NewTimer(f.o.LeaseWait)
+		}
+		select {
+		case <-ch:
+			// another try: the lease may have gone to the requests
+			// that woke first; alone once the counts are unreachable
+			alone = !f.available.Load() || now.UnixNano() < f.holdTill.Load()
+		case <-timer.C:
+			// NATS answers too slowly to wait longer: this request
+			// is decided on the share, as when it is unreachable
+			alone, closed = true, f.available.Load()
+			leaseTimeouts.Inc()
+		}
+		// decided when it is decided: a wait that outlasts a sliding
+		// window's step (or a day) must not decide on the instance it
+		// began in, whose leases no longer serve now
+		now = asked.Add(time.Since(began))
+		sn = s.periods(now)
+	}
+}
+
+// The ways a window decides a request (decide).
+const (
+	fromNothing = iota // no token in hand: a lease must be asked for
+	fromLease          // a token of the lease in hand
+	fromShare          // the gateway decides alone, on its share
+	shareUsed          // the gateway decides alone and its share is used up: refused
+	windowFull         // the fleet had no token left when last asked: refused
+)
+
+// decide admits or refuses from the tokens in hand; need is set when a
+// window has none and a lease must be asked for (unless alone: then the
+// share decides); prefetch when a lease runs low and the next should be
+// taken before it is needed. sl.mu is held.
+func (f *Fleet) decide(s *Store, sl *slot, p *Plan, now time.Time, sn *calSnap, dt *table, dry, decideAlone, closed bool) (d Decision, need, prefetch bool) {
+	s.ensureMonth(sl, sn)
+	d = Decision{N: len(p.Limits), Binding: -1}
+	var how [MaxLimits]int
+	var full [MaxLimits]bool
+	for i, l := range p.Limits {
+		var low bool
+		how[i], low = f.source(s, sl, l, now, sn, decideAlone, closed)
+		prefetch = prefetch || low
+		switch how[i] {
+		case fromNothing:
+			need = true
+		case fromShare:
+			d.Share = true
+		case shareUsed:
+			d.Share, full[i] = true, true
+		case windowFull:
+			full[i] = true
+		}
+	}
+	over := anyTrue(full)
+	if need && !over {
+		return d, true, false
+	}
+	if !over || dry {
+		f.count(s, sl, p, now, dt, how)
+	} else {
+		atomic.AddUint64(dt.word(sl.idx, 1), 1)
+	}
+	for i, l := range p.Limits {
+		d.Windows[i] = f.windowState(s, sl, l, now, sn, full[i])
+	}
+	d.bind(full)
+	d.Admitted = !over || dry
+	return d, false, prefetch && !over
+}
+
+// source says how window l decides the request: from the lease in hand
+// (low: it runs low, the next lease should be asked for now), from the
+// share while deciding alone, or not at all (a lease is needed, or the
+// window is full). Deciding alone, it fixes the share the first time.
+// sl.mu is held.
+func (f *Fleet) source(s *Store, sl *slot, l Limit, now time.Time, sn *calSnap, decideAlone, closed bool) (how int, low bool) {
+	u := l.Unit
+	inst := instOf(u, now, sn)
+	k := &sl.fl.known[u]
+	lease := s.lease(sl.idx, u)
+	li, left := lease.inst.Load(), lease.left.Load()
+	if leaseValid(u, li, inst) && left > 0 {
+		return fromLease, left <= k.lastLease/2 || (!u.Calendar() && li == inst)
+	}
+	if k.exhausted && leaseValid(u, k.inst, inst) && now.UnixNano() < k.recheck {
+		return windowFull, false
+	}
+	if !decideAlone {
+		return fromNothing, false
+	}
+	// alone: the share of what was left when the counts were last read
+	if !leaseValid(u, li, inst) {
+		li = inst
+		if !u.Calendar() {
+			li = inst + slideValidity - 1
+		}
+		lease.restart(li)
+	}
+	if k.aloneInst != li || k.reads != k.aloneReads {
+		f.fixShare(k, lease, l, li, inst)
+	}
+	if k.aloneUsed >= k.aloneAllow && (closed || f.policy.Load().failClosed) {
+		return shareUsed, false
+	}
+	return fromShare, false
+}
+
+// fixShare sets the share a gateway deciding alone admits of window l
+// (li: the lease instance it decides in). sl.mu is held.
+//
+// The share is of what was left when this gateway began deciding alone
+// (as last read while leasing), and it stays fixed until the gateway
+// leases again: through the outage, the hold after it (the reads then
+// miss what the others admitted alone and have not written yet: a share
+// of them would be over what is left) and a new outage with no lease
+// between (the others' alone admissions are not known yet). It does not
+// depend on which of a lease that waited too long or the outage it turned
+// into came first. What was left excludes all this gateway took: its
+// lease in hand, admitted from first, and what it admitted alone and has
+// not written yet.
+func (f *Fleet) fixShare(k *knownWindow, lease *windowLease, l Limit, li, inst int64) {
+	take := lease.take.Load()
+	var others int64
+	if leaseValid(l.Unit, k.inst, inst) || k.inst == li {
+		others = k.others
+	}
+	k.aloneInst, k.aloneReads = li, k.reads
+	k.aloneBase, k.aloneUsed = max(l.N-others-take, 0), 0
+	// the share too: a count of gateways read later (a heartbeat
+	// listing while NATS restarts) must not widen it
+	k.aloneAllow = int64(math.Floor(f.share() * float64(k.aloneBase)))
+}
+
+// count counts an admitted request in every window, from where each
+// decided it (how). sl.mu is held.
+func (f *Fleet) count(s *Store, sl *slot, p *Plan, now time.Time, dt *table, how [MaxLimits]int) {
+	atomic.AddUint64(dt.word(sl.idx, 0), 1)
+	sl.month++
+	for i, l := range p.Limits {
+		u := l.Unit
+		lease := s.lease(sl.idx, u)
+		if how[i] == fromLease {
+			lease.left.Add(-1)
+		} else {
+			lease.take.Add(1)
+			lease.debt.Add(1)
+			if how[i] == fromShare || how[i] == shareUsed {
+				sl.fl.known[u].aloneUsed++
+			}
+		}
+		if !u.Calendar() {
+			s.ringAdd(sl.idx, u, now)
+		}
+	}
+}
+
+// windowState is window l's state after the request (full: it refused).
+// sl.mu is held.
+func (f *Fleet) windowState(s *Store, sl *slot, l Limit, now time.Time, sn *calSnap, full bool) WindowState {
+	u := l.Unit
+	k := &sl.fl.known[u]
+	lease := s.lease(sl.idx, u)
+	take, left := lease.take.Load(), lease.left.Load()
+	var others int64
+	if leaseValid(u, k.inst, instOf(u, now, sn)) || k.inst == lease.inst.Load() {
+		others = k.others
+	}
+	w := WindowState{Remaining: max(l.N-others-take+left, 0)}
+	if full {
+		w.Remaining = 0
+	}
+	switch u {
+	case Day:
+		w.Reset = sn.dayHi
+	case Month:
+		w.Reset = sn.month.End.UnixNano()
+	default:
+		if full && k.reset > now.UnixNano() {
+			w.Reset = k.reset
+		} else {
+			w.Reset = ringResetEmpty(u, now)
+		}
+	}
+	return w
+}
+
+func anyTrue(b [MaxLimits]bool) bool {
+	for _, v := range b {
+		if v {
+			return true
+		}
+	}
+	return false
+}
+
+// waitCh returns the channel closed after the slot's next operation;
+// sl.mu is held.
+func (fs *fleetSlot) waitCh() chan struct{} {
+	fs.waitMu.Lock()
+	defer fs.waitMu.Unlock()
+	if fs.wait == nil {
+		fs.wait = make(chan struct{})
+	}
+	return fs.wait
+}
+
+// broadcast wakes the requests waiting for the slot's operation.
+func (fs *fleetSlot) broadcast() {
+	fs.waitMu.Lock()
+	if fs.wait != nil {
+		close(fs.wait)
+		fs.wait = nil
+	}
+	fs.waitMu.Unlock()
+}
+
+// process writes the slot's usage and tokens, returns idle leases and
+// takes the leases its windows need: the month's document, then the
+// sliding windows' when the plan has any.
+func (f *Fleet) process(sl *slot) error {
+	p := sl.fl.plan.Load()
+	if p == nil {
+		return nil
+	}
+	now := f.now()
+	sn := f.s.periods(now)
+	if err := f.processMonth(sl, p, now, sn); err != nil {
+		return err
+	}
+	for _, l := range p.Limits {
+		if !l.Unit.Calendar() {
+			return f.processSliding(sl, p, now)
+		}
+	}
+	return nil
+}
+
+// grant is a lease decided for a window, applied once written.
+type grant struct {
+	u     Unit
+	inst  int64
+	n     int64
+	debt  int64 // debt included in the written take, cleared once written
+	fresh bool  // a new lease (sliding: a new charged step)
+}
+
+// leaseSize is the tokens of a new lease: enough for two sync intervals
+// at the slot's rate (at least 10), at most max_lease, at most the
+// remaining quota over twice the gateways.
+func (f *Fleet) leaseSize(remaining int64, rate float64) int64 {
+	if !f.leasing(f.now()) {
+		return 0 // after an outage: the others' writes first
+	}
+	n := max(f.nodes.Load(), 1)
+	want := int64(rate*2*f.o.SyncInterval.Seconds()) + 1
+	want = max(want, min(10, f.o.MaxLease))
+	want = min(want, f.o.MaxLease)
+	limit := max(remaining/(2*n), 1)
+	return max(min(want, limit, remaining), 0)
+}
+
+// docOp is one operation of a slot on one of its documents, the step
+// both documents share: what the gateway knew as it began, the
+// compare-and-set of the document (whose change writes this gateway's
+// entry and decides the grants), and, once written, whether the grants
+// stand and what the gateway learned.
+type docOp struct {
+	f   *Fleet
+	now time.Time
+	// idle: the slot was not used for a sync interval; it gives back
+	// what it holds and takes no lease
+	idle bool
+	// leasing: the gateway took leases as the operation began (the
+	// counts answered and it was not holding after an outage)
+	leasing bool
+	// downAt is the last outage's start as the operation began
+	downAt int64
+	// interrupted: an outage began while the operation was under way
+	// (set by write)
+	interrupted bool
+}
+
+func (f *Fleet) beginOp(sl *slot, now time.Time) *docOp {
+	return &docOp{
+		f:       f,
+		now:     now,
+		idle:    now.UnixNano()-sl.used.Load() > int64(f.o.SyncInterval),
+		leasing: f.leasing(now),
+		downAt:  f.lastDown.Load(),
+	}
+}
+
+// write reads the document at key into doc (a pointer to its zero
+// value), lets change write this gateway's entry into it, and writes it
+// back with a compare-and-set on its revision, again on a conflict
+// (change runs again on the fresh read). Once written, it notes whether
+// an outage began meanwhile: the read may then predate what the others
+// admit alone from then on, so the grants are void (see granted) and the
+// read is no ground for a new share. The tokens written for a lease not
+// taken are given back by the next write, which counts what this gateway
+// holds.
+func (op *docOp) write(key string, doc any, change func()) error {
+	if err := op.f.casDoc(key, doc, change); err != nil {
+		return err
+	}
+	op.interrupted = op.f.lastDown.Load() != op.downAt
+	return nil
+}
+
+// granted is the tokens of g that stand once the document is written.
+func (op *docOp) granted(g grant) int64 {
+	if op.interrupted {
+		return 0
+	}
+	return g.n
+}
+
+// learned records in k what a written operation read and granted (n
+// tokens); readWhileLeasing is whether its read counts as one made
+// while leasing (a ground for a new share). sl.mu is held.
+func (op *docOp) learned(k *knownWindow, n int64, readWhileLeasing bool) {
+	if readWhileLeasing && op.leasing && !op.interrupted {
+		k.reads++
+	}
+	if n > 0 {
+		k.lastLease = n
+	}
+}
+
+// errConflict: another gateway wrote the document first.
+var errConflict = errors.New("conflict")
+
+// errContention: the gateways wrote one document so often that this one
+// could not within opTimeout (NATS answers: the fleet stays available).
+var errContention = errors.New("too many conflicting writes")
+
+// casDoc reads key into v (a pointer to a zero value to fill; left zero
+// when the key does not exist), lets change modify it, and writes it back
+// if its revision is unchanged; on a conflict it reads and changes it
+// again, for at most opTimeout.
+func (f *Fleet) casDoc(key string, v any, change func()) error {
+	deadline := time.Now().Add(opTimeout)
+	for attempt := 0; ; attempt++ {
+		err := f.casOnce(key, v, change, deadline)
+		if !errors.Is(err, errConflict) {
+			if err == nil {
+				leaseOpsVec.WithLabelValues("ok").Inc()
+			}
+			return err
+		}
+		leaseOpsVec.WithLabelValues("conflict").Inc()
+		// other gateways write the same document: back off a little,
+		// at random, and read it again
+		pause := time.Duration(rand.Int64N(int64(min(attempt+1, 20)) * int64(time.Millisecond)))
+		if time.Now().Add(pause).After(deadline) {
+			return fmt.Errorf("quota document %s: %w", key, errContention)
+		}
+		select {
+		case <-f.ctx.Done():
+			return f.ctx.Err()
+		case <-time.After(pause):
+		}
+	}
+}
+
+// casOnce is one read, change and conditional write of casDoc.
+func (f *Fleet) casOnce(key string, v any, change func(), deadline time.Time) error {
+	ctx, cancel := context.WithDeadline(f.ctx, deadline)
+	defer cancel()
+	kv, err := f.bucket(ctx)
+	if err != nil {
+		return err
+	}
+	var rev uint64
+	found := false
+	e, err := kv.Get(ctx, key)
+	switch {
+	case err == nil:
+		if err := json.Unmarshal(e.Value(), v); err != nil {
+			return fmt.Errorf("quota document %s is not valid JSON (left as it is): %w", key, err)
+		}
+		rev, found = e.Revision(), true
+	case errors.Is(err, jetstream.ErrKeyNotFound):
+	default:
+		return err
+	}
+	change()
+	data, err := json.Marshal(v)
+	if err != nil {
+		return err
+	}
+	if found {
+		_, err = kv.Update(ctx, key, data, rev)
+	} else {
+		_, err = kv.Create(ctx, key, data)
+	}
+	if errors.Is(err, jetstream.ErrKeyRevisionMismatch) || errors.Is(err, jetstream.ErrKeyExists) {
+		return errConflict
+	}
+	return err
+}
