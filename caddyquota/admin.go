@@ -128,7 +128,7 @@ func (a *App) consumerUsage(consumer, fromS, toS string) (quotausage.Consumer, e
 		used := st.Standing(p, consumer, now)
 		d, m := st.Periods(now)
 		for i, l := range p.Limits {
-			win := quotausage.Window{Plan: p.Name, Window: l.Unit.String(), Limit: l.N, Used: used[i], Remaining: max(l.N-used[i], 0)}
+			win := quotausage.Window{Plan: p.Name, Window: l.WindowName(), Limit: l.N, Used: used[i], Remaining: max(l.N-used[i], 0)}
 			switch l.Unit {
 			case Day:
 				win.Reset = d.End.In(st.Calendar().Location()).Format(time.RFC3339)

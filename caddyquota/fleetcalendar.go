@@ -35,6 +35,9 @@ type monthNode struct {
 	Take int64 `json:"take,omitempty"`
 	// Days by day of the month ("01".."31").
 	Days map[string]*dayNode `json:"days,omitempty"`
+	// Rate is the gateway's requests per second of the consumer on the
+	// plan when it last wrote (the leases follow each gateway's share).
+	Rate float64 `json:"rate,omitempty"`
 	// Seen is when the gateway last wrote (Unix ms).
 	Seen int64 `json:"seen"`
 }
@@ -89,6 +92,18 @@ func (doc *monthDoc) seenOthers(node string) iter.Seq[int64] {
 	}
 }
 
+// othersRates yields every gateway's but node's rate and when it wrote
+// it (Unix ms).
+func (doc *monthDoc) othersRates(node string) iter.Seq2[float64, int64] {
+	return func(yield func(float64, int64) bool) {
+		for name, n := range doc.Nodes {
+			if name != node && !yield(n.Rate, n.Seen) {
+				return
+			}
+		}
+	}
+}
+
 // calendarOthers is what the gateways but one hold of a month's document:
 // their tokens and admitted requests, of the day (today) and the month,
 // indexed by unit.
@@ -136,8 +151,9 @@ func (f *Fleet) processMonth(sl *slot, p *Plan, now time.Time, sn *calSnap) erro
 		sl.mu.Lock()
 		defer sl.mu.Unlock()
 		f.writeDays(sl, me, sn)
-		grants = f.calendarGrants(op, sl, p, me, sn, others, hold)
-		me.Seen = now.UnixMilli()
+		share := f.trafficShare(sl.fl.rate, doc.othersRates(f.o.Node), now)
+		grants = f.calendarGrants(op, sl, p, me, sn, others, share, hold)
+		me.Rate, me.Seen = sl.fl.rate, now.UnixMilli()
 	})
 	if err != nil {
 		return err
@@ -166,8 +182,7 @@ func (f *Fleet) processMonth(sl *slot, p *Plan, now time.Time, sn *calSnap) erro
 			l.N-others.take[g.u]-lease.take.Load() <= 0
 		k.recheck = now.UnixNano() + int64(f.o.SyncInterval)
 	}
-	a, _ := s.dayCounts(sl.idx, sn.day.ID)
-	sl.fl.lastOp, sl.fl.lastDay, sl.fl.resynced = now.UnixNano(), a, true
+	sl.fl.resynced = true
 	return nil
 }
 
@@ -200,20 +215,15 @@ func (f *Fleet) writeDays(sl *slot, me *monthNode, sn *calSnap) {
 // its entry and decides the leases they need: for a new period the old
 // one's tokens no longer matter; an idle slot (or a window the plan does
 // not limit) gives back what it holds; a window whose lease is used up
-// or half used takes a new one, unless the gateway holds after an
-// outage. sl.mu is held.
-func (f *Fleet) calendarGrants(op *docOp, sl *slot, p *Plan, me *monthNode, sn *calSnap, others calendarOthers, hold bool) []grant {
+// or half used takes a new one (sized for the slot's rate and its share
+// of the fleet's traffic), unless the gateway holds after an outage.
+// sl.mu is held.
+func (f *Fleet) calendarGrants(op *docOp, sl *slot, p *Plan, me *monthNode, sn *calSnap, others calendarOthers, share float64, hold bool) []grant {
 	s := f.s
-	nowNs := op.now.UnixNano()
-	rate := 0.0
-	if sl.fl.lastOp != 0 && nowNs > sl.fl.lastOp {
-		a, _ := s.dayCounts(sl.idx, sn.day.ID)
-		rate = float64(a-sl.fl.lastDay) / (float64(nowNs-sl.fl.lastOp) / 1e9)
-	}
 	grants := make([]grant, 0, 2)
 	for _, u := range []Unit{Day, Month} {
 		l, limited := p.Limit(u)
-		inst := instOf(u, op.now, sn)
+		inst := instOf(Limit{Unit: u}, op.now, sn)
 		lease := s.lease(sl.idx, u)
 		if lease.inst.Load() != inst {
 			lease.restart(inst)
@@ -227,7 +237,7 @@ func (f *Fleet) calendarGrants(op *docOp, sl *slot, p *Plan, me *monthNode, sn *
 			left := lease.left.Load()
 			if left == 0 || left <= k.lastLease/2 {
 				remaining := l.N - others.take[u] - lease.take.Load()
-				g.n = f.leaseSize(remaining, rate)
+				g.n = f.leaseSize(remaining, sl.fl.rate, share)
 			}
 		}
 		take := lease.take.Load() + g.n

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"iter"
 	"math"
 	"math/rand/v2"
 	"sync"
@@ -73,11 +74,18 @@ type fleetSlot struct {
 	waitMu sync.Mutex
 	wait   chan struct{} // closed after each operation on the slot
 
+	// asked counts the slot's requests decided with the fleet (its
+	// demand, admitted or not): the rate its leases are sized for
+	asked atomic.Int64
+
 	// guarded by the slot's mu
 	known    [Month + 1]knownWindow
-	lastOp   int64 // Unix ns of the last successful operation
-	lastDay  int64 // the day's admitted count then (the rate)
-	resynced bool  // the month's days were written since the last outage
+	resynced bool // the month's days were written since the last outage
+	// the slot's request rate (per second), measured over at least a
+	// quarter of a sync interval: asked at rateAt (Unix ns), and the
+	// last rate measured
+	rateAt, rateAsked int64
+	rate              float64
 }
 
 // knownWindow is what the last operation learned of a window.
@@ -103,16 +111,16 @@ type knownWindow struct {
 	aloneReads           int64
 }
 
-// instOf is the instance of a window at now: the period's ID, or the
+// instOf is the instance of window l at now: the period's ID, or the
 // step.
-func instOf(u Unit, now time.Time, sn *calSnap) int64 {
-	switch u {
+func instOf(l Limit, now time.Time, sn *calSnap) int64 {
+	switch l.Unit {
 	case Day:
 		return sn.day.ID
 	case Month:
 		return sn.month.ID
 	}
-	return stepOf(now, u)
+	return l.stepAt(now)
 }
 
 // leaseValid reports whether a lease of instance li serves instance
@@ -129,6 +137,7 @@ func (f *Fleet) acquire(s *Store, sl *slot, p *Plan, now time.Time, sn *calSnap,
 	if sl.fl.plan.Load() != p {
 		sl.fl.plan.Store(p)
 	}
+	sl.fl.asked.Add(1)
 	alone := !f.available.Load() || now.UnixNano() < f.holdTill.Load()
 	if !alone && f.conn.Connected != nil && !f.conn.Connected() {
 		f.setAvailable(false, errors.New("NATS connection lost"))
@@ -238,7 +247,7 @@ func (f *Fleet) decide(s *Store, sl *slot, p *Plan, now time.Time, sn *calSnap, 
 // sl.mu is held.
 func (f *Fleet) source(s *Store, sl *slot, l Limit, now time.Time, sn *calSnap, decideAlone, closed bool) (how int, low bool) {
 	u := l.Unit
-	inst := instOf(u, now, sn)
+	inst := instOf(l, now, sn)
 	k := &sl.fl.known[u]
 	lease := s.lease(sl.idx, u)
 	li, left := lease.inst.Load(), lease.left.Load()
@@ -312,7 +321,7 @@ func (f *Fleet) count(s *Store, sl *slot, p *Plan, now time.Time, dt *table, how
 			}
 		}
 		if !u.Calendar() {
-			s.ringAdd(sl.idx, u, now)
+			s.ringAdd(sl.idx, l, now)
 		}
 	}
 }
@@ -325,7 +334,7 @@ func (f *Fleet) windowState(s *Store, sl *slot, l Limit, now time.Time, sn *calS
 	lease := s.lease(sl.idx, u)
 	take, left := lease.take.Load(), lease.left.Load()
 	var others int64
-	if leaseValid(u, k.inst, instOf(u, now, sn)) || k.inst == lease.inst.Load() {
+	if leaseValid(u, k.inst, instOf(l, now, sn)) || k.inst == lease.inst.Load() {
 		others = k.others
 	}
 	w := WindowState{Remaining: max(l.N-others-take+left, 0)}
@@ -341,7 +350,7 @@ func (f *Fleet) windowState(s *Store, sl *slot, l Limit, now time.Time, sn *calS
 		if full && k.reset > now.UnixNano() {
 			w.Reset = k.reset
 		} else {
-			w.Reset = ringResetEmpty(u, now)
+			w.Reset = ringResetEmpty(l, now)
 		}
 	}
 	return w
@@ -387,6 +396,9 @@ func (f *Fleet) process(sl *slot) error {
 	}
 	now := f.now()
 	sn := f.s.periods(now)
+	sl.mu.Lock()
+	f.measureRate(sl, now)
+	sl.mu.Unlock()
 	if err := f.processMonth(sl, p, now, sn); err != nil {
 		return err
 	}
@@ -407,18 +419,56 @@ type grant struct {
 	fresh bool  // a new lease (sliding: a new charged step)
 }
 
-// leaseSize is the tokens of a new lease: enough for two sync intervals
-// at the slot's rate (at least 10), at most max_lease, at most the
-// remaining quota over twice the gateways.
-func (f *Fleet) leaseSize(remaining int64, rate float64) int64 {
+// measureRate updates the slot's request rate at now: the requests
+// asked since it was last measured, at least a quarter of a sync interval
+// ago (so that operations close together, a lease and a prefetch, do not
+// measure a burst of one). sl.mu is held.
+func (f *Fleet) measureRate(sl *slot, now time.Time) {
+	fs := &sl.fl
+	nowNs, asked := now.UnixNano(), fs.asked.Load()
+	if fs.rateAt == 0 {
+		fs.rateAt, fs.rateAsked = nowNs, asked
+		return
+	}
+	if elapsed := nowNs - fs.rateAt; elapsed >= int64(f.o.SyncInterval)/4 {
+		fs.rate = float64(asked-fs.rateAsked) / (float64(elapsed) / 1e9)
+		fs.rateAt, fs.rateAsked = nowNs, asked
+	}
+}
+
+// trafficShare is this gateway's share of the fleet's requests of a
+// slot: its rate over the rates every gateway wrote in the last minute
+// (others yields the others' rates and when they wrote them, Unix ms);
+// 1 / the gateways while no rate is known.
+func (f *Fleet) trafficShare(mine float64, others iter.Seq2[float64, int64], now time.Time) float64 {
+	total := mine
+	for rate, seen := range others {
+		if now.UnixMilli()-seen < int64(time.Minute/time.Millisecond) {
+			total += rate
+		}
+	}
+	if total <= 0 {
+		return 1 / float64(max(f.nodes.Load(), 1))
+	}
+	return mine / total
+}
+
+// leaseSize is the tokens of a new lease of a window with remaining
+// tokens: enough for two sync intervals at the slot's rate (at least
+// 10), at most max_lease, and at most half
+// of this gateway's share of the traffic of what is left (a quiet
+// gateway takes little, so it holds little that a busy one needs; at
+// least 1). Every lease is written with a compare-and-set of the
+// document that counts every gateway's tokens, so together they never
+// take more than the limit, whatever each one's share.
+func (f *Fleet) leaseSize(remaining int64, rate, share float64) int64 {
 	if !f.leasing(f.now()) {
 		return 0 // after an outage: the others' writes first
 	}
-	n := max(f.nodes.Load(), 1)
 	want := int64(rate*2*f.o.SyncInterval.Seconds()) + 1
 	want = max(want, min(10, f.o.MaxLease))
 	want = min(want, f.o.MaxLease)
-	limit := max(remaining/(2*n), 1)
+	limit := max(int64(float64(remaining)*share/2), 1)
 	return max(min(want, limit, remaining), 0)
 }
 

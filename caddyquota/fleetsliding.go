@@ -1,6 +1,7 @@
 package caddyquota
 
 import (
+	"iter"
 	"sort"
 	"strconv"
 	"time"
@@ -31,11 +32,20 @@ type slideDoc struct {
 }
 
 type slideNode struct {
-	// Minute and Hour are tokens by charged step (Unix seconds, Unix
-	// minutes).
+	// Minute and Hour are the tokens of the plan's shorter and longer
+	// sliding window by charged step (the step's number: Unix seconds
+	// and Unix minutes for a minute and an hour).
 	Minute map[string]int64 `json:"minute,omitempty"`
 	Hour   map[string]int64 `json:"hour,omitempty"`
-	Seen   int64            `json:"seen"`
+	// MinuteStep and HourStep are the windows' steps in nanoseconds (0:
+	// a second and a minute): a gateway whose plan has another window
+	// counts apart until the plans agree.
+	MinuteStep int64 `json:"minute_step,omitempty"`
+	HourStep   int64 `json:"hour_step,omitempty"`
+	// Rate is the gateway's requests per second of the consumer on the
+	// plan when it last wrote (the leases follow each gateway's share).
+	Rate float64 `json:"rate,omitempty"`
+	Seen int64   `json:"seen"`
 }
 
 func (n *slideNode) steps(u Unit) map[string]int64 {
@@ -51,6 +61,35 @@ func (n *slideNode) steps(u Unit) map[string]int64 {
 	return n.Minute
 }
 
+// stepOf is the entry's step of window u (the default when not written).
+func (n *slideNode) stepOf(u Unit) time.Duration {
+	v := n.MinuteStep
+	if u == Hour {
+		v = n.HourStep
+	}
+	if v == 0 {
+		return Limit{Unit: u}.step()
+	}
+	return time.Duration(v)
+}
+
+// setStep records the entry's step of window u, dropping its tokens of
+// a window with another step.
+func (n *slideNode) setStep(u Unit, step time.Duration) {
+	if n.stepOf(u) != step {
+		clear(n.steps(u))
+	}
+	v := int64(step)
+	if step == (Limit{Unit: u}).step() {
+		v = 0
+	}
+	if u == Hour {
+		n.HourStep = v
+	} else {
+		n.MinuteStep = v
+	}
+}
+
 // entry returns node's entry of the document (made when missing), and
 // names the document.
 func (doc *slideDoc) entry(consumer, plan, node string) *slideNode {
@@ -64,6 +103,18 @@ func (doc *slideDoc) entry(consumer, plan, node string) *slideNode {
 		doc.Nodes[node] = me
 	}
 	return me
+}
+
+// othersRates yields every gateway's but node's rate and when it wrote
+// it (Unix ms).
+func (doc *slideDoc) othersRates(node string) iter.Seq2[float64, int64] {
+	return func(yield func(float64, int64) bool) {
+		for name, n := range doc.Nodes {
+			if name != node && !yield(n.Rate, n.Seen) {
+				return
+			}
+		}
+	}
 }
 
 // slideRead is what an operation read of one sliding window: the other
@@ -88,15 +139,16 @@ func (f *Fleet) processSliding(sl *slot, p *Plan, now time.Time) error {
 		me := doc.entry(sl.key.consumer, p.Name, f.o.Node)
 		sl.mu.Lock()
 		defer sl.mu.Unlock()
+		share := f.trafficShare(sl.fl.rate, doc.othersRates(f.o.Node), now)
 		for _, l := range p.Limits {
 			if l.Unit.Calendar() {
 				continue
 			}
 			var g grant
-			g, reads[l.Unit] = f.slideGrant(op, sl, l, &doc, me)
+			g, reads[l.Unit] = f.slideGrant(op, sl, l, &doc, me, share)
 			grants = append(grants, g)
 		}
-		me.Seen = now.UnixMilli()
+		me.Rate, me.Seen = sl.fl.rate, now.UnixMilli()
 	})
 	if err != nil {
 		return err
@@ -119,7 +171,8 @@ func (f *Fleet) processSliding(sl *slot, p *Plan, now time.Time) error {
 			lease.left.Add(n)
 		}
 		k.inst, k.others, k.reset = g.inst, reads[g.u].others, reads[g.u].reset
-		if cur := stepOf(now, g.u); !leaseValid(g.u, g.inst, cur) {
+		l, _ := p.Limit(g.u)
+		if cur := l.stepAt(now); !leaseValid(g.u, g.inst, cur) {
 			// no lease in hand, or none that serves this step: the
 			// read is of the current step's window (so a full window
 			// refuses at once, and a share decided later is of what
@@ -140,9 +193,10 @@ func (f *Fleet) processSliding(sl *slot, p *Plan, now time.Time) error {
 // lease in hand gives back what is left when it ends, idles or gives way
 // to a new one. It reads the fleet's count of the window and when the
 // window next admits. sl.mu is held.
-func (f *Fleet) slideGrant(op *docOp, sl *slot, l Limit, doc *slideDoc, me *slideNode) (grant, slideRead) {
+func (f *Fleet) slideGrant(op *docOp, sl *slot, l Limit, doc *slideDoc, me *slideNode, share float64) (grant, slideRead) {
 	u := l.Unit
-	cur := stepOf(op.now, u)
+	cur := l.stepAt(op.now)
+	me.setStep(u, l.step())
 	mine := me.steps(u)
 	for key := range mine {
 		if step, err := strconv.ParseInt(key, 10, 64); err != nil || step < cur-ringSteps-1 {
@@ -173,6 +227,9 @@ func (f *Fleet) slideGrant(op *docOp, sl *slot, l Limit, doc *slideDoc, me *slid
 	byStep := map[int64]int64{}
 	var used int64
 	for name, n := range doc.Nodes {
+		if n.stepOf(u) != l.step() {
+			continue // another window: not this plan's as this gateway has it
+		}
 		for key, t := range n.steps(u) {
 			step, err := strconv.ParseInt(key, 10, 64)
 			if err != nil || step < cur-ringSteps {
@@ -186,29 +243,29 @@ func (f *Fleet) slideGrant(op *docOp, sl *slot, l Limit, doc *slideDoc, me *slid
 		}
 	}
 	if want {
-		if n := f.leaseSize(l.N-used, 0); n > 0 {
+		if n := f.leaseSize(l.N-used, sl.fl.rate, share); n > 0 {
 			g.n, g.fresh, g.inst = n, charged != li, charged
 			mine[strconv.FormatInt(charged, 10)] += n
 		}
 	}
-	read.reset = nextAdmission(u, byStep, used, l.N)
+	read.reset = nextAdmission(l, byStep, used)
 	return g, read
 }
 
-// nextAdmission is when a sliding window that counts used tokens, by
-// charged step, next admits under limit: when enough steps have left it
-// (0 when it counts nothing).
-func nextAdmission(u Unit, byStep map[int64]int64, used, limit int64) int64 {
+// nextAdmission is when sliding window l, which counts used tokens (by
+// charged step), next admits under its limit: when enough steps have left
+// it (0 when it counts nothing).
+func nextAdmission(l Limit, byStep map[int64]int64, used int64) int64 {
 	steps := make([]int64, 0, len(byStep))
 	for step := range byStep {
 		steps = append(steps, step)
 	}
 	sort.Slice(steps, func(i, j int) bool { return steps[i] < steps[j] })
-	drop, gone := used-limit+1, int64(0)
+	drop, gone := used-l.N+1, int64(0)
 	for _, step := range steps {
 		gone += byStep[step]
 		if gone >= max(drop, 1) {
-			return (step + ringSteps + 1) * int64(stepLen(u))
+			return (step + ringSteps + 1) * int64(l.step())
 		}
 	}
 	return 0

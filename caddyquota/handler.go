@@ -197,7 +197,7 @@ type QuotaExceeded struct {
 
 // refuse answers 429 for the binding window of d.
 func (h *Handler) refuse(w http.ResponseWriter, r *http.Request, repl *caddy.Replacer, plan *Plan, d *Decision, now time.Time) error {
-	window := plan.Limits[d.Binding].Unit.String()
+	window := plan.Limits[d.Binding].WindowName()
 	reset := d.Reset().In(h.app.cal.Location()).Format(time.RFC3339)
 	reason := h.reason(plan, d)
 	w.Header().Set("Retry-After", strconv.FormatInt(d.RetryAfter(now), 10))
