@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"iter"
+	"os"
 	"runtime/debug"
 	"strconv"
 	"strings"
@@ -72,6 +73,9 @@ type FleetOptions struct {
 	// admits alone while the counts cannot be reached; 0: 1 / the
 	// gateways seen.
 	Share float64
+	// Plan returns the plan of a name (nil: none), for the slots written
+	// when the link starts, before a request names their plan.
+	Plan func(name string) *Plan
 	// RetentionDays is the bucket's max age when the fleet creates it.
 	RetentionDays int
 	Logger        *zap.Logger
@@ -169,6 +173,7 @@ func StartFleet(s *Store, conn FleetConn, o FleetOptions) (*Fleet, error) {
 	f.wg.Add(1)
 	go f.ticker()
 	s.fleet.Store(f)
+	f.resyncStored()
 	return f, nil
 }
 
@@ -366,6 +371,49 @@ func (f *Fleet) holds(sl *slot) bool {
 		}
 	}
 	return false
+}
+
+// resyncStored runs an operation on every slot of the store that counted
+// requests today or yesterday, or holds tokens: a gateway started again
+// (after a SIGKILL, say) writes what it admitted since its last write and
+// gives back the lease it held, whether or not the consumer's requests
+// reach it again. (Before, only a slot used since the start was written:
+// a gateway killed with unwritten admissions and no request of that
+// consumer afterwards left them out of the fleet's usage for good.)
+func (f *Fleet) resyncStored() {
+	s := f.s
+	sn := s.periods(f.now())
+	days := []*table{}
+	for _, id := range []int64{sn.day.ID, sn.day.ID - 1} {
+		if _, err := os.Stat(s.dayPath(id)); err != nil {
+			continue
+		}
+		if t, err := s.dayTable(id); err == nil {
+			days = append(days, t)
+		}
+	}
+	for _, sl := range s.allSlots() {
+		counted := false
+		for _, t := range days {
+			if t.load(sl.idx, 0) != 0 || t.load(sl.idx, 1) != 0 {
+				counted = true
+			}
+		}
+		if !counted && !f.holds(sl) {
+			continue
+		}
+		p := (*Plan)(nil)
+		if f.o.Plan != nil {
+			p = f.o.Plan(sl.key.plan)
+		}
+		if p == nil {
+			// a plan no longer configured: its usage is written and
+			// its calendar tokens given back (a plan without limits)
+			p = &Plan{Name: sl.key.plan}
+		}
+		sl.fl.plan.CompareAndSwap(nil, p)
+		f.enqueue(sl)
+	}
 }
 
 // resyncAll runs an operation on every slot used while the counts were

@@ -275,6 +275,62 @@ func TestFleetRestartReturnsLeases(t *testing.T) {
 	}
 }
 
+// TestFleetRestartWritesUnasked: a gateway stopped (as a SIGKILL leaves
+// it: no last write) with admissions the fleet's usage does not have yet
+// and a lease in hand writes them and gives the lease back as soon as it
+// starts again, though no request of that consumer reaches it: the
+// fleet's usage equals what was admitted, and the other gateway admits
+// the rest of the quota. (Before, a slot was written only once a request
+// named its plan again: TestQuotaFleetKill's 2,958 of 3,000.)
+func TestFleetRestartWritesUnasked(t *testing.T) {
+	c := natstest.StartCluster(t, 1)
+	loc := farFromMidnight(t)
+	p := mustPlan(t, "free", "100/day")
+	a := startGateway(t, c.URL(), "a", t.TempDir(), fleetOpts{loc: loc})
+	bdir := t.TempDir()
+	// b's ticker never writes on its own (an hour): what it admitted is
+	// in the fleet's documents only through its lease operations
+	b := startGateway(t, c.URL(), "b", bdir, fleetOpts{loc: loc, sync: time.Hour})
+	admitted := 0
+	for i := 0; i < 25; i++ {
+		if d, err := b.store.AcquireAt(p, "bob", time.Now(), false); err != nil {
+			t.Fatal(err)
+		} else if d.Admitted {
+			admitted++
+		}
+	}
+	today := a.store.Calendar().Day(time.Now()).ID
+	u, err := a.fleet.Usage("bob", today, today)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(u) == 1 && u[0].Admitted == int64(admitted) {
+		t.Fatalf("the fleet's usage has all %d of b's admissions before b stops: the test cannot run the case it names", admitted)
+	}
+	held := b.store.lease(b.store.lookup("free", "bob").idx, Day).left.Load()
+	b.stop()
+	b = startGateway(t, c.URL(), "b", bdir, fleetOpts{loc: loc, sync: time.Hour})
+	waitFor(t, "b's admissions in the fleet's usage, with no request to b", 10*time.Second, func() string {
+		u, err := a.fleet.Usage("bob", today, today)
+		if err != nil {
+			return err.Error()
+		}
+		if len(u) != 1 || u[0].Admitted != int64(admitted) {
+			return fmt.Sprintf("%+v, want %d admitted", u, admitted)
+		}
+		return ""
+	})
+	// and b's lease (held when it stopped) is back: a admits the rest
+	for i := 0; i < 200; i++ {
+		if d, _ := a.store.AcquireAt(p, "bob", time.Now(), false); d.Admitted {
+			admitted++
+		}
+	}
+	if admitted != 100 {
+		t.Fatalf("%d admitted in all (b held %d when it stopped), want the quota, 100", admitted, held)
+	}
+}
+
 // TestFleetNATSOutage: with NATS down, each gateway admits its share of
 // what was left (fail_closed: then refuses); with NATS back, what each
 // admitted alone is written, and the fleet's usage is every admitted

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
+	"go.uber.org/zap"
 )
 
 // The calendar windows (day, month) across the fleet: one document per
@@ -181,6 +182,11 @@ func (f *Fleet) processMonth(sl *slot, p *Plan, now time.Time, sn *calSnap) erro
 		k.exhausted = limited && n == 0 && lease.left.Load() == 0 &&
 			l.N-others.take[g.u]-lease.take.Load() <= 0
 		k.recheck = now.UnixNano() + int64(f.o.SyncInterval)
+		if ce := f.logger.Check(zap.DebugLevel, "quota fleet: counts written"); ce != nil {
+			ce.Write(zap.String("consumer", sl.key.consumer), zap.String("plan", p.Name), zap.String("window", g.u.String()),
+				zap.Int64("granted", n), zap.Int64("own_tokens", lease.take.Load()), zap.Int64("others_tokens", k.others),
+				zap.Bool("interrupted", op.interrupted), zap.Bool("hold", hold))
+		}
 	}
 	sl.fl.resynced = true
 	return nil

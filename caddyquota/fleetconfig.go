@@ -159,6 +159,7 @@ func (a *App) fleetOptions() FleetOptions {
 		LeaseWait:     time.Duration(f.LeaseWait),
 		FailClosed:    a.OnUnavailable == FailClosed,
 		Share:         a.UnavailableShare,
+		Plan:          func(name string) *Plan { return a.plans[name] },
 		Logger:        a.logger.Named("fleet"),
 	}
 	if fo.Bucket == "" {

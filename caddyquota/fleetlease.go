@@ -14,6 +14,7 @@ import (
 	"unsafe"
 
 	"github.com/nats-io/nats.go/jetstream"
+	"go.uber.org/zap"
 )
 
 // This file decides requests from the leases a gateway holds, and runs
@@ -102,6 +103,8 @@ type knownWindow struct {
 	// after an outage for the others' writes of what they admitted
 	// alone (a read then misses those, and is no ground for a share)
 	reads int64
+	// readAt is when the last of those reads was (Unix ns)
+	readAt int64
 	// deciding alone: the instance the share is of, what was left then
 	// as known, and what was admitted alone since; aloneReads is reads
 	// then
@@ -109,6 +112,10 @@ type knownWindow struct {
 	aloneBase, aloneUsed int64
 	aloneAllow           int64 // the share of aloneBase, fixed with it
 	aloneReads           int64
+	// a sliding window alone: the share (a fraction) fixed as it began
+	// deciding alone, and until when (Unix ns) aloneAllow holds
+	aloneFrac  float64
+	aloneUntil int64
 }
 
 // instOf is the instance of window l at now: the period's ID, or the
@@ -268,8 +275,16 @@ func (f *Fleet) source(s *Store, sl *slot, l Limit, now time.Time, sn *calSnap, 
 		}
 		lease.restart(li)
 	}
+	if !u.Calendar() {
+		return f.slidingAlone(s, sl, l, k, now, closed), false
+	}
 	if k.aloneInst != li || k.reads != k.aloneReads {
 		f.fixShare(k, lease, l, li, inst)
+		if ce := f.logger.Check(zap.DebugLevel, "quota fleet: deciding alone on a share"); ce != nil {
+			ce.Write(zap.String("consumer", sl.key.consumer), zap.String("plan", sl.key.plan), zap.String("window", l.WindowName()),
+				zap.Int64("left_as_read", k.aloneBase), zap.Int64("others_as_read", k.others), zap.Int64("own_tokens", lease.take.Load()),
+				zap.Int64("share", k.aloneAllow), zap.Duration("read_age", time.Duration(now.UnixNano()-k.readAt)))
+		}
 	}
 	if k.aloneUsed >= k.aloneAllow && (closed || f.policy.Load().failClosed) {
 		return shareUsed, false
@@ -301,6 +316,43 @@ func (f *Fleet) fixShare(k *knownWindow, lease *windowLease, l Limit, li, inst i
 	// the share too: a count of gateways read later (a heartbeat
 	// listing while NATS restarts) must not widen it
 	k.aloneAllow = int64(math.Floor(f.share() * float64(k.aloneBase)))
+}
+
+// slidingAlone decides a request on sliding window l alone, from this
+// gateway's own requests in the window (its ring of steps on disk): it
+// admits up to the share of what was left as it last read the fleet's
+// count (plus what it had admitted itself then) until a window has passed
+// since that read, then up to its share of the limit per window, so that
+// together the gateways admit at most the limit in any window once the
+// others' earlier requests have left it. sl.mu is held.
+func (f *Fleet) slidingAlone(s *Store, sl *slot, l Limit, k *knownWindow, now time.Time, closed bool) int {
+	own := s.ringUsed(sl.idx, l, now)
+	nowNs := now.UnixNano()
+	if k.reads != k.aloneReads || k.aloneFrac == 0 {
+		// a count of gateways read later (a heartbeat listing while
+		// NATS restarts) must not widen the share
+		k.aloneFrac, k.aloneReads, k.aloneUntil = f.share(), k.reads, 0
+	}
+	if k.aloneUntil == 0 || nowNs >= k.aloneUntil {
+		if k.readAt != 0 && nowNs-k.readAt < int64(l.Window) && k.aloneUntil == 0 {
+			k.aloneBase = max(l.N-k.others-own, 0)
+			k.aloneAllow = own + int64(math.Floor(k.aloneFrac*float64(k.aloneBase)))
+			k.aloneUntil = k.readAt + int64(l.Window)
+		} else {
+			k.aloneBase = l.N
+			k.aloneAllow = int64(math.Floor(k.aloneFrac * float64(l.N)))
+			k.aloneUntil = math.MaxInt64
+		}
+		if ce := f.logger.Check(zap.DebugLevel, "quota fleet: deciding alone on a share"); ce != nil {
+			ce.Write(zap.String("consumer", sl.key.consumer), zap.String("plan", sl.key.plan), zap.String("window", l.WindowName()),
+				zap.Int64("left_as_read", k.aloneBase), zap.Int64("others_as_read", k.others), zap.Int64("own_in_window", own),
+				zap.Int64("allowed_in_window", k.aloneAllow), zap.Duration("read_age", time.Duration(nowNs-k.readAt)))
+		}
+	}
+	if own >= k.aloneAllow && (closed || f.policy.Load().failClosed) {
+		return shareUsed
+	}
+	return fromShare
 }
 
 // count counts an admitted request in every window, from where each
@@ -534,6 +586,7 @@ func (op *docOp) granted(g grant) int64 {
 func (op *docOp) learned(k *knownWindow, n int64, readWhileLeasing bool) {
 	if readWhileLeasing && op.leasing && !op.interrupted {
 		k.reads++
+		k.readAt = op.now.UnixNano()
 	}
 	if n > 0 {
 		k.lastLease = n
