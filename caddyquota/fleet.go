@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
+	"encoding/json"
 	"errors"
 	"iter"
 	"os"
@@ -96,6 +97,47 @@ type FleetConn struct {
 	OnReconnect func(func()) func()
 	// Release gives the connection back when the fleet stops.
 	Release func()
+	// Publish and Subscribe carry the fleet's requests to read (core
+	// NATS, subject <bucket>.read.<node>): a gateway whose lease waits
+	// for another's read asks that one to read now. Without them it waits
+	// for that gateway's next operation (at most a sync interval while it
+	// serves the consumer).
+	Publish   func(subject string, data []byte) error
+	Subscribe func(subject string, handle func(data []byte)) (unsubscribe func(), err error)
+}
+
+// readRequest is the message that asks a gateway to read a slot's
+// documents now.
+type readRequest struct {
+	Consumer string `json:"consumer"`
+	Plan     string `json:"plan"`
+}
+
+// readSubject is the subject of a node's read requests.
+func (f *Fleet) readSubject(node string) string {
+	return f.o.Bucket + ".read." + nodeKey(node)
+}
+
+// askToRead asks node to read the slot's documents now (best effort: a
+// gateway that does not hear it reads at its next operation).
+func (f *Fleet) askToRead(sl *slot, node string) {
+	if f.conn.Publish == nil || node == "" {
+		return
+	}
+	data, _ := json.Marshal(readRequest{Consumer: sl.key.consumer, Plan: sl.key.plan})
+	_ = f.conn.Publish(f.readSubject(node), data)
+}
+
+// onReadRequest runs an operation on the slot another gateway asked this
+// one to read.
+func (f *Fleet) onReadRequest(data []byte) {
+	var rr readRequest
+	if json.Unmarshal(data, &rr) != nil {
+		return
+	}
+	if sl := f.s.lookup(rr.Plan, rr.Consumer); sl != nil && sl.fl.plan.Load() != nil {
+		f.enqueue(sl)
+	}
 }
 
 // Fleet is a store's link to the fleet's shared counts.
@@ -126,6 +168,7 @@ type Fleet struct {
 	cancel  context.CancelFunc
 	wg      sync.WaitGroup
 	removeR func()
+	unsub   func()
 }
 
 type fleetPolicy struct {
@@ -166,6 +209,14 @@ func StartFleet(s *Store, conn FleetConn, o FleetOptions) (*Fleet, error) {
 	if conn.OnReconnect != nil {
 		f.removeR = conn.OnReconnect(func() { f.wake() })
 	}
+	if conn.Subscribe != nil {
+		unsub, err := conn.Subscribe(f.readSubject(o.Node), f.onReadRequest)
+		if err != nil {
+			f.logger.Warn("quota fleet: not listening to read requests (a lease that waits for this gateway's read waits for its next operation)", zap.Error(err))
+		} else {
+			f.unsub = unsub
+		}
+	}
 	for i := 0; i < 4; i++ {
 		f.wg.Add(1)
 		go f.worker()
@@ -189,6 +240,9 @@ func (f *Fleet) Stop() {
 	f.s.fleet.CompareAndSwap(f, nil)
 	f.cancel()
 	f.wg.Wait()
+	if f.unsub != nil {
+		f.unsub()
+	}
 	if f.removeR != nil {
 		f.removeR()
 	}
@@ -243,6 +297,19 @@ func (f *Fleet) share() float64 {
 
 // enqueue asks a worker to run an operation on the slot (once at a time).
 func (f *Fleet) enqueue(sl *slot) {
+	if nb := sl.fl.notBefore.Load(); nb != 0 {
+		if wait := time.Duration(nb - time.Now().UnixNano()); wait > 0 {
+			// its lease waits for another gateway's read: again in a
+			// moment, once
+			if sl.fl.timed.CompareAndSwap(false, true) {
+				time.AfterFunc(wait, func() {
+					sl.fl.timed.Store(false)
+					f.enqueue(sl)
+				})
+			}
+			return
+		}
+	}
 	if !sl.fl.queued.CompareAndSwap(false, true) {
 		sl.fl.again.Store(true)
 		return

@@ -56,7 +56,7 @@ func connectFleet(t testing.TB, url string) (*nats.Conn, FleetConn) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	return nc, FleetConn{JetStream: js, Connected: nc.IsConnected, Clustered: func() bool { return nc.ConnectedClusterName() != "" }}
+	return nc, fleetConnOf(nc, js)
 }
 
 type fleetOpts struct {
@@ -387,8 +387,9 @@ func TestFleetNATSOutage(t *testing.T) {
 }
 
 // TestFleetShareFromSlowLease: a gateway that began deciding on its share
-// because a lease waited too long (NATS going away before the connection
-// says so) keeps that share through the outage that follows and through
+// before its link noticed the outage (a lease that waited too long: NATS
+// going away before the connection says so; decided here as acquire then
+// does, before its operation fails) keeps that share through the outage that follows and through
 // the hold after NATS is back: its first read then misses what the
 // other gateway admitted alone, and a share of what that read says is
 // left would be over the quota. (Before the fix, the share was tied to
@@ -451,7 +452,7 @@ func TestFleetShareFromSlowLease(t *testing.T) {
 		}
 		sl.mu.Lock()
 		defer sl.mu.Unlock()
-		d, _, _ := a.fleet.decide(s, sl, p, now, sn, dt, false, true, true)
+		d, _, _ := a.fleet.decide(s, sl, p, now, sn, dt, false, true, false)
 		return d
 	}
 	for i := 0; i < 100; i++ {

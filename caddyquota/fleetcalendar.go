@@ -39,8 +39,18 @@ type monthNode struct {
 	// Rate is the gateway's requests per second of the consumer on the
 	// plan when it last wrote (the leases follow each gateway's share).
 	Rate float64 `json:"rate,omitempty"`
+	// Leases counts the leases the gateway was granted in the document,
+	// Saw the others' as it last read them, and Passive says that it
+	// held nothing as it last wrote (see mayLease).
+	Leases  int64            `json:"leases,omitempty"`
+	Saw     map[string]int64 `json:"saw,omitempty"`
+	Passive bool             `json:"passive,omitempty"`
 	// Seen is when the gateway last wrote (Unix ms).
 	Seen int64 `json:"seen"`
+}
+
+func (n *monthNode) acks() (int64, int64, map[string]int64, bool) {
+	return n.Seen, n.Leases, n.Saw, n.Passive
 }
 
 type dayNode struct {
@@ -153,12 +163,21 @@ func (f *Fleet) processMonth(sl *slot, p *Plan, now time.Time, sn *calSnap) erro
 		defer sl.mu.Unlock()
 		f.writeDays(sl, me, sn)
 		share := f.trafficShare(sl.fl.rate, doc.othersRates(f.o.Node), now)
-		grants = f.calendarGrants(op, sl, p, me, sn, others, share, hold)
-		me.Rate, me.Seen = sl.fl.rate, now.UnixMilli()
+		var may bool
+		may, op.waitFor = mayLease(f, doc.Nodes, f.o.Node, me.Leases, now)
+		grants, op.blocked = f.calendarGrants(op, sl, p, me, sn, others, share, hold, may)
+		if granted(grants) {
+			me.Leases++
+		}
+		if op.leasing && !hold {
+			me.Saw = sawAll(doc.Nodes, f.o.Node)
+		}
+		me.Rate, me.Passive, me.Seen = sl.fl.rate, op.idle, now.UnixMilli()
 	})
 	if err != nil {
 		return err
 	}
+	op.wait(sl)
 	if hold {
 		f.holdFor(now)
 	}
@@ -222,11 +241,11 @@ func (f *Fleet) writeDays(sl *slot, me *monthNode, sn *calSnap) {
 // one's tokens no longer matter; an idle slot (or a window the plan does
 // not limit) gives back what it holds; a window whose lease is used up
 // or half used takes a new one (sized for the slot's rate and its share
-// of the fleet's traffic), unless the gateway holds after an outage.
-// sl.mu is held.
-func (f *Fleet) calendarGrants(op *docOp, sl *slot, p *Plan, me *monthNode, sn *calSnap, others calendarOthers, share float64, hold bool) []grant {
+// of the fleet's traffic), unless the gateway holds after an outage, or
+// may not lease yet (blocked: a lease was wanted). sl.mu is held.
+func (f *Fleet) calendarGrants(op *docOp, sl *slot, p *Plan, me *monthNode, sn *calSnap, others calendarOthers, share float64, hold, may bool) (grants []grant, blocked bool) {
 	s := f.s
-	grants := make([]grant, 0, 2)
+	grants = make([]grant, 0, 2)
 	for _, u := range []Unit{Day, Month} {
 		l, limited := p.Limit(u)
 		inst := instOf(Limit{Unit: u}, op.now, sn)
@@ -244,6 +263,9 @@ func (f *Fleet) calendarGrants(op *docOp, sl *slot, p *Plan, me *monthNode, sn *
 			if left == 0 || left <= k.lastLease/2 {
 				remaining := l.N - others.take[u] - lease.take.Load()
 				g.n = f.leaseSize(remaining, sl.fl.rate, share)
+				if g.n > 0 && !may {
+					g.n, blocked = 0, true
+				}
 			}
 		}
 		take := lease.take.Load() + g.n
@@ -254,7 +276,7 @@ func (f *Fleet) calendarGrants(op *docOp, sl *slot, p *Plan, me *monthNode, sn *
 		}
 		grants = append(grants, g)
 	}
-	return grants
+	return grants, blocked
 }
 
 // current adds the fleet's view to a slot's counts: the other gateways'

@@ -6,6 +6,8 @@ import (
 	"time"
 
 	"github.com/caddyserver/caddy/v2"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/apigate/gateway/internal/natsconn"
 )
@@ -130,14 +132,9 @@ func (p *pooledStore) configureFleet(a *App) error {
 		release()
 		return fmt.Errorf("quota fleet: %w", err)
 	}
-	nc := conn.NATS()
-	fl, err := StartFleet(p.Store, FleetConn{
-		JetStream:   js,
-		Connected:   nc.IsConnected,
-		Clustered:   func() bool { return nc.ConnectedClusterName() != "" },
-		OnReconnect: conn.OnReconnect,
-		Release:     release,
-	}, fo)
+	fc := fleetConnOf(conn.NATS(), js)
+	fc.OnReconnect, fc.Release = conn.OnReconnect, release
+	fl, err := StartFleet(p.Store, fc, fo)
 	if err != nil {
 		release()
 		return err
@@ -178,4 +175,22 @@ func (a *App) fleetOptions() FleetOptions {
 		fo.LeaseWait = DefaultLeaseWait
 	}
 	return fo
+}
+
+// fleetConnOf is what the fleet needs of a NATS connection and its
+// JetStream context.
+func fleetConnOf(nc *nats.Conn, js jetstream.JetStream) FleetConn {
+	return FleetConn{
+		JetStream: js,
+		Connected: nc.IsConnected,
+		Clustered: func() bool { return nc.ConnectedClusterName() != "" },
+		Publish:   nc.Publish,
+		Subscribe: func(subject string, handle func([]byte)) (func(), error) {
+			sub, err := nc.Subscribe(subject, func(m *nats.Msg) { handle(m.Data) })
+			if err != nil {
+				return nil, err
+			}
+			return func() { _ = sub.Unsubscribe() }, nil
+		},
+	}
 }

@@ -8,6 +8,7 @@ import (
 	"iter"
 	"math"
 	"math/rand/v2"
+	"reflect"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -78,6 +79,19 @@ type fleetSlot struct {
 	// asked counts the slot's requests decided with the fleet (its
 	// demand, admitted or not): the rate its leases are sized for
 	asked atomic.Int64
+	// notBefore (Unix ns) delays the next operation of a slot whose
+	// lease waits for another gateway's read (0: none); timed is set
+	// while a timer will enqueue it
+	notBefore atomic.Int64
+	timed     atomic.Bool
+	// waiting: the last operation's lease waits for another gateway's
+	// read (the counts answer); blocked is the running operation's
+	// (touched by it alone: one operation runs on a slot at a time)
+	waiting atomic.Bool
+	blocked bool
+	// waiters counts the requests waiting for a lease (the slot is not
+	// idle while one does)
+	waiters atomic.Int32
 
 	// guarded by the slot's mu
 	known    [Month + 1]knownWindow
@@ -150,9 +164,12 @@ func (f *Fleet) acquire(s *Store, sl *slot, p *Plan, now time.Time, sn *calSnap,
 		f.setAvailable(false, errors.New("NATS connection lost"))
 		alone = true
 	}
-	// slow, not away: decided on the share, and refused beyond it
-	// whatever on_unavailable says
-	closed := false
+	// late: the wait for a lease ended while it waits for another
+	// gateway's read (the counts answer): the windows that need one
+	// refuse; a share is only for a gateway that cannot reach the
+	// counts, else its admissions would add to what the others lease
+	// meanwhile
+	late := false
 	began, asked := time.Now(), now
 	var timer *time.Timer
 	defer func() {
@@ -162,7 +179,7 @@ func (f *Fleet) acquire(s *Store, sl *slot, p *Plan, now time.Time, sn *calSnap,
 	}()
 	for {
 		sl.mu.Lock()
-		d, need, prefetch := f.decide(s, sl, p, now, sn, dt, dry, alone, closed)
+		d, need, prefetch := f.decide(s, sl, p, now, sn, dt, dry, alone, late)
 		var ch chan struct{}
 		if need {
 			ch = sl.fl.waitCh()
@@ -177,6 +194,8 @@ func (f *Fleet) acquire(s *Store, sl *slot, p *Plan, now time.Time, sn *calSnap,
 		f.enqueue(sl)
 		if timer == nil {
 			timer = time.NewTimer(f.o.LeaseWait)
+			sl.fl.waiters.Add(1)
+			defer sl.fl.waiters.Add(-1)
 		}
 		select {
 		case <-ch:
@@ -184,10 +203,21 @@ func (f *Fleet) acquire(s *Store, sl *slot, p *Plan, now time.Time, sn *calSnap,
 			// that woke first; alone once the counts are unreachable
 			alone = !f.available.Load() || now.UnixNano() < f.holdTill.Load()
 		case <-timer.C:
-			// NATS answers too slowly to wait longer: this request
-			// is decided on the share, as when it is unreachable
-			alone, closed = true, f.available.Load()
 			leaseTimeouts.Inc()
+			switch {
+			case sl.fl.waiting.Load():
+				// the counts answered: the lease waits for another
+				// gateway's read; refused for now
+				late = true
+			case f.available.Load():
+				// no answer within lease_wait: for this gateway NATS
+				// is away (if it answers the others, a partial
+				// outage): it decides on its share from now on
+				f.setAvailable(false, errors.New("no answer within lease_wait"))
+				alone = true
+			default:
+				alone = true
+			}
 		}
 		// decided when it is decided: a wait that outlasts a sliding
 		// window's step (or a day) must not decide on the instance it
@@ -204,24 +234,29 @@ const (
 	fromShare          // the gateway decides alone, on its share
 	shareUsed          // the gateway decides alone and its share is used up: refused
 	windowFull         // the fleet had no token left when last asked: refused
+	noLease            // no lease came within lease_wait while the counts answer: refused
 )
 
 // decide admits or refuses from the tokens in hand; need is set when a
 // window has none and a lease must be asked for (unless alone: then the
-// share decides); prefetch when a lease runs low and the next should be
-// taken before it is needed. sl.mu is held.
-func (f *Fleet) decide(s *Store, sl *slot, p *Plan, now time.Time, sn *calSnap, dt *table, dry, decideAlone, closed bool) (d Decision, need, prefetch bool) {
+// share decides; or late: then it refuses); prefetch when a lease runs
+// low and the next should be taken before it is needed. sl.mu is held.
+func (f *Fleet) decide(s *Store, sl *slot, p *Plan, now time.Time, sn *calSnap, dt *table, dry, decideAlone, late bool) (d Decision, need, prefetch bool) {
 	s.ensureMonth(sl, sn)
 	d = Decision{N: len(p.Limits), Binding: -1}
 	var how [MaxLimits]int
 	var full [MaxLimits]bool
 	for i, l := range p.Limits {
 		var low bool
-		how[i], low = f.source(s, sl, l, now, sn, decideAlone, closed)
+		how[i], low = f.source(s, sl, l, now, sn, decideAlone)
 		prefetch = prefetch || low
 		switch how[i] {
 		case fromNothing:
-			need = true
+			if late {
+				how[i], full[i], d.Late = noLease, true, true
+			} else {
+				need = true
+			}
 		case fromShare:
 			d.Share = true
 		case shareUsed:
@@ -241,6 +276,11 @@ func (f *Fleet) decide(s *Store, sl *slot, p *Plan, now time.Time, sn *calSnap, 
 	}
 	for i, l := range p.Limits {
 		d.Windows[i] = f.windowState(s, sl, l, now, sn, full[i])
+		if how[i] == noLease {
+			// a moment, not the window's end: the next lease may come
+			// with the next operation
+			d.Windows[i].Reset = now.Add(f.o.SyncInterval).UnixNano()
+		}
 	}
 	d.bind(full)
 	d.Admitted = !over || dry
@@ -252,7 +292,7 @@ func (f *Fleet) decide(s *Store, sl *slot, p *Plan, now time.Time, sn *calSnap, 
 // share while deciding alone, or not at all (a lease is needed, or the
 // window is full). Deciding alone, it fixes the share the first time.
 // sl.mu is held.
-func (f *Fleet) source(s *Store, sl *slot, l Limit, now time.Time, sn *calSnap, decideAlone, closed bool) (how int, low bool) {
+func (f *Fleet) source(s *Store, sl *slot, l Limit, now time.Time, sn *calSnap, decideAlone bool) (how int, low bool) {
 	u := l.Unit
 	inst := instOf(l, now, sn)
 	k := &sl.fl.known[u]
@@ -276,17 +316,17 @@ func (f *Fleet) source(s *Store, sl *slot, l Limit, now time.Time, sn *calSnap, 
 		lease.restart(li)
 	}
 	if !u.Calendar() {
-		return f.slidingAlone(s, sl, l, k, now, closed), false
+		return f.slidingAlone(s, sl, l, k, now), false
 	}
 	if k.aloneInst != li || k.reads != k.aloneReads {
-		f.fixShare(k, lease, l, li, inst)
+		f.fixShare(k, lease, l, li, inst, now)
 		if ce := f.logger.Check(zap.DebugLevel, "quota fleet: deciding alone on a share"); ce != nil {
 			ce.Write(zap.String("consumer", sl.key.consumer), zap.String("plan", sl.key.plan), zap.String("window", l.WindowName()),
 				zap.Int64("left_as_read", k.aloneBase), zap.Int64("others_as_read", k.others), zap.Int64("own_tokens", lease.take.Load()),
 				zap.Int64("share", k.aloneAllow), zap.Duration("read_age", time.Duration(now.UnixNano()-k.readAt)))
 		}
 	}
-	if k.aloneUsed >= k.aloneAllow && (closed || f.policy.Load().failClosed) {
+	if k.aloneUsed >= k.aloneAllow && f.policy.Load().failClosed {
 		return shareUsed, false
 	}
 	return fromShare, false
@@ -305,7 +345,7 @@ func (f *Fleet) source(s *Store, sl *slot, l Limit, now time.Time, sn *calSnap, 
 // into came first. What was left excludes all this gateway took: its
 // lease in hand, admitted from first, and what it admitted alone and has
 // not written yet.
-func (f *Fleet) fixShare(k *knownWindow, lease *windowLease, l Limit, li, inst int64) {
+func (f *Fleet) fixShare(k *knownWindow, lease *windowLease, l Limit, li, inst int64, now time.Time) {
 	take := lease.take.Load()
 	var others int64
 	if leaseValid(l.Unit, k.inst, inst) || k.inst == li {
@@ -313,6 +353,9 @@ func (f *Fleet) fixShare(k *knownWindow, lease *windowLease, l Limit, li, inst i
 	}
 	k.aloneInst, k.aloneReads = li, k.reads
 	k.aloneBase, k.aloneUsed = max(l.N-others-take, 0), 0
+	if !f.readFresh(k, now) {
+		k.aloneBase = 0
+	}
 	// the share too: a count of gateways read later (a heartbeat
 	// listing while NATS restarts) must not widen it
 	k.aloneAllow = int64(math.Floor(f.share() * float64(k.aloneBase)))
@@ -325,7 +368,7 @@ func (f *Fleet) fixShare(k *knownWindow, lease *windowLease, l Limit, li, inst i
 // since that read, then up to its share of the limit per window, so that
 // together the gateways admit at most the limit in any window once the
 // others' earlier requests have left it. sl.mu is held.
-func (f *Fleet) slidingAlone(s *Store, sl *slot, l Limit, k *knownWindow, now time.Time, closed bool) int {
+func (f *Fleet) slidingAlone(s *Store, sl *slot, l Limit, k *knownWindow, now time.Time) int {
 	own := s.ringUsed(sl.idx, l, now)
 	nowNs := now.UnixNano()
 	if k.reads != k.aloneReads || k.aloneFrac == 0 {
@@ -334,11 +377,17 @@ func (f *Fleet) slidingAlone(s *Store, sl *slot, l Limit, k *knownWindow, now ti
 		k.aloneFrac, k.aloneReads, k.aloneUntil = f.share(), k.reads, 0
 	}
 	if k.aloneUntil == 0 || nowNs >= k.aloneUntil {
-		if k.readAt != 0 && nowNs-k.readAt < int64(l.Window) && k.aloneUntil == 0 {
+		switch {
+		case k.aloneUntil == 0 && !f.readFresh(k, now):
+			// the others' requests of the last window are not known:
+			// nothing more until they have left it
+			k.aloneBase, k.aloneAllow = 0, own
+			k.aloneUntil = nowNs + int64(l.Window)
+		case k.aloneUntil == 0 && nowNs-k.readAt < int64(l.Window):
 			k.aloneBase = max(l.N-k.others-own, 0)
 			k.aloneAllow = own + int64(math.Floor(k.aloneFrac*float64(k.aloneBase)))
 			k.aloneUntil = k.readAt + int64(l.Window)
-		} else {
+		default:
 			k.aloneBase = l.N
 			k.aloneAllow = int64(math.Floor(k.aloneFrac * float64(l.N)))
 			k.aloneUntil = math.MaxInt64
@@ -349,10 +398,26 @@ func (f *Fleet) slidingAlone(s *Store, sl *slot, l Limit, k *knownWindow, now ti
 				zap.Int64("allowed_in_window", k.aloneAllow), zap.Duration("read_age", time.Duration(nowNs-k.readAt)))
 		}
 	}
-	if own >= k.aloneAllow && (closed || f.policy.Load().failClosed) {
+	if own >= k.aloneAllow && f.policy.Load().failClosed {
 		return shareUsed
 	}
 	return fromShare
+}
+
+// readFresh reports whether the gateway's last read of window k (while
+// leasing, not passive) is recent enough to take a share of: at most
+// half the ack window before NATS went away (before now while it is
+// away for no outage, a wait that was late). The others waited for its
+// reads until then, so the read misses at most one lease of each.
+func (f *Fleet) readFresh(k *knownWindow, now time.Time) bool {
+	if k.readAt == 0 {
+		return false
+	}
+	ref := now.UnixNano()
+	if down := f.downSince.Load(); down != 0 && down < ref {
+		ref = down
+	}
+	return ref-k.readAt <= int64(f.ackWindow()/2)
 }
 
 // count counts an admitted request in every window, from where each
@@ -448,6 +513,8 @@ func (f *Fleet) process(sl *slot) error {
 	}
 	now := f.now()
 	sn := f.s.periods(now)
+	sl.fl.notBefore.Store(0)
+	sl.fl.blocked = false
 	sl.mu.Lock()
 	f.measureRate(sl, now)
 	sl.mu.Unlock()
@@ -456,10 +523,24 @@ func (f *Fleet) process(sl *slot) error {
 	}
 	for _, l := range p.Limits {
 		if !l.Unit.Calendar() {
-			return f.processSliding(sl, p, now)
+			if err := f.processSliding(sl, p, now); err != nil {
+				return err
+			}
+			break
 		}
 	}
+	sl.fl.waiting.Store(sl.fl.blocked)
 	return nil
+}
+
+// granted reports whether any of grants is a lease.
+func granted(grants []grant) bool {
+	for _, g := range grants {
+		if g.n > 0 {
+			return true
+		}
+	}
+	return false
 }
 
 // grant is a lease decided for a window, applied once written.
@@ -543,13 +624,95 @@ type docOp struct {
 	// interrupted: an outage began while the operation was under way
 	// (set by write)
 	interrupted bool
+	// blocked: a lease was wanted and waits for another gateway's read
+	// of this one's previous lease (see mayLease): waitFor's
+	blocked bool
+	waitFor string
+}
+
+// ackWindow is how long after its last write a gateway that is not
+// passive counts, for the others, as one whose read they wait for
+// before each new lease, and how old (at most half of it) a gateway's
+// last read may be when NATS goes away for it to take a share of it:
+// twice the longest a serving gateway goes between two reads (a sync
+// interval, a lease wait, a sync interval).
+func (f *Fleet) ackWindow() time.Duration {
+	return 2 * (f.o.LeaseWait + 2*f.o.SyncInterval)
+}
+
+// ackEntry is a gateway's entry of a document as the acknowledgment rule
+// reads it.
+type ackEntry interface {
+	// acks returns when the gateway last wrote (Unix ms), the leases it
+	// was granted in the document, the others' as it last read them,
+	// and whether its last write was passive (it holds nothing).
+	acks() (seen, leases int64, saw map[string]int64, passive bool)
+}
+
+// mayLease reports whether this gateway (me, granted mine leases so far)
+// may take a new lease in a document: only once every other gateway
+// that wrote it within the ack window and is not passive has read its
+// previous one. So between two reads of a gateway each other takes at
+// most one lease, and what a gateway's last read misses when NATS goes
+// away is at most one lease (max_lease) of each other gateway: the bound
+// of an outage, (gateways - 1) x max_lease, holds at any rate of
+// requests. It names the gateway waited for.
+func mayLease[N ackEntry](f *Fleet, nodes map[string]N, me string, mine int64, now time.Time) (bool, string) {
+	if mine == 0 {
+		return true, ""
+	}
+	window := f.ackWindow().Milliseconds()
+	for name, n := range nodes {
+		if name == me {
+			continue
+		}
+		seen, _, saw, passive := n.acks()
+		if passive || now.UnixMilli()-seen >= window {
+			continue
+		}
+		if saw[me] < mine {
+			return false, name
+		}
+	}
+	return true, ""
+}
+
+// sawAll returns every other gateway's leases, as this one reads them.
+func sawAll[N ackEntry](nodes map[string]N, me string) map[string]int64 {
+	saw := make(map[string]int64, len(nodes))
+	for name, n := range nodes {
+		if name != me {
+			if _, leases, _, _ := n.acks(); leases > 0 {
+				saw[name] = leases
+			}
+		}
+	}
+	return saw
+}
+
+// wait delays the slot's next operation after one whose lease waited
+// for another gateway's read, and asks that gateway to read now: the
+// waiting requests ask again in a moment (at most every 50 ms), until
+// that gateway has read (without the request, it does at least every
+// sync interval while it serves the consumer).
+func (op *docOp) wait(sl *slot) {
+	if !op.blocked {
+		return
+	}
+	sl.fl.blocked = true
+	pause := max(min(op.f.o.SyncInterval/8, op.f.o.LeaseWait/8, 50*time.Millisecond), 5*time.Millisecond)
+	sl.fl.notBefore.Store(op.now.Add(pause).UnixNano())
+	op.f.askToRead(sl, op.waitFor)
+	if ce := op.f.logger.Check(zap.DebugLevel, "quota fleet: a lease waits for another gateway's read"); ce != nil {
+		ce.Write(zap.String("consumer", sl.key.consumer), zap.String("plan", sl.key.plan))
+	}
 }
 
 func (f *Fleet) beginOp(sl *slot, now time.Time) *docOp {
 	return &docOp{
 		f:       f,
 		now:     now,
-		idle:    now.UnixNano()-sl.used.Load() > int64(f.o.SyncInterval),
+		idle:    now.UnixNano()-sl.used.Load() > int64(f.o.SyncInterval) && sl.fl.waiters.Load() == 0,
 		leasing: f.leasing(now),
 		downAt:  f.lastDown.Load(),
 	}
@@ -587,6 +750,12 @@ func (op *docOp) learned(k *knownWindow, n int64, readWhileLeasing bool) {
 	if readWhileLeasing && op.leasing && !op.interrupted {
 		k.reads++
 		k.readAt = op.now.UnixNano()
+		if op.idle {
+			// a passive entry (it held nothing): no ground for a
+			// share, since the others lease on without waiting for
+			// its reads
+			k.readAt = 0
+		}
 	}
 	if n > 0 {
 		k.lastLease = n
@@ -639,6 +808,10 @@ func (f *Fleet) casOnce(key string, v any, change func(), deadline time.Time) er
 	}
 	var rev uint64
 	found := false
+	// a fresh document for each attempt: what an earlier attempt's
+	// change wrote into it is not the stored document's
+	rv := reflect.ValueOf(v).Elem()
+	rv.Set(reflect.Zero(rv.Type()))
 	e, err := kv.Get(ctx, key)
 	switch {
 	case err == nil:

@@ -45,7 +45,15 @@ type slideNode struct {
 	// Rate is the gateway's requests per second of the consumer on the
 	// plan when it last wrote (the leases follow each gateway's share).
 	Rate float64 `json:"rate,omitempty"`
-	Seen int64   `json:"seen"`
+	// Leases, Saw and Passive: as a month document's (see mayLease).
+	Leases  int64            `json:"leases,omitempty"`
+	Saw     map[string]int64 `json:"saw,omitempty"`
+	Passive bool             `json:"passive,omitempty"`
+	Seen    int64            `json:"seen"`
+}
+
+func (n *slideNode) acks() (int64, int64, map[string]int64, bool) {
+	return n.Seen, n.Leases, n.Saw, n.Passive
 }
 
 func (n *slideNode) steps(u Unit) map[string]int64 {
@@ -140,19 +148,29 @@ func (f *Fleet) processSliding(sl *slot, p *Plan, now time.Time) error {
 		sl.mu.Lock()
 		defer sl.mu.Unlock()
 		share := f.trafficShare(sl.fl.rate, doc.othersRates(f.o.Node), now)
+		var may bool
+		may, op.waitFor = mayLease(f, doc.Nodes, f.o.Node, me.Leases, now)
+		op.blocked = false
 		for _, l := range p.Limits {
 			if l.Unit.Calendar() {
 				continue
 			}
-			var g grant
-			g, reads[l.Unit] = f.slideGrant(op, sl, l, &doc, me, share)
+			g, read, blocked := f.slideGrant(op, sl, l, &doc, me, share, may)
+			reads[l.Unit], op.blocked = read, op.blocked || blocked
 			grants = append(grants, g)
 		}
-		me.Rate, me.Seen = sl.fl.rate, now.UnixMilli()
+		if granted(grants) {
+			me.Leases++
+		}
+		if op.leasing {
+			me.Saw = sawAll(doc.Nodes, f.o.Node)
+		}
+		me.Rate, me.Passive, me.Seen = sl.fl.rate, op.idle, now.UnixMilli()
 	})
 	if err != nil {
 		return err
 	}
+	op.wait(sl)
 	s := f.s
 	sl.mu.Lock()
 	defer sl.mu.Unlock()
@@ -191,9 +209,10 @@ func (f *Fleet) processSliding(sl *slot, p *Plan, now time.Time) error {
 // window needs: a new one, charged at the last step it serves, when the
 // lease in hand ended, is used up, half used, or ends with this step; the
 // lease in hand gives back what is left when it ends, idles or gives way
-// to a new one. It reads the fleet's count of the window and when the
-// window next admits. sl.mu is held.
-func (f *Fleet) slideGrant(op *docOp, sl *slot, l Limit, doc *slideDoc, me *slideNode, share float64) (grant, slideRead) {
+// to a new one (unless it may not lease yet: blocked, a lease was
+// wanted). It reads the fleet's count of the window and when the window
+// next admits. sl.mu is held.
+func (f *Fleet) slideGrant(op *docOp, sl *slot, l Limit, doc *slideDoc, me *slideNode, share float64, may bool) (g grant, read slideRead, blocked bool) {
 	u := l.Unit
 	cur := l.stepAt(op.now)
 	me.setStep(u, l.step())
@@ -209,6 +228,11 @@ func (f *Fleet) slideGrant(op *docOp, sl *slot, l Limit, doc *slideDoc, me *slid
 	k := &sl.fl.known[u]
 	left := lease.left.Load()
 	want := !op.idle && (!valid || left == 0 || left <= k.lastLease/2 || li == cur)
+	if want && !may {
+		// the lease in hand stays as it is until this gateway may take
+		// the next one
+		want, blocked = false, true
+	}
 	charged := cur + slideValidity - 1
 	if (!valid || op.idle || want && charged != li) && left > 0 {
 		lease.giveBack()
@@ -220,8 +244,7 @@ func (f *Fleet) slideGrant(op *docOp, sl *slot, l Limit, doc *slideDoc, me *slid
 			delete(mine, strconv.FormatInt(li, 10))
 		}
 	}
-	g := grant{u: u, inst: li, debt: lease.debt.Load()}
-	var read slideRead
+	g = grant{u: u, inst: li, debt: lease.debt.Load()}
 	// the fleet's count: every step from the window's oldest to the
 	// last charged one
 	byStep := map[int64]int64{}
@@ -249,7 +272,7 @@ func (f *Fleet) slideGrant(op *docOp, sl *slot, l Limit, doc *slideDoc, me *slid
 		}
 	}
 	read.reset = nextAdmission(l, byStep, used)
-	return g, read
+	return g, read, blocked
 }
 
 // nextAdmission is when sliding window l, which counts used tokens (by

@@ -181,6 +181,9 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyht
 // reason is the client-safe reason of a refusal, for audit and logs.
 func (h *Handler) reason(plan *Plan, d *Decision) string {
 	l := plan.Limits[d.Binding]
+	if d.Late {
+		return "quota: the lease of " + plan.Name + " " + l.String() + " waits for another gateway's read of the fleet's counts (try again in a moment)"
+	}
 	if d.Share {
 		return "quota exceeded: this gateway's share of " + plan.Name + " " + l.String() + " (the fleet's counts are unavailable)"
 	}

@@ -116,6 +116,11 @@ type Decision struct {
 	// Share is set when the fleet's counts could not be reached and the
 	// gateway decided on its share of the quota alone.
 	Share bool
+	// Late is set when a window refused because its lease waited for
+	// another gateway's read of the fleet's counts for longer than
+	// lease_wait: the request may be sent again in a moment (the
+	// window's reset is a sync interval away).
+	Late bool
 }
 
 // WindowState is one limit's state for a consumer after a request.
