@@ -77,6 +77,10 @@ type FleetOptions struct {
 	// Plan returns the plan of a name (nil: none), for the slots written
 	// when the link starts, before a request names their plan.
 	Plan func(name string) *Plan
+	// Apart: the counts are a handler's own (Counts), apart from the
+	// quota app's; the link leaves gateway_quota_fleet_available to the
+	// app's.
+	Apart bool
 	// RetentionDays is the bucket's max age when the fleet creates it.
 	RetentionDays int
 	Logger        *zap.Logger
@@ -204,7 +208,7 @@ func StartFleet(s *Store, conn FleetConn, o FleetOptions) (*Fleet, error) {
 	f.policy.Store(&fleetPolicy{failClosed: o.FailClosed, share: o.Share})
 	f.nodes.Store(1)
 	f.available.Store(true)
-	fleetAvailable.Set(1)
+	f.gauge(1)
 	f.ctx, f.cancel = context.WithCancel(context.Background())
 	if conn.OnReconnect != nil {
 		f.removeR = conn.OnReconnect(func() { f.wake() })
@@ -263,7 +267,7 @@ func (f *Fleet) setAvailable(ok bool, err error) {
 		return
 	}
 	if ok {
-		fleetAvailable.Set(1)
+		f.gauge(1)
 		// every gateway writes what it admitted alone before any takes
 		// a lease again (they see NATS return within about one sync
 		// interval of each other)
@@ -277,7 +281,7 @@ func (f *Fleet) setAvailable(ok bool, err error) {
 	now := f.now().UnixNano()
 	f.downSince.Store(now)
 	f.lastDown.Store(now)
-	fleetAvailable.Set(0)
+	f.gauge(0)
 	p := f.policy.Load()
 	mode := FailOpen
 	if p.failClosed {
@@ -285,6 +289,13 @@ func (f *Fleet) setAvailable(ok bool, err error) {
 	}
 	f.logger.Warn("quota fleet counts unreachable: this gateway admits its share of each consumer's remaining quota alone",
 		zap.String("on_unavailable", mode), zap.Float64("share", f.share()), zap.Error(err))
+}
+
+// gauge sets gateway_quota_fleet_available (the quota app's link only).
+func (f *Fleet) gauge(v float64) {
+	if !f.o.Apart {
+		fleetAvailable.Set(v)
+	}
 }
 
 // share is the share of the remaining quota a gateway admits alone.
