@@ -550,6 +550,8 @@ type grant struct {
 	n     int64
 	debt  int64 // debt included in the written take, cleared once written
 	fresh bool  // a new lease (sliding: a new charged step)
+	// blocked: a lease was wanted and waits for another gateway's read
+	blocked bool
 }
 
 // measureRate updates the slot's request rate at now: the requests

@@ -155,8 +155,8 @@ func (f *Fleet) processSliding(sl *slot, p *Plan, now time.Time) error {
 			if l.Unit.Calendar() {
 				continue
 			}
-			g, read, blocked := f.slideGrant(op, sl, l, &doc, me, share, may)
-			reads[l.Unit], op.blocked = read, op.blocked || blocked
+			g, read := f.slideGrant(op, sl, l, &doc, me, share, may)
+			reads[l.Unit], op.blocked = read, op.blocked || g.blocked
 			grants = append(grants, g)
 		}
 		if granted(grants) {
@@ -198,7 +198,9 @@ func (f *Fleet) processSliding(sl *slot, p *Plan, now time.Time) error {
 			k.inst = cur + slideValidity - 1
 		}
 		op.learned(k, n, true)
-		k.exhausted = n == 0 && lease.left.Load() == 0 && !op.idle && !op.interrupted
+		// (a lease that waits for another gateway's read is not a full
+		// window)
+		k.exhausted = n == 0 && lease.left.Load() == 0 && !op.idle && !op.interrupted && !g.blocked
 		k.recheck = min(now.UnixNano()+int64(f.o.SyncInterval), max(reads[g.u].reset, now.UnixNano()))
 	}
 	return nil
@@ -212,7 +214,7 @@ func (f *Fleet) processSliding(sl *slot, p *Plan, now time.Time) error {
 // to a new one (unless it may not lease yet: blocked, a lease was
 // wanted). It reads the fleet's count of the window and when the window
 // next admits. sl.mu is held.
-func (f *Fleet) slideGrant(op *docOp, sl *slot, l Limit, doc *slideDoc, me *slideNode, share float64, may bool) (g grant, read slideRead, blocked bool) {
+func (f *Fleet) slideGrant(op *docOp, sl *slot, l Limit, doc *slideDoc, me *slideNode, share float64, may bool) (g grant, read slideRead) {
 	u := l.Unit
 	cur := l.stepAt(op.now)
 	me.setStep(u, l.step())
@@ -228,10 +230,11 @@ func (f *Fleet) slideGrant(op *docOp, sl *slot, l Limit, doc *slideDoc, me *slid
 	k := &sl.fl.known[u]
 	left := lease.left.Load()
 	want := !op.idle && (!valid || left == 0 || left <= k.lastLease/2 || li == cur)
-	if want && !may {
+	blocked := want && !may
+	if blocked {
 		// the lease in hand stays as it is until this gateway may take
 		// the next one
-		want, blocked = false, true
+		want = false
 	}
 	charged := cur + slideValidity - 1
 	if (!valid || op.idle || want && charged != li) && left > 0 {
@@ -244,7 +247,7 @@ func (f *Fleet) slideGrant(op *docOp, sl *slot, l Limit, doc *slideDoc, me *slid
 			delete(mine, strconv.FormatInt(li, 10))
 		}
 	}
-	g = grant{u: u, inst: li, debt: lease.debt.Load()}
+	g = grant{u: u, inst: li, debt: lease.debt.Load(), blocked: blocked}
 	// the fleet's count: every step from the window's oldest to the
 	// last charged one
 	byStep := map[int64]int64{}
@@ -272,7 +275,7 @@ func (f *Fleet) slideGrant(op *docOp, sl *slot, l Limit, doc *slideDoc, me *slid
 		}
 	}
 	read.reset = nextAdmission(l, byStep, used)
-	return g, read, blocked
+	return g, read
 }
 
 // nextAdmission is when sliding window l, which counts used tokens (by
