@@ -129,6 +129,7 @@ func (doc *slideDoc) othersRates(node string) iter.Seq2[float64, int64] {
 // gateways' tokens in it, and when it next admits (Unix ns; 0: not known).
 type slideRead struct {
 	others, reset int64
+	full          bool // the fleet's count is at the limit
 }
 
 // processSliding runs the operation on the sliding windows' document: it
@@ -198,9 +199,9 @@ func (f *Fleet) processSliding(sl *slot, p *Plan, now time.Time) error {
 			k.inst = cur + slideValidity - 1
 		}
 		op.learned(k, n, true)
-		// (a lease that waits for another gateway's read is not a full
-		// window)
-		k.exhausted = n == 0 && lease.left.Load() == 0 && !op.idle && !op.interrupted && !g.blocked
+		// (a lease that waits for another gateway's read, or for the
+		// end of the hold after an outage, is not a full window)
+		k.exhausted = n == 0 && lease.left.Load() == 0 && !op.idle && !op.interrupted && reads[g.u].full
 		k.recheck = min(now.UnixNano()+int64(f.o.SyncInterval), max(reads[g.u].reset, now.UnixNano()))
 	}
 	return nil
@@ -275,6 +276,7 @@ func (f *Fleet) slideGrant(op *docOp, sl *slot, l Limit, doc *slideDoc, me *slid
 		}
 	}
 	read.reset = nextAdmission(l, byStep, used)
+	read.full = used >= l.N
 	return g, read
 }
 
