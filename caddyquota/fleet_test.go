@@ -3,7 +3,6 @@ package caddyquota
 import (
 	"context"
 	"fmt"
-	"github.com/apigate/gateway/internal/testkit/busyloop"
 	"io"
 	"net"
 	"sort"
@@ -18,6 +17,8 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"go.uber.org/zap/zaptest"
 
+	"github.com/apigate/gateway/internal/testkit/burst"
+	"github.com/apigate/gateway/internal/testkit/busyloop"
 	"github.com/apigate/gateway/internal/testkit/natstest"
 )
 
@@ -164,14 +165,6 @@ func hammer(t testing.TB, gws []*gateway, p *Plan, consumer string, conc int, st
 	return out
 }
 
-func sum(xs []int64) int64 {
-	var n int64
-	for _, x := range xs {
-		n += x
-	}
-	return n
-}
-
 // TestFleetExact: three gateways on a three-node NATS cluster, one
 // consumer, eight concurrent clients on each: together they admit exactly
 // the quota (the leases never grant more than is left, and what one
@@ -193,8 +186,8 @@ func TestFleetExact(t *testing.T) {
 	stop := make(chan struct{})
 	time.AfterFunc(4*time.Second, func() { close(stop) })
 	got := hammer(t, gws, p, "alice", 8, stop)
-	if sum(got) != 600 {
-		t.Fatalf("admitted %v = %d, want exactly 600", got, sum(got))
+	if burst.Sum(got) != 600 {
+		t.Fatalf("admitted %v = %d, want exactly 600", got, burst.Sum(got))
 	}
 	// every gateway reports the fleet's usage once it has written its own
 	today := gws[0].store.Calendar().Day(time.Now()).ID
@@ -821,8 +814,8 @@ func TestFleetBurst(t *testing.T) {
 				name := fmt.Sprintf("%d-per-%s-%d-gateways", limit, window, n)
 				t.Run(name, func(t *testing.T) {
 					p := mustPlan(t, "burst"+strconv.Itoa(limit), fmt.Sprintf("%d/%s", limit, window))
-					per := burst(t, gws[:n], p, name, 2*limit, 8)
-					got := sum(per)
+					per := storeBurst(t, gws[:n], p, name, 2*limit, 8)
+					got := burst.Sum(per)
 					t.Logf("%d of %d requests admitted (%v) against %d/%s", got, 2*limit, per, limit, window)
 					if got > int64(limit) {
 						t.Errorf("admitted %d (%v): over the limit %d", got, per, limit)
@@ -836,35 +829,16 @@ func TestFleetBurst(t *testing.T) {
 	}
 }
 
-// burst sends total requests of consumer, from clients goroutines spread
-// over the gateways, each as soon as the last was answered; it returns
-// the admitted count per gateway.
-func burst(t *testing.T, gws []*gateway, p *Plan, consumer string, total, clients int) []int64 {
+// storeBurst sends total requests of consumer, from clients goroutines
+// spread over the gateways, each as soon as the last was answered; it
+// returns the admitted count per gateway.
+func storeBurst(t *testing.T, gws []*gateway, p *Plan, consumer string, total, clients int) []int64 {
 	t.Helper()
-	var sent atomic.Int64
-	counts := make([]atomic.Int64, len(gws))
-	var wg sync.WaitGroup
-	for i := range clients {
-		g := i % len(gws)
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for sent.Add(1) <= int64(total) {
-				d, err := gws[g].store.AcquireAt(p, consumer, time.Now(), false)
-				if err != nil {
-					t.Error(err)
-					return
-				}
-				if d.Admitted {
-					counts[g].Add(1)
-				}
-			}
-		}()
-	}
-	wg.Wait()
-	out := make([]int64, len(gws))
-	for i := range counts {
-		out[i] = counts[i].Load()
-	}
-	return out
+	return burst.Run(total, clients, len(gws), func(g int) bool {
+		d, err := gws[g].store.AcquireAt(p, consumer, time.Now(), false)
+		if err != nil {
+			t.Error(err)
+		}
+		return d.Admitted
+	})
 }

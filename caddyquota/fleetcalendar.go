@@ -53,6 +53,8 @@ func (n *monthNode) acks() (int64, int64, map[string]int64, bool) {
 	return n.Seen, n.Leases, n.Saw, n.Passive
 }
 
+func (n *monthNode) rate() (float64, int64) { return n.Rate, n.Seen }
+
 type dayNode struct {
 	Take     int64 `json:"take,omitempty"`
 	Admitted int64 `json:"admitted,omitempty"`
@@ -97,18 +99,6 @@ func (doc *monthDoc) seenOthers(node string) iter.Seq[int64] {
 	return func(yield func(int64) bool) {
 		for name, n := range doc.Nodes {
 			if name != node && !yield(n.Seen) {
-				return
-			}
-		}
-	}
-}
-
-// othersRates yields every gateway's but node's rate and when it wrote
-// it (Unix ms).
-func (doc *monthDoc) othersRates(node string) iter.Seq2[float64, int64] {
-	return func(yield func(float64, int64) bool) {
-		for name, n := range doc.Nodes {
-			if name != node && !yield(n.Rate, n.Seen) {
 				return
 			}
 		}
@@ -162,7 +152,7 @@ func (f *Fleet) processMonth(sl *slot, p *Plan, now time.Time, sn *calSnap) erro
 		sl.mu.Lock()
 		defer sl.mu.Unlock()
 		f.writeDays(sl, me, sn)
-		share := f.trafficShare(sl.fl.rate, doc.othersRates(f.o.Node), now)
+		share := f.trafficShare(sl.fl.rate, othersRates(doc.Nodes, f.o.Node), now)
 		var may bool
 		may, op.waitFor = mayLease(f, doc.Nodes, f.o.Node, me.Leases, now)
 		grants, op.blocked = f.calendarGrants(op, sl, p, me, sn, others, share, hold, may)

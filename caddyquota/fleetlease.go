@@ -571,6 +571,24 @@ func (f *Fleet) measureRate(sl *slot, now time.Time) {
 	}
 }
 
+// rateEntry is a gateway's entry of a document as the lease size reads
+// it: its rate (requests per second) and when it wrote it (Unix ms).
+type rateEntry interface{ rate() (float64, int64) }
+
+// othersRates yields every gateway's but me's rate and when it wrote it.
+func othersRates[N rateEntry](nodes map[string]N, me string) iter.Seq2[float64, int64] {
+	return func(yield func(float64, int64) bool) {
+		for name, n := range nodes {
+			if name == me {
+				continue
+			}
+			if rate, seen := n.rate(); !yield(rate, seen) {
+				return
+			}
+		}
+	}
+}
+
 // trafficShare is this gateway's share of the fleet's requests of a
 // slot: its rate over the rates every gateway wrote in the last minute
 // (others yields the others' rates and when they wrote them, Unix ms);

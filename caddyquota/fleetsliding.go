@@ -1,7 +1,6 @@
 package caddyquota
 
 import (
-	"iter"
 	"sort"
 	"strconv"
 	"time"
@@ -55,6 +54,8 @@ type slideNode struct {
 func (n *slideNode) acks() (int64, int64, map[string]int64, bool) {
 	return n.Seen, n.Leases, n.Saw, n.Passive
 }
+
+func (n *slideNode) rate() (float64, int64) { return n.Rate, n.Seen }
 
 func (n *slideNode) steps(u Unit) map[string]int64 {
 	if u == Hour {
@@ -113,18 +114,6 @@ func (doc *slideDoc) entry(consumer, plan, node string) *slideNode {
 	return me
 }
 
-// othersRates yields every gateway's but node's rate and when it wrote
-// it (Unix ms).
-func (doc *slideDoc) othersRates(node string) iter.Seq2[float64, int64] {
-	return func(yield func(float64, int64) bool) {
-		for name, n := range doc.Nodes {
-			if name != node && !yield(n.Rate, n.Seen) {
-				return
-			}
-		}
-	}
-}
-
 // slideRead is what an operation read of one sliding window: the other
 // gateways' tokens in it, and when it next admits (Unix ns; 0: not known).
 type slideRead struct {
@@ -148,7 +137,7 @@ func (f *Fleet) processSliding(sl *slot, p *Plan, now time.Time) error {
 		me := doc.entry(sl.key.consumer, p.Name, f.o.Node)
 		sl.mu.Lock()
 		defer sl.mu.Unlock()
-		share := f.trafficShare(sl.fl.rate, doc.othersRates(f.o.Node), now)
+		share := f.trafficShare(sl.fl.rate, othersRates(doc.Nodes, f.o.Node), now)
 		var may bool
 		may, op.waitFor = mayLease(f, doc.Nodes, f.o.Node, me.Leases, now)
 		op.blocked = false

@@ -17,6 +17,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/apigate/gateway/caddyquota/quotausage"
+	"github.com/apigate/gateway/internal/testkit/burst"
 	"github.com/apigate/gateway/internal/testkit/busyloop"
 	"github.com/apigate/gateway/internal/testkit/natstest"
 	"github.com/apigate/gateway/internal/testkit/pathtest"
@@ -102,58 +103,14 @@ func (g *quotaGateway) config(nats string) func(dir string) string {
 	handle /ready {
 		respond "ready"
 	}
-	# a route's rate limit in the Caddyfile: a plan of the handler's own
-	# (TestQuotaFleetBurst)
-	handle /rl/20/* {
-		quota {
-			key {http.request.header.X-Consumer}
-			plan rl20 20/1m
-		}
-		respond "ok"
-	}
-	handle /rl/100/* {
-		quota {
-			key {http.request.header.X-Consumer}
-			plan rl100 100/1m
-		}
-		respond "ok"
-	}
-	handle /rl/1000/* {
-		quota {
-			key {http.request.header.X-Consumer}
-			plan rl1000 1000/1m
-		}
-		respond "ok"
-	}
-	handle /q/20/* {
-		quota {
-			key {http.request.header.X-Consumer}
-			plan q20
-		}
-		respond "ok"
-	}
-	handle /q/100/* {
-		quota {
-			key {http.request.header.X-Consumer}
-			plan q100
-		}
-		respond "ok"
-	}
-	handle /q/1000/* {
-		quota {
-			key {http.request.header.X-Consumer}
-			plan q1000
-		}
-		respond "ok"
-	}
-	handle {
+%[12]s	handle {
 		quota {
 			key {http.request.header.X-Consumer}
 		}
 		respond "ok"
 	}
 }
-`, g.admin, g.http, g.http+1, quotaLimit, quotaZone(), dir, nats, g.name, quotaSync, quotaLease, evidenceLog(dir))
+`, g.admin, g.http, g.http+1, quotaLimit, quotaZone(), dir, nats, g.name, quotaSync, quotaLease, evidenceLog(dir), burstRoutes())
 	}
 }
 
@@ -301,6 +258,22 @@ func (l *quotaLoad) waitExhausted(t *testing.T, quiet time.Duration) {
 		}
 		return ""
 	})
+}
+
+// burstRoutes are the routes of TestQuotaFleetBurst: /rl/<n>/ a
+// route's rate limit in the Caddyfile (a quota handler's own plan, n a
+// minute), /q/<n>/ the plan q<n> (n a day); counted per X-Consumer.
+func burstRoutes() string {
+	var b strings.Builder
+	for _, n := range []int{20, 100, 1000} {
+		for _, r := range []struct{ path, plan string }{
+			{fmt.Sprintf("/rl/%d/*", n), fmt.Sprintf("rl%d %d/1m", n, n)},
+			{fmt.Sprintf("/q/%d/*", n), fmt.Sprintf("q%d", n)},
+		} {
+			fmt.Fprintf(&b, "\thandle %s {\n\t\tquota {\n\t\t\tkey {http.request.header.X-Consumer}\n\t\t\tplan %s\n\t\t}\n\t\trespond \"ok\"\n\t}\n", r.path, r.plan)
+		}
+	}
+	return b.String()
 }
 
 // evidenceLog is the global option that writes the fleet's debug log
@@ -578,10 +551,7 @@ func TestQuotaFleetBurst(t *testing.T) {
 				name := fmt.Sprintf("%s-%d-%d-gateways", kind, limit, n)
 				t.Run(name, func(t *testing.T) {
 					per := httpBurst(gws[:n], fmt.Sprintf("/%s/%d/x", kind, limit), name, 2*limit, 8)
-					var got int64
-					for _, c := range per {
-						got += c
-					}
+					got := burst.Sum(per)
 					t.Logf("%d of %d requests admitted (%v)", got, 2*limit, per)
 					if goal := int64(limit + n); got > goal {
 						t.Errorf("admitted %d (%v): over the limit %d + 1 per gateway", got, per, limit)
@@ -599,32 +569,14 @@ func TestQuotaFleetBurst(t *testing.T) {
 // goroutines spread over the gateways, each as soon as the last was
 // answered; it returns the 200s per gateway.
 func httpBurst(gws []*quotaGateway, path, consumer string, total, clients int) []int64 {
-	var sent atomic.Int64
-	counts := make([]atomic.Int64, len(gws))
-	var wg sync.WaitGroup
-	for i := range clients {
-		g := i % len(gws)
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for sent.Add(1) <= int64(total) {
-				req, _ := http.NewRequest("GET", gws[g].url(path), nil)
-				req.Header.Set("X-Consumer", consumer)
-				resp, err := client.Do(req)
-				if err != nil {
-					continue
-				}
-				resp.Body.Close()
-				if resp.StatusCode == 200 {
-					counts[g].Add(1)
-				}
-			}
-		}()
-	}
-	wg.Wait()
-	out := make([]int64, len(gws))
-	for i := range counts {
-		out[i] = counts[i].Load()
-	}
-	return out
+	return burst.Run(total, clients, len(gws), func(g int) bool {
+		req, _ := http.NewRequest("GET", gws[g].url(path), nil)
+		req.Header.Set("X-Consumer", consumer)
+		resp, err := client.Do(req)
+		if err != nil {
+			return false
+		}
+		resp.Body.Close()
+		return resp.StatusCode == 200
+	})
 }
