@@ -235,7 +235,7 @@ func (a *App) Provision(ctx caddy.Context) error {
 			return fmt.Errorf("docker: registering metrics: %w", err)
 		}
 	}
-	if build.RateLimitSync, build.RateLimitStorage, err = a.rateLimitSharing(ctx, natsOpts); err != nil {
+	if build.RateLimitCounts, err = a.rateLimitCounts(ctx, natsOpts); err != nil {
 		return err
 	}
 
@@ -362,44 +362,44 @@ func (a *App) fleetNATS(ctx caddy.Context) (natsconn.Options, error) {
 // DefaultRateLimitSync is RateLimitSync's default.
 const DefaultRateLimitSync = 250 * time.Millisecond
 
-// rateLimitSharing returns how the rate_limit labels' limits are shared:
-// the sync interval (0: not shared) and the storage of their counts (nil:
-// the config's own, `storage nats`). natsOpts are the fleet's connection
-// options (none without a fleet).
-func (a *App) rateLimitSharing(ctx caddy.Context, natsOpts natsconn.Options) (time.Duration, json.RawMessage, error) {
+// rateLimitCounts returns the counts block of the rate_limit labels'
+// quota handlers (caddyquota.Counts): shared by the fleet through
+// NATS, with the leases of the quota's fleet, whenever the gateways have
+// NATS to count through (`storage nats`, whose connection it takes, or a
+// fleet, with its servers), in the bucket <fleet bucket>_rate_limit,
+// written every rate_limit_sync; else each gateway counts alone.
+// natsOpts are the fleet's connection options (none without a fleet).
+func (a *App) rateLimitCounts(ctx caddy.Context, natsOpts natsconn.Options) (json.RawMessage, error) {
 	sync := DefaultRateLimitSync
 	if a.RateLimitSync != nil {
 		sync = time.Duration(*a.RateLimitSync)
 	}
-	if sync <= 0 {
-		return 0, nil, nil
+	_, storage := ctx.Storage().(natsconn.OptionsProvider)
+	if sync <= 0 || !storage && a.Fleet == nil {
+		return json.RawMessage(`{}`), nil
 	}
-	if _, ok := ctx.Storage().(natsconn.OptionsProvider); ok {
-		return sync, nil, nil
+	bucket := DefaultFleetBucket
+	fleet := map[string]any{"sync_interval": sync.String()}
+	if a.Fleet != nil {
+		if a.Fleet.Bucket != "" {
+			bucket = a.Fleet.Bucket
+		}
+		if a.Fleet.Node != "" {
+			fleet["node"] = a.Fleet.Node
+		}
 	}
-	if a.Fleet == nil {
-		return 0, nil, nil
+	fleet["bucket"] = bucket + "_rate_limit"
+	if !storage {
+		// the fleet's own servers (with `storage nats`, the quota
+		// handler takes its connection)
+		fleet["nats"] = natsOpts.Servers
+		for k, v := range map[string]string{"creds_file": natsOpts.CredsFile, "user": natsOpts.User, "password": natsOpts.Password, "token": natsOpts.Token} {
+			if v != "" {
+				fleet[k] = v
+			}
+		}
 	}
-	if _, err := caddy.GetModule("caddy.storage.nats"); err != nil {
-		return 0, nil, fmt.Errorf("docker: rate_limit labels are counted across the fleet through NATS, which needs module caddy.storage.nats in this binary (or set rate_limit_sync off)")
-	}
-	bucket := a.Fleet.Bucket
-	if bucket == "" {
-		bucket = DefaultFleetBucket
-	}
-	st, err := json.Marshal(map[string]any{
-		"module":     "nats",
-		"servers":    natsOpts.Servers,
-		"user":       natsOpts.User,
-		"password":   natsOpts.Password,
-		"token":      natsOpts.Token,
-		"creds_file": natsOpts.CredsFile,
-		"tls_ca":     natsOpts.TLSCA,
-		"tls_cert":   natsOpts.TLSCert,
-		"tls_key":    natsOpts.TLSKey,
-		"bucket":     bucket + "_rate_limit",
-	})
-	return sync, st, err
+	return json.Marshal(map[string]any{"fleet": fleet})
 }
 
 // Validate checks the configuration.
