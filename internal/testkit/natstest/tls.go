@@ -16,6 +16,8 @@ import (
 	"time"
 
 	"github.com/nats-io/nats-server/v2/server"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 )
 
 // TLSServerName is the one name the certificate of a StartTLS server
@@ -101,6 +103,23 @@ func (s *TLSServer) Caddyfile() string {
 // JSON is the connection block's "tls" member for this server.
 func (s *TLSServer) JSON() string {
 	return fmt.Sprintf(`{"ca":%q,"cert":%q,"key":%q,"server_name":%q}`, s.CA, s.Cert, s.Key, TLSServerName)
+}
+
+// Connect opens a client connection of the test's own (closed when the
+// test ends), to look at what a module did through the server.
+func (s *TLSServer) Connect(t testing.TB) (*nats.Conn, jetstream.JetStream) {
+	t.Helper()
+	nc, err := nats.Connect(s.URL, nats.Secure(&tls.Config{MinVersion: tls.VersionTLS12, ServerName: TLSServerName}),
+		nats.RootCAs(s.CA), nats.ClientCert(s.Cert, s.Key))
+	if err != nil {
+		t.Fatalf("natstest: connecting to the TLS server: %v", err)
+	}
+	t.Cleanup(nc.Close)
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return nc, js
 }
 
 // newCert makes a certificate for cn (a CA when parent is nil), valid for
