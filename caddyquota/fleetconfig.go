@@ -76,8 +76,8 @@ func validBucket(b string) bool {
 }
 
 // natsOptions are the fleet's connection options: its own servers, else
-// those of the config's `storage nats` (storage: nil without one).
-func (f *FleetConfig) natsOptions(repl *caddy.Replacer, storage natsconn.OptionsProvider) (natsconn.Options, error) {
+// those of the config's `storage nats` (storage looks it up).
+func (f *FleetConfig) natsOptions(repl *caddy.Replacer, storage func() natsconn.OptionsProvider) (natsconn.Options, error) {
 	c := f.Config
 	c.Servers = append(append([]string(nil), f.NATS...), c.Servers...)
 	o, err := c.Resolve(repl, storage)

@@ -35,7 +35,7 @@ func TestFleetOldJSON(t *testing.T) {
 		}
 	}
 
-	storage := storageConn{Servers: []string{"nats://storage:4222"}}
+	storage := func() natsconn.OptionsProvider { return storageConn{Servers: []string{"nats://storage:4222"}} }
 	if got, err := (&FleetConfig{}).natsOptions(caddy.NewReplacer(), storage); err != nil || got.Servers[0] != "nats://storage:4222" {
 		t.Fatalf("without servers: %+v, %v; want the storage's connection", got, err)
 	}

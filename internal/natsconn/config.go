@@ -87,14 +87,17 @@ var ErrNoServers = errors.New("no NATS servers")
 
 // Resolve returns the connection options of the block: placeholders
 // expanded (repl; nil: global placeholders such as {env.X}), server lists
-// split, aliases merged. Without servers it returns the options of
-// storage (the config's `storage nats`, whose connection the module then
-// shares: the block's other settings are not used), or ErrNoServers when
-// storage is nil.
-func (c Config) Resolve(repl *caddy.Replacer, storage OptionsProvider) (Options, error) {
+// split, aliases merged. Without servers it returns the options of the
+// config's `storage nats` that storage returns (ConfigStorage(ctx); the
+// module then shares its connection, and the block's other settings are
+// not used), or ErrNoServers when there is none. storage is called only
+// then, and may be nil.
+func (c Config) Resolve(repl *caddy.Replacer, storage func() OptionsProvider) (Options, error) {
 	o, err := c.Options(repl)
 	if errors.Is(err, ErrNoServers) && storage != nil {
-		return storage.NATSOptions(), nil
+		if p := storage(); p != nil {
+			return p.NATSOptions(), nil
+		}
 	}
 	return o, err
 }

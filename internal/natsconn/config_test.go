@@ -85,16 +85,23 @@ func (s storageStub) NATSOptions() Options { return Options(s) }
 
 func TestResolve(t *testing.T) {
 	storage := storageStub{Servers: []string{"nats://storage:4222"}, CredsFile: "storage.creds"}
-	got, err := Config{Name: "ignored"}.Resolve(nil, storage)
+	lookup := func() OptionsProvider { return storage }
+	got, err := Config{Name: "ignored"}.Resolve(nil, lookup)
 	if err != nil || !reflect.DeepEqual(got, Options(storage)) {
 		t.Fatalf("without servers: %+v, %v; want the storage's options", got, err)
 	}
-	got, err = Config{Servers: []string{"nats://own:4222"}}.Resolve(nil, storage)
+	got, err = Config{Servers: []string{"nats://own:4222"}}.Resolve(nil, func() OptionsProvider {
+		t.Fatal("storage looked up with servers of its own")
+		return nil
+	})
 	if err != nil || got.Servers[0] != "nats://own:4222" || got.CredsFile != "" {
 		t.Fatalf("with servers: %+v, %v; want its own", got, err)
 	}
 	if _, err := (Config{}).Resolve(nil, nil); !errors.Is(err, ErrNoServers) {
-		t.Fatalf("no servers, no storage: %v", err)
+		t.Fatalf("no servers, no lookup: %v", err)
+	}
+	if _, err := (Config{}).Resolve(nil, func() OptionsProvider { return nil }); !errors.Is(err, ErrNoServers) {
+		t.Fatalf("no servers, no storage nats: %v", err)
 	}
 }
 

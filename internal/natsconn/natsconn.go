@@ -21,7 +21,7 @@
 //	if ok, err := f.Config.UnmarshalCaddyfileOption(d); ok { ... }
 //
 //	// Provision: own servers, else those of `storage nats` (nil: none)
-//	opts, err := f.Config.Resolve(nil, natsconn.StorageOptions(ctx))
+//	opts, err := f.Config.Resolve(nil, natsconn.ConfigStorage(ctx))
 //	conn, release, err := natsconn.Get(opts) // release in Cleanup/Stop
 package natsconn
 
@@ -188,12 +188,14 @@ type OptionsProvider interface {
 	NATSOptions() Options
 }
 
-// StorageOptions returns the config's `storage nats` (as an
-// OptionsProvider), or nil when the config's storage is another: the
-// fallback of Config.Resolve.
-func StorageOptions(ctx caddy.Context) OptionsProvider {
-	p, _ := ctx.Storage().(OptionsProvider)
-	return p
+// ConfigStorage returns the lookup of ctx's config's `storage nats` (as
+// an OptionsProvider; nil when the config's storage is another), for
+// Config.Resolve, which makes it only when the block has no servers.
+func ConfigStorage(ctx caddy.Context) func() OptionsProvider {
+	return func() OptionsProvider {
+		p, _ := ctx.Storage().(OptionsProvider)
+		return p
+	}
 }
 
 // Get returns the shared connection for opts, connecting if it is the first
