@@ -347,11 +347,8 @@ func (a *App) loadLocked(h *RoutesHandler) error {
 // (storage looks it up).
 func (o *FleetOptions) natsOptions(storage func() natsconn.OptionsProvider) (natsconn.Options, error) {
 	c := o.Config
-	c.Servers = append(append([]string(nil), o.NATS...), c.Servers...)
+	c.AddServers(o.NATS...)
 	opts, err := c.Resolve(nil, storage)
-	if errors.Is(err, natsconn.ErrNoServers) {
-		return opts, fmt.Errorf("docker: fleet needs NATS servers: set fleet { servers <url>... }, or configure the `storage nats` global option")
-	}
 	if err != nil {
 		return opts, fmt.Errorf("docker: fleet: %w", err)
 	}

@@ -72,7 +72,7 @@ func TestFleetOldJSON(t *testing.T) {
 		}
 	}
 	if _, err := (&FleetOptions{}).natsOptions(func() natsconn.OptionsProvider { return nil }); err == nil ||
-		!strings.Contains(err.Error(), "fleet { servers <url>... }") {
+		!strings.Contains(err.Error(), "docker: fleet: no NATS servers: set servers") {
 		t.Fatalf("no servers, no storage nats: %v", err)
 	}
 }

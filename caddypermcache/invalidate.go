@@ -143,7 +143,7 @@ func (h *Handler) natsConfig() natsconn.Config {
 	if h.NATS != nil {
 		c = *h.NATS
 	}
-	c.Servers = append(append([]string(nil), h.NATSServers...), c.Servers...)
+	c.AddServers(h.NATSServers...)
 	if h.NATSCredsFile != "" && c.CredsFile == "" {
 		c.CredsFile = h.NATSCredsFile // an alias of creds, checked against it
 	}
@@ -155,11 +155,8 @@ func (h *Handler) natsConfig() natsconn.Config {
 // (storage looks it up).
 func (h *Handler) natsOptions(storage func() natsconn.OptionsProvider) (natsconn.Options, error) {
 	o, err := h.natsConfig().Resolve(nil, storage)
-	if errors.Is(err, natsconn.ErrNoServers) {
-		return o, errors.New("invalidate_subject needs NATS servers: set nats { servers <url> } (or nats_servers), or configure the `storage nats` global option")
-	}
 	if err != nil {
-		return o, fmt.Errorf("invalidate_subject: %w", err)
+		return o, fmt.Errorf("invalidate_subject: nats: %w", err)
 	}
 	return o, nil
 }

@@ -149,7 +149,7 @@ func (s storageNATS) NATSOptions() natsconn.Options { return natsconn.Options(s)
 // `storage nats` cluster, else an error naming the setting.
 func TestInvalidationServers(t *testing.T) {
 	h := &Handler{InvalidateSubject: "x"}
-	if _, err := h.natsOptions(nil); err == nil || !strings.Contains(err.Error(), "nats { servers <url> }") {
+	if _, err := h.natsOptions(nil); err == nil || !strings.Contains(err.Error(), "invalidate_subject: nats: no NATS servers: set servers") {
 		t.Fatalf("no servers and no storage nats: %v, want an error naming nats servers", err)
 	}
 	storage := func() natsconn.OptionsProvider { return storageNATS{Servers: []string{"nats://storage:4222"}} }

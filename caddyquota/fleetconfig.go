@@ -79,11 +79,8 @@ func validBucket(b string) bool {
 // those of the config's `storage nats` (storage looks it up).
 func (f *FleetConfig) natsOptions(repl *caddy.Replacer, storage func() natsconn.OptionsProvider) (natsconn.Options, error) {
 	c := f.Config
-	c.Servers = append(append([]string(nil), f.NATS...), c.Servers...)
+	c.AddServers(f.NATS...)
 	o, err := c.Resolve(repl, storage)
-	if errors.Is(err, natsconn.ErrNoServers) {
-		return o, errors.New("quota fleet needs NATS servers: set fleet { servers <url> }, or configure the `storage nats` global option")
-	}
 	if err != nil {
 		return o, fmt.Errorf("quota fleet: %w", err)
 	}

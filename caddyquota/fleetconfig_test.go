@@ -39,7 +39,7 @@ func TestFleetOldJSON(t *testing.T) {
 	if got, err := (&FleetConfig{}).natsOptions(caddy.NewReplacer(), storage); err != nil || got.Servers[0] != "nats://storage:4222" {
 		t.Fatalf("without servers: %+v, %v; want the storage's connection", got, err)
 	}
-	if _, err := (&FleetConfig{}).natsOptions(caddy.NewReplacer(), nil); err == nil || !strings.Contains(err.Error(), "fleet { servers <url> }") {
+	if _, err := (&FleetConfig{}).natsOptions(caddy.NewReplacer(), nil); err == nil || !strings.Contains(err.Error(), "quota fleet: no NATS servers: set servers, or configure the `storage nats`") {
 		t.Fatalf("without servers or storage: %v", err)
 	}
 	bad := &FleetConfig{Config: natsconn.Config{Servers: []string{"nats://a:4222"}, TLS: &natsconn.TLSConfig{Cert: "c.pem"}}}

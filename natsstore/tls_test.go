@@ -1,12 +1,10 @@
 package natsstore_test
 
 import (
-	"context"
 	"encoding/json"
 	"fmt"
 	"reflect"
 	"testing"
-	"time"
 
 	"github.com/caddyserver/caddy/v2"
 	"github.com/caddyserver/caddy/v2/caddyconfig"
@@ -48,21 +46,7 @@ https://tls.localhost {
 	}
 	defer caddy.Stop()
 	_, js := s.Connect(t)
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	deadline := time.Now().Add(20 * time.Second)
-	for {
-		kv, err := js.KeyValue(ctx, "tls_test")
-		if err == nil {
-			if _, err = kv.Get(ctx, "pki.authorities.local.root=2Ecrt"); err == nil {
-				return
-			}
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("the config did not store its CA through the TLS connection: %v", err)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	waitForKey(t, js, "tls_test", caKey)
 }
 
 // TestOldJSON: a storage config in the JSON written before the connection

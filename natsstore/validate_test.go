@@ -47,6 +47,30 @@ https://validate.localhost {
 	return js
 }
 
+// caKey is the key of the running config's CA (its pki app's root
+// certificate) in the storage's bucket.
+const caKey = "pki.authorities.local.root=2Ecrt"
+
+// waitForKey waits until key is in bucket.
+func waitForKey(t *testing.T, js jetstream.JetStream, bucket, key string) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		kv, err := js.KeyValue(ctx, bucket)
+		if err == nil {
+			if _, err = kv.Get(ctx, key); err == nil {
+				return
+			}
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the running config did not store %s in bucket %s: %v", key, bucket, err)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
 // TestValidateWritesNothing: `caddy validate` (caddy.Validate, which
 // provisions the config: the pki app creates its CA on an empty storage)
 // creates no bucket and stores nothing in NATS nor in the local copy;
@@ -102,34 +126,11 @@ func TestValidateWritesNothing(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer caddy.Stop()
-	deadline := time.Now().Add(20 * time.Second)
-	for {
-		kv, err := js.KeyValue(ctx, "validate_test")
-		if err == nil {
-			if _, err = kv.Get(ctx, "pki.authorities.local.root=2Ecrt"); err == nil {
-				break
-			}
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("the running config did not store its CA in NATS: %v", err)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	waitForKey(t, js, "validate_test", caKey)
 	if _, err := os.Stat(filepath.Join(localCopy, "data", "pki", "authorities", "local", "root.crt")); err != nil {
 		t.Fatalf("local copy of the CA: %v", err)
 	}
 	// The site's certificate, issued in the background, is stored too
 	// (and nothing writes after the test's Stop).
-	for {
-		kv, err := js.KeyValue(ctx, "validate_test")
-		if err == nil {
-			if _, err = kv.Get(ctx, "certificates.local.validate=2Elocalhost.validate=2Elocalhost=2Ecrt"); err == nil {
-				break
-			}
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("the running config did not store its certificate in NATS: %v", err)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	waitForKey(t, js, "validate_test", "certificates.local.validate=2Elocalhost.validate=2Elocalhost=2Ecrt")
 }

@@ -27,8 +27,7 @@ import (
 // creds_file, tls_ca, tls_cert and tls_key are read as creds and tls'
 // ca, cert and key.
 func (c *Config) UnmarshalCaddyfileOption(d *caddyfile.Dispenser) (bool, error) {
-	name := d.Val()
-	switch name {
+	switch name := d.Val(); name {
 	case "servers":
 		args := d.RemainingArgs()
 		if len(args) == 0 {
@@ -39,56 +38,61 @@ func (c *Config) UnmarshalCaddyfileOption(d *caddyfile.Dispenser) (bool, error) 
 		if d.NextArg() {
 			return true, d.Errf("tls takes no argument, but a block (ca, cert, key, server_name), got '%s'", d.Val())
 		}
-		c.tls()
+		t := c.tls()
 		for nesting := d.Nesting(); d.NextBlock(nesting); {
-			var field *string
-			switch d.Val() {
-			case "ca":
-				field = &c.TLS.CA
-			case "cert":
-				field = &c.TLS.Cert
-			case "key":
-				field = &c.TLS.Key
-			case "server_name":
-				field = &c.TLS.ServerName
-			default:
+			field := t.field(d.Val())
+			if field == nil {
 				return true, d.Errf("unrecognized tls subdirective '%s' (expected ca, cert, key or server_name)", d.Val())
 			}
-			v, err := oneArg(d)
-			if err != nil {
+			if err := oneArg(d, field); err != nil {
 				return true, err
 			}
-			*field = v
-		}
-	case "creds", "creds_file", "nkey", "user", "password", "token", "name", "tls_ca", "tls_cert", "tls_key":
-		v, err := oneArg(d)
-		if err != nil {
-			return true, err
-		}
-		switch name {
-		case "creds", "creds_file":
-			c.Creds = v
-		case "nkey":
-			c.NKey = v
-		case "user":
-			c.User = v
-		case "password":
-			c.Password = v
-		case "token":
-			c.Token = v
-		case "name":
-			c.Name = v
-		case "tls_ca":
-			c.tls().CA = v
-		case "tls_cert":
-			c.tls().Cert = v
-		case "tls_key":
-			c.tls().Key = v
 		}
 	default:
-		return false, nil
+		field := c.field(name)
+		if field == nil {
+			return false, nil
+		}
+		return true, oneArg(d, field)
 	}
 	return true, nil
+}
+
+// field is the setting a one-value subdirective sets (the older spellings
+// included), or nil.
+func (c *Config) field(name string) *string {
+	switch name {
+	case "creds", "creds_file":
+		return &c.Creds
+	case "nkey":
+		return &c.NKey
+	case "user":
+		return &c.User
+	case "password":
+		return &c.Password
+	case "token":
+		return &c.Token
+	case "name":
+		return &c.Name
+	case "tls_ca", "tls_cert", "tls_key":
+		return c.tls().field(name[len("tls_"):])
+	}
+	return nil
+}
+
+// field is the setting a subdirective of the tls block sets, or nil.
+func (t *TLSConfig) field(name string) *string {
+	switch name {
+	case "ca":
+		return &t.CA
+	case "cert":
+		return &t.Cert
+	case "key":
+		return &t.Key
+	case "server_name":
+		return &t.ServerName
+	}
+	return nil
 }
 
 // UnmarshalCaddyfileBlock parses a block that holds only the connection's
@@ -116,15 +120,16 @@ func (c *Config) tls() *TLSConfig {
 	return c.TLS
 }
 
-// oneArg returns the subdirective's one argument.
-func oneArg(d *caddyfile.Dispenser) (string, error) {
+// oneArg sets field to the subdirective's one argument.
+func oneArg(d *caddyfile.Dispenser, field *string) error {
 	name := d.Val()
 	if !d.NextArg() {
-		return "", d.Errf("%s needs a value", name)
+		return d.Errf("%s needs a value", name)
 	}
 	v := d.Val()
 	if d.NextArg() {
-		return "", d.Errf("%s takes one value, got another: '%s'", name, d.Val())
+		return d.Errf("%s takes one value, got another: '%s'", name, d.Val())
 	}
-	return v, nil
+	*field = v
+	return nil
 }

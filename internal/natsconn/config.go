@@ -68,7 +68,7 @@ type TLSConfig struct {
 	ServerName string `json:"server_name,omitempty"`
 }
 
-// AddServers appends servers given under a module's older spelling (a
+// AddServers adds servers given under a module's older spelling (a
 // fleet's nats, the audit sink's url, permission's nats_servers).
 func (c *Config) AddServers(servers ...string) {
 	c.Servers = append(c.Servers, servers...)
@@ -81,8 +81,9 @@ func (c *Config) IsZero() bool {
 		c.TLSCert == "" && c.TLSKey == ""
 }
 
-// ErrNoServers is Resolve's error when the block has no servers and there
-// is no `storage nats` to fall back to; modules wrap it with what to set.
+// ErrNoServers is the error of a block without servers (Options), and of
+// Resolve when there is no `storage nats` to fall back to either; modules
+// wrap it with their own name.
 var ErrNoServers = errors.New("no NATS servers")
 
 // Resolve returns the connection options of the block: placeholders
@@ -94,12 +95,15 @@ var ErrNoServers = errors.New("no NATS servers")
 // then, and may be nil.
 func (c Config) Resolve(repl *caddy.Replacer, storage func() OptionsProvider) (Options, error) {
 	o, err := c.Options(repl)
-	if errors.Is(err, ErrNoServers) && storage != nil {
+	if !errors.Is(err, ErrNoServers) {
+		return o, err
+	}
+	if storage != nil {
 		if p := storage(); p != nil {
 			return p.NATSOptions(), nil
 		}
 	}
-	return o, err
+	return o, fmt.Errorf("%w: set servers, or configure the `storage nats` global option", err)
 }
 
 // Options returns the connection options of the block, as Resolve does,

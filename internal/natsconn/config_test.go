@@ -13,6 +13,7 @@ import (
 	"github.com/caddyserver/caddy/v2/caddyconfig/caddyfile"
 	"github.com/nats-io/nats-server/v2/server"
 	natsservertest "github.com/nats-io/nats-server/v2/test"
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nkeys"
 
 	"github.com/apigate/gateway/internal/testkit/natstest"
@@ -212,20 +213,7 @@ func TestTLS(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			opts.ReconnectWait = 20 * time.Millisecond
-			c, rel, err := Get(opts)
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer rel()
-			nc := c.NATS()
-			deadline := time.Now().Add(10 * time.Second)
-			for !nc.IsConnected() && (tc.ok || nc.LastError() == nil) && time.Now().Before(deadline) {
-				time.Sleep(10 * time.Millisecond)
-			}
-			if nc.IsConnected() != tc.ok {
-				t.Fatalf("connected = %v, want %v (last error: %v)", nc.IsConnected(), tc.ok, nc.LastError())
-			}
+			nc := connects(t, opts, tc.ok)
 			if tc.ok {
 				if _, err := nc.TLSConnectionState(); err != nil {
 					t.Fatalf("connected without TLS: %v", err)
@@ -263,23 +251,31 @@ func TestNKey(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			opts.ReconnectWait = 20 * time.Millisecond
-			c, rel, err := Get(opts)
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer rel()
-			nc := c.NATS()
-			deadline := time.Now().Add(10 * time.Second)
-			for !nc.IsConnected() && (tc.ok || nc.LastError() == nil) && time.Now().Before(deadline) {
-				time.Sleep(10 * time.Millisecond)
-			}
-			if nc.IsConnected() != tc.ok {
-				t.Fatalf("connected = %v, want %v (last error: %v)", nc.IsConnected(), tc.ok, nc.LastError())
-			}
+			connects(t, opts, tc.ok)
 		})
 	}
 	if _, _, err := Get(Options{Servers: []string{s.ClientURL()}, NKeyFile: filepath.Join(t.TempDir(), "missing.nk")}); err == nil || !strings.Contains(err.Error(), "nkey") {
 		t.Fatalf("missing seed file: %v", err)
 	}
+}
+
+// connects gets a connection for opts and waits until it is connected
+// (ok) or has failed (its first error), and checks which it was.
+func connects(t *testing.T, opts Options, ok bool) *nats.Conn {
+	t.Helper()
+	opts.ReconnectWait = 20 * time.Millisecond
+	c, rel, err := Get(opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(rel)
+	nc := c.NATS()
+	deadline := time.Now().Add(10 * time.Second)
+	for !nc.IsConnected() && (ok || nc.LastError() == nil) && time.Now().Before(deadline) {
+		time.Sleep(10 * time.Millisecond)
+	}
+	if nc.IsConnected() != ok {
+		t.Fatalf("connected = %v, want %v (last error: %v)", nc.IsConnected(), ok, nc.LastError())
+	}
+	return nc
 }
