@@ -2,12 +2,10 @@ package natsstore_test
 
 import (
 	"encoding/json"
-	"fmt"
 	"reflect"
 	"testing"
 
 	"github.com/caddyserver/caddy/v2"
-	"github.com/caddyserver/caddy/v2/caddyconfig"
 
 	"github.com/apigate/gateway/internal/natsconn"
 	"github.com/apigate/gateway/internal/testkit/natstest"
@@ -19,34 +17,13 @@ import (
 // running config's CA lands in the bucket.
 func TestStorageOverTLS(t *testing.T) {
 	s := natstest.StartTLS(t)
-	ports := natstest.FreePorts(t, 2)
-	cf := fmt.Sprintf(`{
-	admin off
-	http_port %d
-	https_port %d
-	skip_install_trust
-	storage nats %s {
-		%s
-		bucket tls_test
-		local_copy %s
-	}
-}
-
-https://tls.localhost {
-	tls internal
-	respond "ok"
-}
-`, ports[0], ports[1], s.URL, s.Caddyfile(), t.TempDir())
-	cfg, _, err := caddyconfig.GetAdapter("caddyfile").Adapt([]byte(cf), nil)
-	if err != nil {
-		t.Fatal(err)
-	}
+	cfg := storageConfig(t, s.URL, t.TempDir(), s.Caddyfile())
 	if err := caddy.Load(cfg, true); err != nil {
 		t.Fatal(err)
 	}
 	defer caddy.Stop()
 	_, js := s.Connect(t)
-	waitForKey(t, js, "tls_test", caKey)
+	waitForKey(t, js, "validate_test", caKey)
 }
 
 // TestOldJSON: a storage config in the JSON written before the connection

@@ -20,8 +20,9 @@ import (
 
 // storageConfig is a config whose `tls internal` site makes Caddy's pki
 // app load (or, on an empty storage, create and store) its CA when the
-// config is provisioned.
-func storageConfig(t *testing.T, url, localCopy string) []byte {
+// config is provisioned. Its storage's bucket is validate_test; conn holds
+// more connection settings (a tls block).
+func storageConfig(t *testing.T, url, localCopy, conn string) []byte {
 	t.Helper()
 	ports := natstest.FreePorts(t, 2)
 	cf := fmt.Sprintf(`{
@@ -32,6 +33,7 @@ func storageConfig(t *testing.T, url, localCopy string) []byte {
 	storage nats %s {
 		bucket validate_test
 		local_copy %s
+		%s
 	}
 }
 
@@ -39,7 +41,7 @@ https://validate.localhost {
 	tls internal
 	respond "ok"
 }
-`, ports[0], ports[1], url, localCopy)
+`, ports[0], ports[1], url, localCopy, conn)
 	js, _, err := caddyconfig.GetAdapter("caddyfile").Adapt([]byte(cf), nil)
 	if err != nil {
 		t.Fatal(err)
@@ -97,7 +99,7 @@ func TestValidateWritesNothing(t *testing.T) {
 		return names
 	}
 	localCopy := t.TempDir()
-	cfg := storageConfig(t, srv.ClientURL(), localCopy)
+	cfg := storageConfig(t, srv.ClientURL(), localCopy, "")
 
 	var c caddy.Config
 	if err := caddy.StrictUnmarshalJSON(cfg, &c); err != nil {
