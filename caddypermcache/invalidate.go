@@ -92,8 +92,7 @@ func (m InvalidateMessage) apply(c *Cache, t *KeyTemplate) (int, error) {
 		if len(m.Key) != len(t.Placeholders()) {
 			return 0, fmt.Errorf(`"key" has %d values; the key template has %d placeholders`, len(m.Key), len(t.Placeholders()))
 		}
-		k := t.Render(m.Key...)
-		return c.InvalidateFunc(func(key, _ string) bool { return key == k }), nil
+		return c.InvalidateKey(t.Render(m.Key...)), nil
 	default:
 		if len(m.Prefix) > len(t.Placeholders()) {
 			return 0, fmt.Errorf(`"prefix" has %d values; the key template has %d placeholders`, len(m.Prefix), len(t.Placeholders()))
