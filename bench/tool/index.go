@@ -89,7 +89,7 @@ func writeIndex(dir string) error {
 	}
 	type row struct {
 		base, line string
-		started  time.Time
+		started    time.Time
 	}
 	var rows []row
 	for _, js := range names {
