@@ -22,6 +22,7 @@ import (
 	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
 	"go.uber.org/zap"
 
+	"github.com/apigate/gateway/caddyquota"
 	"github.com/apigate/gateway/internal/adminaddr"
 	"github.com/apigate/gateway/internal/natsconn"
 )
@@ -228,7 +229,7 @@ func (a *App) Provision(ctx caddy.Context) error {
 
 	var natsOpts natsconn.Options
 	if a.Fleet != nil {
-		if natsOpts, err = a.fleetNATS(ctx); err != nil {
+		if natsOpts, err = a.Fleet.natsOptions(natsconn.ConfigStorage(ctx)); err != nil {
 			return err
 		}
 		if err := natsconn.RegisterMetrics(ctx.GetMetricsRegistry()); err != nil {
@@ -342,21 +343,17 @@ func (a *App) loadLocked(h *RoutesHandler) error {
 	return nil
 }
 
-// fleetNATS returns the fleet's NATS connection options: its own servers,
-// else those (with credentials) of this config's `storage nats`.
-func (a *App) fleetNATS(ctx caddy.Context) (natsconn.Options, error) {
-	repl := caddy.NewReplacer()
-	var servers []string
-	for _, s := range a.Fleet.NATS {
-		servers = append(servers, natsconn.SplitServers(repl.ReplaceKnown(s, ""))...)
+// natsOptions returns the fleet's NATS connection options: its own
+// servers, else those (with credentials) of this config's `storage nats`
+// (storage looks it up).
+func (o *FleetOptions) natsOptions(storage func() natsconn.OptionsProvider) (natsconn.Options, error) {
+	c := o.Config
+	c.AddServers(o.NATS...)
+	opts, err := c.Resolve(nil, storage)
+	if err != nil {
+		return opts, fmt.Errorf("docker: fleet: %w", err)
 	}
-	if len(servers) > 0 {
-		return natsconn.Options{Servers: servers}, nil
-	}
-	if p, ok := ctx.Storage().(natsconn.OptionsProvider); ok {
-		return p.NATSOptions(), nil
-	}
-	return natsconn.Options{}, fmt.Errorf("docker: fleet needs NATS servers: set fleet { nats <url>... }, or configure the `storage nats` global option")
+	return opts, nil
 }
 
 // DefaultRateLimitSync is RateLimitSync's default.
@@ -375,31 +372,30 @@ func (a *App) rateLimitCounts(ctx caddy.Context, natsOpts natsconn.Options) (jso
 		sync = time.Duration(*a.RateLimitSync)
 	}
 	_, storage := ctx.Storage().(natsconn.OptionsProvider)
+	return a.countsBlock(storage, sync, natsOpts)
+}
+
+// countsBlock is rateLimitCounts' block, given whether the config has
+// `storage nats` (whose connection the handlers then take).
+func (a *App) countsBlock(storage bool, sync time.Duration, natsOpts natsconn.Options) (json.RawMessage, error) {
 	if sync <= 0 || !storage && a.Fleet == nil {
 		return json.RawMessage(`{}`), nil
 	}
 	bucket := DefaultFleetBucket
-	fleet := map[string]any{"sync_interval": sync.String()}
+	fleet := &caddyquota.FleetConfig{SyncInterval: caddy.Duration(sync)}
 	if a.Fleet != nil {
 		if a.Fleet.Bucket != "" {
 			bucket = a.Fleet.Bucket
 		}
-		if a.Fleet.Node != "" {
-			fleet["node"] = a.Fleet.Node
-		}
+		fleet.Node = a.Fleet.Node
 	}
-	fleet["bucket"] = bucket + "_rate_limit"
+	fleet.Bucket = bucket + "_rate_limit"
 	if !storage {
-		// the fleet's own servers (with `storage nats`, the quota
-		// handler takes its connection)
-		fleet["nats"] = natsOpts.Servers
-		for k, v := range map[string]string{"creds_file": natsOpts.CredsFile, "user": natsOpts.User, "password": natsOpts.Password, "token": natsOpts.Token} {
-			if v != "" {
-				fleet[k] = v
-			}
-		}
+		// the fleet's own connection, the whole NATS connection block
+		// (with `storage nats`, the quota handler takes its connection)
+		fleet.Config = natsOpts.Config()
 	}
-	return json.Marshal(map[string]any{"fleet": fleet})
+	return json.Marshal(caddyquota.Counts{Fleet: fleet})
 }
 
 // Validate checks the configuration.
@@ -607,8 +603,12 @@ func rbacBuilder(base json.RawMessage) func([]string) (json.RawMessage, error) {
 
 // FleetOptions configure discovery across hosts (docs/caddydocker.md).
 type FleetOptions struct {
-	// NATS are the NATS server URLs. Default: the cluster of this
-	// config's `storage nats` global option (and its credentials).
+	// The NATS connection (the gateway's one NATS connection block:
+	// servers, creds, nkey, user, password, token, tls, name; and the
+	// older spellings creds_file, tls_ca, tls_cert, tls_key). Without
+	// servers: the connection of this config's `storage nats`, shared.
+	natsconn.Config
+	// NATS is the older spelling of servers (its entries come first).
 	NATS []string `json:"nats,omitempty"`
 	// Bucket is the JetStream KV bucket. Default: gateway_routes.
 	Bucket string `json:"bucket,omitempty"`

@@ -44,6 +44,7 @@ type Bench struct {
 	Quick               bool
 	All                 bool // the opt-in scenarios too
 	Only                string
+	Label               string   // -label, checked by cleanLabel
 	skipped             []string // -skip's parts (named in the results file)
 	Keys                *Keys
 	tokens              map[string]string // alg -> one token
