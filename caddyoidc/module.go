@@ -525,7 +525,7 @@ func (o *OIDCLogin) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddy
 	identity.Set(r, e.id)
 	if repl, ok := r.Context().Value(caddy.ReplacerCtxKey).(*caddy.Replacer); ok {
 		repl.Set("http.auth.user.id", e.sess.Subject)
-		repl.Map(e.placeholders)
+		repl.Map(e.mapper)
 	}
 	o.forward.Apply(r.Header, e.id)
 	credential.StripToken(r, sources)

@@ -67,6 +67,9 @@ type entry struct {
 	id      *identity.Identity
 	expires int64 // unix nanoseconds
 	loaded  int64 // when it was read from the storage (unix nanoseconds)
+	// mapper answers the claims placeholders (made once: a request
+	// costs no allocation for it)
+	mapper func(string) (any, bool)
 
 	lastSeen  atomic.Int64 // unix nanoseconds, this gateway's view
 	persisted atomic.Int64 // the last LastSeen written to the storage
@@ -266,6 +269,7 @@ func (s *Sessions) newEntry(name string, sess *Session) *entry {
 	if sess.ProviderSID != "" {
 		e.psid = storageName([]byte(sess.Issuer + "\x00" + sess.ProviderSID))
 	}
+	e.mapper = e.placeholders
 	e.lastSeen.Store(sess.LastSeen.UnixNano())
 	e.persisted.Store(sess.LastSeen.UnixNano())
 	return e
