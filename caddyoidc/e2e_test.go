@@ -11,6 +11,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	_ "github.com/caddyserver/caddy/v2/modules/standard"
 
@@ -348,4 +349,211 @@ func getJSON(t *testing.T, u string, v any) {
 	}
 }
 
-var _ = filepath.Join
+// noRedirect stops a browser at the gateway's callback, to replay or
+// tamper with it.
+func stopAtCallback(b *oidcop.Browser) *string {
+	var callback string
+	b.Client.CheckRedirect = func(req *http.Request, via []*http.Request) error {
+		if req.URL.Path == "/oauth2/callback" && callback == "" {
+			callback = req.URL.String()
+			return http.ErrUseLastResponse
+		}
+		return nil
+	}
+	return &callback
+}
+
+// TestAttacks runs each attack on the login against the real provider, on
+// both paths: a callback whose state is not the browser's (refused, the
+// code not spent), a replayed callback (the code is used once), return
+// paths off the site, back-channel logout tokens that must be refused and
+// one that ends the session; and the audit event of a session request.
+func TestAttacks(t *testing.T) { pathtest.Run(t, testAttacks) }
+
+func testAttacks(t *testing.T, p pathtest.Path, rec *pathtest.Recorder) {
+	http.DefaultClient.CloseIdleConnections()
+	o := provider(t)
+	dir := t.TempDir()
+	p.Load(t, adminPort, config(dir, o.Issuer, "127.0.0.1:9"), "srv0")
+	record := func(key string, r result) {
+		rec.Add(p, key, pathtest.Resp(r.Status, http.Header{"Content-Type": r.Header.Values("Content-Type")}, r.Body))
+	}
+
+	// state mismatch: the attacker's callback (its own code and state) in
+	// the victim's browser, which has a pending login of its own
+	attacker := oidcop.NewBrowser()
+	cb := stopAtCallback(attacker)
+	if _, _, _, err := attacker.Login(gw+"/", o.Username(), oidcop.Password); err != nil {
+		t.Fatal(err)
+	}
+	if *cb == "" {
+		t.Fatal("the attacker's login did not reach the callback")
+	}
+	u, _ := url.Parse(gw)
+	exchanges := o.TokenRequests("authorization_code")
+	victim := oidcop.NewBrowser()
+	victim.Client.CheckRedirect = func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }
+	if _, status, _, _ := victim.Get(gw + "/"); status != 302 {
+		t.Fatalf("victim's navigation: %d", status)
+	}
+	_, status, body, err := victim.Get(*cb)
+	if err != nil {
+		t.Fatal(err)
+	}
+	record("foreign callback", result{Status: status, Body: body})
+	if status != 400 || o.TokenRequests("authorization_code") != exchanges {
+		t.Errorf("a callback with another browser's state: %d %s, %d code exchanges (want 400, none)", status, body, o.TokenRequests("authorization_code")-exchanges)
+	}
+	// a callback without state, or with a forged one
+	for _, q := range []string{"?code=x", "?code=x&state=" + strings.Repeat("A", 43), "?code=x&state=short"} {
+		r := send(t, p, "GET", "/oauth2/callback"+q, map[string]string{"Accept": "text/html"}, "")
+		record("callback "+q, r)
+		if r.Status != 400 {
+			t.Errorf("callback %s: %d", q, r.Status)
+		}
+	}
+	if o.TokenRequests("authorization_code") != exchanges {
+		t.Errorf("forged callbacks spent %d codes", o.TokenRequests("authorization_code")-exchanges)
+	}
+
+	// a code is used once: the attacker's own callback works once, then
+	// its replay is refused without another exchange
+	var pending []*http.Cookie
+	for _, c := range attacker.Jar.Cookies(u) {
+		if strings.HasPrefix(c.Name, "gateway_session_login_") {
+			pending = append(pending, c)
+		}
+	}
+	if len(pending) != 1 {
+		t.Fatalf("pending login cookies: %v", pending)
+	}
+	_, status, body, _ = attacker.Get(*cb)
+	if status != 200 || body != "hello id1 test-user@zitadel.ch" {
+		t.Fatalf("the first use of the callback: %d %s", status, body)
+	}
+	exchanges = o.TokenRequests("authorization_code")
+	// the replay carries the pending-login cookie again (as an attacker
+	// who copied it would)
+	attacker.Jar.SetCookies(u, pending)
+	_, status, body, _ = attacker.Get(*cb)
+	record("replayed callback", result{Status: status, Body: body})
+	if status != 400 || o.TokenRequests("authorization_code") != exchanges {
+		t.Errorf("a replayed callback: %d %s, %d exchanges", status, body, o.TokenRequests("authorization_code")-exchanges)
+	}
+
+	// return paths off the site all land on the site
+	for _, rd := range []string{"//evil.example/x", "/\\evil.example", "https://evil.example/", "/%2F%2Fevil.example",
+		"/%5Cevil.example", "%2F%2Fevil.example", "/%252F%252Fevil.example", "\t//evil.example", "/ok?next=1"} {
+		b := oidcop.NewBrowser()
+		at, status, _, err := b.Login(gw+"/oauth2/login?rd="+url.QueryEscape(rd), o.Username(), oidcop.Password)
+		if err != nil {
+			t.Fatalf("rd %q: %v", rd, err)
+		}
+		want := gw + "/"
+		if rd == "/ok?next=1" {
+			want = gw + rd
+		}
+		rec.Add(p, "return "+rd, status)
+		if at.String() != want {
+			t.Errorf("login with rd %q ended at %s, want %s", rd, at, want)
+		}
+	}
+	// a navigation whose own path is "//evil.example/x"
+	b := oidcop.NewBrowser()
+	at, _, _, err := b.Login(gw+"//evil.example/x", o.Username(), oidcop.Password)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if at.Host != u.Host {
+		t.Errorf("a login from //evil.example/x ended at %s", at)
+	}
+
+	// back-channel logout
+	b = oidcop.NewBrowser()
+	if _, _, _, err := b.Login(gw+"/", o.Username(), oidcop.Password); err != nil {
+		t.Fatal(err)
+	}
+	cookie := sessionCookie(t, b)
+	use := func() int {
+		return send(t, p, "GET", "/orders", map[string]string{"Accept": "application/json", "Cookie": "gateway_session=" + cookie}, "").Status
+	}
+	if s := use(); s != 200 {
+		t.Fatalf("the session before back-channel logout: %d", s)
+	}
+	post := func(token string) result {
+		return send(t, p, "POST", "/oauth2/backchannel_logout", map[string]string{"Content-Type": "application/x-www-form-urlencoded"},
+			url.Values{"logout_token": {token}}.Encode())
+	}
+	for _, tc := range []struct {
+		name  string
+		extra map[string]any
+	}{
+		{"no event", map[string]any{"events": map[string]any{}}},
+		{"nonce", map[string]any{"nonce": "n"}},
+		{"other audience", map[string]any{"aud": "another-client"}},
+		{"other issuer", map[string]any{"iss": "http://127.0.0.1:1"}},
+		{"expired", map[string]any{"exp": 1000, "iat": 900}},
+		{"no jti", map[string]any{"jti": nil}},
+	} {
+		tok, err := o.SignLogoutToken("gateway", oidcop.Subject, "", tc.extra)
+		if err != nil {
+			t.Fatal(err)
+		}
+		r := post(tok)
+		rec.Add(p, "backchannel "+tc.name, r.Status)
+		if r.Status != 400 {
+			t.Errorf("back-channel logout token with %s: %d %s", tc.name, r.Status, r.Body)
+		}
+	}
+	forged := []byte(mustLogoutToken(t, o, nil))
+	forged[len(forged)-5] ^= 1
+	if r := post(string(forged)); r.Status != 400 {
+		t.Errorf("a logout token with a bad signature: %d", r.Status)
+	}
+	if s := use(); s != 200 {
+		t.Fatalf("refused logout tokens ended the session: %d", s)
+	}
+	good := mustLogoutToken(t, o, nil)
+	if r := post(good); r.Status != 200 {
+		t.Fatalf("back-channel logout: %d %s", r.Status, r.Body)
+	}
+	if s := use(); s != 401 {
+		t.Errorf("the session after back-channel logout: %d", s)
+	}
+	if r := post(good); r.Status != 400 {
+		t.Errorf("a replayed logout token: %d", r.Status)
+	}
+
+	// audit records the session's identity
+	b = oidcop.NewBrowser()
+	if _, _, _, err := b.Login(gw+"/audited", o.Username(), oidcop.Password); err != nil {
+		t.Fatal(err)
+	}
+	var found bool
+	deadline := time.Now().Add(10 * time.Second)
+	for !found && time.Now().Before(deadline) {
+		time.Sleep(20 * time.Millisecond)
+		for _, ev := range pathtest.ReadEvents(t, filepath.Join(dir, "audit.jsonl")) {
+			if ev.Path != "/audited" || ev.Status != 200 {
+				continue
+			}
+			found = true
+			rec.Add(p, "audit", pathtest.Event(ev))
+			if ev.AuthSource != "oidc_session" || ev.Auth != "oidc_session" || ev.Subject != oidcop.Subject || ev.DecidedBy != "oidc_login" {
+				t.Errorf("audit event: auth %q auth_source %q subject %q decided_by %q", ev.Auth, ev.AuthSource, ev.Subject, ev.DecidedBy)
+			}
+		}
+	}
+	if !found {
+		t.Error("no audit event of the session's request")
+	}
+}
+
+func mustLogoutToken(t *testing.T, o *oidcop.Provider, extra map[string]any) string {
+	t.Helper()
+	tok, err := o.SignLogoutToken("gateway", oidcop.Subject, "", extra)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return tok
+}
