@@ -314,6 +314,9 @@ func (s *Sessions) Lookup(ctx context.Context, cookie string) (*entry, error) {
 	e := s.newEntry(name, sess)
 	e.lastSeen.Store(now)
 	s.cache.put(cookie, e, now)
+	if now-e.persisted.Load() > s.persistEvery() {
+		s.persistLastSeen(e, now)
+	}
 	return e, nil
 }
 
