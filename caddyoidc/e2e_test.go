@@ -45,7 +45,7 @@ func provider(t *testing.T) *oidcop.Provider {
 	opOnce.Do(func() {
 		op, opErr = oidcop.Start(fmt.Sprintf("127.0.0.1:%d", opPort), oidcop.Client{
 			ID: "gateway", Secret: clientSecret,
-			RedirectURIs: []string{gw + "/oauth2/callback"},
+			RedirectURIs: []string{gw + "/oauth2/callback", fleetURL(0) + "/oauth2/callback", fleetURL(1) + "/oauth2/callback"},
 		})
 	})
 	if opErr != nil {
