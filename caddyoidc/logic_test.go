@@ -204,7 +204,10 @@ func TestSessionsLifetime(t *testing.T) {
 		}
 	}
 	// a wrote LastSeen back (every quarter of the idle timeout, in the background)
-	waitFor(t, func() bool { s, _ := a.load(ctx, e.name); return s != nil && !s.LastSeen.Before(now.Add(-20*time.Minute)) })
+	waitFor(t, func() bool {
+		s, _ := a.load(ctx, e.name)
+		return s != nil && !s.LastSeen.Before(now.Add(-20*time.Minute))
+	})
 	now = now.Add(30 * time.Minute) // b last saw it 80 minutes ago, a 30
 	if e, _ := b.Lookup(ctx, cookie); e == nil {
 		t.Fatal("b ended a session a used 30 minutes ago")
@@ -223,7 +226,10 @@ func TestSessionsLifetime(t *testing.T) {
 			t.Fatalf("after %d minutes: session %v", (i+1)*30, e != nil)
 		}
 		if e != nil { // the clock jumps: let the write-back of LastSeen land first
-			waitFor(t, func() bool { s, _ := a.load(ctx, e.name); return s != nil && !s.LastSeen.Before(now.Add(-30*time.Minute)) })
+			waitFor(t, func() bool {
+				s, _ := a.load(ctx, e.name)
+				return s != nil && !s.LastSeen.Before(now.Add(-30*time.Minute))
+			})
 		}
 	}
 	// revocation: by cookie, by subject; the cached copy on the other
