@@ -7,11 +7,17 @@
 //		-redirect http://127.0.0.1:8080/oauth2/callback
 //
 // Log in as test-user@127.0.0.1 with the password verysecure.
+//
+// With -login <url> it is the browser instead: it opens url (a page behind
+// oidc_login), logs in through the provider's form as the example user,
+// and prints the gateway_session cookie it got (the bench's gw-fast-session
+// row does this).
 package main
 
 import (
 	"flag"
 	"fmt"
+	"net/url"
 	"os"
 	"os/signal"
 	"strings"
@@ -24,7 +30,17 @@ func main() {
 	client := flag.String("client", "gateway", "client id to register")
 	secret := flag.String("secret", "", "the client's secret (required)")
 	redirect := flag.String("redirect", "http://127.0.0.1:8080/oauth2/callback", "redirect URIs of the client, comma-separated")
+	login := flag.String("login", "", "log in through this gateway URL and print the session cookie")
 	flag.Parse()
+	if *login != "" {
+		cookie, err := loginAt(*login)
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "testop:", err)
+			os.Exit(1)
+		}
+		fmt.Println(cookie)
+		return
+	}
 	if *secret == "" {
 		fmt.Fprintln(os.Stderr, "testop: -secret is required")
 		os.Exit(2)
@@ -39,4 +55,30 @@ func main() {
 	signal.Notify(sig, os.Interrupt)
 	<-sig
 	_ = p.Close()
+}
+
+// loginAt logs in through a gateway page and returns its session cookie.
+func loginAt(page string) (string, error) {
+	b := oidcop.NewBrowser()
+	at, status, body, err := b.Get(page)
+	if err != nil {
+		return "", err
+	}
+	if at.Host == "" || status != 200 {
+		return "", fmt.Errorf("%s led to %s, %d: %.200s", page, at, status, body)
+	}
+	// the form is at the provider, whose example user is named after its host
+	if _, _, _, err := b.SubmitLogin(at, body, "test-user@"+at.Hostname(), oidcop.Password); err != nil {
+		return "", err
+	}
+	u, err := url.Parse(page)
+	if err != nil {
+		return "", err
+	}
+	for _, c := range b.Jar.Cookies(u) {
+		if c.Name == "gateway_session" || c.Name == "__Host-gateway_session" {
+			return c.Value, nil
+		}
+	}
+	return "", fmt.Errorf("no session cookie after logging in through %s", page)
 }
