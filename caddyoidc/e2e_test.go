@@ -4,9 +4,11 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"io/fs"
 	"net/http"
 	"net/http/httptest"
 	"net/url"
+	"os"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -246,6 +248,7 @@ func testLogin(t *testing.T, p pathtest.Path, rec *pathtest.Recorder) {
 		t.Errorf("a session cookie over plain HTTP is not Secure (the browser would drop it): %q", c)
 	}
 	cookie := sessionCookie(t, b)
+	assertSealedAtRest(t, filepath.Join(dir, "storage"), cookie, "test-user@zitadel.ch")
 	withCookie := func(h map[string]string) map[string]string {
 		if h == nil {
 			h = map[string]string{}
@@ -556,4 +559,42 @@ func mustLogoutToken(t *testing.T, o *oidcop.Provider, extra map[string]any) str
 		t.Fatal(err)
 	}
 	return tok
+}
+
+// assertSealedAtRest walks the config's storage after a real login: the
+// session is there, and no file holds the provider's tokens (a JWT starts
+// "eyJ"), the user's claims or the cookie's value in clear, nor is the
+// cookie's value a file name (reading the bucket gives no usable session).
+func assertSealedAtRest(t *testing.T, root, cookie string, claims ...string) {
+	t.Helper()
+	var sessions int
+	err := filepath.WalkDir(root, func(p string, d fs.DirEntry, err error) error {
+		if err != nil || d.IsDir() {
+			return err
+		}
+		rel, _ := filepath.Rel(root, p)
+		if strings.Contains(rel, cookie) {
+			t.Errorf("a stored file is named after the cookie's value: %s", rel)
+		}
+		if !strings.HasPrefix(rel, "oidc_login"+string(filepath.Separator)) {
+			return nil
+		}
+		sessions++
+		b, err := os.ReadFile(p)
+		if err != nil {
+			return err
+		}
+		for _, clear := range append([]string{"eyJ", cookie}, claims...) {
+			if strings.Contains(string(b), clear) {
+				t.Errorf("%s holds %q in clear", rel, clear)
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if sessions == 0 {
+		t.Fatalf("no session under %s/oidc_login after the login", root)
+	}
 }
