@@ -43,7 +43,7 @@ func (b *Bench) startProvider(addr, tag string) (func(), error) {
 // -login follows the redirects and fills the provider's form) and keeps
 // the session cookie for the row's requests.
 func (b *Bench) login(url string) error {
-	out, err := exec.Command(b.testop(), "-login", url).Output()
+	out, err := exec.Command(b.testop(), "-login", url, "-addr", oidcAddr).Output()
 	if err != nil {
 		var stderr string
 		if ee, ok := err.(*exec.ExitError); ok {

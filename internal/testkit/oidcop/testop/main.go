@@ -9,14 +9,15 @@
 // Log in as test-user@127.0.0.1 with the password verysecure.
 //
 // With -login <url> it is the browser instead: it opens url (a page behind
-// oidc_login), logs in through the provider's form as the example user,
-// and prints the gateway_session cookie it got (the bench's gw-fast-session
-// row does this).
+// oidc_login), logs in through the form of the provider at -addr as its
+// example user, and prints the session cookie it got (the bench's
+// gw-fast-session row does this).
 package main
 
 import (
 	"flag"
 	"fmt"
+	"net"
 	"net/url"
 	"os"
 	"os/signal"
@@ -33,7 +34,7 @@ func main() {
 	login := flag.String("login", "", "log in through this gateway URL and print the session cookie")
 	flag.Parse()
 	if *login != "" {
-		cookie, err := loginAt(*login)
+		cookie, err := loginAt(*login, *addr)
 		if err != nil {
 			fmt.Fprintln(os.Stderr, "testop:", err)
 			os.Exit(1)
@@ -57,18 +58,16 @@ func main() {
 	_ = p.Close()
 }
 
-// loginAt logs in through a gateway page and returns its session cookie.
-func loginAt(page string) (string, error) {
-	b := oidcop.NewBrowser()
-	at, status, body, err := b.Get(page)
+// loginAt logs in through a gateway page, as the example user of the
+// provider at addr, and returns the session cookie it got.
+func loginAt(page, addr string) (string, error) {
+	host, _, err := net.SplitHostPort(addr)
 	if err != nil {
-		return "", err
+		return "", fmt.Errorf("-addr %q: %v", addr, err)
 	}
-	if at.Host == "" || status != 200 {
-		return "", fmt.Errorf("%s led to %s, %d: %.200s", page, at, status, body)
-	}
-	// the form is at the provider, whose example user is named after its host
-	if _, _, _, err := b.SubmitLogin(at, body, "test-user@"+at.Hostname(), oidcop.Password); err != nil {
+	b := oidcop.NewBrowser()
+	at, status, body, err := b.Login(page, "test-user@"+host, oidcop.Password)
+	if err != nil {
 		return "", err
 	}
 	u, err := url.Parse(page)
@@ -80,5 +79,5 @@ func loginAt(page string) (string, error) {
 			return c.Value, nil
 		}
 	}
-	return "", fmt.Errorf("no session cookie after logging in through %s", page)
+	return "", fmt.Errorf("no session cookie after logging in through %s (ended at %s, %d: %.200s)", page, at, status, body)
 }
