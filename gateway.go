@@ -20,6 +20,7 @@ import (
 	_ "github.com/apigate/gateway/caddypermcache"
 	_ "github.com/apigate/gateway/caddyquota"
 	_ "github.com/apigate/gateway/caddyrbac"
+	_ "github.com/apigate/gateway/caddyready"
 	_ "github.com/apigate/gateway/dashboard"
 	_ "github.com/apigate/gateway/fastpath"
 	_ "github.com/apigate/gateway/natsstore"

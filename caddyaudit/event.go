@@ -91,7 +91,10 @@ type Event struct {
 	// Kind is empty for request events; "chain_start" and "checkpoint"
 	// events belong to the chain and carry the fields below instead of the
 	// request's; other kinds are notices (Notice).
-	Kind      string `json:"kind,omitempty"`
+	Kind string `json:"kind,omitempty"`
+	// Node is the gateway that recorded the event (the audit app's node:
+	// its host name unless configured), on request events as on
+	// chain_start.
 	Node      string `json:"node,omitempty"`
 	KeyID     string `json:"key_id,omitempty"`
 	LastSeq   uint64 `json:"last_seq,omitempty"`
@@ -210,6 +213,10 @@ func (e *Event) AppendJSON(buf []byte) []byte {
 	buf = auditchain.AppendString(buf, e.Host)
 	buf = append(buf, `,"method":`...)
 	buf = auditchain.AppendString(buf, e.Method)
+	if e.Node != "" {
+		buf = append(buf, `,"node":`...)
+		buf = auditchain.AppendString(buf, e.Node)
+	}
 	if v := e.OpenAPIViolation; v != nil {
 		buf = append(buf, `,"openapi_violation":{"keyword":`...)
 		buf = auditchain.AppendString(buf, v.Keyword)

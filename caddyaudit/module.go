@@ -87,8 +87,9 @@ type App struct {
 	Sinks []SinkConfig `json:"sinks,omitempty"`
 	// Node names this gateway in the JetStream message ids of its events
 	// (<node>/<request_id>, so that JetStream's de-duplication only ever
-	// merges retries of one event) and in chain_start events. Give each
-	// gateway of a fleet its own. Default: the host name.
+	// merges retries of one event), in the node field of every event, and
+	// in chain_start events. Give each gateway of a fleet its own.
+	// Default: the host name.
 	Node string `json:"node,omitempty"`
 
 	// plans are the sinks Provision checked, for Start to acquire;
@@ -507,6 +508,9 @@ func (a *App) Cleanup() error {
 
 // Record hands ev to every sink (copying it) and to the Recent ring.
 func (a *App) Record(ev *Event) {
+	if ev.Node == "" && ev.Kind == "" {
+		ev.Node = a.Node
+	}
 	remember(ev)
 	if !a.started() {
 		if err := a.start(); err != nil {

@@ -474,6 +474,24 @@ func (a *App) Cleanup() error {
 	return nil
 }
 
+// Ready reports whether this config's discovered routes are loaded (the
+// state file's, or a listing of the engine): until then the gateway_ready
+// handler answers 503 "starting". The route set a config runs is fixed at
+// its load, and the first listing applies through a reload, so a config
+// that is not ready is replaced by one that is.
+func (a *App) Ready() (bool, string) {
+	hs := a.handlers
+	if hs == nil {
+		return false, "not provisioned"
+	}
+	hs.mu.Lock()
+	defer hs.mu.Unlock()
+	if !hs.set.known {
+		return false, "discovered routes not loaded yet (no state file, engine not listed yet)"
+	}
+	return true, ""
+}
+
 // Snapshot returns what the app discovered: the containers with their parsed
 // labels and label errors, the route set and the engine's reachability.
 func (a *App) Snapshot() Snapshot {

@@ -297,7 +297,14 @@ func (p *proxyStep) serve(ex *exchange, w http.ResponseWriter, next *cont) error
 		out.Body = &ps.body
 	}
 
-	start := time.Now()
+	// (the request's clock reading: its start, unless a handler ran
+	// before this step, whose time is not the upstream's)
+	start := ex.clock
+	if ex.delegatedRan || start.IsZero() {
+		start = time.Now()
+		ex.clock = start
+	}
+	ps.reuse.Now = start
 	var proxyErr error
 	retries := 0
 	for {
@@ -309,7 +316,7 @@ func (p *proxyStep) serve(ex *exchange, w http.ResponseWriter, next *cont) error
 		retries++
 	}
 	ph := &ps.ph
-	ph.duration, ph.retries, ph.done = time.Since(start), retries, true
+	ph.duration, ph.retries, ph.done = ex.clock.Sub(start), retries, true
 	if proxyErr != nil {
 		return statusError(proxyErr)
 	}
@@ -474,6 +481,8 @@ func (p *proxyStep) attempt(ex *exchange, out *http.Request, w http.ResponseWrit
 	rtStart := start // (the first attempt starts when the step does)
 	if retries > 0 {
 		rtStart = time.Now()
+		ex.clock = rtStart
+		ex.px.reuse.Now = rtStart
 	}
 	proxyErr = p.roundTrip(ex, w, out, upstream, di, rtStart)
 	if proxyErr == nil {
@@ -509,9 +518,10 @@ func (p *proxyStep) roundTrip(ex *exchange, rw http.ResponseWriter, req *http.Re
 ) error {
 	_ = hostCountRequest(upstream.Host, 1)
 	incInFlight(di.address)
+	_, static := p.static[upstream]
 	defer func() {
 		_ = hostCountRequest(upstream.Host, -1)
-		decInFlightRequest(di.address)
+		decInFlight(di.address, static)
 	}()
 	if (req.URL.Scheme == "http" && di.port == "80") || (req.URL.Scheme == "https" && di.port == "443") {
 		req.URL.Host = di.host
@@ -529,7 +539,8 @@ func (p *proxyStep) roundTrip(ex *exchange, rw http.ResponseWriter, req *http.Re
 		})
 		res, err = p.h.Transport.RoundTrip(req.WithContext(ctx))
 	}
-	duration := time.Since(start)
+	ex.clock = time.Now()
+	duration := ex.clock.Sub(start)
 	if err != nil {
 		if ce := p.logger.Check(zapcore.DebugLevel, "upstream roundtrip"); ce != nil {
 			ce.Write(zap.String("upstream", upstream.Dial), zap.Duration("duration", duration), zap.Error(err))
@@ -578,11 +589,14 @@ func (p *proxyStep) finalize(ex *exchange, rw http.ResponseWriter, req *http.Req
 	if p.respOps != nil && (p.respOps.Require == nil || p.respOps.Require.Match(res.StatusCode, res.Header)) {
 		p.respOps.ApplyTo(res.Header, req.Context().Value(caddy.ReplacerCtxKey).(*caddy.Replacer))
 	}
+	canonical := p.transport != nil // (h1's parser canonicalizes the names it reads)
 	for k, vv := range res.Header {
 		if len(vv) == 0 {
 			continue
 		}
-		k = textproto.CanonicalMIMEHeaderKey(k)
+		if !canonical {
+			k = textproto.CanonicalMIMEHeaderKey(k)
+		}
 		if old, ok := rwHeader[k]; ok {
 			rwHeader[k] = append(old[:len(old):len(old)], vv...)
 		} else {
@@ -617,7 +631,8 @@ func (p *proxyStep) finalize(ex *exchange, rw http.ResponseWriter, req *http.Req
 		http.NewResponseController(rw).Flush()
 	}
 	ph := &ex.px.ph
-	ph.copied, ph.upDuration = true, time.Since(start)
+	ex.clock = time.Now()
+	ph.copied, ph.upDuration = true, ex.clock.Sub(start)
 	if len(res.Trailer) == announced {
 		copyHeader(rw.Header(), res.Trailer)
 		return nil

@@ -36,6 +36,9 @@ commands:
   keygen -dir D                     create an RSA key pair and a JWKS for it in D
   audit keygen -out D               create the Ed25519 key pair that signs audit checkpoints
   audit verify -key K FILE...       verify audit trails against the public key K
+  audit tail --nats URL [--since D] print the audit events of the JetStream stream (--follow: and new ones)
+  audit count --nats URL [--since D] [--client-request-id ID]
+                                    count the stream's events, per node and decision
   apikey new --sub S [...]          make an API key: print it once, and its keys file entry
                                     (--file keys.json adds the entry to the file)
   fleet init --nats URL [--replicas N]
