@@ -291,7 +291,10 @@ func (o *OIDCLogin) Provision(ctx caddy.Context) error {
 
 	storage := ctx.Storage()
 	ns := namespace(o.Issuer, o.ClientID)
-	o.loginKey = fmt.Sprintf("%s|%v", ns, storage)
+	// the keys are part of the shared state's name: a reload that adds
+	// or removes a session key starts an empty session cache, so no
+	// session a removed key signed is served from memory
+	o.loginKey = fmt.Sprintf("%s|%s|%v", ns, ring.IDs(), storage)
 	logger := o.logger
 	val, _, err := logins.LoadOrNew(o.loginKey, func() (caddy.Destructor, error) {
 		l := &loginState{issuer: o.Issuer, clientID: o.ClientID, cache: newCache(o.CacheSize),

@@ -13,6 +13,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"strings"
 )
 
 // A Keyring seals what the gateway keeps of a session (in the storage, and
@@ -32,6 +33,17 @@ type ringKey struct {
 	id   [4]byte
 	aead cipher.AEAD
 	mac  [32]byte
+}
+
+// IDs names the ring's keys, in order, by their derived key ids (no key
+// material): two rings with the same IDs open and verify the same records.
+func (k *Keyring) IDs() string {
+	var b strings.Builder
+	for _, rk := range k.keys {
+		b.WriteString(hex.EncodeToString(rk.id[:]))
+		b.WriteByte(' ')
+	}
+	return b.String()
 }
 
 // MinSecretLen is the shortest secret a key is derived from.
