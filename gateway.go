@@ -14,6 +14,7 @@ import (
 	_ "github.com/apigate/gateway/caddydocker"
 	_ "github.com/apigate/gateway/caddyh1"
 	_ "github.com/apigate/gateway/caddyjwt"
+	_ "github.com/apigate/gateway/caddyoidc"
 	_ "github.com/apigate/gateway/caddyopenapi"
 	_ "github.com/apigate/gateway/caddypathguard"
 	_ "github.com/apigate/gateway/caddypermcache"

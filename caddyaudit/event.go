@@ -67,8 +67,12 @@ type Event struct {
 	// quota duty ran.
 	Plan string `json:"plan,omitempty"`
 	// Auth is how the client proved its identity ("jwt", "api_key",
-	// "client_cert"); absent without an identity.
+	// "client_cert", "oidc_session"); absent without an identity.
 	Auth string `json:"auth,omitempty"`
+	// AuthSource says where the identity came from when it is not a
+	// credential the request carried itself: "oidc_session" (a browser
+	// session of oidc_login). Absent otherwise.
+	AuthSource string `json:"auth_source,omitempty"`
 	// CredentialID names the credential (an API key's id, a client
 	// certificate's fingerprint); absent when the identity has none.
 	CredentialID string `json:"credential_id,omitempty"`
@@ -168,6 +172,11 @@ func (e *Event) AppendJSON(buf []byte) []byte {
 	if e.Auth != "" {
 		buf = append(buf, `"auth":`...)
 		buf = auditchain.AppendString(buf, e.Auth)
+		buf = append(buf, ',')
+	}
+	if e.AuthSource != "" {
+		buf = append(buf, `"auth_source":`...)
+		buf = auditchain.AppendString(buf, e.AuthSource)
 		buf = append(buf, ',')
 	}
 	buf = append(buf, `"bytes_out":`...)

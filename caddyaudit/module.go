@@ -687,6 +687,9 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyht
 	id, _ := identity.FromRequest(r)
 	if id != nil {
 		ev.Subject, ev.Auth, ev.CredentialID = id.Subject, id.Method, id.CredentialID
+		if id.Method == identity.MethodOIDCSession {
+			ev.AuthSource = identity.MethodOIDCSession
+		}
 	}
 	ev.Decision, ev.Reason, ev.DecidedBy = decide(r, status, id)
 	ev.PermissionCache = identity.PermissionCache(r)
@@ -821,6 +824,8 @@ func identitySource(method string) string {
 		return "api_key"
 	case identity.MethodClientCert:
 		return "client_cert_auth"
+	case identity.MethodOIDCSession:
+		return "oidc_login"
 	}
 	return ""
 }
