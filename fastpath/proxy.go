@@ -288,7 +288,7 @@ func (p *proxyStep) serve(ex *exchange, w http.ResponseWriter, next *cont) error
 	ps := &ex.px
 	out := ps.prepare(r, r != &ex.shadow)
 	reqHost, reqHeader := out.Host, out.Header
-	incremental := caddyhttp.IsIncremental(reqHeader)
+	incremental := isIncremental(reqHeader)
 	ps.curW = w
 	if out.Body != nil {
 		// as reverse_proxy: a transport that closes the body after a dial
@@ -473,7 +473,7 @@ func (p *proxyStep) attempt(ex *exchange, out *http.Request, w http.ResponseWrit
 	}
 	// (reverse_proxy refuses an incremental request here only with request
 	// buffers or a transport that needs a length; h1 needs none)
-	if caddyhttp.IsIncremental(out.Header) && !requestHasContent(out) {
+	if isIncremental(out.Header) && !requestHasContent(out) {
 		out.ContentLength = 0
 		out.Body = nil
 	}
@@ -567,7 +567,7 @@ func (p *proxyStep) roundTrip(ex *exchange, rw http.ResponseWriter, req *http.Re
 
 // finalize is reverse_proxy's finalizeResponse.
 func (p *proxyStep) finalize(ex *exchange, rw http.ResponseWriter, req *http.Request, res *http.Response, start time.Time) error {
-	incremental := caddyhttp.IsIncremental(res.Header)
+	incremental := isIncremental(res.Header)
 	stripHopByHop(res.Header)
 
 	rwHeader := rw.Header()
@@ -648,7 +648,7 @@ func (p *proxyStep) finalize(ex *exchange, rw http.ResponseWriter, req *http.Req
 
 // flushInterval is reverse_proxy's.
 func (p *proxyStep) flushInterval(req *http.Request, res *http.Response, incremental bool) time.Duration {
-	if incremental || caddyhttp.IsIncremental(res.Header) {
+	if incremental || isIncremental(res.Header) {
 		return -1
 	}
 	if ct := headerGet(res.Header, "Content-Type"); len(ct) >= len("text/event-stream") && strings.EqualFold(ct[:len("text/event-stream")], "text/event-stream") {
@@ -775,11 +775,30 @@ func statusError(err error) error {
 func removeConnectionHeaders(h http.Header) {
 	for _, f := range h["Connection"] {
 		for sf := range strings.SplitSeq(f, ",") {
-			if sf = textproto.TrimString(sf); sf != "" {
+			switch sf = textproto.TrimString(sf); {
+			case sf == "":
+			case strings.EqualFold(sf, "keep-alive"):
+				// (the option most upstreams send: no
+				// canonicalisation, which was 1.6% of a bare
+				// request's instructions)
+				delete(h, "Keep-Alive")
+			case strings.EqualFold(sf, "close"):
+				delete(h, "Close")
+			default:
 				h.Del(sf)
 			}
 		}
 	}
+}
+
+// isIncremental is caddyhttp.IsIncremental without its cost when the field
+// is absent: h.Values canonicalises the constant key on every call (four
+// calls were 2.7% of a bare request's instructions).
+func isIncremental(h http.Header) bool {
+	if _, ok := h["Incremental"]; !ok {
+		return false
+	}
+	return caddyhttp.IsIncremental(h)
 }
 
 func stripHopByHop(h http.Header) {

@@ -688,14 +688,12 @@ func (w *respWriter) writeHeaderSubset(bw *bufio.Writer, h http.Header, exclude 
 			continue
 		}
 		for _, v := range h[k] {
-			if strings.ContainsAny(v, "\r\n") {
+			// (two IndexByte scans: strings.ContainsAny builds a byte
+			// set on every call)
+			if strings.IndexByte(v, '\r') >= 0 || strings.IndexByte(v, '\n') >= 0 {
 				v = headerNewlineToSpace.Replace(v)
 			}
-			v = textproto.TrimString(v)
-			bw.WriteString(k)
-			bw.WriteString(": ")
-			bw.WriteString(v)
-			bw.WriteString("\r\n")
+			h1wire.WriteField(bw, k, textproto.TrimString(v))
 		}
 	}
 	clear(keys)
