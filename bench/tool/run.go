@@ -131,7 +131,7 @@ func (b *Bench) conf(s Scenario, port int) Conf {
 	if c.OpenAPI {
 		c.OpenAPISpec = filepath.Join(b.Work, "openapi.yaml")
 	}
-	if c.Quota || c.RateLimitFleet {
+	if c.Quota {
 		c.QuotaDir = filepath.Join(b.Work, "quota")
 	}
 	if c.OIDC {
