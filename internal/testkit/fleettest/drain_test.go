@@ -18,6 +18,11 @@ import (
 // shutdown_delay of delay, with or without the fast path's apigate
 // listener wrapper.
 func drainConfig(admin, port int, delay time.Duration, wrapper bool, bind string) func(string) string {
+	return drainConfigAPI(admin, port, delay, wrapper, bind, `respond "api"`)
+}
+
+// drainConfigAPI is drainConfig with api as the API route's handler.
+func drainConfigAPI(admin, port int, delay time.Duration, wrapper bool, bind, api string) func(string) string {
 	return func(string) string {
 		wrap := ""
 		if wrapper {
@@ -42,10 +47,10 @@ http://:%d {
 		gateway_ready
 	}
 	handle {
-		respond "api"
+		%s
 	}
 }
-`, admin, delay, port, wrap, port, bind)
+`, admin, delay, port, wrap, port, bind, api)
 	}
 }
 
@@ -108,11 +113,22 @@ func TestDrainOnSIGTERM(t *testing.T) {
 				t.Errorf("the last readiness answer came %v after SIGTERM: the listener closed before shutdown_delay (%v)", lastReady.Sub(term), delay)
 			}
 			// every API request sent before the listener closed was
-			// answered; those after it are refused (nothing else)
+			// answered; those after it are refused (nothing else).
+			// A connection still in the kernel's accept queue when
+			// the listener closes is reset (EOF) without its request
+			// being read, on Caddy's server as on the fast path: a
+			// request sent within closeRace of the close (the first
+			// refused connection, else the exit) races it and is
+			// not counted as failed during the delay.
+			const closeRace = 100 * time.Millisecond
 			api.mu.Lock()
 			defer api.mu.Unlock()
-			if len(api.failed)+len(api.wrong) > 0 {
-				t.Errorf("API requests failed during the delay: %d failed, %d wrong", len(api.failed), len(api.wrong))
+			closed := api.firstRefused
+			if closed.IsZero() {
+				closed = term.Add(exited)
+			}
+			if n := api.failedBefore(closed.Add(-closeRace)); n+len(api.wrong) > 0 {
+				t.Errorf("API requests failed during the delay: %d failed, %d wrong", n, len(api.wrong))
 			}
 			if api.ok < int(delay.Seconds())*100*8/10 {
 				t.Errorf("%d API requests answered, want most of the %v delay's at 100/s", api.ok, delay)
@@ -122,7 +138,7 @@ func TestDrainOnSIGTERM(t *testing.T) {
 }
 
 // TestShutdownFinishesRequests: a request in flight when the gateway is
-// told to stop (SIGTERM, no shutdown_delay, grace_period 10s) is answered
+// told to stop (SIGTERM, shutdown_delay 0, grace_period 10s) is answered
 // before the process exits, although its upstream answers only after the
 // listener has closed: Caddy's server waits for its connections for the
 // grace period, and so does the fast path for the connections it serves.
@@ -146,30 +162,8 @@ func TestShutdownFinishesRequests(t *testing.T) {
 			}()
 			ports := natstest.FreePorts(t, 2)
 			base := fmt.Sprintf("http://127.0.0.1:%d", ports[1])
-			wrap := ""
-			if wrapper {
-				wrap = "listener_wrappers {\n\t\t\tapigate\n\t\t}"
-			}
-			p := runGateway(t, bin, "shutdown", func(string) string {
-				return fmt.Sprintf(`{
-	admin 127.0.0.1:%d
-	auto_https off
-	grace_period 10s
-	servers :%d {
-		%s
-	}
-}
-
-http://:%d {
-	handle /ready {
-		gateway_ready
-	}
-	handle {
-		reverse_proxy %s
-	}
-}
-`, ports[0], ports[1], wrap, ports[1], up.Listener.Addr())
-			}, base+"/ready")
+			// (no shutdown_delay: the listener closes at SIGTERM)
+			p := runGateway(t, bin, "shutdown", drainConfigAPI(ports[0], ports[1], 0, wrapper, "", "reverse_proxy "+up.Listener.Addr().String()), base+"/ready")
 
 			type answer struct {
 				code int

@@ -26,6 +26,8 @@ type rateLoad struct {
 	mu                     sync.Mutex
 	sent, ok               int
 	refused, failed, wrong []string
+	failedAt               []time.Time // when each failed request was sent
+	firstRefused           time.Time   // when the first refused request was sent
 	maxLatency             time.Duration
 }
 
@@ -69,13 +71,28 @@ func (l *rateLoad) one(url string) {
 	switch {
 	case errors.Is(err, syscall.ECONNREFUSED):
 		l.refused = append(l.refused, fmt.Sprintf("%s at %s: %v", url, start.Format("15:04:05.000"), err))
+		if l.firstRefused.IsZero() || start.Before(l.firstRefused) {
+			l.firstRefused = start
+		}
 	case err != nil:
 		l.failed = append(l.failed, fmt.Sprintf("%s at %s: %v", url, start.Format("15:04:05.000"), err))
+		l.failedAt = append(l.failedAt, start)
 	case !l.want(resp.StatusCode, string(body)):
 		l.wrong = append(l.wrong, fmt.Sprintf("%s at %s: %d %q", url, start.Format("15:04:05.000"), resp.StatusCode, body))
 	default:
 		l.ok++
 	}
+}
+
+// failedBefore counts the failed requests sent before t (l.mu held).
+func (l *rateLoad) failedBefore(t time.Time) int {
+	n := 0
+	for _, at := range l.failedAt {
+		if at.Before(t) {
+			n++
+		}
+	}
+	return n
 }
 
 // stop ends the load and waits for the requests in flight.
