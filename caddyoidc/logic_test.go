@@ -4,6 +4,7 @@ import (
 	"context"
 	"net/http/httptest"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -170,11 +171,15 @@ func TestKeyring(t *testing.T) {
 // storage's view with a clock the test moves, on Caddy's file storage.
 func TestSessionsLifetime(t *testing.T) {
 	ring, _ := NewKeyring([]byte(strings.Repeat("k", 32)))
-	now := time.Date(2026, 12, 5, 10, 0, 0, 0, time.UTC)
+	// the clock the test moves; the background write-backs read it too
+	var clock atomic.Int64
+	clock.Store(time.Date(2026, 12, 5, 10, 0, 0, 0, time.UTC).UnixNano())
+	now := func() time.Time { return time.Unix(0, clock.Load()) }
+	advance := func(d time.Duration) { clock.Add(int64(d)) }
 	st := &certmagic.FileStorage{Path: t.TempDir()}
 	mk := func() *Sessions {
 		return &Sessions{Storage: st, Ring: ring, Prefix: "oidc_login/test", TTL: 8 * time.Hour, Idle: time.Hour,
-			Now: func() time.Time { return now }, cache: newCache(10)}
+			Now: now, cache: newCache(10)}
 	}
 	a, b := mk(), mk() // two gateways on one storage
 	ctx := context.Background()
@@ -198,7 +203,7 @@ func TestSessionsLifetime(t *testing.T) {
 	}
 	// idle on b for 50 minutes, used on a meanwhile (a writes LastSeen back)
 	for i := 0; i < 5; i++ {
-		now = now.Add(10 * time.Minute)
+		advance(10 * time.Minute)
 		if e, _ := a.Lookup(ctx, cookie); e == nil {
 			t.Fatalf("session gone on a after %d minutes of use", (i+1)*10)
 		}
@@ -206,21 +211,21 @@ func TestSessionsLifetime(t *testing.T) {
 	// a wrote LastSeen back (every quarter of the idle timeout, in the background)
 	waitFor(t, func() bool {
 		s, _ := a.load(ctx, e.name)
-		return s != nil && !s.LastSeen.Before(now.Add(-20*time.Minute))
+		return s != nil && !s.LastSeen.Before(now().Add(-20*time.Minute))
 	})
-	now = now.Add(30 * time.Minute) // b last saw it 80 minutes ago, a 30
+	advance(30 * time.Minute) // b last saw it 80 minutes ago, a 30
 	if e, _ := b.Lookup(ctx, cookie); e == nil {
 		t.Fatal("b ended a session a used 30 minutes ago")
 	}
 	// idle for more than an hour everywhere: gone
-	now = now.Add(61 * time.Minute)
+	advance(61 * time.Minute)
 	if e, _ := a.Lookup(ctx, cookie); e != nil {
 		t.Fatal("a session idle for 61 minutes lives")
 	}
 	// expiry: session_ttl whatever the use
 	cookie, _ = a.Create(ctx, &Session{Subject: "bob", Issuer: "https://idp"})
 	for i := 0; i < 17; i++ {
-		now = now.Add(30 * time.Minute)
+		advance(30 * time.Minute)
 		e, _ := a.Lookup(ctx, cookie)
 		if (e != nil) != (i < 15) {
 			t.Fatalf("after %d minutes: session %v", (i+1)*30, e != nil)
@@ -228,7 +233,7 @@ func TestSessionsLifetime(t *testing.T) {
 		if e != nil { // the clock jumps: let the write-back of LastSeen land first
 			waitFor(t, func() bool {
 				s, _ := a.load(ctx, e.name)
-				return s != nil && !s.LastSeen.Before(now.Add(-30*time.Minute))
+				return s != nil && !s.LastSeen.Before(now().Add(-30*time.Minute))
 			})
 		}
 	}
@@ -251,7 +256,7 @@ func TestSessionsLifetime(t *testing.T) {
 		t.Fatal("a forged cookie found a session")
 	}
 	// the sweeper deletes what expired
-	now = now.Add(9 * time.Hour)
+	advance(9 * time.Hour)
 	if n, err := a.Sweep(ctx); err != nil || n == 0 {
 		t.Fatalf("Sweep: %d %v", n, err)
 	}
@@ -297,5 +302,69 @@ func TestCheckIDToken(t *testing.T) {
 		if got := o.checkIDToken(tc.id, tc.nonce, tc.subject); (got != "") != tc.wantErr {
 			t.Errorf("%s: %q", tc.name, got)
 		}
+	}
+}
+
+// blockingStorage holds the first Store of a session record after armed
+// until release is closed.
+type blockingStorage struct {
+	certmagic.Storage
+	armed   atomic.Bool
+	held    chan struct{} // closed when a Store is held
+	release chan struct{}
+	stored  atomic.Int32 // session records stored since armed
+}
+
+func (b *blockingStorage) Store(ctx context.Context, key string, value []byte) error {
+	if !strings.Contains(key, "/sessions/") {
+		return b.Storage.Store(ctx, key, value)
+	}
+	if b.armed.CompareAndSwap(true, false) {
+		close(b.held)
+		<-b.release
+	}
+	defer b.stored.Add(1)
+	return b.Storage.Store(ctx, key, value)
+}
+
+// TestLastSeenWritesInOrder: a write-back of LastSeen that is slow to land
+// does not overwrite a later use's (it once did, and a session in use
+// looked idle to the other gateways).
+func TestLastSeenWritesInOrder(t *testing.T) {
+	ring, _ := NewKeyring([]byte(strings.Repeat("k", 32)))
+	var clock atomic.Int64
+	clock.Store(time.Date(2026, 12, 5, 10, 0, 0, 0, time.UTC).UnixNano())
+	st := &blockingStorage{Storage: &certmagic.FileStorage{Path: t.TempDir()},
+		held: make(chan struct{}), release: make(chan struct{})}
+	s := &Sessions{Storage: st, Ring: ring, Prefix: "oidc_login/test", TTL: 8 * time.Hour, Idle: time.Hour,
+		Now: func() time.Time { return time.Unix(0, clock.Load()) }, cache: newCache(10)}
+	ctx := context.Background()
+	cookie, err := s.Create(ctx, &Session{Subject: "alice", Issuer: "https://idp"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	st.stored.Store(0)
+	st.armed.Store(true)
+	clock.Add(int64(20 * time.Minute))
+	e, _ := s.Lookup(ctx, cookie) // a write-back of 10:20 starts, and is held
+	if e == nil {
+		t.Fatal("no session")
+	}
+	<-st.held
+	clock.Add(int64(20 * time.Minute))
+	if e, _ := s.Lookup(ctx, cookie); e == nil { // 10:40 asks for another
+		t.Fatal("no session")
+	}
+	want := time.Unix(0, clock.Load())
+	waitFor(t, func() bool { // the 10:40 write is queued behind the held one, or landed
+		s.writesMu.Lock()
+		q := s.writes[e.name]
+		s.writesMu.Unlock()
+		return q == want.UnixNano() || st.stored.Load() == 1
+	})
+	close(st.release)
+	waitFor(t, func() bool { return st.stored.Load() == 2 }) // both write-backs landed
+	if got, _ := s.load(ctx, e.name); got == nil || !got.LastSeen.Equal(want) {
+		t.Fatalf("stored LastSeen %v, want %v", got.LastSeen, want)
 	}
 }

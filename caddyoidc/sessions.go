@@ -176,6 +176,11 @@ type Sessions struct {
 	Now       func() time.Time
 
 	cache *cache
+
+	// the LastSeen write-backs under way, by session name, with the
+	// latest time asked for (one write at a time per session)
+	writesMu sync.Mutex
+	writes   map[string]int64
 }
 
 // ErrStorage wraps a storage failure (not a missing session).
@@ -327,23 +332,47 @@ func (s *Sessions) Lookup(ctx context.Context, cookie string) (*entry, error) {
 // milliseconds.
 const revalidateEvery = time.Minute
 
-// persistLastSeen writes the session's LastSeen in the background (once
-// at a time per entry: persisted moves first).
+// persistLastSeen writes the session's LastSeen in the background, one
+// write at a time per session on this gateway: two writes in flight (a
+// cached entry's and its reloaded successor's) could land out of order and
+// move the stored LastSeen back. A use during a write is written after it.
+// A stored LastSeen already later (another gateway's) is kept.
 func (s *Sessions) persistLastSeen(e *entry, now int64) {
-	old := e.persisted.Load()
-	if !e.persisted.CompareAndSwap(old, now) {
+	e.persisted.Store(now)
+	s.writesMu.Lock()
+	defer s.writesMu.Unlock()
+	if v, ok := s.writes[e.name]; ok {
+		s.writes[e.name] = max(v, now)
 		return
 	}
+	if s.writes == nil {
+		s.writes = make(map[string]int64)
+	}
+	s.writes[e.name] = now
 	go func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		cur, err := s.load(ctx, e.name)
-		if err != nil || cur == nil {
-			return
+		for v := now; ; {
+			s.writeLastSeen(e.name, v)
+			s.writesMu.Lock()
+			if s.writes[e.name] == v {
+				delete(s.writes, e.name)
+				s.writesMu.Unlock()
+				return
+			}
+			v = s.writes[e.name]
+			s.writesMu.Unlock()
 		}
-		cur.LastSeen = time.Unix(0, now)
-		_ = s.save(ctx, e.name, cur)
 	}()
+}
+
+func (s *Sessions) writeLastSeen(name string, t int64) {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	cur, err := s.load(ctx, name)
+	if err != nil || cur == nil || cur.LastSeen.UnixNano() >= t {
+		return
+	}
+	cur.LastSeen = time.Unix(0, t)
+	_ = s.save(ctx, name, cur)
 }
 
 // Revoke ends the session of a cookie value everywhere: the storage, this
