@@ -116,6 +116,7 @@ func testAPIKey(t *testing.T, p pathtest.Path, rec *pathtest.Recorder) {
 	}
 	keysPath := filepath.Join(dir, "keys.json")
 	auditPath := filepath.Join(dir, "audit.jsonl")
+	logPath := filepath.Join(dir, "caddy.log") // the test reads what the module logged
 
 	reader := newKey(t, "reader-"+run)
 	noRole := newKey(t, "norole-"+run)
@@ -161,6 +162,10 @@ func testAPIKey(t *testing.T, p pathtest.Path, rec *pathtest.Recorder) {
 	http_port 20310
 	https_port 20311
 	grace_period 1s
+	log {
+		output file %[10]s
+		format json
+	}
 	audit {
 		sink file %[3]s {
 			flush_interval 20ms
@@ -247,7 +252,7 @@ func testAPIKey(t *testing.T, p pathtest.Path, rec *pathtest.Recorder) {
 		reverse_proxy %[5]s
 	}
 }
-`, adminPort, gwPort, auditPath, keysPath, upstream.URL, jwtSecret, perm.URL, run, echo.URL)
+`, adminPort, gwPort, auditPath, keysPath, upstream.URL, jwtSecret, perm.URL, run, echo.URL, logPath)
 	p.Load(t, adminPort, config, "srv0")
 	base := fmt.Sprintf("http://127.0.0.1:%d", gwPort)
 
@@ -463,10 +468,26 @@ func testAPIKey(t *testing.T, p pathtest.Path, rec *pathtest.Recorder) {
 		waitStatus(t, base+"/k/x", rotated.key, 200)
 		waitStatus(t, base+"/k/x", reader.key, 401)
 
-		// a broken file keeps the last good keys
+		// a broken file keeps the last good keys: requests (each may
+		// check the file, 20ms after the last check) until the module
+		// says it read the broken file, then one more
 		writeKeys(t, keysPath, `[{"id":"x","hash":"nope","sub":"s"}]`)
-		time.Sleep(100 * time.Millisecond) // several check intervals
-		r := do(t, "GET", base+"/k/x", map[string]string{"X-API-Key": rotated.key})
+		const notReloaded = `"msg":"keys file not reloaded; keeping the last good keys"`
+		var r result
+		for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+			r = do(t, "GET", base+"/k/x", map[string]string{"X-API-Key": rotated.key})
+			if r.status != 200 {
+				t.Fatalf("after a broken file the last good key is refused: %d %q", r.status, r.body)
+			}
+			logged, _ := os.ReadFile(logPath)
+			if bytes.Contains(logged, []byte(notReloaded)) {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("no %s in the log after 10s:\n%s", notReloaded, logged)
+			}
+		}
+		r = do(t, "GET", base+"/k/x", map[string]string{"X-API-Key": rotated.key})
 		record(p.Key(t)+"/after a broken file", r)
 		if r.status != 200 {
 			t.Fatalf("after a broken file the last good key is refused: %d %q", r.status, r.body)

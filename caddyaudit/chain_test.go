@@ -90,7 +90,17 @@ func testChainRealRun(t *testing.T, p pathtest.Path, rec *pathtest.Recorder) {
 	for i := 0; i < 30; i++ {
 		get(i)
 	}
-	time.Sleep(250 * time.Millisecond) // a checkpoint or two
+	// a periodic checkpoint is in the trail before the reload (the
+	// report below wants one besides the final one)
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		b, _ := os.ReadFile(trail)
+		if bytes.Contains(b, []byte(`"kind":"checkpoint"`)) {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no checkpoint in the trail after 10s (checkpoint_interval 100ms):\n%s", b)
+		}
+	}
 	p.Reload(t, tester, config("two"), "srv0")
 	for i := 30; i < 60; i++ {
 		get(i)

@@ -156,14 +156,18 @@ func podmanHealth(t *testing.T, fast bool) {
 }
 
 // TestRollingRestart: three replicas of one service, each stopped and
-// replaced in turn with a plain `podman stop -t 5` (Podman 4 reports
+// replaced in turn with a plain `podman stop -t 4` (Podman 4 reports
 // nothing until the process exits), under 300 connections of GETs and
 // POSTs. The app sees the replica leave the running list as the stop
 // begins and drains it (TestPodmanStopDrains); what a replica cuts when it
 // exits is retried for GETs (caddyh1.RetryOnAnother).
 //
 //   - Replicas that keep serving through the grace period, until Podman
-//     kills them at its end (DRAIN=30s): no request fails.
+//     kills them at its end (DRAIN=30s): no request fails. The grace,
+//     rollGrace, is 4 s (Podman's default is 10): the replica leaves its
+//     pool within StopPoll and a list (TestPodmanStopDrains holds that to
+//     2 s), so 2 s more are margin for a loaded machine, and each second
+//     less is 6 s off the test.
 //   - Replicas that keep serving a moment after SIGTERM, then finish the
 //     requests in flight (DRAIN=2s; docs/caddydocker.md's advice): no
 //     request fails.
@@ -190,6 +194,9 @@ func TestRollingRestart(t *testing.T) {
 	}
 }
 
+// rollGrace is TestRollingRestart's `podman stop -t`.
+const rollGrace = 4 * time.Second
+
 type rollMode struct {
 	name         string
 	drain        string // the replicas' DRAIN ("": they exit at once on SIGTERM)
@@ -208,15 +215,31 @@ func rollingRestart(t *testing.T, m rollMode, fast bool) {
 	if m.drain != "" {
 		opts = []string{"--env", "DRAIN=" + m.drain}
 	}
+	start := func(name string) error { // no t.Fatal: it runs in goroutines
+		pn, err := podmantest.FreePort()
+		if err != nil {
+			return err
+		}
+		return p.RunOpts(name, pn, labels("roll", pn, "/roll"), opts...)
+	}
 	run := func(name string) {
 		t.Helper()
-		pn := port(t)
-		if err := p.RunOpts(name, pn, labels("roll", pn, "/roll"), opts...); err != nil {
+		if err := start(name); err != nil {
 			t.Fatal(err)
 		}
 	}
-	for _, n := range []string{"old-1", "old-2", "old-3"} {
-		run(n)
+	// the old replicas start side by side (each podman run takes a while)
+	var starts sync.WaitGroup
+	startErrs := make([]error, 3)
+	for i, n := range []string{"old-1", "old-2", "old-3"} {
+		starts.Add(1)
+		go func() { defer starts.Done(); startErrs[i] = start(n) }()
+	}
+	starts.Wait()
+	for _, err := range startErrs {
+		if err != nil {
+			t.Fatal(err)
+		}
 	}
 
 	var served sync.Map // replica name -> *atomic.Int64
@@ -303,7 +326,7 @@ func rollingRestart(t *testing.T, m rollMode, fast bool) {
 	stopLoad := func() { cancel(); wg.Wait() }
 	t.Cleanup(stopLoad)
 
-	time.Sleep(time.Second)
+	time.Sleep(300 * time.Millisecond) // the load runs before the first stop
 	for i := 1; i <= 3; i++ {
 		old, repl := fmt.Sprintf("old-%d", i), fmt.Sprintf("new-%d", i)
 		run(repl)
@@ -319,7 +342,7 @@ func rollingRestart(t *testing.T, m rollMode, fast bool) {
 				t.Fatal(err)
 			}
 		}
-		if err := p.Stop(old); err != nil {
+		if err := p.StopGrace(old, rollGrace); err != nil {
 			t.Fatal(err)
 		}
 		t.Logf("stopping %s took %s", old, time.Since(t0).Round(time.Millisecond))
@@ -332,7 +355,7 @@ func rollingRestart(t *testing.T, m rollMode, fast bool) {
 			return ""
 		})
 	}
-	time.Sleep(time.Second)
+	time.Sleep(300 * time.Millisecond) // the load runs after the last stop
 	stopLoad()
 	total := okGET.Load() + okPOST.Load() + failedGET.Load() + failedPOST.Load()
 	t.Logf("%d requests: GET %d ok, %d failed; POST %d ok, %d failed; by replica: old %d %d %d, new %d %d %d",

@@ -15,43 +15,47 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/apigate/gateway/internal/natsauth"
 )
 
-// natsFlags are the flags that connect a command to NATS.
+// natsFlags are the flags that connect a command to NATS: the settings
+// of the gateway's NATS connection block (internal/natsauth builds the
+// options of both).
 type natsFlags struct {
-	servers, creds, user, password, token, tlsCA *string
+	servers *string
+	auth    natsauth.Settings
 }
 
-func addNATSFlags(fs *flag.FlagSet, serversHelp string) natsFlags {
-	return natsFlags{
-		servers:  fs.String("nats", "", serversHelp),
-		creds:    fs.String("creds", "", "NATS .creds file"),
-		user:     fs.String("user", "", "NATS user"),
-		password: fs.String("password", "", "NATS password"),
-		token:    fs.String("token", "", "NATS token"),
-		tlsCA:    fs.String("tls-ca", "", "PEM CAs that verify the NATS servers"),
-	}
+func addNATSFlags(fs *flag.FlagSet, serversHelp string) *natsFlags {
+	f := &natsFlags{servers: fs.String("nats", "", serversHelp)}
+	fs.StringVar(&f.auth.CredsFile, "creds", "", "NATS .creds file")
+	fs.StringVar(&f.auth.NKeyFile, "nkey", "", "file holding an NKey user seed")
+	fs.StringVar(&f.auth.User, "user", "", "NATS user")
+	fs.StringVar(&f.auth.Password, "password", "", "NATS password")
+	fs.StringVar(&f.auth.Token, "token", "", "NATS token")
+	fs.BoolVar(&f.auth.TLS, "tls", false, "use TLS on nats:// URLs too (the --tls-* flags imply it)")
+	fs.StringVar(&f.auth.TLSCA, "tls-ca", "", "PEM CAs that verify the NATS servers")
+	fs.StringVar(&f.auth.TLSCert, "tls-cert", "", "PEM client certificate, for servers that require one (with --tls-key)")
+	fs.StringVar(&f.auth.TLSKey, "tls-key", "", "the client certificate's PEM key")
+	fs.StringVar(&f.auth.TLSServerName, "tls-server-name", "", "the name the servers' certificates are verified against (default: the URL's host)")
+	return f
 }
 
 // connect connects to the servers the flags name (cmd names the command
 // in errors).
-func (f natsFlags) connect(cmd string, timeout time.Duration) (*nats.Conn, error) {
+func (f *natsFlags) connect(cmd string, timeout time.Duration) (*nats.Conn, error) {
 	if strings.TrimSpace(*f.servers) == "" {
 		return nil, fmt.Errorf("%s: --nats is required (the NATS servers' URLs)", cmd)
 	}
-	opts := []nats.Option{nats.Name("gatewayctl"), nats.Timeout(timeout)}
-	if *f.creds != "" {
-		opts = append(opts, nats.UserCredentials(*f.creds))
+	if (f.auth.TLSCert == "") != (f.auth.TLSKey == "") {
+		return nil, fmt.Errorf("%s: --tls-cert %q and --tls-key %q: give both or neither", cmd, f.auth.TLSCert, f.auth.TLSKey)
 	}
-	if *f.user != "" || *f.password != "" {
-		opts = append(opts, nats.UserInfo(*f.user, *f.password))
+	auth, err := f.auth.Options()
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", cmd, err)
 	}
-	if *f.token != "" {
-		opts = append(opts, nats.Token(*f.token))
-	}
-	if *f.tlsCA != "" {
-		opts = append(opts, nats.RootCAs(*f.tlsCA))
-	}
+	opts := append([]nats.Option{nats.Name("gatewayctl"), nats.Timeout(timeout)}, auth...)
 	nc, err := nats.Connect(*f.servers, opts...)
 	if err != nil {
 		return nil, fmt.Errorf("%s: connecting to %s: %w", cmd, *f.servers, err)
@@ -68,8 +72,9 @@ const auditReadUsage = `usage:
 	count the events of the last D (default: all the stream holds),
 	or only those whose client_request_id is ID; prints the total and
 	the count per node (the gateway that recorded them) and decision.
-No nats CLI is needed. Connection flags: --creds, --user/--password,
---token, --tls-ca (as gatewayctl fleet init).
+No nats CLI is needed. Connection flags: --creds, --nkey,
+--user/--password, --token, --tls, --tls-ca, --tls-cert/--tls-key,
+--tls-server-name (as gatewayctl fleet init).
 `
 
 // auditReader is what tail and count share: the stream and where to

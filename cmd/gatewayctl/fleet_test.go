@@ -77,3 +77,31 @@ func TestFleetInit(t *testing.T) {
 		t.Errorf("without --nats: %v", err)
 	}
 }
+
+// TestFleetInitTLS: the connection flags reach a NATS server that
+// requires TLS and a client certificate (the settings the gateway's
+// connection block has: internal/natsauth builds both): with them fleet
+// init creates the stream; without the client certificate it fails,
+// naming the connection.
+func TestFleetInitTLS(t *testing.T) {
+	s := natstest.StartTLS(t)
+	base := []string{"fleet", "init", "--nats", s.URL, "--timeout", "5s", "--tls-ca", s.CA, "--tls-server-name", natstest.TLSServerName}
+	var out strings.Builder
+	if err := run(base, &out); err == nil || !strings.Contains(err.Error(), "connecting to "+s.URL) {
+		t.Fatalf("fleet init without a client certificate: %v, want a connection error\n%s", err, out.String())
+	}
+	out.Reset()
+	if err := run(append(base, "--tls-cert", s.Cert), &out); err == nil || !strings.Contains(err.Error(), "give both or neither") {
+		t.Fatalf("fleet init with --tls-cert alone: %v", err)
+	}
+	out.Reset()
+	if err := run(append(base, "--tls-cert", s.Cert, "--tls-key", s.Key), &out); err != nil {
+		t.Fatalf("fleet init over mutual TLS: %v\n%s", err, out.String())
+	}
+	_, js := s.Connect(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if _, err := js.Stream(ctx, "AUDIT"); err != nil {
+		t.Fatalf("no AUDIT stream after fleet init over TLS: %v\n%s", err, out.String())
+	}
+}

@@ -27,7 +27,6 @@ package natsconn
 
 import (
 	"context"
-	"crypto/tls"
 	"errors"
 	"fmt"
 	"sort"
@@ -41,6 +40,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"go.uber.org/zap"
 
+	"github.com/apigate/gateway/internal/natsauth"
 	"github.com/apigate/gateway/internal/urls"
 )
 
@@ -51,26 +51,12 @@ type Options struct {
 	Servers []string
 	// Name is the client name shown by the server (default "apigate").
 	Name string
-	// User and Password authenticate with a user name and password.
-	User, Password string
-	// Token authenticates with a token.
-	Token string
-	// CredsFile is a path to a .creds file (JWT + NKey seed).
-	CredsFile string
-	// NKeyFile is a path to a file holding an NKey user seed.
-	NKeyFile string
-	// TLS requires TLS even on nats:// URLs (a tls:// URL requires it
-	// anyway); TLSCA, TLSCert or TLSKey imply it.
-	TLS bool
-	// TLSCA is a PEM file of CA certificates that verify the servers
-	// (default: the system pool).
-	TLSCA string
-	// TLSCert and TLSKey are a PEM client certificate and its key, for
-	// servers that require mutual TLS. Both or neither.
-	TLSCert, TLSKey string
-	// TLSServerName is the name the servers' certificates are verified
-	// against (default: the host of the URL dialled).
-	TLSServerName string
+	// The credentials and TLS settings, as natsauth.Settings' fields of
+	// the same names say (natsauth builds the client options from them,
+	// for gatewayctl too).
+	User, Password, Token, CredsFile, NKeyFile string
+	TLS                                        bool
+	TLSCA, TLSCert, TLSKey, TLSServerName      string
 	// ConnectTimeout bounds each dial (default 2s).
 	ConnectTimeout time.Duration
 	// ReconnectWait is the pause between reconnect attempts (default 500ms).
@@ -287,32 +273,13 @@ func connect(o Options, onReconnect, onConnect func()) (*nats.Conn, error) {
 		// publishes); do not let nats.go print them.
 		nats.ErrorHandler(func(*nats.Conn, *nats.Subscription, error) {}),
 	}
-	if o.User != "" || o.Password != "" {
-		nopts = append(nopts, nats.UserInfo(o.User, o.Password))
+	auth, err := natsauth.Settings{User: o.User, Password: o.Password, Token: o.Token, CredsFile: o.CredsFile,
+		NKeyFile: o.NKeyFile, TLS: o.TLS, TLSCA: o.TLSCA, TLSCert: o.TLSCert, TLSKey: o.TLSKey,
+		TLSServerName: o.TLSServerName}.Options()
+	if err != nil {
+		return nil, fmt.Errorf("natsconn: %w", err)
 	}
-	if o.Token != "" {
-		nopts = append(nopts, nats.Token(o.Token))
-	}
-	if o.CredsFile != "" {
-		nopts = append(nopts, nats.UserCredentials(o.CredsFile))
-	}
-	if o.NKeyFile != "" {
-		nk, err := nats.NkeyOptionFromSeed(o.NKeyFile)
-		if err != nil {
-			return nil, fmt.Errorf("natsconn: nkey %q: %w", o.NKeyFile, err)
-		}
-		nopts = append(nopts, nk)
-	}
-	if o.TLS || o.TLSServerName != "" {
-		// first: RootCAs and ClientCert add to this tls.Config
-		nopts = append(nopts, nats.Secure(&tls.Config{MinVersion: tls.VersionTLS12, ServerName: o.TLSServerName}))
-	}
-	if o.TLSCA != "" {
-		nopts = append(nopts, nats.RootCAs(o.TLSCA))
-	}
-	if o.TLSCert != "" {
-		nopts = append(nopts, nats.ClientCert(o.TLSCert, o.TLSKey))
-	}
+	nopts = append(nopts, auth...)
 	nc, err := nats.Connect(strings.Join(o.Servers, ","), nopts...)
 	if err != nil {
 		return nil, fmt.Errorf("natsconn: connecting to %s: %w", redact(o.Servers), err)

@@ -55,8 +55,10 @@ http://:%d {
 }
 
 // TestDrainOnSIGTERM: a gateway told to stop (SIGTERM) with a
-// shutdown_delay answers 503 on its readiness route within 100 ms and
-// until it exits, while every other request (on new connections) is
+// shutdown_delay answers 503 on its readiness route at once (the test
+// logs how soon: tens of ms on a quiet machine; it fails past a quarter
+// of the delay, which a loaded machine stays well within) and until it
+// exits, while every other request (on new connections) is
 // answered for the whole delay; then the listener closes. The same with
 // the fast path's apigate listener wrapper.
 func TestDrainOnSIGTERM(t *testing.T) {
@@ -106,8 +108,11 @@ func TestDrainOnSIGTERM(t *testing.T) {
 			turned := first503.Sub(term)
 			t.Logf("/ready 503 %v after SIGTERM, last 503 %v after; exit %v after; API on new connections: %s",
 				turned.Round(time.Millisecond), lastReady.Sub(term).Round(time.Millisecond), exited.Round(time.Millisecond), api.summary())
-			if turned > 100*time.Millisecond {
-				t.Errorf("/ready turned 503 %v after SIGTERM, want within 100ms", turned)
+			// a bound a loaded machine keeps (a 100ms one failed at 137ms
+			// under load); it still tells "at once" from "late in the
+			// delay", which would let a balancer send to a closing gateway
+			if turned > delay/4 {
+				t.Errorf("/ready turned 503 %v after SIGTERM, want within a quarter of the shutdown_delay (%v)", turned, delay/4)
 			}
 			if lastReady.Sub(term) < delay*9/10 {
 				t.Errorf("the last readiness answer came %v after SIGTERM: the listener closed before shutdown_delay (%v)", lastReady.Sub(term), delay)

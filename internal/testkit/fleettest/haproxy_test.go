@@ -120,17 +120,26 @@ func haproxyStats(sock, backend string) (map[string]haproxyStat, error) {
 // wait until HAProxy sends to it again; then g2), refuses no connection,
 // fails no request and answers nothing wrong. The same with the fast
 // path's apigate listener wrapper (Caddyfile.example has it).
+//
+// The two run side by side: each has its own HAProxy, gateways, ports
+// and directories, and most of their time is the shutdown delays.
 func TestRollingRestartBehindHAProxy(t *testing.T) {
 	hap := haproxyBinary(t)
 	bin := gatewayBinary(t)
-	for _, wrapper := range []bool{false, true} {
-		t.Run(fmt.Sprintf("apigate wrapper %v", wrapper), func(t *testing.T) { rollingBehindHAProxy(t, hap, bin, wrapper) })
+	// reserved at once, so the two runs' ports differ
+	ports := natstest.FreePorts(t, 16)
+	for i, wrapper := range []bool{false, true} {
+		t.Run(fmt.Sprintf("apigate wrapper %v", wrapper), func(t *testing.T) {
+			t.Parallel()
+			rollingBehindHAProxy(t, hap, bin, wrapper, ports[8*i:8*i+8])
+		})
 	}
 }
 
-func rollingBehindHAProxy(t *testing.T, hap, bin string, wrapper bool) {
+// rollingBehindHAProxy is one run of TestRollingRestartBehindHAProxy on
+// 8 free ports.
+func rollingBehindHAProxy(t *testing.T, hap, bin string, wrapper bool, ports []int) {
 	const delay = 5 * time.Second // the reference configs' shutdown_delay
-	ports := natstest.FreePorts(t, 8)
 	front, tlsFront := ports[0], ports[1]
 	gw, tlsGW, admin := [2]int{ports[2], ports[3]}, [2]int{ports[4], ports[5]}, [2]int{ports[6], ports[7]}
 	dir := t.TempDir()

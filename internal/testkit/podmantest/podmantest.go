@@ -278,10 +278,16 @@ func (p *Podman) HealthCheck(name string) error {
 	return nil
 }
 
-// Stop stops a container (SIGTERM; the test server exits at once unless
-// it runs with DRAIN set).
+// Stop stops a container with a 5 s grace period: StopGrace(name, 5s).
 func (p *Podman) Stop(name string) error {
-	_, err := p.cmd("stop", "-t", "5", p.Prefix+name)
+	return p.StopGrace(name, 5*time.Second)
+}
+
+// StopGrace stops a container (`podman stop -t`): SIGTERM, then SIGKILL
+// once grace (whole seconds) has passed. The test server exits at once on
+// SIGTERM unless it runs with DRAIN set.
+func (p *Podman) StopGrace(name string, grace time.Duration) error {
+	_, err := p.cmd("stop", "-t", fmt.Sprint(int(grace/time.Second)), p.Prefix+name)
 	return err
 }
 

@@ -16,9 +16,11 @@ import (
 	"regexp"
 	"sort"
 	"strings"
+	"time"
 )
 
 type event struct {
+	Time    time.Time
 	Action  string
 	Package string
 	Test    string
@@ -76,8 +78,19 @@ func slowest(ts []timing, n int) []timing {
 
 func summarize(in io.Reader, out io.Writer, allowed []*regexp.Regexp) int {
 	outputs := map[string]*strings.Builder{}
-	// Top-level tests only: a subtest's time is already inside its parent's.
+	// Top-level tests only: a subtest's time is already inside its
+	// parent's. Not in its Elapsed, though, when the subtests are parallel
+	// (go test reports the parent's own run, which ends before theirs):
+	// a test's time is from its run event to its end.
 	var timings []timing
+	began := map[string]time.Time{}
+	wall := func(ev event, key string) float64 {
+		el := ev.Elapsed
+		if b, ok := began[key]; ok && !ev.Time.IsZero() {
+			el = max(el, ev.Time.Sub(b).Seconds())
+		}
+		return el
+	}
 	var passed, failed, skipped int
 	var failedNames, badSkips, okSkips, failedPkgs []string
 	sc := bufio.NewScanner(in)
@@ -92,6 +105,10 @@ func summarize(in io.Reader, out io.Writer, allowed []*regexp.Regexp) int {
 		}
 		key := ev.Package + "." + ev.Test
 		switch ev.Action {
+		case "run":
+			if ev.Test != "" && !strings.Contains(ev.Test, "/") && !ev.Time.IsZero() {
+				began[key] = ev.Time
+			}
 		case "output":
 			b := outputs[key]
 			if b == nil {
@@ -105,7 +122,7 @@ func summarize(in io.Reader, out io.Writer, allowed []*regexp.Regexp) int {
 			if ev.Test != "" {
 				passed++
 				if !strings.Contains(ev.Test, "/") {
-					timings = append(timings, timing{key, ev.Elapsed})
+					timings = append(timings, timing{key, wall(ev, key)})
 				}
 			} else {
 				fmt.Fprintf(out, "ok   %s (%.1fs)\n", ev.Package, ev.Elapsed)
@@ -116,7 +133,7 @@ func summarize(in io.Reader, out io.Writer, allowed []*regexp.Regexp) int {
 				failed++
 				failedNames = append(failedNames, key)
 				if !strings.Contains(ev.Test, "/") {
-					timings = append(timings, timing{key, ev.Elapsed})
+					timings = append(timings, timing{key, wall(ev, key)})
 				}
 			} else {
 				failedPkgs = append(failedPkgs, ev.Package)

@@ -81,3 +81,25 @@ func TestSlowest(t *testing.T) {
 		t.Errorf("time not shown as seconds:\n%s", got)
 	}
 }
+
+// TestSlowestParallelSubtests: a test whose subtests run in parallel
+// reports Elapsed 0 (its own function returned at once); its time is from
+// its run event to its pass, as go test -json stamps them.
+func TestSlowestParallelSubtests(t *testing.T) {
+	in := strings.Join([]string{
+		`{"Time":"2026-12-05T21:00:00Z","Action":"run","Package":"p","Test":"TestPar"}`,
+		`{"Time":"2026-12-05T21:00:00.1Z","Action":"run","Package":"p","Test":"TestPar/a"}`,
+		`{"Time":"2026-12-05T21:00:27Z","Action":"pass","Package":"p","Test":"TestPar/a","Elapsed":26.9}`,
+		`{"Time":"2026-12-05T21:00:27Z","Action":"pass","Package":"p","Test":"TestPar","Elapsed":0.1}`,
+		`{"Time":"2026-12-05T21:00:27Z","Action":"run","Package":"p","Test":"TestSeq"}`,
+		`{"Time":"2026-12-05T21:00:30Z","Action":"pass","Package":"p","Test":"TestSeq","Elapsed":3}`,
+		`{"Time":"2026-12-05T21:00:30Z","Action":"pass","Package":"p","Elapsed":30}`,
+	}, "\n") + "\n"
+	var out strings.Builder
+	summarize(strings.NewReader(in), &out, nil)
+	for _, want := range []string{"   27.0s  p.TestPar\n", "    3.0s  p.TestSeq\n"} {
+		if !strings.Contains(out.String(), want) {
+			t.Errorf("output lacks %q:\n%s", want, out.String())
+		}
+	}
+}
