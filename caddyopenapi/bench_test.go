@@ -6,6 +6,7 @@ import (
 	"net/http/httptest"
 	"os"
 	"sort"
+	"strings"
 	"testing"
 	"time"
 )
@@ -142,6 +143,85 @@ paths:
 		_, op := s.match(r.Method, r.URL.Path, &pv)
 		if v, vs, err := h.checkRequest(r, op, &pv); err != nil || v != verdictPass {
 			b.Fatalf("verdict %d %v %v", v, vs, err)
+		}
+	}
+}
+
+// TestBenchDocument: the bench's openapi rows (bench/configs/openapi.yaml,
+// bench/README.md) measure what they say: the 982-byte POST of
+// gw-fast-openapi-body is valid and checked by the compiled validator
+// (no library fallback) without allocation, and the GETs of
+// gw-fast-openapi and gw-fast-openapi-query pass their parameter checks.
+func TestBenchDocument(t *testing.T) {
+	s, err := Load("../bench/configs/openapi.yaml", "", "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(s.LibraryChecks) != 0 {
+		t.Fatalf("the bench document leaves parts to the library: %+v", s.LibraryChecks)
+	}
+	body, err := os.ReadFile("../bench/configs/post-body.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(body) < 900 || len(body) > 1100 {
+		t.Fatalf("bench body of %d bytes, want about 1 KB", len(body))
+	}
+	h := &OpenAPI{MaxRequestBody: 1 << 20}
+	for _, target := range []string{"POST /orders", "GET /items/1", "GET /items/1?fields=name,price"} {
+		method, path, _ := strings.Cut(target, " ")
+		r := httptest.NewRequest(method, path, nil)
+		if method == http.MethodPost {
+			r.Header.Set("Content-Type", "application/json")
+			r.Body, r.ContentLength = readCloser{bytes.NewReader(body)}, int64(len(body))
+		}
+		var pv pathValues
+		_, op := s.match(r.Method, r.URL.Path, &pv)
+		if op == nil {
+			t.Fatalf("%s: no operation", target)
+		}
+		if v, vs, err := h.checkRequest(r, op, &pv); err != nil || v != verdictPass {
+			t.Fatalf("%s: verdict %d %+v %v", target, v, vs, err)
+		}
+		if method != http.MethodPost {
+			continue
+		}
+		m := op.body.media[0]
+		if m.checks == nil {
+			t.Fatalf("%s: the body's schema is not compiled: %s", target, m.fallback)
+		}
+		if n := testing.AllocsPerRun(50, func() { m.checkBytes(body, "body", nil) }); n != 0 {
+			t.Errorf("%s: %v allocations for a valid body", target, n)
+		}
+		// the body the row sends is not one every schema accepts: a
+		// wrong format is refused
+		bad := bytes.Replace(body, []byte(`"client_ip":"203.0.113.42"`), []byte(`"client_ip":"203.0.113.420"`), 1)
+		if v, _ := m.checkBytes(bad, "body", nil); v == verdictPass {
+			t.Errorf("%s: an invalid ipv4 passed", target)
+		}
+	}
+}
+
+// BenchmarkBenchDocumentBody: the check of the bench's 982-byte POST
+// (gw-fast-openapi-body) on bytes already read: the in-process part of
+// that row's cost.
+func BenchmarkBenchDocumentBody(b *testing.B) {
+	s, err := Load("../bench/configs/openapi.yaml", "", "")
+	if err != nil {
+		b.Fatal(err)
+	}
+	body, err := os.ReadFile("../bench/configs/post-body.json")
+	if err != nil {
+		b.Fatal(err)
+	}
+	var pv pathValues
+	_, op := s.match(http.MethodPost, "/orders", &pv)
+	m := op.body.media[0]
+	b.ReportAllocs()
+	b.SetBytes(int64(len(body)))
+	for b.Loop() {
+		if v, vs := m.checkBytes(body, "body", nil); v != verdictPass {
+			b.Fatalf("verdict %d %v", v, vs)
 		}
 	}
 }

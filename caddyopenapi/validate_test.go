@@ -203,6 +203,53 @@ func FuzzFormats(f *testing.F) {
 	})
 }
 
+// plainURICases: what plainURI accepts (true) and leaves to the
+// library (false, whatever the library then says).
+var plainURICases = map[string]bool{
+	"https://shop.example.com/hooks/orders?src=gateway": true,
+	"http://a": true, "HTTP://a.b:8080": true, "urn+x.y-z://h/p%20q#frag/?x": true, "https://h/?a=b?c#f": true,
+	"https://h:": true, "https://h/a:b@c;d=e,f!g$h&i'j(k)l*m+n~o": true,
+	"https://h/%2": false, "https://h/%zz": false, "https://h#a#b": false, "https://[::1]/": false,
+	"https://u@h/": false, "https://h/a b": false, "https://h/\\x": false, "https://h/é": false,
+	"/relative": false, "mailto:a@b.c": false, "1http://h": false, "https://": false, "https://h:80x": false,
+	"https://h\x00": false, "://h": false, "https://h/\x7f": false,
+}
+
+// TestPlainURI: the uri format's check without allocation accepts the
+// plain absolute URIs, each one the library accepts too, and leaves the
+// rest to the library.
+func TestPlainURI(t *testing.T) {
+	lib := libFormat(t, "uri")
+	for s, want := range plainURICases {
+		if got := plainURI(s); got != want {
+			t.Errorf("plainURI(%q) = %v, want %v", s, got, want)
+		}
+		if valid, _ := libVerdict(lib, s); want && !valid {
+			t.Errorf("plainURI accepts %q, which the library refuses", s)
+		}
+	}
+	if n := testing.AllocsPerRun(100, func() { plainURI("https://shop.example.com/hooks/orders?src=gateway") }); n != 0 {
+		t.Errorf("%v allocations", n)
+	}
+}
+
+// FuzzPlainURI: every string plainURI accepts, the library's uri check
+// accepts.
+func FuzzPlainURI(f *testing.F) {
+	for s := range plainURICases {
+		f.Add(s)
+	}
+	lib := libFormat(f, "uri")
+	f.Fuzz(func(t *testing.T, s string) {
+		if !plainURI(s) {
+			return
+		}
+		if valid, panicked := libVerdict(lib, s); !valid && !panicked {
+			t.Fatalf("plainURI accepts %q, which the library refuses", s)
+		}
+	})
+}
+
 // FuzzClassPattern compares the patterns matched without regexp with
 // regexp on the same text.
 func FuzzClassPattern(f *testing.F) {

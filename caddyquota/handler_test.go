@@ -73,6 +73,30 @@ func BenchmarkServeHTTP(b *testing.B) {
 	}
 }
 
+// BenchmarkServeHTTPParallel: the quota duty as the bench's gw-fast-quota
+// row drives it: many requests at once, all of ONE consumer (one token),
+// one plan of two calendar limits. With -cpu 1 (the bench's GOMAXPROCS)
+// and -cpu 2 it shows what one hot consumer costs beyond the handler's
+// serial work: lock waits (-mutexprofile, -blockprofile), allocations.
+func BenchmarkServeHTTPParallel(b *testing.B) {
+	_, h := testApp(b, "2000000000/day", "2000000000/month")
+	var admitted atomic.Int64
+	b.ReportAllocs()
+	b.RunParallel(func(pb *testing.PB) {
+		r, next, w := consumerRequest("bench-user"), &nextHandler{}, httptest.NewRecorder()
+		for pb.Next() {
+			if err := h.ServeHTTP(w, r, next); err != nil {
+				b.Error(err)
+				return
+			}
+		}
+		admitted.Add(int64(next.called))
+	})
+	if admitted.Load() == 0 {
+		b.Fatal("no request admitted")
+	}
+}
+
 // BenchmarkUsageOneConsumer: GET /gateway/usage?consumer=K's work (the
 // days of this and the previous month, the windows now) for one
 // consumer among 100,000 (the goal: 50 ms).

@@ -108,7 +108,7 @@ func (b *Bench) Run(containers int, skip, note string) error {
 			return fmt.Errorf("missing binary %s (bench/run builds it)", bin)
 		}
 	}
-	for _, l := range []string{"rotate-tokens.lua", "rotate-paths.lua", "openapi.yaml"} {
+	for _, l := range []string{"rotate-tokens.lua", "rotate-paths.lua", "openapi.yaml", "post-body.lua", "post-body.json"} {
 		src, err := os.ReadFile(filepath.Join(b.Root, "bench", "configs", l))
 		if err != nil {
 			return err

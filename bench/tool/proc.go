@@ -2,6 +2,7 @@ package main
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"crypto/tls"
 	"errors"
@@ -191,9 +192,22 @@ var insecureClient = plainClient
 
 // probe makes one request and returns its status and body.
 func probe(ctx context.Context, url, auth string) (int, string, error) {
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+	return probeBody(ctx, url, auth, nil)
+}
+
+// probeBody is probe's request, or with a body a POST of it as JSON (the
+// check request of the rows that POST: Scenario.Post).
+func probeBody(ctx context.Context, url, auth string, body []byte) (int, string, error) {
+	method, rd := http.MethodGet, io.Reader(nil)
+	if body != nil {
+		method, rd = http.MethodPost, bytes.NewReader(body)
+	}
+	req, err := http.NewRequestWithContext(ctx, method, url, rd)
 	if err != nil {
 		return 0, "", err
+	}
+	if body != nil {
+		req.Header.Set("Content-Type", "application/json")
 	}
 	setAuth(req, auth)
 	resp, err := plainClient.Do(req)
@@ -215,10 +229,15 @@ func setAuth(req *http.Request, auth string) {
 
 // waitStatus polls url until it answers want, or the deadline.
 func waitStatus(url, auth string, want int, timeout time.Duration, p *Proc) error {
+	return waitStatusBody(url, auth, nil, want, timeout, p)
+}
+
+// waitStatusBody is waitStatus with probeBody's request.
+func waitStatusBody(url, auth string, reqBody []byte, want int, timeout time.Duration, p *Proc) error {
 	deadline := time.Now().Add(timeout)
 	last := "no answer"
 	for time.Now().Before(deadline) {
-		st, body, err := probe(context.Background(), url, auth)
+		st, body, err := probeBody(context.Background(), url, auth, reqBody)
 		if err == nil && st == want {
 			return nil
 		}

@@ -78,7 +78,7 @@ func (b *Bench) profile(s Scenario, kind string) Profile {
 		return pr
 	}
 	defer func() { p.Stop(5 * time.Second); waitPortFree(addr, 5*time.Second) }()
-	if err := waitStatus(url, b.authHeader(s), 200, 30*time.Second, p); err != nil {
+	if err := b.waitRow(s, url, 30*time.Second, p); err != nil {
 		pr.Err = err.Error()
 		return pr
 	}

@@ -272,12 +272,29 @@ func (b *Bench) h2Job(s Scenario, url string, conns int, d time.Duration) H2Job 
 	return j
 }
 
+// waitRow polls a row's check request (its load's request: a GET of
+// url, or the POST of Scenario.Post) until it answers 200.
+func (b *Bench) waitRow(s Scenario, url string, timeout time.Duration, p *Proc) error {
+	var body []byte
+	if s.Post {
+		var err error
+		if body, err = os.ReadFile(filepath.Join(b.Work, "post-body.json")); err != nil {
+			return err
+		}
+	}
+	return waitStatusBody(url, b.authHeader(s), body, 200, timeout, p)
+}
+
 // rowURL is the URL a row's load and check request go to.
 func rowURL(s Scenario, addr string) string {
-	if s.Proto != "" {
-		return "https://" + addr + "/items/1"
+	target := s.Target
+	if target == "" {
+		target = "/items/1"
 	}
-	return "http://" + addr + "/items/1"
+	if s.Proto != "" {
+		return "https://" + addr + target
+	}
+	return "http://" + addr + target
 }
 
 func (b *Bench) wrkJob(s Scenario, url string, conns int, d time.Duration, offset int64) WrkJob {
@@ -292,6 +309,10 @@ func (b *Bench) wrkJob(s Scenario, url string, conns int, d time.Duration, offse
 	if s.Paths {
 		j.Script = filepath.Join(b.Work, "rotate-paths.lua")
 		j.URL = strings.TrimSuffix(url, "/items/1")
+	}
+	if s.Post {
+		j.Script = filepath.Join(b.Work, "post-body.lua")
+		j.Env = append(j.Env, "BODY_FILE="+filepath.Join(b.Work, "post-body.json"))
 	}
 	return j
 }
@@ -338,7 +359,7 @@ func (b *Bench) runScenario(s Scenario, idx, round int) Sample {
 			return smp
 		}
 	}
-	if err := waitStatus(url, b.authHeader(s), 200, 15*time.Second, p); err != nil {
+	if err := b.waitRow(s, url, 15*time.Second, p); err != nil {
 		smp.Err = "check request did not get 200: " + err.Error()
 		return smp
 	}

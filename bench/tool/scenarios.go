@@ -16,6 +16,14 @@ type Scenario struct {
 	// carries the session cookie
 	Session bool
 	Paths   bool // rotate through distinct paths
+	// Target is the request target of the row's load and check request
+	// ("": /items/1).
+	Target string
+	// Post: every request (the check request too) is a POST of the
+	// bench's JSON document (configs/post-body.json, 982 bytes: 22
+	// properties, nested objects and arrays, formats, patterns, enums)
+	// with Content-Type application/json, to Target.
+	Post bool
 	// Proto is the load's protocol: "" (HTTP/1.1 in clear text, wrk at
 	// 300 connections), protoH2 (HTTP/2 over TLS 1.3, h2load at 50
 	// connections x 10 streams) or protoTLSH1 (HTTP/1.1 over TLS 1.3,
@@ -120,6 +128,11 @@ func scenarios() []Scenario {
 		// record per request to a file, on both
 		{Name: "nginx-log", Label: "nginx 1.22, JSON access_log to a file", Group: "bare", Server: "nginx", Conf: Conf{AccessLog: true}, Baseline: "nginx"},
 		{Name: "gw-fast-openapi", Label: "gateway, apigate wrapper, openapi request validation (path parameter), transport h1", Group: "bare", Server: "gateway", Conf: fast(Conf{OpenAPI: true}), Baseline: "gw-fast"},
+		// issue 44: the openapi check of a path and a query parameter, and
+		// of the 982-byte POST (beside the same POST on a plain route)
+		{Name: "gw-fast-openapi-query", Label: "gateway, apigate wrapper, openapi request validation (path and query parameter), transport h1", Group: "bare", Server: "gateway", Conf: fast(Conf{OpenAPI: true}), Target: "/items/1?fields=name,price", Baseline: "gw-fast"},
+		{Name: "gw-fast-post", Label: "gateway, no duties, apigate wrapper, POST of a 982-byte JSON document", Group: "bare", Server: "gateway", Conf: fast(Conf{}), Target: "/orders", Post: true, Baseline: "gw-fast"},
+		{Name: "gw-fast-openapi-body", Label: "gateway, apigate wrapper, openapi request validation of the 982-byte JSON POST", Group: "bare", Server: "gateway", Conf: fast(Conf{OpenAPI: true}), Target: "/orders", Post: true, Baseline: "gw-fast-post"},
 		{Name: "gw-fast-log", Label: "gateway, no duties, apigate wrapper, JSON access log to a file", Group: "bare", Server: "gateway", Conf: fast(Conf{AccessLog: true}), Baseline: "nginx-log"},
 
 		// 2. authentication
@@ -277,6 +290,11 @@ func targets() []Target {
 		// issue 34: request validation against an OpenAPI document costs at
 		// most 10% CPU per request over the same route without it
 		{Name: "fast path, openapi request validation: CPU per request vs bare", Scenario: "gw-fast-openapi", Kind: "cpu", Against: "gw-fast", Limit: 1.10},
+		// issue 44: a validated 1 KB POST costs at most 1.15x the same POST
+		// through a plain route; a GET with path and query parameters at
+		// most 1.05x the bare fast path
+		{Name: "fast path, openapi validation of a 1 KB JSON POST: CPU per request vs the same POST without", Scenario: "gw-fast-openapi-body", Kind: "cpu", Against: "gw-fast-post", Limit: 1.15},
+		{Name: "fast path, openapi path and query parameters: CPU per request vs bare", Scenario: "gw-fast-openapi-query", Kind: "cpu", Against: "gw-fast", Limit: 1.05},
 		{Name: "fast path, JSON access log: CPU per request vs nginx with access_log", Scenario: "gw-fast-log", Kind: "cpu", Against: "nginx-log", Limit: 1.3},
 		{Name: "fast path, JSON access log, vs nginx with access_log", Scenario: "gw-fast-log", Kind: "ratio", Against: "nginx-log", Limit: 0.7},
 		// issue 26: against Traefik
