@@ -1,4 +1,4 @@
-package main
+package ctl
 
 import (
 	"crypto/ed25519"
@@ -52,8 +52,7 @@ func cmdAudit(args []string, out io.Writer) error {
 		return cmdAuditVerify(args[1:], out)
 	}
 	if isHelp(args[0]) {
-		_, err := io.WriteString(out, auditUsage)
-		return err
+		return writeHelp(out, auditUsage)
 	}
 	return fmt.Errorf("unknown audit command %q: want keygen or verify (gatewayctl audit -h for help)", args[0])
 }
