@@ -265,8 +265,8 @@ func testAPIKey(t *testing.T, p pathtest.Path, rec *pathtest.Recorder) {
 		{"unknown", newKey(t, "nobody").key, "unknown key"},
 		{"wrong secret", reader.key[:len(reader.key)-8] + "00000000", "unknown key"},
 		{"expired", expired.key, "key expired"},
-		{"malformed", "not-a-key", "malformed key"},
-		{"too long to read", reader.key + strings.Repeat("0", 600), "malformed key"},
+		{"malformed", "not-a-key", "malformed key: does not start with gk_ (a key is gk_<id>_<secret>)"},
+		{"too long to read", reader.key + strings.Repeat("0", 600), "malformed key: longer than 512 characters (a key is gk_<id>_<secret>)"},
 	}
 	for _, tc := range rejected {
 		t.Run(tc.name+" is 401 invalid_token", func(t *testing.T) {

@@ -5,6 +5,7 @@
 package deny
 
 import (
+	"bytes"
 	"encoding/json"
 	"errors"
 	"net/http"
@@ -44,11 +45,13 @@ func hasErrorRoutes(r *http.Request) bool {
 
 // Write writes the contract's JSON body with status.
 func Write(w http.ResponseWriter, status int, code, reason string) {
-	body, err := json.Marshal(Body{Error: code, Reason: reason})
-	if err != nil { // cannot happen for two strings
-		body = []byte(`{"error":"` + code + `"}`)
+	var buf bytes.Buffer
+	enc := json.NewEncoder(&buf)
+	enc.SetEscapeHTML(false) // "a key is gk_<id>_<secret>", as written
+	if err := enc.Encode(Body{Error: code, Reason: reason}); err != nil { // cannot happen for two strings
+		buf.WriteString(`{"error":"` + code + `"}` + "\n")
 	}
-	body = append(body, '\n')
+	body := buf.Bytes()
 	h := w.Header()
 	h.Set("Content-Type", "application/json")
 	h.Set("Content-Length", strconv.Itoa(len(body)))
