@@ -20,7 +20,7 @@ var update = flag.Bool("update", false, "rewrite testdata/Caddyfile.example.json
 // exampleEnv are the adapt-time variables Caddyfile.example reads; the
 // golden file is made with all of them unset (the defaults).
 var exampleEnv = []string{"GATEWAY_SITE", "GATEWAY_LISTEN", "AUDIT_SPOOL", "AUDIT_FILE",
-	"DOCKER_ROUTES_STATE", "JWKS_URL", "PERMISSION_URL", "UPSTREAM", "GATEWAY_DEV_DIR"}
+	"DOCKER_ROUTES_STATE", "JWKS_URL", "PERMISSION_URL", "UPSTREAM", "GATEWAY_DEV_DIR", "SHUTDOWN_DELAY"}
 
 func adaptExample(t *testing.T) []byte {
 	t.Helper()

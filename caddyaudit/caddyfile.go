@@ -12,6 +12,8 @@ import (
 	"github.com/caddyserver/caddy/v2/caddyconfig/caddyfile"
 	"github.com/caddyserver/caddy/v2/caddyconfig/httpcaddyfile"
 	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
+
+	"github.com/apigate/gateway/internal/natsconn"
 )
 
 func init() {
@@ -63,16 +65,26 @@ func parseHandler(h httpcaddyfile.Helper) (caddyhttp.MiddlewareHandler, error) {
 //			subject    gateway.audit
 //			jetstream
 //			stream     AUDIT
+//			servers    nats://n2:4222 nats://n3:4222
+//			creds      /etc/gateway/nats.creds
+//			nkey       /etc/gateway/nats.nk
 //			user       gateway
 //			password   {env.NATS_PASSWORD}
 //			token      {env.NATS_TOKEN}
-//			creds      /etc/gateway/nats.creds
+//			tls {
+//				ca          /etc/gateway/nats-ca.pem
+//				cert        /etc/gateway/nats-client.pem
+//				key         /etc/gateway/nats-client.key
+//				server_name nats.internal
+//			}
 //		}
 //		sink file /var/log/gateway/audit.jsonl
 //	}
 //
 // batch_size, flush_interval, timeout, max_retries, queue_size, on_full
-// and name apply to every sink type.
+// and name apply to every sink type. A nats sink's connection settings
+// (servers to tls) are the gateway's one NATS connection block
+// (natsconn.Config); its name is also its NATS client name.
 func (a *App) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 	d.Next() // option name
 	if d.NextArg() {
@@ -236,7 +248,7 @@ func parseSink(d *caddyfile.Dispenser) (SinkConfig, error) {
 				sc.Headers = http.Header{}
 			}
 			sc.Headers.Add(args[0], args[1])
-		case "subject", "stream", "user", "password", "token", "creds", "jetstream":
+		case "subject", "stream", "jetstream":
 			if sc.Type != "nats" {
 				return sc, d.Errf("subdirective '%s' is only for nats sinks", sub)
 			}
@@ -250,17 +262,21 @@ func parseSink(d *caddyfile.Dispenser) (SinkConfig, error) {
 				sc.Subject, err = stringArg(d)
 			case "stream":
 				sc.Stream, err = stringArg(d)
-			case "user":
-				sc.User, err = stringArg(d)
-			case "password":
-				sc.Password, err = stringArg(d)
-			case "token":
-				sc.Token, err = stringArg(d)
-			case "creds":
-				sc.CredsFile, err = stringArg(d)
 			}
 		default:
-			return sc, d.Errf("unrecognized subdirective '%s'", sub)
+			// the NATS connection block (name is the sink's own, above)
+			conn := &sc.Config
+			if sc.Type != "nats" {
+				conn = new(natsconn.Config)
+			}
+			ok, perr := conn.UnmarshalCaddyfileOption(d)
+			switch {
+			case !ok:
+				return sc, d.Errf("unrecognized subdirective '%s'", sub)
+			case sc.Type != "nats":
+				return sc, d.Errf("subdirective '%s' is only for nats sinks", sub)
+			}
+			err = perr
 		}
 		if err != nil {
 			return sc, err

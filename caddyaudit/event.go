@@ -67,8 +67,12 @@ type Event struct {
 	// quota duty ran.
 	Plan string `json:"plan,omitempty"`
 	// Auth is how the client proved its identity ("jwt", "api_key",
-	// "client_cert"); absent without an identity.
+	// "client_cert", "oidc_session"); absent without an identity.
 	Auth string `json:"auth,omitempty"`
+	// AuthSource says where the identity came from when it is not a
+	// credential the request carried itself: "oidc_session" (a browser
+	// session of oidc_login). Absent otherwise.
+	AuthSource string `json:"auth_source,omitempty"`
 	// CredentialID names the credential (an API key's id, a client
 	// certificate's fingerprint); absent when the identity has none.
 	CredentialID string `json:"credential_id,omitempty"`
@@ -87,7 +91,10 @@ type Event struct {
 	// Kind is empty for request events; "chain_start" and "checkpoint"
 	// events belong to the chain and carry the fields below instead of the
 	// request's; other kinds are notices (Notice).
-	Kind      string `json:"kind,omitempty"`
+	Kind string `json:"kind,omitempty"`
+	// Node is the gateway that recorded the event (the audit app's node:
+	// its host name unless configured), on request events as on
+	// chain_start.
 	Node      string `json:"node,omitempty"`
 	KeyID     string `json:"key_id,omitempty"`
 	LastSeq   uint64 `json:"last_seq,omitempty"`
@@ -167,6 +174,11 @@ func (e *Event) AppendJSON(buf []byte) []byte {
 		buf = auditchain.AppendString(buf, e.Auth)
 		buf = append(buf, ',')
 	}
+	if e.AuthSource != "" {
+		buf = append(buf, `"auth_source":`...)
+		buf = auditchain.AppendString(buf, e.AuthSource)
+		buf = append(buf, ',')
+	}
 	buf = append(buf, `"bytes_out":`...)
 	buf = strconv.AppendInt(buf, e.BytesOut, 10)
 	if e.Chain != "" {
@@ -201,6 +213,10 @@ func (e *Event) AppendJSON(buf []byte) []byte {
 	buf = auditchain.AppendString(buf, e.Host)
 	buf = append(buf, `,"method":`...)
 	buf = auditchain.AppendString(buf, e.Method)
+	if e.Node != "" {
+		buf = append(buf, `,"node":`...)
+		buf = auditchain.AppendString(buf, e.Node)
+	}
 	if v := e.OpenAPIViolation; v != nil {
 		buf = append(buf, `,"openapi_violation":{"keyword":`...)
 		buf = auditchain.AppendString(buf, v.Keyword)

@@ -22,8 +22,8 @@ import (
 // request id through an audit handler with request_id_header, to a real
 // JetStream stream (whose duplicate window drops messages with an id it
 // has stored): the stream must hold 100 events, each with the gateway's
-// own request id, the client's id in client_request_id, and a message id
-// of the app's node and that request id. Before the ids were the
+// own request id, the client's id in client_request_id, the app's node in
+// node, and a message id of the app's node and that request id. Before the ids were the
 // gateway's, JetStream stored one event and dropped 99: a client could
 // erase its own audit trail. It runs on both request paths.
 func TestForgedRequestIDs(t *testing.T) {
@@ -122,6 +122,9 @@ func testForgedRequestIDs(t *testing.T, p pathtest.Path, rec *pathtest.Recorder)
 		var ev caddyaudit.Event
 		if err := json.Unmarshal(m.Data, &ev); err != nil {
 			t.Fatalf("event %d: %v", seq, err)
+		}
+		if ev.Node != "gw-forged" {
+			t.Fatalf("event %d: node %q, want the app's node gw-forged", seq, ev.Node)
 		}
 		if ev.ClientRequestID != forged {
 			t.Fatalf("event %d: client_request_id %q, want %q", seq, ev.ClientRequestID, forged)

@@ -87,8 +87,9 @@ type App struct {
 	Sinks []SinkConfig `json:"sinks,omitempty"`
 	// Node names this gateway in the JetStream message ids of its events
 	// (<node>/<request_id>, so that JetStream's de-duplication only ever
-	// merges retries of one event) and in chain_start events. Give each
-	// gateway of a fleet its own. Default: the host name.
+	// merges retries of one event), in the node field of every event, and
+	// in chain_start events. Give each gateway of a fleet its own.
+	// Default: the host name.
 	Node string `json:"node,omitempty"`
 
 	// plans are the sinks Provision checked, for Start to acquire;
@@ -123,6 +124,7 @@ type sinkPlan struct {
 	sc   SinkConfig
 	wc   workerConfig
 	node string
+	nats natsconn.Options // a nats sink's connection
 }
 
 // SinkConfig configures one sink.
@@ -159,13 +161,12 @@ type SinkConfig struct {
 	// Stream, when set, is a JetStream stream created for Subject if it
 	// does not exist (implies jetstream).
 	Stream string `json:"stream,omitempty"`
-	// User and Password authenticate to NATS.
-	User     string `json:"user,omitempty"`
-	Password string `json:"password,omitempty"`
-	// Token authenticates to NATS.
-	Token string `json:"token,omitempty"`
-	// CredsFile is a NATS .creds file.
-	CredsFile string `json:"creds_file,omitempty"`
+	// The NATS connection of a nats sink (the gateway's one NATS
+	// connection block: servers, creds, nkey, user, password, token, tls;
+	// and the older spellings creds_file, tls_ca, tls_cert, tls_key).
+	// Servers add to URL. The block's name is the sink's Name: set, it is
+	// also the sink's NATS client name.
+	natsconn.Config
 	// OnFull is what happens when the sink has no room for an event (its
 	// queue is full and there is no spool, or its spool is full): "block"
 	// (default) waits up to block_timeout for room, then drops the event;
@@ -213,7 +214,8 @@ func (a *App) Provision(ctx caddy.Context) error {
 	names := map[string]bool{}
 	for i := range a.Sinks {
 		sc := a.Sinks[i].expand(repl)
-		if err := sc.validate(); err != nil {
+		err := sc.validate()
+		if err != nil {
 			return fmt.Errorf("sink %d: %w", i, err)
 		}
 		name := sc.defaultName()
@@ -222,12 +224,19 @@ func (a *App) Provision(ctx caddy.Context) error {
 		}
 		names[name] = true
 		wc := a.workerConfig(sc, name)
+		var nats natsconn.Options
+		if sc.Type == "nats" {
+			if nats, err = sc.natsOptions(repl); err != nil {
+				return fmt.Errorf("sink %d: %w", i, err)
+			}
+		}
 		keyb, _ := json.Marshal(struct {
 			S    SinkConfig
 			W    workerConfig
 			Node string
-		}{sc, wc, a.Node})
-		a.plans = append(a.plans, sinkPlan{key: string(keyb), sc: sc, wc: wc, node: a.Node})
+			NATS natsconn.Options
+		}{sc, wc, a.Node, nats})
+		a.plans = append(a.plans, sinkPlan{key: string(keyb), sc: sc, wc: wc, node: a.Node, nats: nats})
 		a.rejects = a.rejects || wc.OnFull == onFullReject
 	}
 	if a.Chain != nil {
@@ -269,7 +278,7 @@ func (a *App) started() bool { return a.starting == nil || a.starting.done.Load(
 func (a *App) open() error {
 	for _, p := range a.plans {
 		v, _, err := workerPool.LoadOrNew(p.key, func() (caddy.Destructor, error) {
-			sink, err := newSink(p.sc, p.node)
+			sink, err := newSink(p)
 			if err != nil {
 				return nil, err
 			}
@@ -331,7 +340,13 @@ func (a *App) workerConfig(sc SinkConfig, name string) workerConfig {
 // destination, so that it stays the same across restarts and tuning
 // changes.
 func spoolSubdir(sc SinkConfig) string {
-	h := sha256.Sum256([]byte(sc.Type + "\x00" + sc.URL + "\x00" + sc.Path + "\x00" + sc.Subject + "\x00" + sc.Name))
+	// a nats sink's servers given as servers (not url) stand for the url,
+	// so that a url keeps the spool it had before servers existed
+	dest := sc.URL
+	if dest == "" {
+		dest = strings.Join(sc.Servers, ",")
+	}
+	h := sha256.Sum256([]byte(sc.Type + "\x00" + dest + "\x00" + sc.Path + "\x00" + sc.Subject + "\x00" + sc.Name))
 	return sc.Type + "-" + hex.EncodeToString(h[:6])
 }
 
@@ -339,10 +354,6 @@ func (sc SinkConfig) expand(repl *caddy.Replacer) SinkConfig {
 	sc.URL = repl.ReplaceAll(sc.URL, "")
 	sc.Path = repl.ReplaceAll(sc.Path, "")
 	sc.Subject = repl.ReplaceAll(sc.Subject, "")
-	sc.User = repl.ReplaceAll(sc.User, "")
-	sc.Password = repl.ReplaceAll(sc.Password, "")
-	sc.Token = repl.ReplaceAll(sc.Token, "")
-	sc.CredsFile = repl.ReplaceAll(sc.CredsFile, "")
 	if sc.Type == "nats" && sc.Subject == "" {
 		sc.Subject = "gateway.audit"
 	}
@@ -365,7 +376,7 @@ func (sc SinkConfig) validate() error {
 			return err
 		}
 	case "nats":
-		if strings.TrimSpace(sc.URL) == "" {
+		if strings.TrimSpace(sc.URL) == "" && len(sc.Servers) == 0 {
 			return errors.New("nats sink needs a server url")
 		}
 		if strings.ContainsAny(sc.Subject, " \t*>") {
@@ -405,19 +416,32 @@ func (sc SinkConfig) defaultName() string {
 	case "file":
 		return "file:" + sc.Path
 	case "nats":
-		return "nats:" + urls.Redact(strings.Split(sc.URL, ",")[0]) + "/" + sc.Subject
+		first := ""
+		if servers := natsconn.SplitServers(append([]string{sc.URL}, sc.Servers...)...); len(servers) > 0 {
+			first = servers[0]
+		}
+		return "nats:" + urls.Redact(first) + "/" + sc.Subject
 	}
 	return sc.Type + ":" + urls.Redact(sc.URL)
 }
 
-// newSink opens sc's sink; node is the app's, for NATS message ids.
-func newSink(sc SinkConfig, node string) (Sink, error) {
+// natsOptions are a nats sink's connection: its url and servers, the
+// connection block's settings, and its name (when set) as client name.
+func (sc SinkConfig) natsOptions(repl *caddy.Replacer) (natsconn.Options, error) {
+	c := sc.Config
+	c.Servers = append([]string{sc.URL}, c.Servers...)
+	c.Name = sc.Name
+	return c.Options(repl)
+}
+
+// newSink opens p's sink; the app's node goes in NATS message ids.
+func newSink(p sinkPlan) (Sink, error) {
+	sc := p.sc
 	switch sc.Type {
 	case "http":
 		return newHTTPSink(sc.URL, sc.Headers, time.Duration(sc.Timeout)), nil
 	case "nats":
-		return newNATSSink(natsconn.Options{Servers: natsconn.SplitServers(sc.URL), User: sc.User, Password: sc.Password,
-			Token: sc.Token, CredsFile: sc.CredsFile}, node, sc.Subject, sc.JetStream, sc.Stream, time.Duration(sc.Timeout))
+		return newNATSSink(p.nats, p.node, sc.Subject, sc.JetStream, sc.Stream, time.Duration(sc.Timeout))
 	case "file":
 		return newFileSink(sc.Path)
 	}
@@ -507,6 +531,9 @@ func (a *App) Cleanup() error {
 
 // Record hands ev to every sink (copying it) and to the Recent ring.
 func (a *App) Record(ev *Event) {
+	if ev.Node == "" && ev.Kind == "" {
+		ev.Node = a.Node
+	}
 	remember(ev)
 	if !a.started() {
 		if err := a.start(); err != nil {
@@ -660,6 +687,9 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyht
 	id, _ := identity.FromRequest(r)
 	if id != nil {
 		ev.Subject, ev.Auth, ev.CredentialID = id.Subject, id.Method, id.CredentialID
+		if id.Method == identity.MethodOIDCSession {
+			ev.AuthSource = identity.MethodOIDCSession
+		}
 	}
 	ev.Decision, ev.Reason, ev.DecidedBy = decide(r, status, id)
 	ev.PermissionCache = identity.PermissionCache(r)
@@ -794,6 +824,8 @@ func identitySource(method string) string {
 		return "api_key"
 	case identity.MethodClientCert:
 		return "client_cert_auth"
+	case identity.MethodOIDCSession:
+		return "oidc_login"
 	}
 	return ""
 }

@@ -242,6 +242,7 @@ func TestEventJSON(t *testing.T) {
 	chained := ev
 	chained.Auth, chained.CredentialID, chained.DecidedBy, chained.PermissionCache = "api_key", "k\"1", "rbac: require any a,b", "hit"
 	chained.ClientRequestID = "client \"id\""
+	chained.AuthSource = "oidc_session"
 	chained.Plan = "pro-\"1"
 	chained.OpenAPIViolation = &identity.OpenAPIViolation{Location: "body/items/0/pr\"ice", Keyword: "minimum", Message: "must be >= 0"}
 	chained.Extra = Fields{{"b", "2"}, {"a", "1\x00"}}

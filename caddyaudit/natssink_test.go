@@ -4,6 +4,8 @@ import (
 	"context"
 	"encoding/json"
 	"net"
+	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -215,7 +217,7 @@ func TestNATSSinkRetriesWhenNATSReturns(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	core, logs := observer.New(zap.WarnLevel)
+	core, logs := observer.New(zap.DebugLevel)
 	w := startWorker(t, workerConfig{BatchSize: 10, FlushInterval: 5 * time.Millisecond,
 		RetryBase: 100 * time.Millisecond, RetryMax: 30 * time.Second}, sink, zap.New(core))
 	waitFor(t, "connection", func() bool { return sink.conn.NATS().IsConnected() })
@@ -248,5 +250,18 @@ func TestNATSSinkRetriesWhenNATSReturns(t *testing.T) {
 	t.Logf("stored %v after NATS was back (the pending retry was 2s or more away)", took.Round(time.Millisecond))
 	if took > 1500*time.Millisecond {
 		t.Errorf("the event waited %v after NATS was back: the retry was not woken", took)
+	}
+	// The outage logged once when it began and once when it ended; its
+	// retries only at debug level (the backlog alarm, alert_after, is
+	// its own line).
+	var loud []string
+	for _, e := range logs.All() {
+		if e.Level >= zap.InfoLevel && !strings.HasPrefix(e.Message, "audit backlog") {
+			loud = append(loud, e.Message)
+		}
+	}
+	want := []string{"audit sink does not deliver; events wait (queue, spool) and are retried until it does", "audit sink delivers again"}
+	if !slices.Equal(loud, want) {
+		t.Errorf("the outage logged %q at info and above, want %q", loud, want)
 	}
 }

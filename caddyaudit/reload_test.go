@@ -89,7 +89,12 @@ func TestReloadKeepsAndDrainsQueues(t *testing.T) {
 func TestRequestOutlivingItsConfig(t *testing.T) {
 	hook := newPathHook(t)
 	release := make(chan struct{})
+	arrived := make(chan struct{}, 1)
 	slow := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		select {
+		case arrived <- struct{}{}:
+		default:
+		}
 		<-release
 		io.WriteString(w, "late")
 	}))
@@ -129,7 +134,11 @@ func TestRequestOutlivingItsConfig(t *testing.T) {
 				resp.Body.Close()
 			}
 		}()
-		time.Sleep(200 * time.Millisecond) // the request is at the upstream
+		select { // the request is at the upstream
+		case <-arrived:
+		case <-time.After(10 * time.Second):
+			t.Fatalf("reload %d: the request never reached the upstream", i)
+		}
 		tester.InitServer(config(batch), "caddyfile")
 		release <- struct{}{} // the old config is gone; now the request ends
 		<-done

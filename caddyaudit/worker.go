@@ -137,6 +137,10 @@ type worker struct {
 	stopped sync.Once
 
 	lastErr atomic.Pointer[errorAt]
+	// failingSince is when deliveries began to fail (unix nanoseconds; 0:
+	// they succeed): an outage logs once when it begins and once when it
+	// ends, its retries only at debug level.
+	failingSince atomic.Int64
 
 	// Backlog: unix nanoseconds of the oldest event in q (0: empty or
 	// unknown) and of the oldest event being delivered (0: none).
@@ -602,6 +606,9 @@ func (w *worker) send(recs []record, fromSpool bool) bool {
 		if err == nil {
 			w.m.sentN.Add(int64(len(recs)))
 			w.m.sent.Add(float64(len(recs)))
+			if since := w.failingSince.Swap(0); since != 0 {
+				w.log.Info("audit sink delivers again", zap.Duration("failed_for", time.Since(time.Unix(0, since)).Round(time.Millisecond)))
+			}
 			return true
 		}
 		w.setErr(err)
@@ -620,7 +627,10 @@ func (w *worker) send(recs []record, fromSpool bool) bool {
 		w.m.retriedN.Add(int64(len(recs)))
 		w.m.retried.Add(float64(len(recs)))
 		d := backoff(w.cfg.RetryBase, w.cfg.RetryMax, attempt)
-		w.log.Warn("audit batch not delivered; retrying", zap.Int("events", len(recs)),
+		if w.failingSince.CompareAndSwap(0, start.UnixNano()) {
+			w.log.Warn("audit sink does not deliver; events wait (queue, spool) and are retried until it does", zap.Error(err))
+		}
+		w.log.Debug("audit batch not delivered; retrying", zap.Int("events", len(recs)),
 			zap.Int("attempt", attempt+1), zap.Duration("retry_in", d), zap.Error(err))
 		t := time.NewTimer(d)
 		select {

@@ -197,13 +197,29 @@ func (a *App) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 // parseFleet parses
 //
 //	fleet {
-//		nats      <url>...   # default: the `storage nats` global option's cluster
+//		servers   <url>...   # default: the `storage nats` global option's connection
+//		creds     <file>
+//		nkey      <seed file>
+//		user      <user>
+//		password  <password>
+//		token     <token>
+//		tls {
+//			ca          <file>
+//			cert        <file>
+//			key         <file>
+//			server_name <name>
+//		}
+//		name      <NATS client name>
 //		bucket    <name>
 //		advertise <address>
 //		ttl       <duration>
 //		node      <name>
 //		restart_grace <duration>|off
 //	}
+//
+// The connection's subdirectives (servers to name) are the gateway's one
+// NATS connection block (natsconn.Config); nats <url>... is the older
+// spelling of servers.
 func parseFleet(d *caddyfile.Dispenser) (*FleetOptions, error) {
 	if d.NextArg() {
 		return nil, d.ArgErr()
@@ -211,13 +227,25 @@ func parseFleet(d *caddyfile.Dispenser) (*FleetOptions, error) {
 	f := &FleetOptions{}
 	for nesting := d.Nesting(); d.NextBlock(nesting); {
 		name := d.Val()
+		switch name {
+		case "nats", "bucket", "advertise", "ttl", "node", "restart_grace":
+		default:
+			ok, err := f.Config.UnmarshalCaddyfileOption(d)
+			if !ok {
+				return nil, d.Errf("fleet: unrecognized subdirective '%s' (expected servers, creds, nkey, user, password, token, tls, name, bucket, advertise, ttl, node or restart_grace)", name)
+			}
+			if err != nil {
+				return nil, err
+			}
+			continue
+		}
 		args := d.RemainingArgs()
 		switch name {
-		case "nats":
+		case "nats": // the older spelling of servers
 			if len(args) == 0 {
 				return nil, d.Errf("fleet nats: expected one or more NATS URLs")
 			}
-			f.NATS = append(f.NATS, args...)
+			f.Servers = append(f.Servers, args...)
 		case "bucket", "advertise", "ttl", "node", "restart_grace":
 			if len(args) != 1 {
 				return nil, d.Errf("fleet %s: expected one value, got %d", name, len(args))
@@ -246,8 +274,6 @@ func parseFleet(d *caddyfile.Dispenser) (*FleetOptions, error) {
 				g := caddy.Duration(dur)
 				f.RestartGrace = &g
 			}
-		default:
-			return nil, d.Errf("fleet: unrecognized subdirective '%s' (expected nats, bucket, advertise, ttl, node or restart_grace)", name)
 		}
 	}
 	if f.Advertise == "" {

@@ -228,7 +228,7 @@ func (a *App) Provision(ctx caddy.Context) error {
 
 	var natsOpts natsconn.Options
 	if a.Fleet != nil {
-		if natsOpts, err = a.fleetNATS(ctx); err != nil {
+		if natsOpts, err = a.Fleet.natsOptions(natsconn.ConfigStorage(ctx)); err != nil {
 			return err
 		}
 		if err := natsconn.RegisterMetrics(ctx.GetMetricsRegistry()); err != nil {
@@ -342,21 +342,17 @@ func (a *App) loadLocked(h *RoutesHandler) error {
 	return nil
 }
 
-// fleetNATS returns the fleet's NATS connection options: its own servers,
-// else those (with credentials) of this config's `storage nats`.
-func (a *App) fleetNATS(ctx caddy.Context) (natsconn.Options, error) {
-	repl := caddy.NewReplacer()
-	var servers []string
-	for _, s := range a.Fleet.NATS {
-		servers = append(servers, natsconn.SplitServers(repl.ReplaceKnown(s, ""))...)
+// natsOptions returns the fleet's NATS connection options: its own
+// servers, else those (with credentials) of this config's `storage nats`
+// (storage looks it up).
+func (o *FleetOptions) natsOptions(storage func() natsconn.OptionsProvider) (natsconn.Options, error) {
+	c := o.Config
+	c.AddServers(o.NATS...)
+	opts, err := c.Resolve(nil, storage)
+	if err != nil {
+		return opts, fmt.Errorf("docker: fleet: %w", err)
 	}
-	if len(servers) > 0 {
-		return natsconn.Options{Servers: servers}, nil
-	}
-	if p, ok := ctx.Storage().(natsconn.OptionsProvider); ok {
-		return p.NATSOptions(), nil
-	}
-	return natsconn.Options{}, fmt.Errorf("docker: fleet needs NATS servers: set fleet { nats <url>... }, or configure the `storage nats` global option")
+	return opts, nil
 }
 
 // DefaultRateLimitSync is RateLimitSync's default.
@@ -387,19 +383,19 @@ func (a *App) rateLimitSharing(ctx caddy.Context, natsOpts natsconn.Options) (ti
 	if bucket == "" {
 		bucket = DefaultFleetBucket
 	}
-	st, err := json.Marshal(map[string]any{
-		"module":     "nats",
-		"servers":    natsOpts.Servers,
-		"user":       natsOpts.User,
-		"password":   natsOpts.Password,
-		"token":      natsOpts.Token,
-		"creds_file": natsOpts.CredsFile,
-		"tls_ca":     natsOpts.TLSCA,
-		"tls_cert":   natsOpts.TLSCert,
-		"tls_key":    natsOpts.TLSKey,
-		"bucket":     bucket + "_rate_limit",
-	})
+	st, err := rateLimitStorage(natsOpts, bucket+"_rate_limit")
 	return sync, st, err
+}
+
+// rateLimitStorage is the JSON of a `storage nats` module (the storage of
+// the rate_limit handlers) on the connection opts, in bucket: the
+// connection block storage nats embeds, as the fleet resolved it.
+func rateLimitStorage(opts natsconn.Options, bucket string) (json.RawMessage, error) {
+	return json.Marshal(struct {
+		Module string `json:"module"`
+		natsconn.Config
+		Bucket string `json:"bucket"`
+	}{"nats", opts.Config(), bucket})
 }
 
 // Validate checks the configuration.
@@ -472,6 +468,24 @@ func (a *App) Cleanup() error {
 		_, _ = watchers.Delete(a.key)
 	}
 	return nil
+}
+
+// Ready reports whether this config's discovered routes are loaded (the
+// state file's, or a listing of the engine): until then the gateway_ready
+// handler answers 503 "starting". The route set a config runs is fixed at
+// its load, and the first listing applies through a reload, so a config
+// that is not ready is replaced by one that is.
+func (a *App) Ready() (bool, string) {
+	hs := a.handlers
+	if hs == nil {
+		return false, "not provisioned"
+	}
+	hs.mu.Lock()
+	defer hs.mu.Unlock()
+	if !hs.set.known {
+		return false, "discovered routes not loaded yet (no state file, engine not listed yet)"
+	}
+	return true, ""
 }
 
 // Snapshot returns what the app discovered: the containers with their parsed
@@ -589,8 +603,12 @@ func rbacBuilder(base json.RawMessage) func([]string) (json.RawMessage, error) {
 
 // FleetOptions configure discovery across hosts (docs/caddydocker.md).
 type FleetOptions struct {
-	// NATS are the NATS server URLs. Default: the cluster of this
-	// config's `storage nats` global option (and its credentials).
+	// The NATS connection (the gateway's one NATS connection block:
+	// servers, creds, nkey, user, password, token, tls, name; and the
+	// older spellings creds_file, tls_ca, tls_cert, tls_key). Without
+	// servers: the connection of this config's `storage nats`, shared.
+	natsconn.Config
+	// NATS is the older spelling of servers (its entries come first).
 	NATS []string `json:"nats,omitempty"`
 	// Bucket is the JetStream KV bucket. Default: gateway_routes.
 	Bucket string `json:"bucket,omitempty"`

@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	_ "github.com/apigate/gateway/caddyready" // gateway_ready in the sites
 	"github.com/apigate/gateway/internal/testkit/pathtest"
 )
 
@@ -121,11 +122,16 @@ func TestStartsFromStateFile(t *testing.T) {
 // site's catch-all answer after it; the site's own handle blocks before
 // it answer as usual. Once a route set is known (here the state file's,
 // at a reload that starts a new watcher) the same site routes the
-// service and its catch-all answers the rest. On both request paths.
+// service and its catch-all answers the rest. The readiness route
+// (gateway_ready) answers 503 starting until then, 200 once the route set
+// is known. On both request paths.
 func TestPlacedHandlerWhileStarting(t *testing.T) {
 	upPort := echoUpstream(t, "orders")
 	site := `handle /health {
 		respond "ok"
+	}
+	handle /ready {
+		gateway_ready
 	}
 	handle {
 		docker_routes
@@ -147,6 +153,7 @@ func TestPlacedHandlerWhileStarting(t *testing.T) {
 		check(t, starting, "POST", "/orders/1", 503, "1", answerBody("discovery_starting", "/orders/1"))
 		check(t, starting, "GET", "/elsewhere", 503, "1", answerBody("discovery_starting", "/elsewhere"))
 		check(t, starting, "GET", "/health", 200, "", "ok")
+		check(t, starting, "GET", "/ready", 503, "1", `{"status":"starting","reason":"docker: discovered routes not loaded yet (no state file, engine not listed yet)"}`+"\n")
 
 		writeState(t, stateFile, hostContainer("orders", upPort, "/orders"))
 		p.Reload(t, tester, dockerConfig("unix:///nonexistent/docker.sock", stateFile, "debounce 150ms", site), "gateway")
@@ -155,5 +162,6 @@ func TestPlacedHandlerWhileStarting(t *testing.T) {
 		check(t, known, "POST", "/orders/1", 200, "", "orders POST /orders/1 order")
 		check(t, known, "GET", "/elsewhere", 404, "", "public")
 		check(t, known, "GET", "/health", 200, "", "ok")
+		check(t, known, "GET", "/ready", 200, "", `{"status":"ready"}`+"\n")
 	})
 }

@@ -251,6 +251,22 @@ type Reuse struct {
 	body body
 	hdr  http.Header
 	vals []string
+
+	// Now, when set, is the caller's reading of the clock for this
+	// request (the fast path reads it once per request): the round trip
+	// uses it instead of reading the clock again, for the idle age of a
+	// pooled connection and the poll deadline of the response head. It
+	// is at most the request's age behind: an idle connection looks that
+	// much older (closed that much sooner), a poll comes that much sooner.
+	Now time.Time
+}
+
+// now is the caller's clock reading, or the clock's.
+func (ru *Reuse) now() time.Time {
+	if ru != nil && !ru.Now.IsZero() {
+		return ru.Now
+	}
+	return time.Now()
 }
 
 // RoundTripReuse is RoundTrip with the response in ru (nil: allocated).
@@ -267,11 +283,13 @@ func (c *Client) RoundTripReuse(req *http.Request, network, addr string, ru *Reu
 	if c.opts.MaxIdleConnsPerHost < 0 && !wr.close {
 		wr.close, wr.sendClose = true, true // keepalive off: tell the upstream
 	}
+	now := ru.now()
 	for attempt := 0; ; attempt++ {
-		cn, err := p.get(ctx, attempt > 0)
+		cn, err := p.get(ctx, attempt > 0, now, wr.replayable && !wr.hasBody)
 		if err != nil {
 			return nil, err
 		}
+		cn.now = now
 		res, err := cn.roundTrip(req, &wr, ru)
 		if err == nil {
 			return res, nil
@@ -304,8 +322,18 @@ type hostPool struct {
 	dials, reuses, retries, stale int64
 }
 
+// peekAfter is how long a connection must have been idle before it is
+// peeked at (alive) when taken for a request that can be sent again: a
+// connection the upstream closed sooner fails that request with nothing
+// received, and RoundTripReuse sends it once more on a new connection. A
+// request that cannot be sent again is always preceded by the peek.
+const peekAfter = time.Second
+
 // get returns an idle connection (unless fresh is set) or dials a new one.
-func (p *hostPool) get(ctx context.Context, fresh bool) (*conn, error) {
+// now is the request's clock reading; replayable says the request may be
+// sent again if the connection turns out closed (no peek needed while it
+// has been idle for less than peekAfter).
+func (p *hostPool) get(ctx context.Context, fresh bool, now time.Time, replayable bool) (*conn, error) {
 	for !fresh {
 		p.mu.Lock()
 		n := len(p.idle)
@@ -318,7 +346,8 @@ func (p *hostPool) get(ctx context.Context, fresh bool) (*conn, error) {
 		p.idle = p.idle[:n-1]
 		p.reuses++
 		p.mu.Unlock()
-		if t := p.c.opts.IdleTimeout; t > 0 && time.Since(cn.idleSince) > t || !cn.alive() {
+		idle := now.Sub(cn.idleSince)
+		if t := p.c.opts.IdleTimeout; t > 0 && idle > t || (!replayable || idle >= peekAfter) && !cn.alive() {
 			p.mu.Lock()
 			p.reuses--
 			p.stale++
@@ -396,7 +425,10 @@ func (p *hostPool) put(cn *conn) {
 		cn.closeConn()
 		return
 	}
-	now := time.Now()
+	now := cn.now // (the request's clock reading)
+	if now.IsZero() {
+		now = time.Now()
+	}
 	cn.idleSince = now
 	p.lastUse = now
 	p.idle = append(p.idle, cn)
@@ -469,6 +501,13 @@ type conn struct {
 	bw        *bufio.Writer
 	reused    bool // taken from the idle pool for this request
 	idleSince time.Time
+	now       time.Time // the clock reading of the request in hand
+	// pollDL is the read deadline left set on the connection for the
+	// response head's context poll (ctxPoll), or zero: kept from one
+	// exchange to the next while it is between ctxPoll/2 and 2*ctxPoll
+	// away, so that a stream of quick exchanges does not set a deadline
+	// twice each; cleared before a response body needs a network read.
+	pollDL time.Time
 
 	// per request
 	ctx       context.Context
@@ -492,6 +531,14 @@ func newConn(p *hostPool, nc net.Conn) *conn {
 }
 
 var aLongTimeAgo = time.Unix(1, 0)
+
+// clock is the request's clock reading (Reuse.Now), else the clock's.
+func (cn *conn) clock() time.Time {
+	if !cn.now.IsZero() {
+		return cn.now
+	}
+	return time.Now()
+}
 
 // closeConn closes the connection and gives back its slot in the pool.
 func (cn *conn) closeConn() {
@@ -525,6 +572,15 @@ func (cn *conn) watch() {
 func (cn *conn) beforeRead() {
 	if cn.watching {
 		cn.watch()
+		if !cn.pollDL.IsZero() {
+			// (the context is watched now: the head's poll deadline
+			// must not cut a body that is slow to come)
+			cn.pollDL = time.Time{}
+			cn.nc.SetReadDeadline(time.Time{})
+			if cn.aborted.Load() {
+				cn.nc.SetDeadline(aLongTimeAgo)
+			}
+		}
 	}
 }
 
@@ -631,18 +687,32 @@ func (cn *conn) roundTrip(req *http.Request, wr *writtenRequest, ru *Reuse) (*ht
 func (cn *conn) readResponse(req *http.Request, h *head, ru *Reuse) (*http.Response, error) {
 	opts := &cn.pool.c.opts
 	var headerDeadline, deadline time.Time
-	if t := opts.ResponseHeaderTimeout; t > 0 || cn.stopWatch == nil && cn.ctx.Done() != nil {
-		now := time.Now()
-		if t > 0 {
-			headerDeadline = now.Add(t)
-		}
+	polls := cn.stopWatch == nil && cn.ctx.Done() != nil
+	switch t := opts.ResponseHeaderTimeout; {
+	case t > 0:
+		now := cn.clock()
+		headerDeadline = now.Add(t)
 		deadline = headerDeadline
-		if cn.stopWatch == nil && cn.ctx.Done() != nil {
-			if poll := now.Add(ctxPoll); deadline.IsZero() || poll.Before(deadline) {
+		if polls {
+			if poll := now.Add(ctxPoll); poll.Before(deadline) {
 				deadline = poll
 			}
 		}
+		cn.pollDL = time.Time{}
 		cn.nc.SetReadDeadline(deadline)
+	case polls:
+		// Only the context poll: the deadline already set stays when it
+		// is neither too near nor too far (see pollDL).
+		now := cn.clock()
+		if left := cn.pollDL.Sub(now); left < ctxPoll/2 || left > 2*ctxPoll {
+			cn.pollDL = now.Add(ctxPoll + ctxPoll/2)
+			cn.nc.SetReadDeadline(cn.pollDL)
+		}
+	default:
+		if !cn.pollDL.IsZero() {
+			cn.pollDL = time.Time{}
+			cn.nc.SetReadDeadline(time.Time{})
+		}
 	}
 	// onTimeout decides what a read deadline passing means.
 	onTimeout := func() error {
@@ -654,6 +724,7 @@ func (cn *conn) readResponse(req *http.Request, h *head, ru *Reuse) (*http.Respo
 		}
 		// A slow head: watch the context from now on, keep the timeout.
 		cn.watch()
+		cn.pollDL = time.Time{}
 		cn.nc.SetReadDeadline(headerDeadline)
 		return nil
 	}
@@ -689,6 +760,8 @@ func (cn *conn) readResponse(req *http.Request, h *head, ru *Reuse) (*http.Respo
 			cn.nc.SetDeadline(aLongTimeAgo)
 		}
 	}
+	// (a poll deadline left set, pollDL, is cleared before a body read
+	// that needs the network: beforeRead)
 	cn.watching = true // from here on, reads from the network are watched
 	var res *http.Response
 	if ru != nil {

@@ -171,10 +171,7 @@ func (wr *writtenRequest) write(bw *bufio.Writer, req *http.Request) error {
 }
 
 func writeField(bw *bufio.Writer, k, v string) {
-	bw.WriteString(k)
-	bw.WriteString(": ")
-	bw.WriteString(h1wire.TrimOWS(v))
-	bw.WriteString("\r\n")
+	h1wire.WriteField(bw, k, h1wire.TrimOWS(v))
 }
 
 func writeRequestURI(bw *bufio.Writer, req *http.Request) {

@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"os"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/caddyserver/caddy/v2"
@@ -421,11 +422,20 @@ func (j *JWTAuth) joinKeySets(repl *caddy.Replacer, fp hash.Hash, jwksURLs []str
 // which discovers in the background and then joins the JWKS fetcher of
 // the jwks_uri it found through the same pool as jwks_url.
 func (j *JWTAuth) joinOIDC(issuer string, fp hash.Hash) (KeySet, error) {
-	cfg := j.jwksConfig()
+	s, poolKey, err := joinOIDC(j.jwksConfig(), issuer, j.metrics)
+	if err != nil {
+		return nil, err
+	}
+	j.jwksKeys = append(j.jwksKeys, poolKey)
+	fp.Write([]byte(poolKey))
+	fp.Write([]byte{0})
+	return s, nil
+}
+
+func joinOIDC(cfg JWKSConfig, issuer string, metrics *jwtMetrics) (*OIDCKeySet, string, error) {
 	poolKey := fmt.Sprintf("oidc|%s|%d|%d|%d", issuer, cfg.Refresh, cfg.Cooldown, cfg.Timeout)
 	// the discovery outlives this config: it holds the metrics (the same
-	// collectors in every config), not j
-	metrics := j.metrics
+	// collectors in every config), not the module
 	val, _, err := jwksPool.LoadOrNew(poolKey, func() (caddy.Destructor, error) {
 		s := NewOIDCKeySet(OIDCConfig{Issuer: issuer, JWKS: cfg, JoinJWKS: func(cfg JWKSConfig) (*JWKSet, func(), error) {
 			set, key, err := joinJWKS(cfg, metrics)
@@ -438,12 +448,30 @@ func (j *JWTAuth) joinOIDC(issuer string, fp hash.Hash) (KeySet, error) {
 		return s, nil
 	})
 	if err != nil {
-		return nil, err
+		return nil, "", err
 	}
-	j.jwksKeys = append(j.jwksKeys, poolKey)
-	fp.Write([]byte(poolKey))
-	fp.Write([]byte{0})
-	return val.(*OIDCKeySet), nil
+	return val.(*OIDCKeySet), poolKey, nil
+}
+
+// JoinOIDC joins (or starts) the shared discovery of the OpenID Provider
+// issuer, with the default JWKS settings: the same discovery and JWKS
+// fetcher as a jwt_auth `provider <name> oidc <issuer>` with default
+// settings, so that a provider's keys are fetched and rotated once per
+// process whichever module uses them (oidc_login does). Discovery runs in
+// the background; Provision does no network I/O. The caller calls release
+// once, in its Cleanup.
+func JoinOIDC(ctx caddy.Context, issuer string) (set *OIDCKeySet, release func(), err error) {
+	m, err := newMetrics(ctx.GetMetricsRegistry())
+	if err != nil {
+		return nil, nil, err
+	}
+	cfg := JWKSConfig{Refresh: DefaultJWKSRefresh, Cooldown: DefaultJWKSCooldown, Timeout: DefaultJWKSTimeout, Logger: ctx.Logger()}
+	s, poolKey, err := joinOIDC(cfg, issuer, m)
+	if err != nil {
+		return nil, nil, err
+	}
+	var once sync.Once
+	return s, func() { once.Do(func() { _, _ = jwksPool.Delete(poolKey) }) }, nil
 }
 
 // provisionProviders loads and joins each provider's keys and joins the

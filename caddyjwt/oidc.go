@@ -49,6 +49,7 @@ type OIDCKeySet struct {
 	log    *zap.Logger
 
 	set         atomic.Pointer[JWKSet]
+	meta        atomic.Pointer[ProviderMetadata]
 	release     func() // under mu
 	lastAttempt atomic.Int64
 	mu          sync.Mutex // one discovery at a time
@@ -146,33 +147,54 @@ func (s *OIDCKeySet) Generation() uint64 {
 // discovery keeps failing it tries again at most once a second (as a
 // failing JWKSet does).
 func (s *OIDCKeySet) RefreshEarly(ctx context.Context) bool {
+	if s.ensureDiscovered(ctx) == nil {
+		return false
+	}
+	return s.set.Load().RefreshEarly(ctx)
+}
+
+// Metadata returns the provider's configuration as discovered: at once
+// when discovery succeeded; before, it waits for the first discovery
+// attempt, and while discovery keeps failing it tries again at most once
+// a second. Nil: not discovered (the provider is down or its
+// configuration is wrong; the logs say which).
+func (s *OIDCKeySet) Metadata(ctx context.Context) *ProviderMetadata {
+	return s.ensureDiscovered(ctx)
+}
+
+// ensureDiscovered returns the discovered metadata, discovering first
+// when it may (see Metadata).
+func (s *OIDCKeySet) ensureDiscovered(ctx context.Context) *ProviderMetadata {
+	if m := s.meta.Load(); m != nil && s.set.Load() != nil {
+		return m
+	}
 	select {
 	case <-s.discovered:
 	default:
 		select {
 		case <-s.discovered:
 		case <-ctx.Done():
-			return false
+			return nil
 		}
 	}
-	if set := s.set.Load(); set != nil {
-		return set.RefreshEarly(ctx)
+	if s.set.Load() != nil {
+		return s.meta.Load()
 	}
 	last := s.lastAttempt.Load()
 	if time.Now().UnixNano()-last < int64(failingCooldown) {
-		return false
+		return nil
 	}
 	s.mu.Lock()
 	if s.lastAttempt.Load() == last && s.set.Load() == nil {
 		if err := s.discoverLocked(); err != nil {
-			s.log.Warn("early OIDC discovery for a token failed", zap.Error(err))
+			s.log.Warn("early OIDC discovery failed", zap.Error(err))
 		}
 	}
 	s.mu.Unlock()
-	if set := s.set.Load(); set != nil {
-		return set.RefreshEarly(ctx)
+	if s.set.Load() != nil {
+		return s.meta.Load()
 	}
-	return false
+	return nil
 }
 
 func (s *OIDCKeySet) loop() {
@@ -216,7 +238,7 @@ func (s *OIDCKeySet) loop() {
 // joins the JWK Set at its jwks_uri. The caller holds s.mu.
 func (s *OIDCKeySet) discoverLocked() error {
 	s.lastAttempt.Store(time.Now().UnixNano())
-	jwksURI, err := s.fetchConfig()
+	meta, err := s.fetchConfig()
 	if err != nil {
 		return err
 	}
@@ -224,7 +246,7 @@ func (s *OIDCKeySet) discoverLocked() error {
 		return s.ctx.Err()
 	}
 	cfg := s.cfg.JWKS
-	cfg.URL = jwksURI
+	cfg.URL = meta.JWKSURI
 	join := s.cfg.JoinJWKS
 	if join == nil {
 		join = func(cfg JWKSConfig) (*JWKSet, func(), error) {
@@ -238,52 +260,73 @@ func (s *OIDCKeySet) discoverLocked() error {
 		return err
 	}
 	s.release = release
+	s.meta.Store(meta)
 	s.set.Store(set)
-	s.log.Info("OIDC provider discovered", zap.String("jwks_uri", urls.Redact(jwksURI)))
+	s.log.Info("OIDC provider discovered", zap.String("jwks_uri", urls.Redact(meta.JWKSURI)))
 	return nil
 }
 
-func (s *OIDCKeySet) fetchConfig() (string, error) {
+// ProviderMetadata is what the gateway reads of an OpenID Provider's
+// configuration (OpenID Connect Discovery 1.0, section 3, and RP-Initiated
+// Logout 1.0 for end_session_endpoint): jwt_auth needs jwks_uri,
+// oidc_login the endpoints of the login. Every URL is checked to be http
+// or https.
+type ProviderMetadata struct {
+	Issuer                        string   `json:"issuer"`
+	JWKSURI                       string   `json:"jwks_uri"`
+	AuthorizationEndpoint         string   `json:"authorization_endpoint"`
+	TokenEndpoint                 string   `json:"token_endpoint"`
+	UserinfoEndpoint              string   `json:"userinfo_endpoint"`
+	EndSessionEndpoint            string   `json:"end_session_endpoint"`
+	CodeChallengeMethodsSupported []string `json:"code_challenge_methods_supported"`
+}
+
+func (s *OIDCKeySet) fetchConfig() (*ProviderMetadata, error) {
 	ctx, cancel := context.WithTimeout(s.ctx, s.cfg.JWKS.Timeout)
 	defer cancel()
 	u := DiscoveryURL(s.cfg.Issuer)
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u, nil)
 	if err != nil {
-		return "", err
+		return nil, err
 	}
 	req.Header.Set("Accept", "application/json")
 	resp, err := s.client.Do(req)
 	if err != nil {
-		return "", err
+		return nil, err
 	}
 	defer resp.Body.Close()
 	if resp.StatusCode != http.StatusOK {
 		io.Copy(io.Discard, io.LimitReader(resp.Body, 4096))
-		return "", fmt.Errorf("%s answered %s", urls.Redact(u), resp.Status)
+		return nil, fmt.Errorf("%s answered %s", urls.Redact(u), resp.Status)
 	}
 	body, err := io.ReadAll(io.LimitReader(resp.Body, maxDiscoveryBytes+1))
 	if err != nil {
-		return "", fmt.Errorf("reading %s: %v", urls.Redact(u), err)
+		return nil, fmt.Errorf("reading %s: %v", urls.Redact(u), err)
 	}
 	if len(body) > maxDiscoveryBytes {
-		return "", fmt.Errorf("%s is larger than %d bytes", urls.Redact(u), maxDiscoveryBytes)
+		return nil, fmt.Errorf("%s is larger than %d bytes", urls.Redact(u), maxDiscoveryBytes)
 	}
-	var doc struct {
-		Issuer  string `json:"issuer"`
-		JWKSURI string `json:"jwks_uri"`
-	}
+	var doc ProviderMetadata
 	if err := json.Unmarshal(body, &doc); err != nil {
-		return "", fmt.Errorf("%s is not an OpenID Provider configuration: %v", urls.Redact(u), err)
+		return nil, fmt.Errorf("%s is not an OpenID Provider configuration: %v", urls.Redact(u), err)
 	}
 	if doc.Issuer != s.cfg.Issuer {
-		return "", fmt.Errorf("issuer mismatch: %s names issuer %q, the config says %q (they must be equal, OpenID Connect Discovery 1.0 section 4.3)",
+		return nil, fmt.Errorf("issuer mismatch: %s names issuer %q, the config says %q (they must be equal, OpenID Connect Discovery 1.0 section 4.3)",
 			urls.Redact(u), doc.Issuer, s.cfg.Issuer)
 	}
 	if doc.JWKSURI == "" {
-		return "", errors.New(urls.Redact(u) + " has no jwks_uri")
+		return nil, errors.New(urls.Redact(u) + " has no jwks_uri")
 	}
-	if err := urls.CheckHTTP("jwks_uri", doc.JWKSURI); err != nil {
-		return "", fmt.Errorf("%s: %v", urls.Redact(u), err)
+	for _, f := range []struct{ name, url string }{
+		{"jwks_uri", doc.JWKSURI}, {"authorization_endpoint", doc.AuthorizationEndpoint}, {"token_endpoint", doc.TokenEndpoint},
+		{"userinfo_endpoint", doc.UserinfoEndpoint}, {"end_session_endpoint", doc.EndSessionEndpoint},
+	} {
+		if f.url == "" && f.name != "jwks_uri" {
+			continue // not every provider has every endpoint; its user says what it needs
+		}
+		if err := urls.CheckHTTP(f.name, f.url); err != nil {
+			return nil, fmt.Errorf("%s: %v", urls.Redact(u), err)
+		}
 	}
-	return doc.JWKSURI, nil
+	return &doc, nil
 }

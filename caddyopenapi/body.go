@@ -1,10 +1,6 @@
 package caddyopenapi
 
 import (
-	"bytes"
-	"encoding/json"
-	"errors"
-	"io"
 	"maps"
 	"net/http"
 	"net/url"
@@ -31,6 +27,8 @@ type media struct {
 	typ, sub string // lower case; "*" is a wildcard
 	kind     mediaKind
 	schema   *jsonschema.Schema // nil: the content is not checked
+	checks   *schemaCheck       // schema compiled for the tape; nil: the library's alone
+	fallback string             // why checks is nil when schema is not
 	shape    *shape
 	disc     *discriminator // nil: none beside a oneOf/anyOf of $refs
 }
@@ -105,6 +103,7 @@ func (c *compiler) compileContent(n node) (content, error) {
 				return content{}, err
 			}
 			m.shape = c.shapeOf(sn, 0)
+			m.checks, m.fallback = compileChecks(m.schema)
 			if m.disc, err = c.discriminatorOf(sn); err != nil {
 				return content{}, err
 			}
@@ -150,73 +149,60 @@ func (c *content) find(ct string) *media {
 	return nil
 }
 
-// decodeJSON decodes one JSON value (numbers as json.Number); anything
-// after it is an error. Nesting deeper than encoding/json allows (10,000)
-// is an error, not a stack overflow.
-func decodeJSON(r io.Reader) (any, error) {
-	dec := json.NewDecoder(r)
-	dec.UseNumber()
-	var v any
-	if err := dec.Decode(&v); err != nil {
-		return nil, err
-	}
-	if _, err := dec.Token(); err != io.EOF {
-		return nil, errors.New("data after the JSON value")
-	}
-	return v, nil
-}
-
-// decodeBody reads a body of a media type into the JSON value its schema
-// checks.
-func (m *media) decode(body []byte) (any, *Violation) {
-	switch m.kind {
-	case mediaJSON:
-		v, err := decodeJSON(bytes.NewReader(body))
-		if err != nil {
-			return nil, &Violation{Location: "body", Keyword: "json", Message: "must be JSON text (" + jsonErrorText(err) + ")"}
+// read puts a body of the media type on s (token 0): JSON text, which
+// must be I-JSON, or a form; loc is where a violation is ("body",
+// "response.body").
+func (m *media) read(s *scanner, body []byte, loc string) *Violation {
+	if m.kind == mediaJSON {
+		if !s.scan(body) {
+			v := s.violation(loc)
+			return &v
 		}
-		return v, nil
-	case mediaForm:
-		q, err := url.ParseQuery(string(body))
-		if err != nil {
-			return nil, &Violation{Location: "body", Keyword: "form", Message: "must be form-urlencoded"}
-		}
-		obj := make(map[string]any, len(q))
-		for k, vs := range q {
-			sh := m.shape.prop(k)
-			if sh.is(tArray) {
-				obj[k] = scalars(vs, sh)
-			} else {
-				obj[k] = scalar(vs[0], sh)
+		return nil
+	}
+	s.reset(nil)
+	q, err := url.ParseQuery(string(body))
+	if err != nil {
+		return &Violation{Location: loc, Keyword: "form", Message: "must be form-urlencoded"}
+	}
+	obj := s.begin(kObject)
+	for k, vs := range q {
+		sh := m.shape.prop(k)
+		s.key(obj, k)
+		if sh.is(tArray) {
+			arr := s.begin(kArray)
+			for _, v := range vs {
+				s.item(arr, v, sh.item())
 			}
+			s.end(arr)
+		} else {
+			s.scalar(vs[0], sh)
 		}
-		return obj, nil
 	}
-	return nil, nil
+	s.end(obj)
+	return nil
 }
 
-// jsonErrorText says what is wrong with JSON text without quoting it (a
-// syntax error's message quotes the offending character only).
-func jsonErrorText(err error) string {
-	if strings.Contains(err.Error(), "exceeded max depth") {
-		return "nested too deep"
+// checkBytes checks a body (JSON or a form): read onto a tape, then
+// checked by the schema's compiled checks when it has them; the library
+// lists the violations of a body they refuse, and checks by itself what
+// they do not cover.
+func (m *media) checkBytes(body []byte, loc string, out []Violation) (verdict, []Violation) {
+	s := getScanner()
+	defer putScanner(s)
+	if viol := m.read(s, body, loc); viol != nil {
+		return verdictInvalid, append(out, *viol)
 	}
-	var se *json.SyntaxError
-	if errors.As(err, &se) {
-		return "syntax error at byte " + strconv.FormatInt(se.Offset, 10)
+	if m.schema == nil || m.checks != nil && s.valid(m.checks, 0) {
+		return verdictPass, out
 	}
-	var te *json.UnmarshalTypeError
-	if errors.As(err, &te) {
-		return "unexpected " + te.Value
+	v := s.value(0)
+	if err := validateLib(m.schema, v); err != nil {
+		return verdictInvalid, m.disc.explain(v, err, loc, out)
 	}
-	if errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) {
-		return "unexpected end"
-	}
-	msg := err.Error()
-	if len(msg) > 80 {
-		msg = msg[:80]
-	}
-	return msg
+	// the checks refused what the library passes: the library is the
+	// reference (FuzzCompiledValidator looks for such values)
+	return verdictPass, out
 }
 
 // responsesSpec is a compiled Responses Object.

@@ -37,6 +37,7 @@ func parseCaddyfile(h httpcaddyfile.Helper) (caddyhttp.MiddlewareHandler, error)
 //		max_response_body   <size>                # default 1MiB
 //		check_interval      <duration>            # default 1s
 //		realm               <realm>               # default gateway
+//		annotation_formats  <format>...           # formats of the document's own, not checked
 //	}
 func (o *OpenAPI) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 	d.Next() // directive name
@@ -116,6 +117,12 @@ func (o *OpenAPI) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 			} else {
 				o.MaxResponseBody = int64(n)
 			}
+		case "annotation_formats":
+			args := d.RemainingArgs()
+			if len(args) == 0 {
+				return d.ArgErr()
+			}
+			o.AnnotationFormats = append(o.AnnotationFormats, args...)
 		case "check_interval":
 			var v string
 			if !d.Args(&v) || d.NextArg() {

@@ -3,6 +3,7 @@ package caddyopenapi
 import (
 	"flag"
 	"path/filepath"
+	"reflect"
 	"strings"
 	"testing"
 	"time"
@@ -26,9 +27,11 @@ func TestUnmarshalCaddyfile(t *testing.T) {
 		{name: "spec alone", input: "openapi {\n spec api.yaml\n}", want: OpenAPI{Spec: "api.yaml"}},
 		{name: "validate request", input: "openapi {\n spec a.yaml\n validate request\n}", want: OpenAPI{Spec: "a.yaml", Request: ModeEnforce}},
 		{name: "validate modes", input: "openapi {\n spec a.yaml\n validate request off\n validate response dry_run\n}", want: OpenAPI{Spec: "a.yaml", Request: ModeOff, Response: ModeDryRun}},
-		{name: "every option", input: "openapi {\n spec a.yaml\n undeclared reject\n enforce_security\n scopes_claim scp\n roles_claim realm_access.roles\n max_request_body 2MiB\n max_response_body 1KB\n check_interval 5s\n realm orders\n}",
+		{name: "every option", input: "openapi {\n spec a.yaml\n undeclared reject\n enforce_security\n scopes_claim scp\n roles_claim realm_access.roles\n max_request_body 2MiB\n max_response_body 1KB\n check_interval 5s\n realm orders\n annotation_formats uriref\n annotation_formats phone iban\n}",
 			want: OpenAPI{Spec: "a.yaml", Undeclared: UndeclaredReject, EnforceSecurity: true, ScopesClaim: "scp", RolesClaim: "realm_access.roles",
-				MaxRequestBody: 2 << 20, MaxResponseBody: 1000, CheckInterval: caddy.Duration(5 * time.Second), Realm: "orders"}},
+				MaxRequestBody: 2 << 20, MaxResponseBody: 1000, CheckInterval: caddy.Duration(5 * time.Second), Realm: "orders",
+				AnnotationFormats: []string{"uriref", "phone", "iban"}}},
+		{name: "annotation_formats without a format", input: "openapi {\n spec a.yaml\n annotation_formats\n}", wantErr: "wrong argument count"},
 		{name: "no spec", input: "openapi {\n validate request\n}", wantErr: "openapi needs a spec file"},
 		{name: "spec as an argument", input: "openapi api.yaml", wantErr: `unexpected argument "api.yaml"`},
 		{name: "validate what", input: "openapi {\n spec a.yaml\n validate everything\n}", wantErr: `invalid validate "everything": must be request or response`},
@@ -53,7 +56,7 @@ func TestUnmarshalCaddyfile(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if got != tc.want {
+			if !reflect.DeepEqual(got, tc.want) {
 				t.Fatalf("got %+v\nwant %+v", got, tc.want)
 			}
 		})

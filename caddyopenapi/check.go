@@ -1,11 +1,9 @@
 package caddyopenapi
 
 import (
-	"bytes"
 	"errors"
 	"io"
 	"net/http"
-	"net/url"
 	"strconv"
 )
 
@@ -32,43 +30,28 @@ var errBodyTooLarge = errors.New("request body too large to validate")
 
 // checkParams checks op's parameters against the request.
 func (op *Operation) checkParams(r *http.Request, vals *pathValues, out []Violation) []Violation {
-	var q url.Values
-	if op.query {
-		q = r.URL.Query()
+	if len(op.params) == 0 {
+		return out
 	}
-	var cookies []*http.Cookie
-	if op.cookies {
-		cookies = r.Cookies()
-	}
+	s := getScanner()
+	defer putScanner(s)
 	for _, p := range op.params {
+		s.reset(nil)
 		var (
-			v     any
 			found bool
 			viol  *Violation
 		)
 		switch p.in {
 		case inPath:
-			v, viol = p.decodePath(vals.get(p.pathIdx))
-			found = true
+			viol, found = p.decodePath(s, vals.get(p.pathIdx)), true
 		case inQuery:
-			v, found, viol = p.decodeQuery(q)
+			found, viol = p.decodeQuery(s, r.URL.RawQuery)
 		case inHeader:
-			v, found, viol = p.decodeHeader(r.Header)
+			found, viol = p.decodeHeader(s, r.Header)
 		case inCookie:
-			v, found, viol = p.decodeCookie(cookies)
+			found, viol = p.decodeCookie(s, r.Header)
 		}
-		switch {
-		case viol != nil:
-			out = append(out, *viol)
-		case !found:
-			if p.required {
-				out = append(out, Violation{Location: p.loc, Keyword: "required", Message: "is required"})
-			}
-		case p.schema != nil:
-			if err := p.schema.Validate(v); err != nil {
-				out = collect(err, p.loc, out)
-			}
-		}
+		out = p.check(s, found, viol, out)
 	}
 	return out
 }
@@ -85,7 +68,13 @@ func hasBody(r *http.Request) bool {
 func (op *Operation) checkBody(r *http.Request, limit int64, out []Violation) (verdict, []Violation, error) {
 	b := op.body
 	if b == nil {
-		return verdictPass, out, nil
+		// a body the document does not declare is not checked by
+		// anyone: refused (a chunked body is read for its first byte)
+		if has, err := bodyPresent(r); err != nil || !has {
+			return verdictPass, out, err
+		}
+		out = append(out, Violation{Location: "body", Keyword: "requestBody", Message: "is not declared for this operation"})
+		return verdictInvalid, out, nil
 	}
 	if !hasBody(r) {
 		if b.required {
@@ -118,20 +107,35 @@ func (op *Operation) checkBody(r *http.Request, limit int64, out []Violation) (v
 		}
 		return verdictPass, out, nil
 	}
-	v, viol := m.decode(body)
-	if viol != nil {
-		return verdictInvalid, append(out, *viol), nil
+	v, out := m.checkBytes(body, "body", out)
+	return v, out, nil
+}
+
+// bodyPresent reports whether a request has a body of at least one byte:
+// by its Content-Length, or, chunked, by reading its first byte (put back).
+func bodyPresent(r *http.Request) (bool, error) {
+	if r.ContentLength >= 0 || r.Body == nil || r.Body == http.NoBody {
+		return r.ContentLength > 0, nil
 	}
-	if m.schema != nil {
-		if err := m.schema.Validate(v); err != nil {
-			return verdictInvalid, m.disc.explain(v, err, "body", out), nil
+	var one [1]byte
+	for {
+		n, err := r.Body.Read(one[:])
+		if n > 0 {
+			r.Body = &replayBody{buf: []byte{one[0]}, rest: r.Body}
+			return true, nil
+		}
+		if err == io.EOF {
+			return false, nil
+		}
+		if err != nil {
+			return false, err
 		}
 	}
-	return verdictPass, out, nil
 }
 
 // readBody reads the whole body (at most limit bytes) and puts a copy
-// back on the request.
+// back on the request: two allocations, the body's bytes and the reader
+// that replays them.
 func readBody(r *http.Request, limit int64) ([]byte, error) {
 	if r.ContentLength > limit {
 		return nil, errBodyTooLarge
@@ -140,22 +144,53 @@ func readBody(r *http.Request, limit int64) ([]byte, error) {
 	if size < 0 || size > 64<<10 {
 		size = 64 << 10 // grown as needed
 	}
-	buf := bytes.NewBuffer(make([]byte, 0, size+1))
-	_, err := buf.ReadFrom(io.LimitReader(r.Body, limit+1))
-	if err != nil {
-		return nil, err
+	buf := make([]byte, 0, size+1) // +1: a body longer than said is read to its end
+	for {
+		if len(buf) == cap(buf) {
+			buf = append(buf, 0)[:len(buf)]
+		}
+		n, err := r.Body.Read(buf[len(buf):min(cap(buf), int(limit)+1)])
+		buf = buf[:len(buf)+n]
+		if int64(len(buf)) > limit {
+			return nil, errBodyTooLarge
+		}
+		if err == io.EOF {
+			break
+		}
+		if err != nil {
+			return nil, err
+		}
 	}
-	if int64(buf.Len()) > limit {
-		return nil, errBodyTooLarge
-	}
-	body := buf.Bytes()
-	r.Body = replayBody{Reader: bytes.NewReader(body), Closer: r.Body}
-	return body, nil
+	r.Body = &replayBody{buf: buf, rest: r.Body}
+	return buf, nil
 }
 
-// replayBody is a body read for validation, given to the next handlers;
-// closing it closes the original.
+// replayBody is a body read for validation, given to the next handlers:
+// buf, then what rest still holds (nothing, once the whole body was
+// read); closing it closes the original.
 type replayBody struct {
-	*bytes.Reader
-	io.Closer
+	buf  []byte
+	rest io.ReadCloser
+}
+
+func (b *replayBody) Read(p []byte) (int, error) {
+	if len(b.buf) > 0 {
+		n := copy(p, b.buf)
+		b.buf = b.buf[n:]
+		return n, nil
+	}
+	return b.rest.Read(p)
+}
+
+func (b *replayBody) Close() error { return b.rest.Close() }
+
+// WriteTo lets io.Copy write the body in one call.
+func (b *replayBody) WriteTo(w io.Writer) (int64, error) {
+	n, err := w.Write(b.buf)
+	b.buf = b.buf[n:]
+	if err != nil {
+		return int64(n), err
+	}
+	m, err := io.Copy(w, b.rest)
+	return int64(n) + m, err
 }

@@ -120,7 +120,7 @@ func (d *discriminator) explain(v any, err error, prefix string, out []Violation
 	if sch == nil {
 		return append(out, Violation{Location: loc, Keyword: "discriminator", Message: "must be one of " + d.names})
 	}
-	if e := sch.Validate(v); e != nil {
+	if e := validateLib(sch, v); e != nil {
 		return collect(e, prefix, out)
 	}
 	return collect(err, prefix, out) // matches its schema, and another too

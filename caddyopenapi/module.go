@@ -112,6 +112,12 @@ type OpenAPI struct {
 	// Default: gateway.
 	Realm string `json:"realm,omitempty"`
 
+	// AnnotationFormats are formats the document uses that neither JSON
+	// Schema nor OpenAPI defines ("uriref", "phone"): their values are
+	// not checked. Any other format the gateway does not know fails the
+	// load, naming the file, line and JSON pointer.
+	AnnotationFormats []string `json:"annotation_formats,omitempty"`
+
 	spec      *filewatch.Value[*Spec]
 	path      string
 	summary   *specSummary
@@ -173,7 +179,7 @@ func (h *OpenAPI) Provision(ctx caddy.Context) error {
 	}
 	h.path = abs
 	load := func() (*Spec, []string, error) {
-		s, err := Load(abs, h.ScopesClaim, h.RolesClaim)
+		s, err := Load(abs, h.ScopesClaim, h.RolesClaim, h.AnnotationFormats...)
 		if err != nil {
 			return nil, nil, err
 		}
@@ -201,16 +207,28 @@ func (h *OpenAPI) Provision(ctx caddy.Context) error {
 	}
 	w.OnReload = func(s *Spec) {
 		summary.attach(s, nil)
+		logLibraryChecks(logger, abs, s)
 		logger.Info("openapi document reloaded", zap.String("spec", abs), zap.Int("operations", len(s.Operations)))
 	}
 	h.spec = w
+	logLibraryChecks(h.logger, abs, w.Current(time.Now()))
 	return nil
 }
 
+// logLibraryChecks says (at each load, and so in `caddy validate`) which
+// parts of which operations the JSON Schema library validates, and why.
+func logLibraryChecks(logger *zap.Logger, path string, s *Spec) {
+	for _, lc := range s.LibraryChecks {
+		logger.Info("openapi: validated by the JSON Schema library, not by compiled checks (slower)",
+			zap.String("spec", path), zap.String("operation", lc.Operation), zap.String("part", lc.Part), zap.String("reason", lc.Reason))
+	}
+}
+
 // Load reads and compiles an OpenAPI document, with the claim paths its
-// security requirements are checked on ("" for rbac's defaults).
-func Load(path, scopesClaim, rolesClaim string) (*Spec, error) {
-	s, err := compileSpec(path)
+// security requirements are checked on ("" for rbac's defaults) and the
+// formats of its own it may use unchecked.
+func Load(path, scopesClaim, rolesClaim string, annotationFormats ...string) (*Spec, error) {
+	s, err := compileSpec(path, annotationFormats)
 	if err != nil {
 		return nil, err
 	}

@@ -1,10 +1,9 @@
 package caddyopenapi
 
 import (
-	"encoding/json"
 	"net/http"
-	"net/url"
 	"strings"
+	"unsafe"
 
 	"github.com/santhosh-tekuri/jsonschema/v6"
 )
@@ -18,6 +17,8 @@ type param struct {
 	explode  bool
 	pathIdx  int                // path parameters: position among the template's
 	schema   *jsonschema.Schema // nil: only presence is checked
+	checks   *schemaCheck       // schema compiled for the tape; nil: the library's alone
+	fallback string             // why checks is nil when schema is not
 	shape    *shape             // how text becomes a JSON value
 	json     bool               // content: application/json (the value is JSON text)
 }
@@ -114,6 +115,11 @@ func (c *compiler) compileParam(n node) (*param, error) {
 	if p.explode, err = n.boolean("explode", p.style == "form"); err != nil {
 		return nil, err
 	}
+	defer func() {
+		if p.schema != nil {
+			p.checks, p.fallback = compileChecks(p.schema)
+		}
+	}()
 	if sn, ok := n.child("schema"); ok {
 		if p.schema, err = c.schemaAt(sn); err != nil {
 			return nil, err
@@ -263,207 +269,363 @@ func (sh *shape) item() *shape {
 	return sh.items
 }
 
-// scalar turns parameter text into the JSON value it stands for: a
+// A parameter's value is text (a path segment, a query value, a header,
+// a cookie) that its style and its schema's shape make a JSON value: it
+// is written onto a scanner's tape (its texts in the scanner's dec
+// buffer), so that the compiled checks read it as they read a body, at
+// no allocation; the library gets its Go value only to list the
+// violations of a value found invalid (or when its schema has no checks).
+
+// text appends v to the scanner's buffer.
+func (s *scanner) text(v string) (uint32, uint32) {
+	start := len(s.dec)
+	s.dec = append(s.dec, v...)
+	return uint32(start), uint32(len(s.dec))
+}
+
+// scalar writes parameter text as the JSON value it stands for: a
 // number or a boolean where the schema allows one and the text is one,
+// null for an empty text where the schema allows null and not a string,
 // else the text.
-func scalar(s string, sh *shape) any {
-	if sh.is(tInteger|tNumber) && isJSONNumber(s) {
-		return json.Number(s)
+func (s *scanner) scalar(v string, sh *shape) {
+	idx := uint32(len(s.tape))
+	kind := kString
+	switch {
+	case sh.is(tInteger|tNumber) && isJSONNumber(v):
+		kind = kNumber
+	case sh.is(tBoolean) && v == "true":
+		kind = kTrue
+	case sh.is(tBoolean) && v == "false":
+		kind = kFalse
+	case sh.is(tNull) && v == "" && !sh.is(tString):
+		kind = kNull
 	}
-	if sh.is(tBoolean) {
-		switch s {
-		case "true":
-			return true
-		case "false":
-			return false
-		}
+	t := token{kind: kind, next: idx + 1, dec: true}
+	if kind == kString || kind == kNumber {
+		t.start, t.end = s.text(v)
 	}
-	if sh.is(tNull) && s == "" && !sh.is(tString) {
-		return nil
-	}
-	return s
+	s.tape = append(s.tape, t)
 }
 
-func scalars(parts []string, sh *shape) []any {
-	out := make([]any, len(parts))
-	for i, s := range parts {
-		out[i] = scalar(s, sh.item())
-	}
-	return out
+// begin starts an array or an object; end closes it.
+func (s *scanner) begin(kind tokKind) uint32 {
+	idx := uint32(len(s.tape))
+	s.tape = append(s.tape, token{kind: kind})
+	return idx
 }
 
-// pairs reads "k,v,k,v" (or with explode, "k=v" parts) as an object.
-func pairs(parts []string, exploded bool, sh *shape) (map[string]any, bool) {
-	obj := make(map[string]any, len(parts))
-	if exploded {
-		for _, kv := range parts {
-			k, v, ok := strings.Cut(kv, "=")
-			if !ok {
-				return nil, false
+func (s *scanner) end(idx uint32) { s.tape[idx].next = uint32(len(s.tape)) }
+
+// item adds an item to the array at arr.
+func (s *scanner) item(arr uint32, v string, sh *shape) {
+	s.tape[arr].end++
+	s.scalar(v, sh)
+}
+
+// key writes a member's key.
+func (s *scanner) key(obj uint32, k string) {
+	s.tape[obj].end++
+	idx := uint32(len(s.tape))
+	start, end := s.text(k)
+	s.tape = append(s.tape, token{kind: kString, start: start, end: end, next: idx + 1, dec: true})
+}
+
+// pair adds the member k: v (a scalar) to the object at obj. A key the
+// object has keeps its first value, or with last, takes this one (as a
+// map assignment would).
+func (s *scanner) pair(obj uint32, k, v string, sh *shape, last bool) {
+	i := obj + 1
+	for range s.tape[obj].end {
+		if s.str(&s.tape[i]) == k {
+			if last {
+				s.scalar(v, sh)
+				t := s.tape[len(s.tape)-1]
+				t.next = i + 2
+				s.tape[i+1] = t
+				s.tape = s.tape[:len(s.tape)-1]
 			}
-			obj[k] = scalar(v, sh.prop(k))
+			return
 		}
-		return obj, true
+		i += 2
 	}
-	if len(parts)%2 != 0 {
-		return nil, false
+	s.key(obj, k)
+	s.scalar(v, sh)
+}
+
+// items writes raw, split at sep, as an array.
+func (s *scanner) items(raw, sep string, sh *shape) {
+	arr := s.begin(kArray)
+	for {
+		part, rest, more := strings.Cut(raw, sep)
+		s.item(arr, part, sh.item())
+		if !more {
+			break
+		}
+		raw = rest
 	}
-	for i := 0; i < len(parts); i += 2 {
-		obj[parts[i]] = scalar(parts[i+1], sh.prop(parts[i]))
+	s.end(arr)
+}
+
+// pairs writes "k,v,k,v" (or exploded, "k=v" parts), split at sep, as
+// an object; false when raw is not so written.
+func (s *scanner) pairs(raw, sep string, exploded bool, sh *shape) bool {
+	obj := s.begin(kObject)
+	if !exploded && strings.Count(raw, sep)%2 == 0 {
+		return false // an odd number of parts
 	}
-	return obj, true
+	for {
+		part, rest, more := strings.Cut(raw, sep)
+		if exploded {
+			k, v, ok := strings.Cut(part, "=")
+			if !ok {
+				return false
+			}
+			s.pair(obj, k, v, sh.prop(k), true)
+		} else {
+			var v string
+			v, rest, more = strings.Cut(rest, sep)
+			s.pair(obj, part, v, sh.prop(part), true)
+		}
+		if !more {
+			break
+		}
+		raw = rest
+	}
+	s.end(obj)
+	return true
 }
 
 // styleError is the violation of a value not written in its style.
-func (p *param) styleError() Violation {
-	return Violation{Location: p.loc, Keyword: "style", Message: "must be written in the " + p.style + " style" + map[bool]string{true: " (exploded)", false: ""}[p.explode]}
-}
-
-// decodeSimple reads a simple-style value (path and header parameters).
-func (p *param) decodeSimple(raw string) (any, *Violation) {
-	switch {
-	case p.shape.is(tArray) && !p.shape.is(tObject):
-		return scalars(strings.Split(raw, ","), p.shape), nil
-	case p.shape.is(tObject) && !p.shape.is(tArray):
-		obj, ok := pairs(strings.Split(raw, ","), p.explode, p.shape)
-		if !ok {
-			v := p.styleError()
-			return nil, &v
-		}
-		return obj, nil
+func (p *param) styleError() *Violation {
+	msg := "must be written in the " + p.style + " style"
+	if p.explode {
+		msg += " (exploded)"
 	}
-	return scalar(raw, p.shape), nil
+	return &Violation{Location: p.loc, Keyword: "style", Message: msg}
 }
 
-// decodePath reads a path parameter's raw (percent-decoded) segment text.
-func (p *param) decodePath(raw string) (any, *Violation) {
+func (p *param) isArray() bool  { return p.shape.is(tArray) && !p.shape.is(tObject) }
+func (p *param) isObject() bool { return p.shape.is(tObject) && !p.shape.is(tArray) }
+
+// decodeSimple writes a simple-style value (path and header parameters).
+func (p *param) decodeSimple(s *scanner, raw string) *Violation {
+	switch {
+	case p.isArray():
+		s.items(raw, ",", p.shape)
+	case p.isObject():
+		if !s.pairs(raw, ",", p.explode, p.shape) {
+			return p.styleError()
+		}
+	default:
+		s.scalar(raw, p.shape)
+	}
+	return nil
+}
+
+// decodePath writes a path parameter's raw (percent-decoded) segment
+// text.
+func (p *param) decodePath(s *scanner, raw string) *Violation {
 	if p.json {
-		return p.decodeJSON(raw)
+		return p.decodeJSON(s, raw)
 	}
 	switch p.style {
 	case "label":
 		rest, ok := strings.CutPrefix(raw, ".")
 		if !ok {
-			v := p.styleError()
-			return nil, &v
+			return p.styleError()
 		}
 		sep := ","
 		if p.explode {
 			sep = "."
 		}
 		switch {
-		case p.shape.is(tArray) && !p.shape.is(tObject):
-			return scalars(strings.Split(rest, sep), p.shape), nil
-		case p.shape.is(tObject) && !p.shape.is(tArray):
-			obj, ok := pairs(strings.Split(rest, sep), p.explode, p.shape)
-			if !ok {
-				v := p.styleError()
-				return nil, &v
+		case p.isArray():
+			s.items(rest, sep, p.shape)
+		case p.isObject():
+			if !s.pairs(rest, sep, p.explode, p.shape) {
+				return p.styleError()
 			}
-			return obj, nil
+		default:
+			s.scalar(rest, p.shape)
 		}
-		return scalar(rest, p.shape), nil
+		return nil
 	case "matrix":
 		rest, ok := strings.CutPrefix(raw, ";")
 		if !ok {
-			v := p.styleError()
-			return nil, &v
+			return p.styleError()
 		}
-		parts := strings.Split(rest, ";")
 		switch {
-		case p.shape.is(tObject) && !p.shape.is(tArray) && p.explode:
-			obj, ok := pairs(parts, true, p.shape)
-			if !ok {
-				v := p.styleError()
-				return nil, &v
+		case p.isObject() && p.explode:
+			if !s.pairs(rest, ";", true, p.shape) {
+				return p.styleError()
 			}
-			return obj, nil
-		case p.shape.is(tArray) && !p.shape.is(tObject) && p.explode:
-			vals := make([]string, 0, len(parts))
-			for _, part := range parts {
+			return nil
+		case p.isArray() && p.explode:
+			arr := s.begin(kArray)
+			for {
+				part, more, again := strings.Cut(rest, ";")
 				v, ok := strings.CutPrefix(part, p.name+"=")
 				if !ok {
-					vv := p.styleError()
-					return nil, &vv
+					return p.styleError()
 				}
-				vals = append(vals, v)
+				s.item(arr, v, p.shape.item())
+				if !again {
+					break
+				}
+				rest = more
 			}
-			return scalars(vals, p.shape), nil
+			s.end(arr)
+			return nil
 		}
 		v, ok := strings.CutPrefix(rest, p.name+"=")
-		if !ok || len(parts) != 1 {
+		if !ok || strings.Contains(rest, ";") {
 			if rest == p.name && p.shape.is(tBoolean) { // ;flag
-				return true, nil
+				s.tape = append(s.tape, token{kind: kTrue, next: uint32(len(s.tape)) + 1})
+				return nil
 			}
-			vv := p.styleError()
-			return nil, &vv
+			return p.styleError()
 		}
 		switch {
-		case p.shape.is(tArray) && !p.shape.is(tObject):
-			return scalars(strings.Split(v, ","), p.shape), nil
-		case p.shape.is(tObject) && !p.shape.is(tArray):
-			obj, ok := pairs(strings.Split(v, ","), false, p.shape)
-			if !ok {
-				vv := p.styleError()
-				return nil, &vv
+		case p.isArray():
+			s.items(v, ",", p.shape)
+		case p.isObject():
+			if !s.pairs(v, ",", false, p.shape) {
+				return p.styleError()
 			}
-			return obj, nil
+		default:
+			s.scalar(v, p.shape)
 		}
-		return scalar(v, p.shape), nil
+		return nil
 	}
-	return p.decodeSimple(raw)
+	return p.decodeSimple(s, raw)
 }
 
-// decodeQuery reads a query parameter from the parsed query; found is
+// queryPairs calls fn with each key and value of a raw query, decoded as
+// url.ParseQuery decodes them (a pair with a semicolon or a bad escape is
+// left out, as Request.URL.Query leaves it out), until fn returns false.
+// The texts are in the scanner's buffer until the next call.
+func (s *scanner) queryPairs(raw string, fn func(k, v string) bool) {
+	for raw != "" {
+		var pair string
+		pair, raw, _ = strings.Cut(raw, "&")
+		if pair == "" || strings.IndexByte(pair, ';') >= 0 {
+			continue
+		}
+		k, v, _ := strings.Cut(pair, "=")
+		mark := len(s.dec)
+		ks, ok := s.unescape(k)
+		if !ok {
+			continue
+		}
+		vs, ok := s.unescape(v)
+		if !ok {
+			s.dec = s.dec[:mark]
+			continue
+		}
+		more := fn(ks, vs)
+		if !more {
+			return
+		}
+	}
+}
+
+// unescape decodes a query component (%XX and +) into the scanner's
+// buffer; a text without either is returned as it is.
+func (s *scanner) unescape(v string) (string, bool) {
+	if strings.IndexByte(v, '%') < 0 && strings.IndexByte(v, '+') < 0 {
+		return v, true
+	}
+	start := len(s.dec)
+	for i := 0; i < len(v); i++ {
+		switch c := v[i]; c {
+		case '%':
+			if i+2 >= len(v) || !isHex(v[i+1]) || !isHex(v[i+2]) {
+				s.dec = s.dec[:start]
+				return "", false
+			}
+			s.dec = append(s.dec, unhex(v[i+1])<<4|unhex(v[i+2]))
+			i += 2
+		case '+':
+			s.dec = append(s.dec, ' ')
+		default:
+			s.dec = append(s.dec, c)
+		}
+	}
+	return unsafeString(s.dec[start:]), true
+}
+
+func unhex(c byte) byte {
+	switch {
+	case c >= '0' && c <= '9':
+		return c - '0'
+	case c >= 'a' && c <= 'f':
+		return c - 'a' + 10
+	}
+	return c - 'A' + 10
+}
+
+// decodeQuery writes a query parameter from the raw query; found is
 // false when the request does not carry it.
-func (p *param) decodeQuery(q url.Values) (v any, found bool, viol *Violation) {
-	if p.style == "deepObject" {
-		prefix := p.name + "["
-		var obj map[string]any
-		for k, vs := range q {
-			if !strings.HasPrefix(k, prefix) || !strings.HasSuffix(k, "]") || len(vs) == 0 {
-				continue
-			}
-			if obj == nil {
-				obj = map[string]any{}
-			}
-			prop := k[len(prefix) : len(k)-1]
-			obj[prop] = scalar(vs[0], p.shape.prop(prop))
-		}
-		if obj == nil {
-			return nil, false, nil
-		}
-		return obj, true, nil
+func (p *param) decodeQuery(s *scanner, raw string) (found bool, viol *Violation) {
+	if raw == "" {
+		return false, nil
 	}
-	if p.explode && p.style == "form" && p.shape.is(tObject) && !p.shape.is(tArray) && !p.json {
+	switch {
+	case p.style == "deepObject":
+		// name[prop]=v: the first value of each property
+		obj := s.begin(kObject)
+		s.queryPairs(raw, func(k, v string) bool {
+			if prop, ok := strings.CutPrefix(k, p.name+"["); ok && strings.HasSuffix(prop, "]") {
+				prop = prop[:len(prop)-1]
+				s.pair(obj, prop, v, p.shape.prop(prop), false)
+			}
+			return true
+		})
+		s.end(obj)
+		return s.tape[obj].end > 0, nil
+	case p.explode && p.style == "form" && p.isObject() && !p.json:
 		// an exploded form object: its properties are parameters of
-		// their own (?role=admin&name=alex)
-		var obj map[string]any
-		for prop, sh := range p.shape.props {
-			if vs, ok := q[prop]; ok && len(vs) > 0 {
-				if obj == nil {
-					obj = map[string]any{}
-				}
-				obj[prop] = scalar(vs[0], sh)
+		// their own (?role=admin&name=alex), each its first value
+		obj := s.begin(kObject)
+		s.queryPairs(raw, func(k, v string) bool {
+			if sh, ok := p.shape.props[k]; ok {
+				s.pair(obj, k, v, sh, false)
 			}
-		}
-		if obj == nil {
-			return nil, false, nil
-		}
-		return obj, true, nil
+			return true
+		})
+		s.end(obj)
+		return s.tape[obj].end > 0, nil
+	case p.isArray() && p.explode && !p.json:
+		// every value of the name, in order
+		arr := s.begin(kArray)
+		s.queryPairs(raw, func(k, v string) bool {
+			if k == p.name {
+				s.item(arr, v, p.shape.item())
+			}
+			return true
+		})
+		s.end(arr)
+		return s.tape[arr].end > 0, nil
 	}
-	vs, ok := q[p.name]
-	if !ok || len(vs) == 0 {
-		return nil, false, nil
-	}
-	if p.json {
-		v, viol := p.decodeJSON(vs[0])
-		return v, true, viol
-	}
-	if p.shape.is(tArray) && !p.shape.is(tObject) {
-		if p.explode {
-			return scalars(vs, p.shape), true, nil
+	// one value: the first, and whether there are more
+	var first string
+	n := 0
+	s.queryPairs(raw, func(k, v string) bool {
+		if k == p.name {
+			if n == 0 {
+				first = v
+			}
+			n++
 		}
+		return true
+	})
+	if n == 0 {
+		return false, nil
+	}
+	switch {
+	case p.json:
+		return true, p.decodeJSON(s, first)
+	case p.isArray():
 		sep := ","
 		switch p.style {
 		case "spaceDelimited":
@@ -471,71 +633,134 @@ func (p *param) decodeQuery(q url.Values) (v any, found bool, viol *Violation) {
 		case "pipeDelimited":
 			sep = "|"
 		}
-		return scalars(strings.Split(vs[0], sep), p.shape), true, nil
-	}
-	if p.shape.is(tObject) && !p.shape.is(tArray) {
-		obj, ok := pairs(strings.Split(vs[0], ","), false, p.shape)
-		if !ok {
-			vv := p.styleError()
-			return nil, true, &vv
+		s.items(first, sep, p.shape)
+	case p.isObject():
+		if !s.pairs(first, ",", false, p.shape) {
+			return true, p.styleError()
 		}
-		return obj, true, nil
+	case n > 1:
+		return true, &Violation{Location: p.loc, Keyword: "style", Message: "must be given once"}
+	default:
+		s.scalar(first, p.shape)
 	}
-	if len(vs) > 1 {
-		return nil, true, &Violation{Location: p.loc, Keyword: "style", Message: "must be given once"}
-	}
-	return scalar(vs[0], p.shape), true, nil
+	return true, nil
 }
 
-// decodeHeader reads a header parameter (its lines joined with commas).
-func (p *param) decodeHeader(h http.Header) (any, bool, *Violation) {
+// decodeHeader writes a header parameter (its lines joined with commas).
+func (p *param) decodeHeader(s *scanner, h http.Header) (bool, *Violation) {
 	vs := h.Values(p.name)
 	if len(vs) == 0 {
-		return nil, false, nil
+		return false, nil
 	}
 	raw := vs[0]
 	if len(vs) > 1 {
-		raw = strings.Join(vs, ",")
+		start := len(s.dec)
+		for i, v := range vs {
+			if i > 0 {
+				s.dec = append(s.dec, ',')
+			}
+			s.dec = append(s.dec, v...)
+		}
+		raw = unsafeString(s.dec[start:])
 	}
 	if p.json {
-		v, viol := p.decodeJSON(raw)
-		return v, true, viol
+		return true, p.decodeJSON(s, raw)
 	}
-	v, viol := p.decodeSimple(raw)
-	return v, true, viol
+	return true, p.decodeSimple(s, raw)
 }
 
-// decodeCookie reads a cookie parameter.
-func (p *param) decodeCookie(cookies []*http.Cookie) (any, bool, *Violation) {
-	for _, c := range cookies {
-		if c.Name != p.name {
-			continue
-		}
-		if p.json {
-			v, viol := p.decodeJSON(c.Value)
-			return v, true, viol
-		}
-		if p.shape.is(tArray) && !p.shape.is(tObject) && !p.explode {
-			return scalars(strings.Split(c.Value, ","), p.shape), true, nil
-		}
-		if p.shape.is(tObject) && !p.shape.is(tArray) && !p.explode {
-			obj, ok := pairs(strings.Split(c.Value, ","), false, p.shape)
-			if !ok {
-				vv := p.styleError()
-				return nil, true, &vv
+// maxCookies is net/http's bound: a request with more cookies has none.
+const maxCookies = 3000
+
+// decodeCookie writes a cookie parameter, found as Request.Cookies finds
+// cookies.
+func (p *param) decodeCookie(s *scanner, h http.Header) (bool, *Violation) {
+	lines := h["Cookie"]
+	n := 0
+	for _, line := range lines {
+		n += strings.Count(line, ";") + 1
+	}
+	if n > maxCookies {
+		return false, nil
+	}
+	for _, line := range lines {
+		line = trimSpace(line)
+		for len(line) > 0 {
+			var part string
+			part, line, _ = strings.Cut(line, ";")
+			part = trimSpace(part)
+			name, val, _ := strings.Cut(part, "=")
+			if trimSpace(name) != p.name {
+				continue
 			}
-			return obj, true, nil
+			if len(val) > 1 && val[0] == '"' && val[len(val)-1] == '"' {
+				val = val[1 : len(val)-1]
+			}
+			if !validCookieValue(val) {
+				continue
+			}
+			switch {
+			case p.json:
+				return true, p.decodeJSON(s, val)
+			case p.isArray() && !p.explode:
+				s.items(val, ",", p.shape)
+			case p.isObject() && !p.explode:
+				if !s.pairs(val, ",", false, p.shape) {
+					return true, p.styleError()
+				}
+			default:
+				s.scalar(val, p.shape)
+			}
+			return true, nil
 		}
-		return scalar(c.Value, p.shape), true, nil
 	}
-	return nil, false, nil
+	return false, nil
 }
 
-// decodeJSON reads a parameter whose content is application/json.
-func (p *param) decodeJSON(raw string) (any, *Violation) {
-	v, err := decodeJSON(strings.NewReader(raw))
-	if err != nil {
-		return nil, &Violation{Location: p.loc, Keyword: "content", Message: "must be JSON text"}
+func trimSpace(v string) string {
+	for len(v) > 0 && isSpace(v[0]) {
+		v = v[1:]
 	}
-	return v, nil
+	for len(v) > 0 && isSpace(v[len(v)-1]) {
+		v = v[:len(v)-1]
+	}
+	return v
+}
+
+func validCookieValue(v string) bool {
+	for i := 0; i < len(v); i++ {
+		if b := v[i]; b < 0x20 || b >= 0x7f || b == '"' || b == ';' || b == '\\' {
+			return false
+		}
+	}
+	return true
+}
+
+// decodeJSON reads a parameter whose content is application/json (as
+// I-JSON, as a body is read).
+func (p *param) decodeJSON(s *scanner, raw string) *Violation {
+	if !s.scan(unsafe.Slice(unsafe.StringData(raw), len(raw))) {
+		return &Violation{Location: p.loc, Keyword: "content", Message: "must be JSON text"}
+	}
+	return nil
+}
+
+// check adds the violations of a parameter whose value is on s (token
+// 0): required and absent, not in its style, or invalid by its schema.
+func (p *param) check(s *scanner, found bool, viol *Violation, out []Violation) []Violation {
+	switch {
+	case viol != nil:
+		return append(out, *viol)
+	case !found:
+		if p.required {
+			out = append(out, Violation{Location: p.loc, Keyword: "required", Message: "is required"})
+		}
+		return out
+	case p.schema == nil || p.checks != nil && s.valid(p.checks, 0):
+		return out
+	}
+	if err := validateLib(p.schema, s.value(0)); err != nil {
+		out = collect(err, p.loc, out)
+	}
+	return out
 }

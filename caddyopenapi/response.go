@@ -113,20 +113,14 @@ func (rc *respCheck) checkHead() {
 		return
 	}
 	h := rc.rw.Header()
-	for _, p := range spec.headers {
-		v, found, viol := p.decodeHeader(h)
-		switch {
-		case viol != nil:
-			rc.vs = append(rc.vs, *viol)
-		case !found:
-			if p.required {
-				rc.vs = append(rc.vs, Violation{Location: p.loc, Keyword: "required", Message: "is required"})
-			}
-		case p.schema != nil:
-			if err := p.schema.Validate(v); err != nil {
-				rc.vs = collect(err, p.loc, rc.vs)
-			}
+	if len(spec.headers) > 0 {
+		s := getScanner()
+		for _, p := range spec.headers {
+			s.reset(nil)
+			found, viol := p.decodeHeader(s, h)
+			rc.vs = p.check(s, found, viol, rc.vs)
 		}
+		putScanner(s)
 	}
 	if !spec.hasContent || rc.status == http.StatusNoContent || rc.status == http.StatusNotModified {
 		return
@@ -202,13 +196,5 @@ func (rc *respCheck) release() {
 
 // checkBody checks the (held or copied) body.
 func (rc *respCheck) checkBody() {
-	v, viol := rc.media.decode(rc.buf.Bytes())
-	if viol != nil {
-		viol.Location = "response." + viol.Location
-		rc.vs = append(rc.vs, *viol)
-		return
-	}
-	if err := rc.media.schema.Validate(v); err != nil {
-		rc.vs = rc.media.disc.explain(v, err, "response.body", rc.vs)
-	}
+	_, rc.vs = rc.media.checkBytes(rc.buf.Bytes(), "response.body", rc.vs)
 }

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"maps"
-	"math"
 	"net/http"
 	"net/url"
 	"slices"
@@ -30,6 +29,10 @@ type Spec struct {
 	Files []string
 	// Operations are the document's operations, in path order.
 	Operations []*Operation
+	// LibraryChecks are the parts of operations (a request body of a
+	// media type, a parameter) whose schemas use what the compiled checks
+	// do not cover: the JSON Schema library validates them, at its cost.
+	LibraryChecks []LibraryCheck
 
 	bases     []string             // path parts of the servers' URLs ("/v1"); none when "/"
 	literal   map[string]*pathItem // paths without templates
@@ -54,6 +57,14 @@ type Operation struct {
 	stats     *opStats
 }
 
+// LibraryCheck is a part of an operation validated by the JSON Schema
+// library rather than by compiled checks, and why.
+type LibraryCheck struct {
+	Operation string // "createOrder", or "POST /orders"
+	Part      string // "request body application/json", "query parameter limit"
+	Reason    string // "unevaluatedProperties at /etc/gateway/orders.yaml#/components/schemas/Order"
+}
+
 // Key is "<METHOD> <path>": how the summary names an operation.
 func (o *Operation) Key() string { return o.Method + " " + o.Path }
 
@@ -76,7 +87,7 @@ type segment struct {
 var methods = []string{"get", "put", "post", "delete", "options", "head", "patch", "trace"}
 
 // compileSpec reads and compiles the document at path.
-func compileSpec(path string) (*Spec, error) {
+func compileSpec(path string, annotationFormats []string) (*Spec, error) {
 	l := newLoader()
 	src, err := l.load(path)
 	if err != nil {
@@ -101,7 +112,7 @@ func compileSpec(path string) (*Spec, error) {
 	if info, ok := root.child("info"); ok {
 		s.Title, _ = info.str("title")
 	}
-	c := &compiler{l: l, v31: v31, schemas: jsonschema.NewCompiler()}
+	c := &compiler{l: l, v31: v31, schemas: jsonschema.NewCompiler(), unknown: map[string]bool{}, formatsChecked: map[*jsonschema.Schema]bool{}, ownFormats: annotationFormats}
 	if err := c.setup(root); err != nil {
 		return nil, err
 	}
@@ -153,6 +164,11 @@ type compiler struct {
 	l       *loader
 	v31     bool
 	schemas *jsonschema.Compiler
+
+	unknown        map[string]bool // formats the gateway does not know, registered to be found
+	noted          int             // files whose formats are noted (l.order[:noted])
+	formatsChecked map[*jsonschema.Schema]bool
+	ownFormats     []string // annotation_formats
 }
 
 // The dialects an OpenAPI 3.1 document may name for its schemas: JSON
@@ -187,7 +203,7 @@ func (c *compiler) setup(root node) error {
 	for _, f := range openAPIFormats {
 		c.schemas.RegisterFormat(f)
 	}
-	c.schemas.UseLoader(schemaLoader{c.l})
+	c.schemas.UseLoader(schemaLoader{c.l, c})
 	return nil
 }
 
@@ -211,40 +227,31 @@ func rewriteNullable(v any) {
 	}
 }
 
-// openAPIFormats are the formats OpenAPI defines beside JSON Schema's:
-// int32 and int64 are ranges; float, double, byte, binary and password
-// describe a value without constraining it (byte is base64, checked
-// where a body is JSON text).
+// openAPIFormats are the formats OpenAPI defines beside JSON Schema's
+// that the gateway asserts: int32 and int64 are ranges (of integers: a
+// number that is not one is the type keyword's to refuse).
 var openAPIFormats = []*jsonschema.Format{
-	{Name: "int32", Validate: intRange(math.MinInt32, math.MaxInt32)},
-	{Name: "int64", Validate: intRange(math.MinInt64, math.MaxInt64)},
+	{Name: "int32", Validate: intFormat(32)},
+	{Name: "int64", Validate: intFormat(64)},
 }
 
-func intRange(lo, hi int64) func(v any) error {
+func intFormat(size int) func(v any) error {
 	return func(v any) error {
 		n, ok := v.(json.Number)
-		if !ok {
+		if !ok || intInRange(parseDecimal([]byte(n)), size) {
 			return nil
 		}
-		if _, err := strconv.ParseInt(string(n), 10, 64); err != nil {
-			f, ferr := strconv.ParseFloat(string(n), 64)
-			if ferr != nil || f != math.Trunc(f) { // not an integer: type's to say
-				return nil
-			}
-			return fmt.Errorf("out of range")
-		}
-		i, _ := strconv.ParseInt(string(n), 10, 64)
-		if i < lo || i > hi {
-			return fmt.Errorf("out of range")
-		}
-		return nil
+		return fmt.Errorf("out of range")
 	}
 }
 
 // schemaLoader hands the JSON Schema compiler the document's files,
 // decoded as the loader decodes them (YAML too), and nothing from the
 // network.
-type schemaLoader struct{ l *loader }
+type schemaLoader struct {
+	l *loader
+	c *compiler
+}
 
 func (sl schemaLoader) Load(u string) (any, error) {
 	switch strings.TrimSuffix(u, "#") {
@@ -264,6 +271,7 @@ func (sl schemaLoader) Load(u string) (any, error) {
 	if err != nil {
 		return nil, err
 	}
+	sl.c.noteFiles()
 	return src.root, nil
 }
 
@@ -273,10 +281,14 @@ func (c *compiler) schemaAt(n node) (*jsonschema.Schema, error) {
 	if err := c.l.refCycle(n); err != nil {
 		return nil, err
 	}
+	c.noteFiles()
 	loc := n.src.url + "#" + encodeFragment(n.ptr)
 	sch, err := c.schemas.Compile(loc)
 	if err != nil {
 		return nil, c.schemaError(n, err)
+	}
+	if err := c.checkFormats(n, sch); err != nil {
+		return nil, err
 	}
 	return sch, nil
 }
@@ -427,6 +439,7 @@ func (s *Spec) compilePath(c *compiler, pn node, template string, rootSecurity [
 		item.ops[op.Method] = op
 		allow = append(allow, op.Method)
 		s.Operations = append(s.Operations, op)
+		s.noteLibraryChecks(op)
 	}
 	item.allow = strings.Join(allow, ", ")
 	if templated {
@@ -461,6 +474,58 @@ func (s *Spec) compileWebhooks(c *compiler, hooks node) error {
 		}
 	}
 	return nil
+}
+
+// noteLibraryChecks lists the parts of op the compiled checks do not
+// cover: parameters, request bodies, response bodies and headers.
+func (s *Spec) noteLibraryChecks(op *Operation) {
+	note := func(part, reason string) {
+		s.LibraryChecks = append(s.LibraryChecks, LibraryCheck{Operation: op.ID, Part: part, Reason: reason})
+	}
+	params := func(prefix string, ps []*param) {
+		for _, p := range ps {
+			if p.schema != nil && p.checks == nil {
+				note(prefix+p.in+" parameter "+p.name, p.fallback)
+			}
+		}
+	}
+	media := func(prefix string, c content) {
+		for _, m := range c.media {
+			if m.schema != nil && m.kind != mediaOther && m.checks == nil {
+				note(prefix+m.name, m.fallback)
+			}
+		}
+	}
+	params("", op.params)
+	if op.body != nil {
+		media("request body ", op.body.content)
+	}
+	if op.responses == nil {
+		return
+	}
+	response := func(code string, r *responseSpec) {
+		if r == nil {
+			return
+		}
+		media("response "+code+" body ", r.content)
+		for _, h := range r.headers {
+			if h.schema != nil && h.checks == nil {
+				note("response "+code+" header "+h.name, h.fallback)
+			}
+		}
+	}
+	codes := make([]int, 0, len(op.responses.codes))
+	for c := range op.responses.codes {
+		codes = append(codes, c)
+	}
+	sort.Ints(codes)
+	for _, c := range codes {
+		response(strconv.Itoa(c), op.responses.codes[c])
+	}
+	for i, r := range op.responses.ranges {
+		response(strconv.Itoa(i)+"XX", r)
+	}
+	response("default", op.responses.def)
 }
 
 // parse splits the template into segments; it reports whether any holds

@@ -40,7 +40,11 @@ const maxViolations = 20
 func collect(err error, prefix string, out []Violation) []Violation {
 	var ve *jsonschema.ValidationError
 	if !errors.As(err, &ve) {
-		return append(out, Violation{Location: prefix, Keyword: "schema", Message: "is invalid"})
+		msg := "is invalid"
+		if err == errUncheckable {
+			msg = "cannot be checked against the schema"
+		}
+		return append(out, Violation{Location: prefix, Keyword: "schema", Message: msg})
 	}
 	start := len(out)
 	out = collectErr(ve, prefix, out)
@@ -220,4 +224,19 @@ func rat(r *big.Rat) string {
 	}
 	f, _ := r.Float64()
 	return strconv.FormatFloat(f, 'g', -1, 64)
+}
+
+// errUncheckable: the JSON Schema library could not check a value (it
+// panicked: a number big.Rat does not take against a bound, an email
+// domain of one bracket); the value is refused.
+var errUncheckable = errors.New("cannot be checked")
+
+// validateLib validates v with the JSON Schema library.
+func validateLib(sch *jsonschema.Schema, v any) (err error) {
+	defer func() {
+		if recover() != nil {
+			err = errUncheckable
+		}
+	}()
+	return sch.Validate(v)
 }

@@ -67,22 +67,17 @@ func TestCacheReplaceKeepsSize(t *testing.T) {
 	}
 }
 
+// TestCacheBoundIsExact: overfilled, the cache holds exactly its size
+// (the shards' capacities are internal/shardcache's, tested there).
 func TestCacheBoundIsExact(t *testing.T) {
 	for _, size := range []int{1, 3, 511, 1024, 1025, 100000} {
 		t.Run(strconv.Itoa(size), func(t *testing.T) {
 			c := NewCache(size)
-			total := 0
-			for i := range c.shards {
-				total += len(c.shards[i].ring)
-			}
-			if total != size {
-				t.Fatalf("shards hold %d entries in all, want %d", total, size)
-			}
 			for i := 0; i < size*2+10; i++ {
 				c.Put("key"+strconv.Itoa(i), "", true, time.Hour, 0, 0)
 			}
-			if n := c.Len(); n != size {
-				t.Fatalf("Len = %d after overfilling, want %d", n, size)
+			if n := c.Len(); n != size || c.Size() != size {
+				t.Fatalf("Len = %d, Size = %d after overfilling, want %d", n, c.Size(), size)
 			}
 		})
 	}

@@ -10,6 +10,7 @@ import (
 	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
 
 	"github.com/apigate/gateway/internal/deny"
+	"github.com/apigate/gateway/internal/natsconn"
 )
 
 func init() {
@@ -37,12 +38,28 @@ func parseCaddyfile(h httpcaddyfile.Helper) (caddyhttp.MiddlewareHandler, error)
 //		roles_claim    <claim path>
 //		route          <name>
 //		invalidate_subject <nats subject>   # fleet: NATS messages drop decisions
-//		nats_servers   <url>...             # default: those of `storage nats`
-//		nats_creds_file <file>
+//		nats {                              # default: the connection of `storage nats`
+//			servers  <url>...
+//			creds    <file>
+//			nkey     <seed file>
+//			user     <user>
+//			password <password>
+//			token    <token>
+//			tls {
+//				ca          <file>
+//				cert        <file>
+//				key         <file>
+//				server_name <name>
+//			}
+//			name     <NATS client name>
+//		}
 //		dry_run        [true|false]         # pass every request; log, count and audit would-be denials
 //	}
 //
-// The words of key are joined with single spaces; {method}, {path} and the
+// The nats block is the gateway's one NATS connection block
+// (natsconn.Config); nats_servers <url>... and nats_creds_file <file> are
+// its older spellings and still work. The words of key are joined with
+// single spaces; {method}, {path} and the
 // other Caddyfile shorthands work. The invalidation message format is in
 // invalidate.go (and docs/fleet.md).
 func (h *Handler) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
@@ -152,17 +169,21 @@ func (h *Handler) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 				}
 				h.InvalidateSubject = d.Val()
 			} else {
-				h.NATSCredsFile = d.Val()
+				h.natsBlock().Creds = d.Val() // the older spelling of nats { creds }
 			}
 			if d.NextArg() {
 				return d.ArgErr()
 			}
-		case "nats_servers":
+		case "nats":
+			if err := h.natsBlock().UnmarshalCaddyfileBlock(d); err != nil {
+				return err
+			}
+		case "nats_servers": // the older spelling of nats { servers }
 			args := d.RemainingArgs()
 			if len(args) == 0 {
 				return d.ArgErr()
 			}
-			h.NATSServers = append(h.NATSServers, args...)
+			h.natsBlock().AddServers(args...)
 		case "dry_run":
 			on, err := deny.ParseDryRun(d)
 			if err != nil {
@@ -181,3 +202,11 @@ func (h *Handler) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 
 // Interface guard
 var _ caddyfile.Unmarshaler = (*Handler)(nil)
+
+// natsBlock returns the handler's NATS connection block, made when absent.
+func (h *Handler) natsBlock() *natsconn.Config {
+	if h.NATS == nil {
+		h.NATS = new(natsconn.Config)
+	}
+	return h.NATS
+}

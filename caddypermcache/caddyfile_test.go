@@ -16,6 +16,8 @@ import (
 	"github.com/caddyserver/caddy/v2/caddyconfig/caddyfile"
 	"github.com/caddyserver/caddy/v2/caddytest"
 	_ "github.com/caddyserver/caddy/v2/modules/standard"
+
+	"github.com/apigate/gateway/internal/natsconn"
 )
 
 var update = flag.Bool("update", false, "rewrite the golden files in testdata")
@@ -63,9 +65,13 @@ func TestUnmarshalCaddyfile(t *testing.T) {
 		{"static key", "permission http://a {\n key everyone\n}", Handler{}, "has no placeholder"},
 		{"missing arg", "permission http://a {\n route\n}", Handler{}, "wrong argument count"},
 		{"extra arg", "permission http://a {\n timeout 1s 2s\n}", Handler{}, "wrong argument count"},
-		{"invalidate_subject", "permission http://a {\n invalidate_subject gateway.perm.invalidate\n nats_servers nats://n1:4222,nats://n2:4222 nats://n3:4222\n nats_creds_file /etc/gw.creds\n}",
-			Handler{URL: "http://a", InvalidateSubject: "gateway.perm.invalidate",
-				NATSServers: []string{"nats://n1:4222,nats://n2:4222", "nats://n3:4222"}, NATSCredsFile: "/etc/gw.creds"}, ""},
+		{"invalidate_subject, older spellings", "permission http://a {\n invalidate_subject gateway.perm.invalidate\n nats_servers nats://n1:4222,nats://n2:4222 nats://n3:4222\n nats_creds_file /etc/gw.creds\n}",
+			Handler{URL: "http://a", InvalidateSubject: "gateway.perm.invalidate", NATS: &natsconn.Config{
+				Servers: []string{"nats://n1:4222,nats://n2:4222", "nats://n3:4222"}, Creds: "/etc/gw.creds"}}, ""},
+		{"invalidate_subject, nats block", "permission http://a {\n invalidate_subject x\n nats {\n  servers nats://n1:4222\n  nkey /u.nk\n  tls {\n   ca /ca.pem\n  }\n  name gw-perm\n }\n}",
+			Handler{URL: "http://a", InvalidateSubject: "x", NATS: &natsconn.Config{
+				Servers: []string{"nats://n1:4222"}, NKey: "/u.nk", TLS: &natsconn.TLSConfig{CA: "/ca.pem"}, Name: "gw-perm"}}, ""},
+		{"nats block, unknown", "permission http://a {\n nats {\n  bucket x\n }\n}", Handler{}, "unrecognized NATS subdirective 'bucket'"},
 		{"bad invalidate_subject", "permission http://a {\n invalidate_subject gateway..x\n}", Handler{}, `invalid invalidate_subject "gateway..x"`},
 		{"empty nats_servers", "permission http://a {\n nats_servers\n}", Handler{}, "wrong argument count"},
 		{"unknown", "permission http://a {\n cache yes\n}", Handler{}, "unrecognized subdirective 'cache'"},

@@ -92,8 +92,7 @@ func (m InvalidateMessage) apply(c *Cache, t *KeyTemplate) (int, error) {
 		if len(m.Key) != len(t.Placeholders()) {
 			return 0, fmt.Errorf(`"key" has %d values; the key template has %d placeholders`, len(m.Key), len(t.Placeholders()))
 		}
-		k := t.Render(m.Key...)
-		return c.InvalidateFunc(func(key, _ string) bool { return key == k }), nil
+		return c.InvalidateKey(t.Render(m.Key...)), nil
 	default:
 		if len(m.Prefix) > len(t.Placeholders()) {
 			return 0, fmt.Errorf(`"prefix" has %d values; the key template has %d placeholders`, len(m.Prefix), len(t.Placeholders()))
@@ -136,23 +135,29 @@ func (inv *invalidation) stop() {
 	inv.release()
 }
 
+// natsConfig is the handler's connection block with the older spellings
+// (nats_servers, nats_creds_file) merged in.
+func (h *Handler) natsConfig() natsconn.Config {
+	var c natsconn.Config
+	if h.NATS != nil {
+		c = *h.NATS
+	}
+	c.AddServers(h.NATSServers...)
+	if h.NATSCredsFile != "" && c.CredsFile == "" {
+		c.CredsFile = h.NATSCredsFile // an alias of creds, checked against it
+	}
+	return c
+}
+
 // natsOptions are the connection options for invalidation: the handler's
 // own servers, else those of this config's `storage nats` global option
-// (storage returns the config's storage if it is one, else nil; it is only
-// called when the handler has no servers of its own).
+// (storage looks it up).
 func (h *Handler) natsOptions(storage func() natsconn.OptionsProvider) (natsconn.Options, error) {
-	repl := caddy.NewReplacer()
-	var servers []string
-	for _, s := range h.NATSServers {
-		servers = append(servers, natsconn.SplitServers(repl.ReplaceKnown(s, ""))...)
+	o, err := h.natsConfig().Resolve(nil, storage)
+	if err != nil {
+		return o, fmt.Errorf("invalidate_subject: nats: %w", err)
 	}
-	if len(servers) == 0 {
-		if p := storage(); p != nil {
-			return p.NATSOptions(), nil
-		}
-		return natsconn.Options{}, errors.New("invalidate_subject needs NATS servers: set nats_servers, or configure the `storage nats` global option")
-	}
-	return natsconn.Options{Servers: servers, CredsFile: repl.ReplaceKnown(h.NATSCredsFile, "")}, nil
+	return o, nil
 }
 
 // startInvalidation subscribes to InvalidateSubject (if set).
@@ -166,10 +171,7 @@ func (h *Handler) startInvalidation(ctx caddy.Context) error {
 	if err := natsconn.RegisterMetrics(ctx.GetMetricsRegistry()); err != nil {
 		return err
 	}
-	opts, err := h.natsOptions(func() natsconn.OptionsProvider {
-		p, _ := ctx.Storage().(natsconn.OptionsProvider)
-		return p
-	})
+	opts, err := h.natsOptions(natsconn.ConfigStorage(ctx))
 	if err != nil {
 		return err
 	}

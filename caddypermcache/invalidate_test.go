@@ -2,6 +2,7 @@ package caddypermcache
 
 import (
 	"context"
+	"reflect"
 	"strings"
 	"testing"
 	"time"
@@ -148,9 +149,8 @@ func (s storageNATS) NATSOptions() natsconn.Options { return natsconn.Options(s)
 // `storage nats` cluster, else an error naming the setting.
 func TestInvalidationServers(t *testing.T) {
 	h := &Handler{InvalidateSubject: "x"}
-	none := func() natsconn.OptionsProvider { return nil }
-	if _, err := h.natsOptions(none); err == nil || !strings.Contains(err.Error(), "nats_servers") {
-		t.Fatalf("no servers and no storage nats: %v, want an error naming nats_servers", err)
+	if _, err := h.natsOptions(nil); err == nil || !strings.Contains(err.Error(), "invalidate_subject: nats: no NATS servers: set servers") {
+		t.Fatalf("no servers and no storage nats: %v, want an error naming nats servers", err)
 	}
 	storage := func() natsconn.OptionsProvider { return storageNATS{Servers: []string{"nats://storage:4222"}} }
 	if o, err := h.natsOptions(storage); err != nil || len(o.Servers) != 1 || o.Servers[0] != "nats://storage:4222" {
@@ -159,6 +159,32 @@ func TestInvalidationServers(t *testing.T) {
 	h.NATSServers = []string{"nats://a:4222, nats://b:4222"}
 	if o, err := h.natsOptions(storage); err != nil || len(o.Servers) != 2 || o.Servers[0] != "nats://a:4222" {
 		t.Fatalf("own servers: %+v, %v", o, err)
+	}
+}
+
+// TestInvalidationOldJSON: a handler in the JSON written before the
+// connection block (nats_servers, nats_creds_file) still loads, to the
+// connection that the nats block gives.
+func TestInvalidationOldJSON(t *testing.T) {
+	old := `{"url":"http://perm","invalidate_subject":"x","nats_servers":["nats://a:4222,nats://b:4222"],"nats_creds_file":"/c.creds"}`
+	cur := `{"url":"http://perm","invalidate_subject":"x","nats":{"servers":["nats://a:4222","nats://b:4222"],"creds":"/c.creds"}}`
+	want := natsconn.Options{Servers: []string{"nats://a:4222", "nats://b:4222"}, CredsFile: "/c.creds"}
+	for _, js := range []string{old, cur} {
+		var h Handler
+		if err := caddy.StrictUnmarshalJSON([]byte(js), &h); err != nil {
+			t.Fatalf("%s: %v", js, err)
+		}
+		got, err := h.natsOptions(nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !reflect.DeepEqual(got, want) {
+			t.Fatalf("%s:\ngot  %+v\nwant %+v", js, got, want)
+		}
+	}
+	both := Handler{NATSCredsFile: "/a.creds", NATS: &natsconn.Config{Servers: []string{"nats://a:4222"}, Creds: "/b.creds"}}
+	if _, err := both.natsOptions(nil); err == nil || !strings.Contains(err.Error(), "creds") {
+		t.Fatalf("nats_creds_file and nats { creds } differ: %v", err)
 	}
 }
 

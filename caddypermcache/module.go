@@ -22,6 +22,7 @@ import (
 
 	"github.com/apigate/gateway/identity"
 	"github.com/apigate/gateway/internal/deny"
+	"github.com/apigate/gateway/internal/natsconn"
 
 	"github.com/apigate/gateway/internal/urls"
 )
@@ -109,12 +110,17 @@ type Handler struct {
 	// InvalidateMessage for the format). Default: none.
 	InvalidateSubject string `json:"invalidate_subject,omitempty"`
 
-	// NATSServers are the NATS URLs used for InvalidateSubject (an entry
-	// may hold several, comma-separated). Default: the servers of the
-	// `storage nats` global option, sharing its connection.
+	// NATS is the connection used for InvalidateSubject (the gateway's
+	// one NATS connection block: servers, creds, nkey, user, password,
+	// token, tls, name). Default: the connection of the `storage nats`
+	// global option, shared.
+	NATS *natsconn.Config `json:"nats,omitempty"`
+
+	// NATSServers is the older spelling of nats.servers (its entries come
+	// first; an entry may hold several URLs, comma-separated).
 	NATSServers []string `json:"nats_servers,omitempty"`
 
-	// NATSCredsFile is a NATS .creds file for NATSServers.
+	// NATSCredsFile is the older spelling of nats.creds.
 	NATSCredsFile string `json:"nats_creds_file,omitempty"`
 
 	// DryRun lets every request pass: a decision that would have denied

@@ -56,11 +56,19 @@ func parseHandler(h httpcaddyfile.Helper) (caddyhttp.MiddlewareHandler, error) {
 //		sync_interval  <duration>
 //		consumer_metrics <n>
 //		fleet [<nats url>...] {
-//			nats        <url>...                 # default: storage nats's servers
-//			creds_file  <file>
+//			servers     <url>...                 # default: storage nats's connection
+//			creds       <file>
+//			nkey        <seed file>
 //			user        <user>
 //			password    <password>
 //			token       <token>
+//			tls {
+//				ca          <file>
+//				cert        <file>
+//				key         <file>
+//				server_name <name>
+//			}
+//			name        <NATS client name>
 //			bucket      <bucket>                 # default gateway_quota
 //			replicas    <1-5>
 //			node        <name>                   # default: the host name
@@ -70,7 +78,10 @@ func parseHandler(h httpcaddyfile.Helper) (caddyhttp.MiddlewareHandler, error) {
 //		}
 //	}
 //
-// A share is a fraction (0.5), a percentage (50%) or a ratio (1/3).
+// A share is a fraction (0.5), a percentage (50%) or a ratio (1/3). The
+// fleet's connection settings (servers to name) are the gateway's one NATS
+// connection block (natsconn.Config); nats is the older spelling of
+// servers, creds_file of creds.
 func (a *App) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 	d.Next() // option name
 	optFile, optLine := d.File(), d.Line()
@@ -257,32 +268,23 @@ func (e *shareError) Error() string {
 
 // unmarshal reads the fleet block.
 func (f *FleetConfig) unmarshal(d *caddyfile.Dispenser) error {
-	f.NATS = append(f.NATS, d.RemainingArgs()...)
+	f.Servers = append(f.Servers, d.RemainingArgs()...)
 	for nesting := d.Nesting(); d.NextBlock(nesting); {
 		switch name := d.Val(); name {
-		case "nats":
+		case "nats": // the older spelling of servers
 			args := d.RemainingArgs()
 			if len(args) == 0 {
 				return d.ArgErr()
 			}
-			f.NATS = append(f.NATS, args...)
-		case "creds_file", "user", "password", "token", "bucket", "node":
+			f.Servers = append(f.Servers, args...)
+		case "bucket", "node":
 			var v string
 			if !d.Args(&v) || d.NextArg() {
 				return d.ArgErr()
 			}
-			switch name {
-			case "creds_file":
-				f.CredsFile = v
-			case "user":
-				f.User = v
-			case "password":
-				f.Password = v
-			case "token":
-				f.Token = v
-			case "bucket":
+			if name == "bucket" {
 				f.Bucket = v
-			case "node":
+			} else {
 				f.Node = v
 			}
 		case "replicas", "max_lease":
@@ -310,6 +312,12 @@ func (f *FleetConfig) unmarshal(d *caddyfile.Dispenser) error {
 				f.LeaseWait = dur
 			}
 		default:
+			if ok, err := f.Config.UnmarshalCaddyfileOption(d); ok {
+				if err != nil {
+					return err
+				}
+				continue
+			}
 			return d.Errf("unrecognized fleet subdirective '%s'", name)
 		}
 	}

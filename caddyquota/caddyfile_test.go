@@ -13,6 +13,7 @@ import (
 
 	_ "github.com/apigate/gateway/caddyapikey"    // the golden file's identity source
 	_ "github.com/apigate/gateway/caddypermcache" // and permission, which quota follows
+	"github.com/apigate/gateway/internal/natsconn"
 	"github.com/apigate/gateway/internal/testkit/goldentest"
 )
 
@@ -48,8 +49,23 @@ func TestUnmarshalGlobalOption(t *testing.T) {
 }`, want: App{Plans: map[string]PlanConfig{"burst": {Limits: []string{"60/minute", "5_000/hour"}}}, PlanClaim: "account.plan", Timezone: "Europe/Berlin",
 			OnUnavailable: FailClosed, UnavailableShare: 1.0 / 3, Dir: "/var/lib/gateway/quota", MaxConsumers: 100000,
 			Retention: caddy.Duration(90 * 24 * time.Hour), SyncInterval: caddy.Duration(500 * time.Millisecond), ConsumerMetrics: 50,
-			Fleet: &FleetConfig{NATS: []string{"nats://a:4222", "nats://b:4222"}, Bucket: "quota_counts", Replicas: 3, Node: "gw-1", MaxLease: 200,
+			Fleet: &FleetConfig{Config: natsconn.Config{Servers: []string{"nats://a:4222", "nats://b:4222"}}, Bucket: "quota_counts", Replicas: 3, Node: "gw-1", MaxLease: 200,
 				SyncInterval: caddy.Duration(250 * time.Millisecond), LeaseWait: caddy.Duration(300 * time.Millisecond)}}},
+		{name: "fleet connection block", input: `quota {
+	plan a 1/day
+	fleet {
+		servers nats://a:4222
+		creds_file /c.creds
+		tls {
+			ca /ca.pem
+			server_name nats.internal
+		}
+		name gw-quota
+	}
+}`, want: App{Plans: map[string]PlanConfig{"a": {Limits: []string{"1/day"}}}, Fleet: &FleetConfig{Config: natsconn.Config{
+			Servers: []string{"nats://a:4222"}, Creds: "/c.creds", Name: "gw-quota",
+			TLS: &natsconn.TLSConfig{CA: "/ca.pem", ServerName: "nats.internal"}}}}},
+		{name: "bad fleet tls", input: "quota {\n plan a 1/day\n fleet {\n  tls {\n   verify\n  }\n }\n}", wantErr: "unrecognized tls subdirective 'verify'"},
 		{name: "share as a percentage", input: "quota {\n plan a 1/day\n on_unavailable fail_open 50%\n}",
 			want: App{Plans: map[string]PlanConfig{"a": {Limits: []string{"1/day"}}}, OnUnavailable: FailOpen, UnavailableShare: 0.5}},
 		{name: "a plan without limits meters", input: "quota {\n plan metered\n}", want: App{Plans: map[string]PlanConfig{"metered": {}}}},

@@ -23,15 +23,13 @@ const (
 // remaining quota (so a request needs no NATS round trip) and returns
 // what it does not use; see docs/caddyquota.md for the bounds.
 type FleetConfig struct {
-	// NATS are the NATS server URLs (one entry may hold several,
-	// comma-separated). Default: the servers of this config's `storage
-	// nats`, sharing its connection.
+	// The NATS connection (the gateway's one NATS connection block:
+	// servers, creds, nkey, user, password, token, tls, name; and the
+	// older spellings creds_file, tls_ca, tls_cert, tls_key). Without
+	// servers: the connection of this config's `storage nats`, shared.
+	natsconn.Config
+	// NATS is the older spelling of servers (its entries come first).
 	NATS []string `json:"nats,omitempty"`
-	// CredsFile, User and Password, Token authenticate to NATS.
-	CredsFile string `json:"creds_file,omitempty"`
-	User      string `json:"user,omitempty"`
-	Password  string `json:"password,omitempty"`
-	Token     string `json:"token,omitempty"`
 	// Bucket is the key-value bucket of the counts. Default:
 	// gateway_quota.
 	Bucket string `json:"bucket,omitempty"`
@@ -78,25 +76,15 @@ func validBucket(b string) bool {
 }
 
 // natsOptions are the fleet's connection options: its own servers, else
-// those of the config's `storage nats` (storage returns it, or nil).
+// those of the config's `storage nats` (storage looks it up).
 func (f *FleetConfig) natsOptions(repl *caddy.Replacer, storage func() natsconn.OptionsProvider) (natsconn.Options, error) {
-	var servers []string
-	for _, s := range f.NATS {
-		servers = append(servers, natsconn.SplitServers(repl.ReplaceKnown(s, ""))...)
+	c := f.Config
+	c.AddServers(f.NATS...)
+	o, err := c.Resolve(repl, storage)
+	if err != nil {
+		return o, fmt.Errorf("quota fleet: %w", err)
 	}
-	if len(servers) == 0 {
-		if p := storage(); p != nil {
-			return p.NATSOptions(), nil
-		}
-		return natsconn.Options{}, errors.New("quota fleet needs NATS servers: set fleet { nats <url> }, or configure the `storage nats` global option")
-	}
-	return natsconn.Options{
-		Servers:   servers,
-		CredsFile: repl.ReplaceKnown(f.CredsFile, ""),
-		User:      repl.ReplaceKnown(f.User, ""),
-		Password:  repl.ReplaceKnown(f.Password, ""),
-		Token:     repl.ReplaceKnown(f.Token, ""),
-	}, nil
+	return o, nil
 }
 
 // configureFleet starts, keeps or stops the store's fleet link for the

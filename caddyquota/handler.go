@@ -157,7 +157,11 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyht
 	}
 	identity.SetPlan(r, h.app.labels[plan.Name])
 	if repl != nil {
-		repl.Set(PlaceholderPlan, plan.Name)
+		if plan.nameValue == nil { // a Plan not made by NewPlan
+			repl.Set(PlaceholderPlan, plan.Name)
+		} else {
+			repl.Set(PlaceholderPlan, plan.nameValue)
+		}
 	}
 	if len(plan.Limits) > 0 {
 		day, month := st.Periods(now)

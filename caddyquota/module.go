@@ -173,10 +173,7 @@ func (a *App) Provision(ctx caddy.Context) error {
 		if err := natsconn.RegisterMetrics(ctx.GetMetricsRegistry()); err != nil {
 			return fmt.Errorf("registering NATS metrics: %v", err)
 		}
-		opts, err := a.Fleet.natsOptions(repl, func() natsconn.OptionsProvider {
-			p, _ := ctx.Storage().(natsconn.OptionsProvider)
-			return p
-		})
+		opts, err := a.Fleet.natsOptions(repl, natsconn.ConfigStorage(ctx))
 		if err != nil {
 			return err
 		}
@@ -188,7 +185,7 @@ func (a *App) Provision(ctx caddy.Context) error {
 		if a.Fleet.Node == "" {
 			a.Fleet.Node = "gateway"
 		}
-	} else if _, ok := ctx.Storage().(natsconn.OptionsProvider); ok {
+	} else if natsconn.ConfigStorage(ctx)() != nil {
 		a.logger.Warn("this config shares its storage over NATS (a fleet), but quota counts per gateway: add `fleet` to the quota global option to share the counts")
 	}
 	return nil

@@ -23,6 +23,10 @@ type Plan struct {
 	// calendar window's w is the length of the current period (a month
 	// of 28 to 31 days, a day of 23 to 25 hours).
 	policy atomic.Pointer[policyField]
+
+	// nameValue is Name as an interface value, made once: the replacer's
+	// http.quota.plan without an allocation per request.
+	nameValue any
 }
 
 type policyField struct {
@@ -48,7 +52,7 @@ func NewPlan(name string, limits []Limit) (*Plan, error) {
 			return nil, fmt.Errorf("plan %s: two limits per %s (%s and %s): give one", name, l.Unit, ls[i-1], l)
 		}
 	}
-	return &Plan{Name: name, Limits: ls}, nil
+	return &Plan{Name: name, Limits: ls, nameValue: name}, nil
 }
 
 // Limit returns the plan's limit for a unit, if it has one.

@@ -43,18 +43,22 @@ var stdin io.Reader = os.Stdin
 
 func cmdAudit(args []string, out io.Writer) error {
 	if len(args) == 0 {
-		return errors.New("audit needs keygen or verify\n" + auditUsage)
+		return errors.New("audit needs keygen, verify, tail or count\n" + auditUsage + auditReadUsage)
 	}
 	switch args[0] {
 	case "keygen":
 		return cmdAuditKeygen(args[1:], out)
 	case "verify":
 		return cmdAuditVerify(args[1:], out)
+	case "tail":
+		return cmdAuditTail(args[1:], out)
+	case "count":
+		return cmdAuditCount(args[1:], out)
 	}
 	if isHelp(args[0]) {
-		return writeHelp(out, auditUsage)
+		return writeHelp(out, auditUsage+auditReadUsage)
 	}
-	return fmt.Errorf("unknown audit command %q: want keygen or verify (gatewayctl audit -h for help)", args[0])
+	return fmt.Errorf("unknown audit command %q: want keygen, verify, tail or count (gatewayctl audit -h for help)", args[0])
 }
 
 // cmdAuditKeygen creates DIR/audit.key and DIR/audit.pub, keeping an

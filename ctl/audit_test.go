@@ -209,7 +209,7 @@ func TestAuditUsage(t *testing.T) {
 		args []string
 		want string
 	}{
-		{[]string{"audit"}, "audit needs keygen or verify"},
+		{[]string{"audit"}, "audit needs keygen, verify, tail or count"},
 		{[]string{"audit", "sign"}, `unknown audit command "sign"`},
 		{[]string{"audit", "keygen"}, "usage: gatewayctl audit keygen -out DIR"},
 		{[]string{"audit", "verify", "x.jsonl"}, "usage: gatewayctl audit verify -key"},

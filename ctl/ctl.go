@@ -48,9 +48,12 @@ var commands = []Command{
 		Help:     usageUsage, Run: cmdUsage,
 	},
 	{
-		Name: "audit", Short: "Create the audit chain's signing key; verify audit trails",
+		Name: "audit", Short: "Create the audit chain's signing key; verify audit trails; read the audit stream",
 		Synopsis: "  audit keygen -out D               create the Ed25519 key pair that signs audit checkpoints\n" +
-			"  audit verify -key K FILE...       verify audit trails against the public key K\n",
+			"  audit verify -key K FILE...       verify audit trails against the public key K\n" +
+			"  audit tail --nats URL [--since D] print the audit events of the JetStream stream (--follow: and new ones)\n" +
+			"  audit count --nats URL [--since D] [--client-request-id ID]\n" +
+			"                                    count the stream's events, per node and decision\n",
 		Help: auditUsage, Run: cmdAudit,
 	},
 	{

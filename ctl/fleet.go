@@ -6,10 +6,8 @@ import (
 	"flag"
 	"fmt"
 	"io"
-	"strings"
 	"time"
 
-	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 )
 
@@ -60,13 +58,8 @@ type fleetSetup struct {
 
 func cmdFleetInit(args []string, out io.Writer) error {
 	fs := flag.NewFlagSet("fleet init", flag.ContinueOnError)
-	servers := fs.String("nats", "", "NATS server URLs, comma-separated (required)")
+	nf := addNATSFlags(fs, "NATS server URLs, comma-separated (required)")
 	replicas := fs.Int("replicas", 0, "replicas of the stream and buckets (default: 3 on a cluster of 3 or more, else 1)")
-	creds := fs.String("creds", "", "NATS .creds file")
-	user := fs.String("user", "", "NATS user")
-	password := fs.String("password", "", "NATS password")
-	token := fs.String("token", "", "NATS token")
-	tlsCA := fs.String("tls-ca", "", "PEM CAs that verify the NATS servers")
 	var s fleetSetup
 	fs.StringVar(&s.auditStream, "audit-stream", "AUDIT", "the audit stream")
 	fs.StringVar(&s.auditSubject, "audit-subject", "gateway.audit", "the audit sink's subject")
@@ -85,28 +78,12 @@ func cmdFleetInit(args []string, out io.Writer) error {
 	if fs.NArg() > 0 {
 		return fmt.Errorf("unexpected argument %q\n%s", fs.Arg(0), fleetUsage)
 	}
-	if strings.TrimSpace(*servers) == "" {
-		return errors.New("fleet init: --nats is required (the NATS servers' URLs)")
-	}
 	if *replicas < 0 || *replicas > 5 {
 		return fmt.Errorf("fleet init: invalid --replicas %d: 1 to 5", *replicas)
 	}
-	opts := []nats.Option{nats.Name("gatewayctl"), nats.Timeout(*timeout)}
-	if *creds != "" {
-		opts = append(opts, nats.UserCredentials(*creds))
-	}
-	if *user != "" || *password != "" {
-		opts = append(opts, nats.UserInfo(*user, *password))
-	}
-	if *token != "" {
-		opts = append(opts, nats.Token(*token))
-	}
-	if *tlsCA != "" {
-		opts = append(opts, nats.RootCAs(*tlsCA))
-	}
-	nc, err := nats.Connect(*servers, opts...)
+	nc, err := nf.connect("fleet init", *timeout)
 	if err != nil {
-		return fmt.Errorf("fleet init: connecting to %s: %w", *servers, err)
+		return err
 	}
 	defer nc.Close()
 	js, err := jetstream.New(nc)

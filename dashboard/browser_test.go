@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"os"
-	"os/exec"
 	"strconv"
 	"strings"
 	"sync"
@@ -15,31 +14,9 @@ import (
 	"github.com/chromedp/cdproto/network"
 	"github.com/chromedp/chromedp"
 
+	"github.com/apigate/gateway/internal/testkit/chromium"
 	"github.com/apigate/gateway/internal/testkit/podmantest"
 )
-
-// chromiumPath finds Debian's chromium. Without it the browser tests skip
-// loudly, except under CI=true where they fail.
-func chromiumPath(t *testing.T) string {
-	t.Helper()
-	for _, p := range []string{os.Getenv("CHROMIUM"), "/usr/bin/chromium", "/usr/bin/chromium-browser"} {
-		if p == "" {
-			continue
-		}
-		if _, err := os.Stat(p); err == nil {
-			return p
-		}
-	}
-	if p, err := exec.LookPath("chromium"); err == nil {
-		return p
-	}
-	msg := "chromium not installed (apt-get install -y chromium)"
-	if os.Getenv("CI") == "" {
-		t.Skipf("\n\n!!!!!!!! SKIPPING BROWSER TESTS: %s !!!!!!!!\n(under CI=true this fails)\n", msg)
-	}
-	t.Fatalf("browser tests need %s", msg)
-	return ""
-}
 
 // browser is a headless Chromium tab that records console errors,
 // uncaught exceptions and failed loads.
@@ -51,25 +28,7 @@ type browser struct {
 
 func newBrowser(t *testing.T) *browser {
 	t.Helper()
-	opts := []chromedp.ExecAllocatorOption{
-		chromedp.ExecPath(chromiumPath(t)),
-		chromedp.Headless,
-		chromedp.NoSandbox,
-		chromedp.DisableGPU,
-		chromedp.NoFirstRun,
-		chromedp.NoDefaultBrowserCheck,
-		chromedp.Flag("disable-quic", true),
-		chromedp.Flag("disable-background-networking", true),
-		chromedp.Flag("disable-component-update", true),
-		chromedp.Flag("disable-sync", true),
-		chromedp.Flag("disable-dev-shm-usage", true),
-		chromedp.Flag("disable-extensions", true),
-		chromedp.Flag("disable-default-apps", true),
-		chromedp.Flag("force-color-profile", "srgb"),
-		chromedp.UserDataDir(t.TempDir()),
-		chromedp.WindowSize(1366, 900),
-	}
-	actx, cancelA := chromedp.NewExecAllocator(context.Background(), opts...)
+	actx, cancelA := chromedp.NewExecAllocator(context.Background(), chromium.Options(t)...)
 	ctx, cancelC := chromedp.NewContext(actx)
 	b := &browser{ctx: ctx}
 	done := make(chan struct{})
@@ -169,7 +128,7 @@ func number(s string) (float64, error) {
 // drives the dashboard in a real headless Chromium.
 func TestGateway(t *testing.T) {
 	if os.Getenv("CI") != "" {
-		chromiumPath(t) // fail early, before Podman, when chromium is missing
+		chromium.Path(t) // fail early, before Podman, when chromium is missing
 	}
 	g := startWithContainers(t)
 

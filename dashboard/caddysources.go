@@ -15,6 +15,7 @@ import (
 
 	"github.com/apigate/gateway/caddyaudit"
 	"github.com/apigate/gateway/caddydocker"
+	"github.com/apigate/gateway/caddyoidc"
 	"github.com/apigate/gateway/caddyopenapi"
 	"github.com/apigate/gateway/caddyquota"
 	"github.com/apigate/gateway/fastpath"
@@ -47,6 +48,7 @@ func caddySources(endpoint func(ctx context.Context) (adminaddr.Endpoint, error)
 		Quota:    caddyquota.ReadStats,
 		Events:   caddyaudit.Recent,
 		OpenAPI:  caddyopenapi.Snapshot,
+		Sessions: caddyoidc.ReadStats,
 	}
 }
 

@@ -1,6 +1,8 @@
 package dashboard
 
 import (
+	"github.com/apigate/gateway/internal/testkit/chromium"
+
 	"fmt"
 	"os"
 	"path/filepath"
@@ -24,7 +26,7 @@ import (
 // member on its own NATS connection.
 func TestFleetNamesakeShown(t *testing.T) {
 	if os.Getenv("CI") != "" {
-		chromiumPath(t)
+		chromium.Path(t)
 	}
 	p := getPodman(t)
 	nats := natstest.StartCluster(t, 1)

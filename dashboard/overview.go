@@ -10,6 +10,7 @@ import (
 	"github.com/apigate/gateway/caddyaudit"
 	"github.com/apigate/gateway/caddydocker"
 	"github.com/apigate/gateway/caddyjwt"
+	"github.com/apigate/gateway/caddyoidc"
 	"github.com/apigate/gateway/caddyopenapi"
 	"github.com/apigate/gateway/caddypermcache"
 	"github.com/apigate/gateway/caddyquota"
@@ -40,7 +41,13 @@ type Sources struct {
 	// OpenAPI returns the summary of each OpenAPI document the openapi
 	// handlers validate against (docs/caddyopenapi.md).
 	OpenAPI func() []caddyopenapi.Summary
+	// Sessions returns oidc_login's counters (docs/oidc.md).
+	Sessions func() SessionStats
 }
+
+// SessionStats is oidc_login's snapshot: logins by result, sessions held,
+// checks, refreshes and revocations (docs/oidc.md).
+type SessionStats = caddyoidc.Stats
 
 // QuotaStats is the quota's snapshot (docs/caddyquota.md).
 type QuotaStats = caddyquota.Stats
@@ -76,6 +83,8 @@ type Overview struct {
 	// OpenAPI lists the OpenAPI documents in use, per operation the
 	// requests and violations; empty when no openapi handler runs.
 	OpenAPI []caddyopenapi.Summary `json:"openapi"`
+	// Sessions is oidc_login's browser sessions (zero counts without one).
+	Sessions SessionStats `json:"sessions"`
 }
 
 // Containers is the docker app's view: every opted-in container, routed or
@@ -188,6 +197,11 @@ func (s Sources) Build(ctx context.Context, refresh time.Duration, events int) O
 		o.Quota = s.Quota()
 	} else {
 		o.Quota = QuotaStats{Decisions: map[string]float64{}, Top: []quotausage.Summary{}, NearLimit: []quotausage.Summary{}}
+	}
+	if s.Sessions != nil {
+		o.Sessions = s.Sessions()
+	} else {
+		o.Sessions = SessionStats{Logins: map[string]float64{}, Checks: map[string]float64{}, Refreshes: map[string]float64{}, Revocations: map[string]float64{}}
 	}
 	o.OpenAPI = []caddyopenapi.Summary{}
 	if s.OpenAPI != nil {

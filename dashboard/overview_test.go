@@ -1,7 +1,10 @@
 package dashboard
 
 import (
+	"context"
+	"encoding/json"
 	"testing"
+	"time"
 
 	"github.com/apigate/gateway/caddydocker"
 )
@@ -56,5 +59,21 @@ func TestContainersFromEngine(t *testing.T) {
 		Scope: []string{"gateway.instance=edge"}, OutOfScope: 2, Placement: []string{"server gateway: ..."}}, true)
 	if got.Engine != "unix:///var/run/docker.sock" || got.EngineReachable || len(got.Scope) != 1 || got.OutOfScope != 2 || len(got.Placement) != 1 {
 		t.Fatalf("containers %+v", got)
+	}
+}
+
+// TestOverviewSessions: the browser sessions panel reads oidc_login's own
+// snapshot, and shows zero counts (not nulls) without one.
+func TestOverviewSessions(t *testing.T) {
+	o := Sources{}.Build(context.Background(), time.Second, 0)
+	if o.Sessions.Logins == nil || o.Sessions.Checks == nil {
+		t.Fatalf("without oidc_login: %+v", o.Sessions)
+	}
+	want := SessionStats{Logins: map[string]float64{"success": 2, "state_mismatch": 1}, Sessions: 2,
+		Checks: map[string]float64{"session": 7}, Refreshes: map[string]float64{}, Revocations: map[string]float64{"logout": 1}}
+	o = Sources{Sessions: func() SessionStats { return want }}.Build(context.Background(), time.Second, 0)
+	b, _ := json.Marshal(o.Sessions)
+	if string(b) != `{"logins":{"state_mismatch":1,"success":2},"sessions":2,"checks":{"session":7},"refreshes":{},"revocations":{"logout":1}}` {
+		t.Fatalf("the overview's sessions: %s", b)
 	}
 }

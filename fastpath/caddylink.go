@@ -58,6 +58,24 @@ func incInFlight(address string) {
 //go:linkname decInFlightRequest github.com/caddyserver/caddy/v2/modules/caddyhttp/reverseproxy.decInFlightRequest
 func decInFlightRequest(address string)
 
+// decInFlight is decInFlightRequest, except that the entry of a static
+// upstream (keep) stays in the table at zero: Caddy's deletes it, so the
+// next request made a new counter and a new table entry (two allocations
+// per request on a connection whose requests come one at a time). The
+// admin API lists an address only while its count is above zero, and the
+// static upstreams are few, so a kept entry changes nothing else.
+func decInFlight(address string, keep bool) {
+	if !keep {
+		decInFlightRequest(address)
+		return
+	}
+	if v, ok := inFlightRequests.Load(address); ok {
+		if c, ok := v.(*atomic.Int64); ok {
+			c.Add(-1)
+		}
+	}
+}
+
 // Caddy's own HTTP metrics (the `metrics` option) are counted by a wrapper
 // of each top-level route, made per request by Caddy's route chain. The
 // plan makes one per route at compile time, with a "next" that resumes the

@@ -62,6 +62,20 @@ func TestCaddyInternals(t *testing.T) {
 		if _, ok := inFlightRequests.Load("127.0.0.1:9"); ok {
 			t.Fatal("the entry stays after the count reached 0")
 		}
+		// a static upstream's entry stays at zero (decInFlight keep)
+		incInFlight("127.0.0.1:9")
+		decInFlight("127.0.0.1:9", true)
+		if v, ok := inFlightRequests.Load("127.0.0.1:9"); !ok || v.(*atomic.Int64).Load() != 0 {
+			t.Fatalf("decInFlight(keep): entry %v, present %v (want a zero count kept)", v, ok)
+		}
+		incInFlight("127.0.0.1:9")
+		if n := count(); n != 1 {
+			t.Fatalf("incInFlight on a kept entry: %d in flight", n)
+		}
+		decInFlight("127.0.0.1:9", false)
+		if _, ok := inFlightRequests.Load("127.0.0.1:9"); ok {
+			t.Fatal("decInFlight(no keep): the entry stays after the count reached 0")
+		}
 	})
 	t.Run("trustedProxies", func(t *testing.T) {
 		loadTwinOpts(t, twinOpts{serverOpts: "\t\ttrusted_proxies static 10.0.0.0/8"}, `	respond "x"`)

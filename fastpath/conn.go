@@ -425,6 +425,14 @@ func (c *conn) awaitRequest(first bool) (keepHeadDL, ok bool) {
 			dl = time.Now().Add(d)
 			c.nc.SetReadDeadline(dl)
 		}
+		if c.l.draining() {
+			// (a shutdown began: its deadline for new connections,
+			// which this one's may have just replaced)
+			if g := time.Now().Add(newConnGrace); dl.IsZero() || g.Before(dl) {
+				dl = g
+				c.nc.SetReadDeadline(dl)
+			}
+		}
 		if !c.idleFill() {
 			return false, false
 		}
@@ -433,7 +441,17 @@ func (c *conn) awaitRequest(first bool) (keepHeadDL, ok bool) {
 		// Wait for the next request's first bytes within idle_timeout
 		// (moved only when less than that is left: see nextDeadline).
 		c.status.Store(stateIdle)
-		dl, _ := nextDeadline(time.Now(), c.readDL, c.l.idleTimeout, time.Time{})
+		// (now: the last request's latest clock reading, at most its
+		// response's writing behind; the deadline is set 1.5 times the
+		// timeout ahead, see nextDeadline)
+		var now time.Time
+		if c.state != nil {
+			now = c.ex.clock
+		}
+		if now.IsZero() {
+			now = time.Now()
+		}
+		dl, _ := nextDeadline(now, c.readDL, c.l.idleTimeout, time.Time{})
 		c.setReadDeadline(dl)
 		// (checked after the deadline is set: a Close from now on
 		// moves the deadline to the past and ends the wait)
@@ -489,6 +507,7 @@ func (c *conn) nextHead() (b []byte, ok bool) {
 // write_timeout from now) and readies its body and response writer.
 func (c *conn) startRequest() time.Time {
 	now := time.Now()
+	c.ex.clock = now
 	c.hardRead, c.hardWrite = time.Time{}, time.Time{}
 	c.ownReadDL, c.ownWriteDL = false, false
 	if d := c.l.readTimeout; d > 0 {

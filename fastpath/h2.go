@@ -1198,7 +1198,7 @@ func (s *h2stream) delegate(now time.Time) {
 	}
 	s.requestBody(req)
 	ex.plan = sc.l.plan
-	ex.start = now
+	ex.start, ex.clock = now, now
 	req = req.WithContext(&ex.ctx)
 	s.delegateReq = req
 	s.w.handlerHeader["Server"] = serverHeader // (Caddy's server sets it too; harmless)

@@ -229,7 +229,7 @@ func (w *h2Writer) writeChunk(p []byte) (int, error) {
 		}
 		var date []byte
 		if _, ok := w.snapHeader["Date"]; !ok {
-			date = sc.l.date()
+			date = sc.l.date(s.st.ex.clock)
 		}
 		for _, v := range w.snapHeader["Trailer"] {
 			foreachHeaderElement(v, w.declareTrailer)

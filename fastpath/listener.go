@@ -32,9 +32,12 @@ type listener struct {
 	closeErr  error
 	drainFlag atomic.Bool
 
-	mu    sync.Mutex
-	conns map[*conn]struct{}
-	wg    sync.WaitGroup
+	mu          sync.Mutex
+	conns       map[*conn]struct{}
+	acceptEnded bool          // the accept loop returned: no connection joins conns any more
+	empty       chan struct{} // closed once the accept loop ended and conns is empty
+	emptyClosed bool
+	gracePeriod time.Duration // the http app's grace_period: how long Close waits for conns
 
 	// the server's limits and timeouts
 	maxHeaderBytes      int
@@ -82,6 +85,8 @@ func newListener(inner net.Listener, p *plan, s settings, stats *serverStats, lo
 		handed:              make(chan net.Conn),
 		done:                make(chan struct{}),
 		conns:               make(map[*conn]struct{}),
+		empty:               make(chan struct{}),
+		gracePeriod:         s.gracePeriod,
 		maxHeaderBytes:      s.maxHeaderBytes,
 		headLimit:           s.maxHeaderBytes + 4096, // as net/http: MaxHeaderBytes plus 4096 of slack
 		readTimeout:         s.readTimeout,
@@ -112,9 +117,16 @@ type settings struct {
 	tlsHandshakeTimeout time.Duration
 	maxWriteChunk       int // write_max_chunk: the largest write one deadline covers
 	h2, h2c             bool
+	gracePeriod         time.Duration
 }
 
 func (l *listener) acceptLoop() {
+	defer func() {
+		l.mu.Lock()
+		l.acceptEnded = true
+		l.checkEmpty()
+		l.mu.Unlock()
+	}()
 	var backoff time.Duration
 	for {
 		nc, err := l.Listener.Accept()
@@ -159,7 +171,6 @@ func (l *listener) acceptLoop() {
 		c := newConn(l, nc)
 		l.mu.Lock()
 		l.conns[c] = struct{}{}
-		l.wg.Add(1)
 		l.mu.Unlock()
 		go c.serve()
 	}
@@ -177,11 +188,22 @@ func (l *listener) giveToCaddy(nc net.Conn) bool {
 	}
 }
 
+// forget drops c from the connections a shutdown waits for (once it
+// ends, or once a handler hijacked it); a second call does nothing.
 func (l *listener) forget(c *conn) {
 	l.mu.Lock()
 	delete(l.conns, c)
+	l.checkEmpty()
 	l.mu.Unlock()
-	l.wg.Done()
+}
+
+// checkEmpty closes l.empty once the accept loop has ended and the last
+// connection is gone (l.mu held).
+func (l *listener) checkEmpty() {
+	if l.acceptEnded && len(l.conns) == 0 && !l.emptyClosed {
+		l.emptyClosed = true
+		close(l.empty)
+	}
 }
 
 // Accept returns the connections Caddy's server serves.
@@ -194,13 +216,35 @@ func (l *listener) Accept() (net.Conn, error) {
 	}
 }
 
-// Close stops accepting. The connections the plan serves finish the
-// request in hand (with "Connection: close") and close; idle ones close at
-// once, as net/http's Shutdown closes its idle connections.
+// Close stops accepting and waits for the connections the plan serves,
+// as net/http's Shutdown waits for its own (Caddy's server calls Close from
+// Shutdown and then exits or unloads the config): the request in hand
+// finishes (with "Connection: close"), idle connections close at once, a
+// new connection's first request is served if it arrives within 5 seconds
+// (net/http's rule for new connections at shutdown), for at most the http
+// app's grace_period (none: no limit).
 func (l *listener) Close() error {
 	err := l.Listener.Close()
 	l.closeWith(net.ErrClosed)
+	l.awaitConns()
 	return err
+}
+
+// awaitConns waits until the accept loop has ended and every connection
+// is gone, at most the grace period, as net/http's Shutdown does: after it
+// the connections go on (a process that exits cuts them; a reload leaves
+// them to finish).
+func (l *listener) awaitConns() {
+	var expired <-chan time.Time
+	if l.gracePeriod > 0 {
+		t := time.NewTimer(l.gracePeriod)
+		defer t.Stop()
+		expired = t.C
+	}
+	select {
+	case <-l.empty:
+	case <-expired:
+	}
 }
 
 func (l *listener) closeWith(err error) {
@@ -214,13 +258,21 @@ func (l *listener) closeWith(err error) {
 				go c.h2.drain() // GOAWAY; the streams in flight finish
 				continue
 			}
-			if c.status.Load() == stateIdle {
+			switch c.status.Load() {
+			case stateIdle:
 				c.nc.SetReadDeadline(aLongTimeAgo)
+			case stateNew:
+				c.nc.SetReadDeadline(time.Now().Add(newConnGrace))
 			}
 		}
 		l.mu.Unlock()
 	})
 }
+
+// newConnGrace is how long a connection that has sent no request yet is
+// given at shutdown (net/http closes such a connection once it is 5
+// seconds old).
+const newConnGrace = 5 * time.Second
 
 func (l *listener) draining() bool { return l.drainFlag.Load() }
 
@@ -239,9 +291,12 @@ func (l *listener) debug(msg, detail string) {
 	}
 }
 
-// date returns the Date field value for now, formatted once a second.
-func (l *listener) date() []byte {
-	now := time.Now()
+// date returns the Date field value for now (the request's latest clock
+// reading; zero: the clock's), formatted once a second.
+func (l *listener) date(now time.Time) []byte {
+	if now.IsZero() {
+		now = time.Now()
+	}
 	sec := now.Unix()
 	if d := l.dateCache.Load(); d != nil && d.sec == sec {
 		return d.b

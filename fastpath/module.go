@@ -159,6 +159,9 @@ func (lw *ListenerWrapper) settings(ln net.Listener) settings {
 		writeIdleTimeout:  time.Duration(srv.WriteIdleTimeout),
 		maxWriteChunk:     srv.MaxWriteChunk,
 	}
+	if a, err := lw.ctx.App("http"); err == nil {
+		s.gracePeriod = time.Duration(a.(*caddyhttp.App).GracePeriod)
+	}
 	s.h2, s.h2c = h2Protocols(srv)
 	if s.maxHeaderBytes <= 0 {
 		s.maxHeaderBytes = 16 << 10

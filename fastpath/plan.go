@@ -208,6 +208,7 @@ type delegated struct {
 func (d *delegated) module() caddyhttp.MiddlewareHandler { return d.h }
 
 func (d *delegated) serve(ex *exchange, w http.ResponseWriter, next *cont) error {
+	ex.delegatedRan = true
 	return d.h.ServeHTTP(w, ex.req, next)
 }
 
@@ -263,6 +264,16 @@ type exchange struct {
 	conts    []*cont
 	ncont    int
 	start    time.Time
+	// clock is the request's latest reading of the clock: its start,
+	// then each upstream answer's. What needs "now" within the request
+	// (the Date field, the proxy's start, the upstream pool's idle ages,
+	// the connection's next idle deadline) takes it rather than reading
+	// the clock again: a bare proxied request reads it three times (its
+	// start, the upstream's head, the end of the upstream's body).
+	clock time.Time
+	// delegatedRan: a handler module ran before the step in hand (the
+	// proxy then reads the clock for its own start)
+	delegatedRan bool
 
 	px proxyState
 }
@@ -375,7 +386,7 @@ func (ex *exchange) begin(now time.Time) {
 	c := ex.st.c
 	h := &ex.st.head
 	ex.plan = c.l.plan
-	ex.start = now
+	ex.start, ex.clock, ex.delegatedRan = now, now, false
 	ex.err, ex.inErrors, ex.extra = nil, false, nil
 	ex.groups = ex.groups[:0]
 	clear(ex.groupM)
@@ -548,7 +559,10 @@ func (ex *exchange) serve(now time.Time) result {
 	if err == nil {
 		err = ex.runRoutes(hw, p.routes, 0, ex.endCont())
 	}
-	duration := time.Since(now) // (as Caddy's: before the error routes)
+	var duration time.Duration // (as Caddy's: before the error routes; read only when a log needs it)
+	if logging || err != nil {
+		duration = time.Since(now)
+	}
 	if err != nil {
 		ex.handleError(hw, err, duration)
 	}
@@ -658,7 +672,7 @@ func (ex *exchange) delegate(now time.Time, head []byte) result {
 		return abort
 	}
 	ex.plan = c.l.plan
-	ex.start = now
+	ex.start, ex.clock = now, now
 	ex.gone.reset()
 	req.RemoteAddr, req.TLS = c.remoteAddr, c.tlsState
 	switch {

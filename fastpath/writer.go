@@ -342,6 +342,9 @@ func (w *respWriter) Hijack() (net.Conn, *bufio.ReadWriter, error) {
 	}
 	c.hijacked = true
 	c.nc.SetDeadline(time.Time{})
+	// (a shutdown no longer waits for it, as net/http's does not wait
+	// for hijacked connections: the handler that took it closes it)
+	c.l.forget(c)
 	var rd io.Reader = c.nc
 	if buf := c.rb.Buffered(); len(buf) > 0 {
 		rd = io.MultiReader(bytes.NewReader(bytes.Clone(buf)), c.nc)
@@ -598,7 +601,7 @@ func (w *respWriter) framing(hd *respHead, p []byte, te string, keepAlives bool)
 	}
 
 	if !headerHas(header, "Date") {
-		set.date = w.c.l.date()
+		set.date = w.c.l.date(w.c.ex.clock)
 	}
 
 	if hasCL && hasTE && te != "identity" {
@@ -685,14 +688,12 @@ func (w *respWriter) writeHeaderSubset(bw *bufio.Writer, h http.Header, exclude 
 			continue
 		}
 		for _, v := range h[k] {
-			if strings.ContainsAny(v, "\r\n") {
+			// (two IndexByte scans: strings.ContainsAny builds a byte
+			// set on every call)
+			if strings.IndexByte(v, '\r') >= 0 || strings.IndexByte(v, '\n') >= 0 {
 				v = headerNewlineToSpace.Replace(v)
 			}
-			v = textproto.TrimString(v)
-			bw.WriteString(k)
-			bw.WriteString(": ")
-			bw.WriteString(v)
-			bw.WriteString("\r\n")
+			h1wire.WriteField(bw, k, textproto.TrimString(v))
 		}
 	}
 	clear(keys)

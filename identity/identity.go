@@ -55,7 +55,7 @@ type Identity struct {
 	// read ("sub", and the roles and scope claims) the same way.
 	Claims map[string]any
 	// Method is how the client proved the identity: MethodJWT,
-	// MethodAPIKey or MethodClientCert.
+	// MethodAPIKey, MethodClientCert or MethodOIDCSession.
 	Method string
 	// CredentialID names the credential without revealing it: an API
 	// key's id, a client certificate's SHA-256 fingerprint; empty for
@@ -73,6 +73,10 @@ const (
 	MethodJWT        = "jwt"
 	MethodAPIKey     = "api_key"
 	MethodClientCert = "client_cert"
+	// MethodOIDCSession: a browser's session cookie, from a login
+	// through an OpenID Provider (oidc_login); audit records it as
+	// auth_source "oidc_session".
+	MethodOIDCSession = "oidc_session"
 )
 
 // FromRequest returns the identity verified for r, if any. It is cheap (one

@@ -11,13 +11,18 @@ import (
 //
 //	storage nats [<server>...] {
 //		servers    nats://n1:4222 nats://n2:4222 nats://n3:4222
-//		creds_file /etc/gateway/nats.creds
+//		creds      /etc/gateway/nats.creds
+//		nkey       /etc/gateway/nats.nk
 //		user       gateway
 //		password   {env.NATS_PASSWORD}
 //		token      {env.NATS_TOKEN}
-//		tls_ca     /etc/gateway/nats-ca.pem
-//		tls_cert   /etc/gateway/nats-client.pem
-//		tls_key    /etc/gateway/nats-client.key
+//		tls {
+//			ca          /etc/gateway/nats-ca.pem
+//			cert        /etc/gateway/nats-client.pem
+//			key         /etc/gateway/nats-client.key
+//			server_name nats.internal
+//		}
+//		name       gw-1
 //		bucket     caddy_storage
 //		replicas   3
 //		lock_ttl   30s
@@ -25,20 +30,17 @@ import (
 //		local_copy /var/lib/gateway/storage_nats
 //	}
 //
-// Servers may be given as arguments, in the block, or both.
+// Servers may be given as arguments, in the block, or both. The
+// connection's subdirectives (servers to name) are the NATS connection
+// block every module shares (natsconn.Config); the older spellings
+// creds_file, tls_ca, tls_cert and tls_key still work.
 func (s *Storage) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 	d.Next() // "nats"
 	s.Servers = append(s.Servers, d.RemainingArgs()...)
 	for d.NextBlock(0) {
 		name := d.Val()
 		switch name {
-		case "servers":
-			args := d.RemainingArgs()
-			if len(args) == 0 {
-				return d.ArgErr()
-			}
-			s.Servers = append(s.Servers, args...)
-		case "creds_file", "user", "password", "token", "tls_ca", "tls_cert", "tls_key", "bucket", "local_copy":
+		case "bucket", "local_copy":
 			if !d.NextArg() {
 				return d.ArgErr()
 			}
@@ -46,24 +48,9 @@ func (s *Storage) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 			if d.NextArg() {
 				return d.ArgErr()
 			}
-			switch name {
-			case "creds_file":
-				s.CredsFile = v
-			case "user":
-				s.User = v
-			case "password":
-				s.Password = v
-			case "token":
-				s.Token = v
-			case "tls_ca":
-				s.TLSCA = v
-			case "tls_cert":
-				s.TLSCert = v
-			case "tls_key":
-				s.TLSKey = v
-			case "bucket":
+			if name == "bucket" {
 				s.Bucket = v
-			case "local_copy":
+			} else {
 				s.LocalCopy = v
 			}
 		case "replicas":
@@ -95,6 +82,12 @@ func (s *Storage) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 				return d.ArgErr()
 			}
 		default:
+			if ok, err := s.Config.UnmarshalCaddyfileOption(d); ok {
+				if err != nil {
+					return err
+				}
+				continue
+			}
 			return d.Errf("unrecognized subdirective '%s'", name)
 		}
 	}

@@ -8,6 +8,8 @@ import (
 
 	"github.com/caddyserver/caddy/v2"
 	"github.com/caddyserver/caddy/v2/caddyconfig/caddyfile"
+
+	"github.com/apigate/gateway/internal/natsconn"
 )
 
 func TestUnmarshalCaddyfile(t *testing.T) {
@@ -17,7 +19,7 @@ func TestUnmarshalCaddyfile(t *testing.T) {
 		err      string
 	}{
 		{name: "args", in: `nats nats://a:4222 nats://b:4222`,
-			want: Storage{Servers: []string{"nats://a:4222", "nats://b:4222"}}},
+			want: Storage{Config: natsconn.Config{Servers: []string{"nats://a:4222", "nats://b:4222"}}}},
 		{name: "block", in: `nats {
 			servers nats://a:4222
 			user gw
@@ -29,9 +31,21 @@ func TestUnmarshalCaddyfile(t *testing.T) {
 			replicas 3
 			lock_ttl 10s
 			timeout 1s
-		}`, want: Storage{Servers: []string{"nats://a:4222"}, User: "gw", Password: "{env.NATS_PASSWORD}",
-			Token: "t", TLSCert: "c.pem", TLSKey: "k.pem", Bucket: "b", Replicas: 3,
+		}`, want: Storage{Config: natsconn.Config{Servers: []string{"nats://a:4222"}, User: "gw", Password: "{env.NATS_PASSWORD}",
+			Token: "t", TLS: &natsconn.TLSConfig{Cert: "c.pem", Key: "k.pem"}}, Bucket: "b", Replicas: 3,
 			LockTTL: caddy.Duration(10 * time.Second), Timeout: caddy.Duration(time.Second)}},
+		{name: "connection block", in: `nats nats://a:4222 {
+			creds /c.creds
+			nkey /u.nk
+			tls {
+				ca ca.pem
+				server_name nats.internal
+			}
+			name gw-1
+			bucket b
+		}`, want: Storage{Config: natsconn.Config{Servers: []string{"nats://a:4222"}, Creds: "/c.creds", NKey: "/u.nk",
+			TLS: &natsconn.TLSConfig{CA: "ca.pem", ServerName: "nats.internal"}, Name: "gw-1"}, Bucket: "b"}},
+		{name: "bad tls subdirective", in: "nats {\n tls {\n verify\n }\n}", err: "unrecognized tls subdirective 'verify'"},
 		{name: "unknown", in: "nats {\n bukket x\n}", err: "unrecognized subdirective 'bukket'"},
 		{name: "replicas range", in: "nats {\n replicas 7\n}", err: `invalid replicas "7"`},
 		{name: "bad ttl", in: "nats {\n lock_ttl soon\n}", err: `invalid lock_ttl "soon"`},
@@ -73,7 +87,6 @@ func TestValidate(t *testing.T) {
 		{"bucket", func(s *Storage) { s.Bucket = "a.b" }, `invalid bucket "a.b"`},
 		{"replicas", func(s *Storage) { s.Replicas = 6 }, "invalid replicas 6"},
 		{"ttl", func(s *Storage) { s.LockTTL = caddy.Duration(time.Millisecond) }, `invalid lock_ttl "1ms"`},
-		{"tls pair", func(s *Storage) { s.TLSCert = "c" }, "tls_cert and tls_key"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			s := ok

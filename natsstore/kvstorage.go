@@ -489,7 +489,7 @@ func (s *KV) Lock(ctx context.Context, name string) error {
 func lockLoop(ctx context.Context, name string, try func(context.Context, string) (bool, error), log *zap.Logger) error {
 	wait := 20 * time.Millisecond
 	for {
-		ok, err := try(ctx, name)
+		ok, err := try(opCtx(ctx), name) // an attempt runs to its end (opCtx)
 		if ok {
 			return nil
 		}

@@ -294,24 +294,7 @@ func (l *local) flush() {
 		if !ok {
 			continue
 		}
-		ctx, cancel := context.WithTimeout(l.ctx, l.timeout)
-		cur, rev, err := l.remote.entry(ctx, k)
-		if err == nil {
-			switch {
-			case (cur == nil && op.Base != "") || (cur != nil && valueHash(cur) != op.Base):
-				err = errChanged
-			case op.Delete:
-				if rev != 0 {
-					err = l.remote.deleteAt(ctx, k, rev)
-				}
-			case verr != nil:
-				// the copy lost the value (deleted by hand): nothing to apply
-				l.log.Warn("storage nats: a queued write's value is missing from the local copy; dropping it", zap.String("key", k), zap.Error(verr))
-			default:
-				err = l.remote.putAt(ctx, k, val, rev)
-			}
-		}
-		cancel()
+		cur, err := l.apply(k, op, val, verr)
 		switch {
 		case errors.Is(err, errChanged):
 			// Another replica wrote the key meanwhile: its value wins.
@@ -333,6 +316,64 @@ func (l *local) flush() {
 		l.log.Info("storage nats: applied the writes queued while NATS was unreachable",
 			zap.Int("applied", applied), zap.Int("dropped_for_newer", kept), zap.Int("still_queued", l.queued()))
 	}
+}
+
+// apply writes op (val: its value, or verr when the copy lost it) to NATS
+// if NATS still holds op's base (compare-and-set on the key's revision).
+// errChanged means NATS holds another value, cur (nil: none), which wins.
+func (l *local) apply(k string, op pendingOp, val []byte, verr error) (cur []byte, err error) {
+	ctx, cancel := context.WithTimeout(l.ctx, l.timeout)
+	defer cancel()
+	cur, rev, err := l.remote.entry(ctx, k)
+	if err != nil {
+		return nil, err
+	}
+	switch {
+	case (cur == nil && op.Base != "") || (cur != nil && valueHash(cur) != op.Base):
+		return cur, errChanged
+	case op.Delete:
+		if rev != 0 {
+			return cur, l.remote.deleteAt(ctx, k, rev)
+		}
+		return cur, nil
+	case verr != nil:
+		// the copy lost the value (deleted by hand): nothing to apply
+		l.log.Warn("storage nats: a queued write's value is missing from the local copy; dropping it", zap.String("key", k), zap.Error(verr))
+		return cur, nil
+	default:
+		return cur, l.remote.putAt(ctx, k, val, rev)
+	}
+}
+
+// applyLoaded writes a write held while its config loaded to NATS, as
+// apply does (so that of two replicas creating one key, say an internal
+// CA, the first wins), while NATS answers; it reports false when it did
+// not (NATS failed, or a write of the key is queued already): the caller
+// queues it. This is the normal start: nothing is queued.
+func (l *local) applyLoaded(k string, value []byte, del bool, base string) bool {
+	if _, queued := l.pendingOf(k); queued || !l.usable() || l.ctx.Err() != nil {
+		return false
+	}
+	cur, err := l.apply(k, pendingOp{Delete: del, Base: base}, value, nil)
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	switch {
+	case errors.Is(err, errChanged):
+		l.log.Info("storage nats: a write made while the config loaded gives way to the value another process wrote to NATS meanwhile",
+			zap.String("key", k))
+		value, del = cur, cur == nil
+	case err != nil:
+		if l.ctx.Err() == nil {
+			l.markDown(err)
+		}
+		return false
+	}
+	if del {
+		l.disk.delFile(k)
+	} else if err := l.disk.put(k, value, false); err != nil && !errors.Is(err, errUnsafeKey) {
+		l.log.Debug("storage nats: updating the local copy", zap.String("key", k), zap.Error(err))
+	}
+	return true
 }
 
 // settle ends key k's queued op now that NATS holds value (deleted: gone):

@@ -32,23 +32,11 @@ func init() {
 // every other module of the process that uses the same servers and
 // credentials.
 type Storage struct {
-	// Servers are the NATS URLs (nats://host:4222, tls://host:4222); list
-	// every node of the cluster. An entry may hold several URLs separated
-	// by commas (as the audit NATS sink takes them), and placeholders such
-	// as {env.NATS_URLS}. Default: nats://127.0.0.1:4222.
-	Servers []string `json:"servers,omitempty"`
-	// CredsFile is a NATS .creds file (user JWT and NKey seed).
-	CredsFile string `json:"creds_file,omitempty"`
-	// User and Password authenticate with a user name and password.
-	User     string `json:"user,omitempty"`
-	Password string `json:"password,omitempty"`
-	// Token authenticates with a token.
-	Token string `json:"token,omitempty"`
-	// TLSCA is a PEM file of the CAs that verify the NATS servers.
-	TLSCA string `json:"tls_ca,omitempty"`
-	// TLSCert and TLSKey are a PEM client certificate and key (mutual TLS).
-	TLSCert string `json:"tls_cert,omitempty"`
-	TLSKey  string `json:"tls_key,omitempty"`
+	// The NATS connection (the gateway's one NATS connection block:
+	// servers, creds, nkey, user, password, token, tls, name; and the
+	// older spellings creds_file, tls_ca, tls_cert, tls_key). Servers
+	// default to nats://127.0.0.1:4222.
+	natsconn.Config
 	// Bucket is the key-value bucket of the data; the locks go to
 	// Bucket+"_locks". Default: caddy_storage.
 	Bucket string `json:"bucket,omitempty"`
@@ -97,19 +85,12 @@ var bucketName = regexp.MustCompile(`^[a-zA-Z0-9_-]+$`)
 func (s *Storage) Provision(ctx caddy.Context) error {
 	s.logger = ctx.Logger()
 	repl := caddy.NewReplacer()
-	for i, u := range s.Servers {
-		s.Servers[i] = repl.ReplaceKnown(u, "")
-	}
-	s.Servers = natsconn.SplitServers(s.Servers...)
-	s.CredsFile = repl.ReplaceKnown(s.CredsFile, "")
-	s.User = repl.ReplaceKnown(s.User, "")
-	s.Password = repl.ReplaceKnown(s.Password, "")
-	s.Token = repl.ReplaceKnown(s.Token, "")
-	s.TLSCA = repl.ReplaceKnown(s.TLSCA, "")
-	s.TLSCert = repl.ReplaceKnown(s.TLSCert, "")
-	s.TLSKey = repl.ReplaceKnown(s.TLSKey, "")
 	if len(s.Servers) == 0 {
 		s.Servers = []string{"nats://127.0.0.1:4222"}
+	}
+	opts, err := s.Config.Options(repl)
+	if err != nil {
+		return fmt.Errorf("storage nats: %w", err)
 	}
 	if s.Bucket == "" {
 		s.Bucket = "caddy_storage"
@@ -131,10 +112,6 @@ func (s *Storage) Provision(ctx caddy.Context) error {
 	}
 	if err := registerMetrics(ctx.GetMetricsRegistry()); err != nil {
 		return err
-	}
-	opts := natsconn.Options{
-		Servers: s.Servers, User: s.User, Password: s.Password, Token: s.Token,
-		CredsFile: s.CredsFile, TLSCA: s.TLSCA, TLSCert: s.TLSCert, TLSKey: s.TLSKey,
 	}
 	s.LocalCopy = repl.ReplaceKnown(s.LocalCopy, "")
 	if s.LocalCopy == "" {
@@ -205,9 +182,6 @@ func (s *Storage) Validate() error {
 	}
 	if s.Timeout <= 0 {
 		return fmt.Errorf("invalid timeout %q: must be positive", time.Duration(s.Timeout))
-	}
-	if (s.TLSCert == "") != (s.TLSKey == "") {
-		return fmt.Errorf("tls_cert and tls_key go together")
 	}
 	return nil
 }

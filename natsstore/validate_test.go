@@ -20,8 +20,9 @@ import (
 
 // storageConfig is a config whose `tls internal` site makes Caddy's pki
 // app load (or, on an empty storage, create and store) its CA when the
-// config is provisioned.
-func storageConfig(t *testing.T, url, localCopy string) []byte {
+// config is provisioned. Its storage's bucket is validate_test; conn holds
+// more connection settings (a tls block).
+func storageConfig(t *testing.T, url, localCopy, conn string) []byte {
 	t.Helper()
 	ports := natstest.FreePorts(t, 2)
 	cf := fmt.Sprintf(`{
@@ -32,6 +33,7 @@ func storageConfig(t *testing.T, url, localCopy string) []byte {
 	storage nats %s {
 		bucket validate_test
 		local_copy %s
+		%s
 	}
 }
 
@@ -39,12 +41,36 @@ https://validate.localhost {
 	tls internal
 	respond "ok"
 }
-`, ports[0], ports[1], url, localCopy)
+`, ports[0], ports[1], url, localCopy, conn)
 	js, _, err := caddyconfig.GetAdapter("caddyfile").Adapt([]byte(cf), nil)
 	if err != nil {
 		t.Fatal(err)
 	}
 	return js
+}
+
+// caKey is the key of the running config's CA (its pki app's root
+// certificate) in the storage's bucket.
+const caKey = "pki.authorities.local.root=2Ecrt"
+
+// waitForKey waits until key is in bucket.
+func waitForKey(t *testing.T, js jetstream.JetStream, bucket, key string) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		kv, err := js.KeyValue(ctx, bucket)
+		if err == nil {
+			if _, err = kv.Get(ctx, key); err == nil {
+				return
+			}
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the running config did not store %s in bucket %s: %v", key, bucket, err)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
 }
 
 // TestValidateWritesNothing: `caddy validate` (caddy.Validate, which
@@ -73,7 +99,7 @@ func TestValidateWritesNothing(t *testing.T) {
 		return names
 	}
 	localCopy := t.TempDir()
-	cfg := storageConfig(t, srv.ClientURL(), localCopy)
+	cfg := storageConfig(t, srv.ClientURL(), localCopy, "")
 
 	var c caddy.Config
 	if err := caddy.StrictUnmarshalJSON(cfg, &c); err != nil {
@@ -102,34 +128,11 @@ func TestValidateWritesNothing(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer caddy.Stop()
-	deadline := time.Now().Add(20 * time.Second)
-	for {
-		kv, err := js.KeyValue(ctx, "validate_test")
-		if err == nil {
-			if _, err = kv.Get(ctx, "pki.authorities.local.root=2Ecrt"); err == nil {
-				break
-			}
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("the running config did not store its CA in NATS: %v", err)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	waitForKey(t, js, "validate_test", caKey)
 	if _, err := os.Stat(filepath.Join(localCopy, "data", "pki", "authorities", "local", "root.crt")); err != nil {
 		t.Fatalf("local copy of the CA: %v", err)
 	}
 	// The site's certificate, issued in the background, is stored too
 	// (and nothing writes after the test's Stop).
-	for {
-		kv, err := js.KeyValue(ctx, "validate_test")
-		if err == nil {
-			if _, err = kv.Get(ctx, "certificates.local.validate=2Elocalhost.validate=2Elocalhost=2Ecrt"); err == nil {
-				break
-			}
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("the running config did not store its certificate in NATS: %v", err)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	waitForKey(t, js, "validate_test", "certificates.local.validate=2Elocalhost.validate=2Elocalhost=2Ecrt")
 }

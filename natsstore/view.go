@@ -81,6 +81,9 @@ func (s *configStorage) promote() {
 	sort.Strings(keys)
 	for _, k := range keys {
 		op := s.held[k]
+		if s.l.applyLoaded(k, op.value, op.del, op.base) {
+			continue
+		}
 		if err := s.l.queue(k, op.value, op.del, op.base, true); err != nil {
 			s.log.Error("storage nats: a write made while the config loaded is lost", zap.String("key", k), zap.Error(err))
 		}
@@ -146,6 +149,11 @@ func (s *configStorage) waitRunning() {
 // baseOf returns the hash of what NATS holds at k ("" for nothing), from
 // NATS when it answers, else from the copy.
 func (s *configStorage) baseOf(ctx context.Context, k string) string {
+	if _, queued := s.l.pendingOf(k); queued {
+		// this process's own queued write comes first: it is the value
+		// NATS will hold (the copy's), not the value NATS holds now
+		return s.l.disk.hash(k)
+	}
 	if s.l.usable() {
 		v, _, err := s.l.remote.entry(ctx, k)
 		if err == nil {
@@ -187,8 +195,20 @@ func (s *configStorage) heldBelow(dir string) (puts, dels []string) {
 	return puts, dels
 }
 
+// opCtx is the context of one storage operation: the caller's values
+// without its cancellation. As with Caddy's file storage, an operation
+// runs to its end (each NATS call bounded by the storage's timeout) when
+// the caller's context ends meanwhile: a config replaced by a reload (the
+// docker app's first route set, right after a start) cancels its context
+// while its certificate jobs still read, write and unlock, and those must
+// not fail half-way (certmagic logged a certificate the next config
+// obtained as "obtaining certificate: ... context canceled"). Only Lock's
+// wait for a lock another holder has ends with the caller's context.
+func opCtx(ctx context.Context) context.Context { return context.WithoutCancel(ctx) }
+
 // Store puts value at key.
 func (s *configStorage) Store(ctx context.Context, key string, value []byte) error {
+	ctx = opCtx(ctx)
 	k := normalizePath(key)
 	if k == "" {
 		return fmt.Errorf("invalid storage key %q: empty", key)
@@ -202,6 +222,7 @@ func (s *configStorage) Store(ctx context.Context, key string, value []byte) err
 
 // Load returns the value at key, or an error wrapping fs.ErrNotExist.
 func (s *configStorage) Load(ctx context.Context, key string) ([]byte, error) {
+	ctx = opCtx(ctx)
 	k := normalizePath(key)
 	if k == "" {
 		return nil, notExist(key)
@@ -222,6 +243,7 @@ func (s *configStorage) Load(ctx context.Context, key string) ([]byte, error) {
 // Delete deletes key and, if it is a directory, every key below it. A key
 // that does not exist is not an error.
 func (s *configStorage) Delete(ctx context.Context, key string) error {
+	ctx = opCtx(ctx)
 	k := normalizePath(key)
 	if s.isRunning() {
 		return s.l.del(ctx, k)
@@ -243,6 +265,7 @@ func (s *configStorage) Delete(ctx context.Context, key string) error {
 
 // Exists reports whether key is a stored value or a directory.
 func (s *configStorage) Exists(ctx context.Context, key string) bool {
+	ctx = opCtx(ctx)
 	k := normalizePath(key)
 	if op, ok := s.heldOf(k); ok {
 		return !op.del
@@ -256,6 +279,7 @@ func (s *configStorage) Exists(ctx context.Context, key string) bool {
 
 // List returns the keys below dir (see KV.List).
 func (s *configStorage) List(ctx context.Context, dir string, recursive bool) ([]string, error) {
+	ctx = opCtx(ctx)
 	d := normalizePath(dir)
 	sub, err := s.l.below(ctx, d)
 	if err != nil {
@@ -280,6 +304,7 @@ func (s *configStorage) List(ctx context.Context, dir string, recursive bool) ([
 
 // Stat describes key: a stored value (terminal) or a directory.
 func (s *configStorage) Stat(ctx context.Context, key string) (certmagic.KeyInfo, error) {
+	ctx = opCtx(ctx)
 	k := normalizePath(key)
 	if op, ok := s.heldOf(k); ok {
 		if op.del {
@@ -308,6 +333,7 @@ func (s *configStorage) Lock(ctx context.Context, name string) error {
 
 // TryLock takes the named lock if it is free.
 func (s *configStorage) TryLock(ctx context.Context, name string) (bool, error) {
+	ctx = opCtx(ctx)
 	if encodeKey(name) == "" {
 		return false, fmt.Errorf("invalid lock name %q: empty", name)
 	}
@@ -316,6 +342,7 @@ func (s *configStorage) TryLock(ctx context.Context, name string) (bool, error) 
 
 // Unlock releases a lock taken by this storage.
 func (s *configStorage) Unlock(ctx context.Context, name string) error {
+	ctx = opCtx(ctx)
 	return s.l.unlock(ctx, name)
 }
 

@@ -122,7 +122,7 @@ func (b *Bench) Run(containers int, skip, note string) error {
 	defer stopAll()
 
 	r := &Report{
-		Date: b.started.UTC().Format("2006-01-02"), Started: b.started.UTC(), Quick: b.Quick,
+		Date: b.started.UTC().Format("2006-01-02"), Started: b.started.UTC(), Quick: b.Quick, Label: b.Label,
 		Rounds: b.Rounds, DurationS: b.Dur.Seconds(), WarmupS: b.Warmup.Seconds(), Note: note,
 		Command: os.Getenv("BENCH_COMMAND"), Samples: map[string][]Sample{},
 	}

@@ -1,7 +1,8 @@
 // Command benchtool is bench/run's engine: it runs the side-by-side
 // benchmark (see bench/README.md) and the small services it needs.
 //
-//	benchtool run [flags]              the benchmark; writes bench/results/<date>.md, .png, .json
+//	benchtool run [flags]              the benchmark; writes bench/results/<date>[-<label>].md, .png, .json and the index README.md
+//	benchtool index <dir>              write <dir>/README.md, the index of the reports in it, again
 //	benchtool authsvc <addr> <keydir>  auth service for nginx auth_request / Caddy forward_auth
 //	benchtool permsvc <addr>           permission service (allows everything)
 //	benchtool auditsink <addr>         audit webhook receiver
@@ -47,6 +48,9 @@ func main() {
 		if r, err = loadReport(os.Args[2]); err == nil {
 			err = os.WriteFile(strings.TrimSuffix(os.Args[2], ".json")+".md", []byte(r.markdown(filepath.Base(strings.TrimSuffix(os.Args[2], ".json")+".png"))), 0o644)
 		}
+	case "index":
+		need(3)
+		err = writeIndex(os.Args[2])
 	case "chart":
 		need(4)
 		var r *Report
@@ -114,7 +118,12 @@ func cmdRun(args []string) error {
 	skip := fs.String("skip", "", "comma-separated parts to skip: "+strings.Join(parts, ", "))
 	containers := fs.Int("containers", 10, "containers in the discovery test")
 	note := fs.String("note", "", "a note for the report (e.g. machine load)")
+	label := fs.String("label", "", "the report's short name after the date: bench/results/<date>-<label>.md (lower-case letters, digits, '-')")
 	fs.Parse(args)
+	var err error
+	if b.Label, err = cleanLabel(*label); err != nil {
+		return err
+	}
 	b.Dur = *dur
 	return b.Run(*containers, *skip, *note)
 }

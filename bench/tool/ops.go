@@ -81,9 +81,7 @@ func waitFirst200(url, auth string, timeout time.Duration, p *Proc) error {
 	deadline := time.Now().Add(timeout)
 	for time.Now().Before(deadline) {
 		req, _ := http.NewRequest(http.MethodGet, url, nil)
-		if auth != "" {
-			req.Header.Set("Authorization", auth)
-		}
+		setAuth(req, auth)
 		resp, err := cl.Do(req)
 		if err == nil {
 			resp.Body.Close()

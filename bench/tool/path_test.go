@@ -85,23 +85,3 @@ func TestPathLabels(t *testing.T) {
 		t.Errorf("disagreeing rounds: %q", got)
 	}
 }
-
-// TestPartialSuffix: a run limited by -only or -skip never writes the
-// day's full report's file names.
-func TestPartialSuffix(t *testing.T) {
-	for _, tc := range []struct {
-		only    string
-		skipped []string
-		want    string
-	}{
-		{"", nil, ""},
-		{"idle", nil, "-only-idle"},
-		{"gw, gw-fast", nil, "-only-gw-gw-fast"},
-		{"", []string{"discovery", "ops"}, "-skip-discovery-ops"},
-		{"steps", []string{"ops"}, "-only-steps"},
-	} {
-		if got := partialSuffix(tc.only, tc.skipped); got != tc.want {
-			t.Errorf("partialSuffix(%q, %q) = %q, want %q", tc.only, tc.skipped, got, tc.want)
-		}
-	}
-}

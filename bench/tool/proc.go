@@ -195,9 +195,7 @@ func probe(ctx context.Context, url, auth string) (int, string, error) {
 	if err != nil {
 		return 0, "", err
 	}
-	if auth != "" {
-		req.Header.Set("Authorization", auth)
-	}
+	setAuth(req, auth)
 	resp, err := plainClient.Do(req)
 	if err != nil {
 		return 0, "", err
@@ -205,6 +203,14 @@ func probe(ctx context.Context, url, auth string) (int, string, error) {
 	defer resp.Body.Close()
 	b, _ := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
 	return resp.StatusCode, string(b), nil
+}
+
+// setAuth sets a row's credential: a header line ("Authorization: Bearer
+// ...", "Cookie: gateway_session=...") from Bench.authHeader.
+func setAuth(req *http.Request, auth string) {
+	if k, v, ok := strings.Cut(auth, ": "); ok {
+		req.Header.Set(k, v)
+	}
 }
 
 // waitStatus polls url until it answers want, or the deadline.

@@ -18,6 +18,7 @@ type Report struct {
 	Started   time.Time           `json:"started"`
 	Finished  time.Time           `json:"finished"`
 	Quick     bool                `json:"quick"`
+	Label     string              `json:"label,omitempty"` // -label: the report's short name after the date
 	Rounds    int                 `json:"rounds"`
 	DurationS float64             `json:"duration_s"`
 	WarmupS   float64             `json:"warmup_s"`
@@ -596,10 +597,7 @@ func loadReport(path string) (*Report, error) {
 
 func (b *Bench) write() error {
 	r := b.report
-	base := r.Date + partialSuffix(b.Only, b.skipped)
-	if r.Quick {
-		base += "-quick"
-	}
+	base := freeBase(b.Results, reportBase(r.Date, r.Label, b.Only, b.skipped, r.Quick))
 	jsonPath := filepath.Join(b.Results, base+".json")
 	mdPath := filepath.Join(b.Results, base+".md")
 	pngPath := filepath.Join(b.Results, base+".png")
@@ -619,6 +617,9 @@ func (b *Bench) write() error {
 		return err
 	}
 	progress("wrote %s, %s and %s", rel(b.Root, mdPath), rel(b.Root, pngPath), rel(b.Root, jsonPath))
+	if err := writeIndex(b.Results); err != nil {
+		return err
+	}
 	for _, t := range r.Targets {
 		progress("  %-48s %-28s %-40s %s", t.Name, t.Goal, t.Measured, strings.ToUpper(t.Status))
 	}
@@ -874,31 +875,4 @@ func (r *Report) checks(p func(string, ...any)) {
 		p("- %s", l)
 	}
 	p("")
-}
-
-// partialSuffix names the results of a run limited by -only or -skip, so
-// that it never replaces the day's full report: "-only-idle",
-// "-only-gw-gw-fast", "-skip-discovery-ops".
-func partialSuffix(only string, skipped []string) string {
-	clean := func(list []string) string {
-		var out []string
-		for _, x := range list {
-			if x = strings.TrimSpace(x); x != "" {
-				out = append(out, strings.Map(func(r rune) rune {
-					if r >= 'a' && r <= 'z' || r >= '0' && r <= '9' || r == '-' {
-						return r
-					}
-					return '-'
-				}, strings.ToLower(x)))
-			}
-		}
-		return strings.Join(out, "-")
-	}
-	if s := clean(strings.Split(only, ",")); s != "" {
-		return "-only-" + s
-	}
-	if s := clean(skipped); s != "" {
-		return "-skip-" + s
-	}
-	return ""
 }

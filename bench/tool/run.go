@@ -44,6 +44,7 @@ type Bench struct {
 	Quick               bool
 	All                 bool // the opt-in scenarios too
 	Only                string
+	Label               string   // -label, checked by cleanLabel
 	skipped             []string // -skip's parts (named in the results file)
 	Keys                *Keys
 	tokens              map[string]string // alg -> one token
@@ -54,6 +55,7 @@ type Bench struct {
 	confDir, logDir     string
 	started             time.Time
 	report              *Report
+	sessionCookie       string // the session row's login (Session)
 }
 
 // Sample is one scenario in one round.
@@ -131,6 +133,9 @@ func (b *Bench) conf(s Scenario, port int) Conf {
 	}
 	if c.Quota {
 		c.QuotaDir = filepath.Join(b.Work, "quota")
+	}
+	if c.OIDC {
+		c.OIDCIssuer = "http://" + oidcAddr
 	}
 	if s.Proto != "" {
 		// TLS 1.3 with the ECDSA P-256 certificate, h2 offered by ALPN
@@ -227,13 +232,17 @@ func (b *Bench) startServer(s Scenario, c Conf, tag string) (*Proc, error) {
 	return nil, fmt.Errorf("unknown server %q", s.Server)
 }
 
-// authHeader is the Authorization value a scenario's check request uses.
+// authHeader is the credential header line a scenario's requests carry:
+// its token, the first token of its pool (the check request), or the
+// session cookie its login got (Session rows).
 func (b *Bench) authHeader(s Scenario) string {
 	switch {
 	case s.Token != "":
-		return "Bearer " + b.tokens[s.Token]
+		return "Authorization: Bearer " + b.tokens[s.Token]
 	case s.Pool != "":
-		return "Bearer " + b.tokens[s.Pool+"-pool0"]
+		return "Authorization: Bearer " + b.tokens[s.Pool+"-pool0"]
+	case s.Session:
+		return "Cookie: gateway_session=" + b.sessionCookie
 	}
 	return ""
 }
@@ -257,8 +266,8 @@ func (b *Bench) h2Job(s Scenario, url string, conns int, d time.Duration) H2Job 
 	if s.Proto == protoH2 || s.Proto == protoH3 {
 		j.Streams = h2Streams
 	}
-	if s.Token != "" {
-		j.Header = "Authorization: Bearer " + b.tokens[s.Token]
+	if s.Token != "" || s.Session {
+		j.Header = b.authHeader(s)
 	}
 	return j
 }
@@ -273,8 +282,8 @@ func rowURL(s Scenario, addr string) string {
 
 func (b *Bench) wrkJob(s Scenario, url string, conns int, d time.Duration, offset int64) WrkJob {
 	j := WrkJob{URL: url, Conns: conns, Duration: d}
-	if s.Token != "" {
-		j.Header = "Authorization: Bearer " + b.tokens[s.Token]
+	if s.Token != "" || s.Session {
+		j.Header = b.authHeader(s)
 	}
 	if s.Pool != "" {
 		j.Script = filepath.Join(b.Work, "rotate-tokens.lua")
@@ -300,6 +309,14 @@ func (b *Bench) runScenario(s Scenario, idx, round int) Sample {
 	}
 	url := rowURL(s, addr)
 	waitPortFree(addr, 5*time.Second)
+	if s.Session {
+		stop, err := b.startProvider(addr, tag)
+		if err != nil {
+			smp.Err = err.Error()
+			return smp
+		}
+		defer stop()
+	}
 	p, err := b.startServer(s, c, tag)
 	if err != nil {
 		smp.Err = err.Error()
@@ -314,6 +331,12 @@ func (b *Bench) runScenario(s Scenario, idx, round int) Sample {
 	if err := waitTCP(addr, 30*time.Second, p); err != nil {
 		smp.Err = err.Error()
 		return smp
+	}
+	if s.Session {
+		if err := b.login(url); err != nil {
+			smp.Err = err.Error()
+			return smp
+		}
 	}
 	if err := waitStatus(url, b.authHeader(s), 200, 15*time.Second, p); err != nil {
 		smp.Err = "check request did not get 200: " + err.Error()

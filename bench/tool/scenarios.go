@@ -11,7 +11,11 @@ type Scenario struct {
 	Conf   Conf   // template data (Port and addresses are filled in at run time)
 	Token  string // "" | HS256 | RS256: one token, reused on every request
 	Pool   string // "" | HS256 | RS256: rotate through a pool of distinct tokens
-	Paths  bool   // rotate through distinct paths
+	// Session: the row logs in through oidc_login (the test OpenID
+	// Provider, bench/work/testop, runs beside it) and every request
+	// carries the session cookie
+	Session bool
+	Paths   bool // rotate through distinct paths
 	// Proto is the load's protocol: "" (HTTP/1.1 in clear text, wrk at
 	// 300 connections), protoH2 (HTTP/2 over TLS 1.3, h2load at 50
 	// connections x 10 streams) or protoTLSH1 (HTTP/1.1 over TLS 1.3,
@@ -41,6 +45,8 @@ type Conf struct {
 	Issuer         string
 	Audience       string
 	JWT            string   // "" | HS256 | RS256
+	OIDC           bool     // gateway oidc_login (sessions in the config's file storage) against the test provider
+	OIDCIssuer     string   // the test provider's issuer (filled in at run time)
 	FwdAuth        bool     // nginx auth_request / Caddy forward_auth / Traefik ForwardAuth to the auth service
 	RBAC           bool     // gateway rbac; HAProxy: the same roles rule on the verified token's claims
 	RateLimit      bool     // gateway rate_limit; nginx limit_req; HAProxy stick table; Traefik rateLimit
@@ -122,6 +128,7 @@ func scenarios() []Scenario {
 		{Name: "gw-jwt-rs256", Label: "gateway jwt_auth RS256, one token", Group: "auth", Server: "gateway", Conf: Conf{JWT: "RS256"}, Token: "RS256", Baseline: "gw"},
 		{Name: "gw-jwt-rs256-distinct", Label: "gateway jwt_auth RS256, distinct tokens", Group: "auth", Server: "gateway", Conf: Conf{JWT: "RS256"}, Pool: "RS256", Baseline: "gw"},
 		{Name: "gw-fast-jwt-hs256", Label: "gateway (apigate) jwt_auth HS256, one token", Group: "auth", Server: "gateway", Conf: fast(Conf{JWT: "HS256"}), Token: "HS256", Baseline: "gw-fast"},
+		{Name: "gw-fast-session", Label: "gateway (apigate) oidc_login, one browser session", Group: "auth", Server: "gateway", Conf: fast(Conf{OIDC: true}), Session: true, Baseline: "gw-fast"},
 		{Name: "gw-fast-jwt-hs256-distinct", Label: "gateway (apigate) jwt_auth HS256, distinct tokens", Group: "auth", Server: "gateway", Conf: fast(Conf{JWT: "HS256"}), Pool: "HS256", Baseline: "gw-fast"},
 		{Name: "gw-fast-jwt-rs256", Label: "gateway (apigate) jwt_auth RS256, one token", Group: "auth", Server: "gateway", Conf: fast(Conf{JWT: "RS256"}), Token: "RS256", Baseline: "gw-fast"},
 		{Name: "gw-fast-jwt-rs256-distinct", Label: "gateway (apigate) jwt_auth RS256, distinct tokens", Group: "auth", Server: "gateway", Conf: fast(Conf{JWT: "RS256"}), Pool: "RS256", Baseline: "gw-fast", OptIn: true},
@@ -259,6 +266,7 @@ func targets() []Target {
 		{Name: "fast path, no duties, vs the fasthttp proxy (both saturated)", Scenario: "gw-fast", Kind: "ratio", Against: "go-fasthttp", Limit: 0.9},
 		{Name: "fast path, every duty: CPU per request vs the fast path bare", Scenario: "gw-fast-all", Kind: "cpu", Against: "gw-fast", Limit: 1.25},
 		{Name: "fast path: JWT HS256, CPU per request vs bare", Scenario: "gw-fast-jwt-hs256", Kind: "cpu", Against: "gw-fast", Limit: 1.05},
+		{Name: "fast path: browser session, CPU per request vs jwt_auth", Scenario: "gw-fast-session", Kind: "cpu", Against: "gw-fast-jwt-hs256", Limit: 1.1},
 		{Name: "fast path: rbac, CPU per request vs jwt_auth alone", Scenario: "gw-fast-rbac", Kind: "cpu", Against: "gw-fast-jwt-hs256", Limit: 1.01},
 		{Name: "fast path: rate_limit, CPU per request vs jwt_auth + rbac", Scenario: "gw-fast-steps-rl", Kind: "cpu", Against: "gw-fast-rbac", Limit: 1.02},
 		{Name: "fast path: permission cached, CPU per request vs jwt_auth + rbac + rate_limit", Scenario: "gw-fast-steps-perm", Kind: "cpu", Against: "gw-fast-steps-rl", Limit: 1.01},

@@ -114,6 +114,26 @@
     setText("fastpath-note", fp.length ? "counts of the running config (docs/fastpath.md)" : "");
   }
 
+  // oidc_login's counters: sessions held by this gateway, logins by
+  // result, requests checked, refreshes, sessions ended on the server
+  function renderSessions(o) {
+    const s = o.sessions || { logins: {}, checks: {}, refreshes: {}, revocations: {} };
+    const sum = (m, skip) => Object.keys(m || {}).filter((k) => k !== skip).reduce((a, k) => a + m[k], 0);
+    const logins = (s.logins || {}).success || 0;
+    const failed = sum(s.logins, "success");
+    const used = logins + failed + sum(s.checks);
+    const failures = Object.keys(s.logins || {}).filter((k) => k !== "success" && s.logins[k])
+      .map((k) => k + " " + fmt(s.logins[k])).join(" · ");
+    fill($("sessions").tBodies[0], used ? [el("tr", null,
+      el("td", { class: "num", text: fmt(s.sessions || 0) }), el("td", { class: "num", text: fmt(logins) }),
+      el("td", { class: "num", text: fmt(failed) }), el("td", { class: "num", text: fmt((s.checks || {}).session || 0) }),
+      el("td", { class: "num", text: fmt((s.checks || {}).no_session || 0) }),
+      el("td", { class: "num", text: fmt((s.checks || {}).csrf_refused || 0) }),
+      el("td", { class: "num", text: fmt(sum(s.refreshes)) }), el("td", { class: "num", text: fmt(sum(s.revocations)) }))] : [],
+      "no oidc_login has run", 8);
+    setText("sessions-note", failures ? "failed logins: " + failures : "");
+  }
+
   function renderQuota(o) {
     const q = o.quota || { enabled: false, top: [], near_limit: [], decisions: {} };
     const near = (u) => u.limit ? u.limit + " " + pct(u.used) : "–";
@@ -373,6 +393,7 @@
     renderDuties(o);
     renderContainers(o);
     renderFastPath(o);
+    renderSessions(o);
     renderQuota(o);
     renderOpenAPI(o);
     renderCanaries(o);

@@ -206,12 +206,14 @@ func StripToken(r *http.Request, sources []TokenSource) {
 
 func removeCookie(h http.Header, name string) {
 	lines := h["Cookie"]
-	if len(lines) == 0 {
-		return
+	if len(lines) == 0 || !hasCookie(lines, name) {
+		return // the common case of a request without it: nothing allocated
 	}
-	var kept []string
+	var b strings.Builder
 	for _, line := range lines {
-		for _, part := range strings.Split(line, ";") {
+		for len(line) > 0 {
+			var part string
+			part, line, _ = strings.Cut(line, ";")
 			p := strings.TrimSpace(part)
 			if p == "" {
 				continue
@@ -219,12 +221,31 @@ func removeCookie(h http.Header, name string) {
 			if k, _, _ := strings.Cut(p, "="); k == name {
 				continue
 			}
-			kept = append(kept, p)
+			if b.Len() > 0 {
+				b.WriteString("; ")
+			} else {
+				b.Grow(len(lines[0]))
+			}
+			b.WriteString(p)
 		}
 	}
-	if len(kept) == 0 {
+	if b.Len() == 0 {
 		h.Del("Cookie")
 		return
 	}
-	h["Cookie"] = []string{strings.Join(kept, "; ")}
+	h["Cookie"] = []string{b.String()}
+}
+
+// hasCookie reports whether a cookie of that name is among lines.
+func hasCookie(lines []string, name string) bool {
+	for _, line := range lines {
+		for len(line) > 0 {
+			var part string
+			part, line, _ = strings.Cut(line, ";")
+			if k, _, _ := strings.Cut(strings.TrimSpace(part), "="); k == name {
+				return true
+			}
+		}
+	}
+	return false
 }

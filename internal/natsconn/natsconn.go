@@ -7,10 +7,27 @@
 // Connections are made with RetryOnFailedConnect, so Get succeeds even while
 // the servers are down: the connection keeps trying in the background and
 // publishes are buffered (up to ReconnectBufSize) meanwhile.
+//
+// A module that connects to NATS configures it with Config, the one NATS
+// connection block (servers, creds, nkey, user/password, token, tls { ca
+// cert key server_name }, name), in four steps:
+//
+//	type Fleet struct {
+//		natsconn.Config // embedded: its fields are the module's JSON fields
+//		Bucket string `json:"bucket,omitempty"`
+//	}
+//
+//	// Caddyfile: in the block's loop, for a subdirective the module does not know
+//	if ok, err := f.Config.UnmarshalCaddyfileOption(d); ok { ... }
+//
+//	// Provision: own servers, else those of `storage nats` (nil: none)
+//	opts, err := f.Config.Resolve(nil, natsconn.ConfigStorage(ctx))
+//	conn, release, err := natsconn.Get(opts) // release in Cleanup/Stop
 package natsconn
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"sort"
@@ -40,12 +57,20 @@ type Options struct {
 	Token string
 	// CredsFile is a path to a .creds file (JWT + NKey seed).
 	CredsFile string
+	// NKeyFile is a path to a file holding an NKey user seed.
+	NKeyFile string
+	// TLS requires TLS even on nats:// URLs (a tls:// URL requires it
+	// anyway); TLSCA, TLSCert or TLSKey imply it.
+	TLS bool
 	// TLSCA is a PEM file of CA certificates that verify the servers
-	// (default: the system pool when a tls:// URL is used).
+	// (default: the system pool).
 	TLSCA string
 	// TLSCert and TLSKey are a PEM client certificate and its key, for
 	// servers that require mutual TLS. Both or neither.
 	TLSCert, TLSKey string
+	// TLSServerName is the name the servers' certificates are verified
+	// against (default: the host of the URL dialled).
+	TLSServerName string
 	// ConnectTimeout bounds each dial (default 2s).
 	ConnectTimeout time.Duration
 	// ReconnectWait is the pause between reconnect attempts (default 500ms).
@@ -81,8 +106,8 @@ func (o Options) withDefaults() Options {
 func (o Options) key() string {
 	s := append([]string(nil), o.Servers...)
 	sort.Strings(s)
-	return fmt.Sprintf("%q|%q|%q|%q|%q|%q|%q|%q|%q|%s|%s|%d|%d", s, o.Name, o.User, o.Password,
-		o.Token, o.CredsFile, o.TLSCA, o.TLSCert, o.TLSKey,
+	return fmt.Sprintf("%q|%q|%q|%q|%q|%q|%q|%t|%q|%q|%q|%q|%s|%s|%d|%d", s, o.Name, o.User, o.Password,
+		o.Token, o.CredsFile, o.NKeyFile, o.TLS, o.TLSCA, o.TLSCert, o.TLSKey, o.TLSServerName,
 		o.ConnectTimeout, o.ReconnectWait, o.MaxReconnects, o.ReconnectBufSize)
 }
 
@@ -163,6 +188,16 @@ type OptionsProvider interface {
 	NATSOptions() Options
 }
 
+// ConfigStorage returns the lookup of ctx's config's `storage nats` (as
+// an OptionsProvider; nil when the config's storage is another), for
+// Config.Resolve, which makes it only when the block has no servers.
+func ConfigStorage(ctx caddy.Context) func() OptionsProvider {
+	return func() OptionsProvider {
+		p, _ := ctx.Storage().(OptionsProvider)
+		return p
+	}
+}
+
 // Get returns the shared connection for opts, connecting if it is the first
 // user. The release function must be called exactly once when the caller no
 // longer needs the connection; the last release drains and closes it.
@@ -175,8 +210,8 @@ func Get(opts Options) (*Conn, func(), error) {
 			return nil, nil, errors.New("natsconn: empty server URL")
 		}
 	}
-	if (opts.TLSCert == "") != (opts.TLSKey == "") {
-		return nil, nil, errors.New("natsconn: a TLS client certificate needs both a cert and a key file")
+	if err := opts.check(); err != nil {
+		return nil, nil, fmt.Errorf("natsconn: %w", err)
 	}
 	opts = opts.withDefaults()
 	k := opts.key()
@@ -260,6 +295,17 @@ func connect(o Options, onReconnect, onConnect func()) (*nats.Conn, error) {
 	}
 	if o.CredsFile != "" {
 		nopts = append(nopts, nats.UserCredentials(o.CredsFile))
+	}
+	if o.NKeyFile != "" {
+		nk, err := nats.NkeyOptionFromSeed(o.NKeyFile)
+		if err != nil {
+			return nil, fmt.Errorf("natsconn: nkey %q: %w", o.NKeyFile, err)
+		}
+		nopts = append(nopts, nk)
+	}
+	if o.TLS || o.TLSServerName != "" {
+		// first: RootCAs and ClientCert add to this tls.Config
+		nopts = append(nopts, nats.Secure(&tls.Config{MinVersion: tls.VersionTLS12, ServerName: o.TLSServerName}))
 	}
 	if o.TLSCA != "" {
 		nopts = append(nopts, nats.RootCAs(o.TLSCA))

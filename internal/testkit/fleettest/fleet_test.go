@@ -54,7 +54,7 @@ func repoRoot(t *testing.T) string {
 }
 
 // needModules are the modules the replica and canary configs use.
-var needModules = []string{"caddy.storage.nats", "audit", "http.handlers.audit",
+var needModules = []string{"caddy.storage.nats", "audit", "http.handlers.audit", "http.handlers.gateway_ready",
 	"http.handlers.jwt_auth", "http.handlers.rate_limit", "http.handlers.permission",
 	"http.reverse_proxy.selection_policies.docker", "quota", "http.handlers.quota"}
 
@@ -130,6 +130,7 @@ func startReplica(t *testing.T, bin, config string, idx int, env []string) *repl
 		fmt.Sprintf("GATEWAY_HTTP_PORT=%d", httpPorts[idx]),
 		fmt.Sprintf("GATEWAY_HTTPS_PORT=%d", httpsPorts[idx]),
 		fmt.Sprintf("GATEWAY_NODE=replica-%d", idx),
+		"SHUTDOWN_DELAY=500ms",
 		"AUDIT_SPOOL="+filepath.Join(dir, "audit"),
 	)
 	cmd.Env = append(cmd.Env, env...)

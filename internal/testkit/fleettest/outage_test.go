@@ -24,6 +24,10 @@ import (
 // unchanged: each host's settings come from the environment.
 const hostTTL = 3 * time.Second
 
+// hostShutdownDelay is the reference config's shutdown_delay in the tests
+// (5s in production): long enough for the test balancers' checks.
+const hostShutdownDelay = time.Second
+
 func hostConfig(_ *fleetHost, _, _ string) string {
 	b, err := os.ReadFile(filepath.Join("testdata", "host.Caddyfile"))
 	if err != nil {
@@ -50,6 +54,7 @@ func newRefHost(t *testing.T, name string, pod *podmantest.Podman) *fleetHost {
 			"DOCKER_HOST=" + h.pod.Host(),
 			"AUDIT_SPOOL=" + filepath.Join(h.home, "audit"),
 			"FLEET_TTL=" + hostTTL.String(),
+			"SHUTDOWN_DELAY=" + hostShutdownDelay.String(),
 		}
 	}
 	refHTTPS[h] = https

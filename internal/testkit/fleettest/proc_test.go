@@ -34,6 +34,14 @@ func runGateway(t *testing.T, bin, name string, config func(dir string) string, 
 // added to the process's environment.
 func runGatewayIn(t *testing.T, bin, name, dir string, env []string, config func(dir string) string, readyURL string) *gatewayProc {
 	t.Helper()
+	return runGatewayFiles(t, bin, name, dir, env, nil, config, readyURL)
+}
+
+// runGatewayFiles is runGatewayIn with files the process inherits as fd
+// 3, 4, ... (listening sockets, as systemd's socket activation passes
+// them: Caddy's fd/3 network address).
+func runGatewayFiles(t *testing.T, bin, name, dir string, env []string, files []*os.File, config func(dir string) string, readyURL string) *gatewayProc {
+	t.Helper()
 	cfg := filepath.Join(dir, "Caddyfile")
 	if err := os.WriteFile(cfg, []byte(config(dir)), 0o644); err != nil {
 		t.Fatal(err)
@@ -46,6 +54,7 @@ func runGatewayIn(t *testing.T, bin, name, dir string, env []string, config func
 	cmd := exec.Command(bin, "run", "--config", cfg, "--adapter", "caddyfile")
 	cmd.Env = append(os.Environ(), "HOME="+dir, "XDG_DATA_HOME="+filepath.Join(dir, "data"), "XDG_CONFIG_HOME="+filepath.Join(dir, "config"))
 	cmd.Env = append(cmd.Env, env...)
+	cmd.ExtraFiles = files
 	cmd.Stdout, cmd.Stderr = logf, logf
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)

@@ -1,5 +1,6 @@
 // Command testsummary reads `go test -json` from standard input, prints the
-// output of failed and skipped tests, and a closing line
+// output of failed and skipped tests, the slowest top-level tests (so a
+// developer sees where the suite's time goes), and a closing line
 // "N passed, N failed, N skipped". It exits 1 when a test or package failed,
 // or when a test skipped without being listed in the allow-list file given as
 // its argument (one Go regular expression per line matching "pkg.TestName"):
@@ -49,8 +50,34 @@ func main() {
 	os.Exit(summarize(os.Stdin, os.Stdout, allowed))
 }
 
+// slowestShown is how many of the slowest tests summarize lists.
+const slowestShown = 10
+
+// timing is one finished top-level test and its wall time in seconds.
+type timing struct {
+	name    string
+	elapsed float64
+}
+
+// slowest returns the n longest of ts, longest first (ties by name, so the
+// list is stable from run to run).
+func slowest(ts []timing, n int) []timing {
+	sort.Slice(ts, func(i, j int) bool {
+		if ts[i].elapsed != ts[j].elapsed {
+			return ts[i].elapsed > ts[j].elapsed
+		}
+		return ts[i].name < ts[j].name
+	})
+	if len(ts) > n {
+		ts = ts[:n]
+	}
+	return ts
+}
+
 func summarize(in io.Reader, out io.Writer, allowed []*regexp.Regexp) int {
 	outputs := map[string]*strings.Builder{}
+	// Top-level tests only: a subtest's time is already inside its parent's.
+	var timings []timing
 	var passed, failed, skipped int
 	var failedNames, badSkips, okSkips, failedPkgs []string
 	sc := bufio.NewScanner(in)
@@ -77,6 +104,9 @@ func summarize(in io.Reader, out io.Writer, allowed []*regexp.Regexp) int {
 		case "pass":
 			if ev.Test != "" {
 				passed++
+				if !strings.Contains(ev.Test, "/") {
+					timings = append(timings, timing{key, ev.Elapsed})
+				}
 			} else {
 				fmt.Fprintf(out, "ok   %s (%.1fs)\n", ev.Package, ev.Elapsed)
 			}
@@ -85,6 +115,9 @@ func summarize(in io.Reader, out io.Writer, allowed []*regexp.Regexp) int {
 			if ev.Test != "" {
 				failed++
 				failedNames = append(failedNames, key)
+				if !strings.Contains(ev.Test, "/") {
+					timings = append(timings, timing{key, ev.Elapsed})
+				}
 			} else {
 				failedPkgs = append(failedPkgs, ev.Package)
 				fmt.Fprintf(out, "FAIL %s (%.1fs)\n", ev.Package, ev.Elapsed)
@@ -129,6 +162,12 @@ func summarize(in io.Reader, out io.Writer, allowed []*regexp.Regexp) int {
 	sort.Strings(badSkips)
 	for _, s := range badSkips {
 		fmt.Fprintln(out, "SKIPPED (not allowed):", s)
+	}
+	if ts := slowest(timings, slowestShown); len(ts) > 0 {
+		fmt.Fprintf(out, "slowest %d tests:\n", len(ts))
+		for _, t := range ts {
+			fmt.Fprintf(out, "  %7.1fs  %s\n", t.elapsed, t.name)
+		}
 	}
 	for _, n := range failedNames {
 		fmt.Fprintln(out, "FAILED:", n)

@@ -1,4 +1,4 @@
-package caddydocker
+package swarm
 
 import (
 	"encoding/json"
@@ -12,10 +12,12 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/docker/docker/api/types/swarm"
+	dockerswarm "github.com/docker/docker/api/types/swarm"
+
+	"github.com/apigate/gateway/caddydocker"
 )
 
-// The fixtures in testdata/swarm follow the Docker API's answers to
+// The fixtures in testdata follow the Docker API's answers to
 // GET /services (docker service inspect) and GET /tasks, written by hand:
 // no Swarm runs here. Networks: ingress (7pu6...), proxy (k9vq..., the
 // gateway's), shop_backend (3ytw...). Services: shop_orders (3 replicas,
@@ -26,15 +28,27 @@ import (
 // one task preparing), shop_db (no gateway labels), shop_reports (0
 // replicas).
 
-func loadSwarm(t testing.TB, services, tasks string) ([]swarm.Service, []swarm.Task) {
+// routeOptions and labelOptions are those of a docker app with jwt_auth
+// and permission configured, so every label the fixtures carry is valid.
+var (
+	routeOptions = caddydocker.BuildOptions{
+		Server:           "gateway",
+		StreamCloseDelay: caddydocker.DefaultStreamCloseDelay,
+		JWTAuth:          json.RawMessage(`{"handler":"jwt_auth","hmac_secret":"{env.JWT_SECRET}"}`),
+		Permission:       json.RawMessage(`{"handler":"permission","url":"http://127.0.0.1:9100/check"}`),
+	}
+	labelOptions = caddydocker.LabelOptions{HaveJWT: true, HavePermission: true}
+)
+
+func loadSwarm(t testing.TB, services, tasks string) ([]dockerswarm.Service, []dockerswarm.Task) {
 	t.Helper()
-	var ss []swarm.Service
-	var ts []swarm.Task
+	var ss []dockerswarm.Service
+	var ts []dockerswarm.Task
 	for _, f := range []struct {
 		name string
 		v    any
 	}{{services, &ss}, {tasks, &ts}} {
-		b, err := os.ReadFile(filepath.Join("testdata", "swarm", f.name))
+		b, err := os.ReadFile(filepath.Join("testdata", f.name))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -46,7 +60,7 @@ func loadSwarm(t testing.TB, services, tasks string) ([]swarm.Service, []swarm.T
 }
 
 // summary is one Container as "<name> <id> <ip> <ports>".
-func summary(cs []Container) []string {
+func summary(cs []caddydocker.Container) []string {
 	out := []string{}
 	for _, c := range cs {
 		out = append(out, fmt.Sprintf("%s %s %s %v", c.Name, c.ID, c.IP, c.Ports))
@@ -54,8 +68,8 @@ func summary(cs []Container) []string {
 	return out
 }
 
-// issueSummary is one SwarmIssue as "<service> <task> skipped|notice: <reason>".
-func issueSummary(is []SwarmIssue) []string {
+// issueSummary is one Issue as "<service> <task> skipped|notice: <reason>".
+func issueSummary(is []Issue) []string {
 	out := []string{}
 	for _, i := range is {
 		kind := "notice"
@@ -67,17 +81,17 @@ func issueSummary(is []SwarmIssue) []string {
 	return out
 }
 
-// swarmDials feeds containers through Discover and BuildRoutes and returns
+// swarmDials feeds containers through caddydocker.Discover and caddydocker.BuildRoutes and returns
 // each route's upstream dial addresses by route ID.
-func swarmDials(t *testing.T, cs []Container) map[string][]string {
+func swarmDials(t *testing.T, cs []caddydocker.Container) map[string][]string {
 	t.Helper()
-	ds := Discover(cs, fullLabels)
+	ds := caddydocker.Discover(cs, labelOptions)
 	for _, d := range ds {
 		if d.Errors != nil {
 			t.Errorf("container %s: label errors %v", d.Container.Name, d.Errors)
 		}
 	}
-	plan, err := BuildRoutes(ds, testOpts)
+	plan, err := caddydocker.BuildRoutes(ds, routeOptions)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -115,7 +129,7 @@ const (
 
 type swarmCase struct {
 	name       string
-	mode       SwarmEndpoint
+	mode       Endpoint
 	network    string
 	containers []string
 	issues     []string
@@ -185,13 +199,13 @@ var (
 	}
 )
 
-func swarmWith(c swarmCase, name string, mode SwarmEndpoint, network string) swarmCase {
+func swarmWith(c swarmCase, name string, mode Endpoint, network string) swarmCase {
 	c.name, c.mode, c.network = name, mode, network
 	return c
 }
 
 // byID is c with the network given as id, which issues then quote.
-func byID(c swarmCase, name string, mode SwarmEndpoint, netName, id string) swarmCase {
+func byID(c swarmCase, name string, mode Endpoint, netName, id string) swarmCase {
 	c = swarmWith(c, name, mode, id)
 	c.issues = append([]string(nil), c.issues...)
 	for i := range c.issues {
@@ -206,18 +220,18 @@ func byID(c swarmCase, name string, mode SwarmEndpoint, netName, id string) swar
 func TestSwarmContainers(t *testing.T) {
 	services, tasks := loadSwarm(t, "services.json", "tasks.json")
 	for _, tc := range []swarmCase{
-		swarmWith(vipOnProxy, "vip_default_network", SwarmVIP, ""), // ingress sorts first but is left out
-		swarmWith(vipOnProxy, "vip_proxy_by_name", SwarmVIP, "proxy"),
-		swarmWith(vipOnProxy, "vip_proxy_by_id", SwarmVIP, proxyID),
-		swarmWith(vipOnBackend, "vip_backend_by_name", SwarmVIP, "shop_backend"),
-		byID(vipOnBackend, "vip_backend_by_id", SwarmVIP, "shop_backend", backendID),
-		swarmWith(tasksOnProxy, "tasks_default_network", SwarmTasks, ""),
-		swarmWith(tasksOnProxy, "tasks_proxy_by_name", SwarmTasks, "proxy"),
-		swarmWith(tasksOnBackend, "tasks_backend_by_name", SwarmTasks, "shop_backend"),
-		byID(tasksOnBackend, "tasks_backend_by_id", SwarmTasks, "shop_backend", backendID),
+		swarmWith(vipOnProxy, "vip_default_network", VIP, ""), // ingress sorts first but is left out
+		swarmWith(vipOnProxy, "vip_proxy_by_name", VIP, "proxy"),
+		swarmWith(vipOnProxy, "vip_proxy_by_id", VIP, proxyID),
+		swarmWith(vipOnBackend, "vip_backend_by_name", VIP, "shop_backend"),
+		byID(vipOnBackend, "vip_backend_by_id", VIP, "shop_backend", backendID),
+		swarmWith(tasksOnProxy, "tasks_default_network", Tasks, ""),
+		swarmWith(tasksOnProxy, "tasks_proxy_by_name", Tasks, "proxy"),
+		swarmWith(tasksOnBackend, "tasks_backend_by_name", Tasks, "shop_backend"),
+		byID(tasksOnBackend, "tasks_backend_by_id", Tasks, "shop_backend", backendID),
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			cs, issues := SwarmContainers(services, tasks, tc.mode, tc.network)
+			cs, issues := Containers(services, tasks, tc.mode, tc.network)
 			if got := summary(cs); !reflect.DeepEqual(got, tc.containers) {
 				t.Errorf("containers:\n got %q\nwant %q", got, tc.containers)
 			}
@@ -240,13 +254,13 @@ func TestSwarmContainers(t *testing.T) {
 // upstreams; shut down, failed, pending, preparing and stopping ones do not.
 func TestSwarmTaskStates(t *testing.T) {
 	services, tasks := loadSwarm(t, "services.json", "tasks.json")
-	cs, _ := SwarmContainers(services, tasks, SwarmTasks, "")
+	cs, _ := Containers(services, tasks, Tasks, "")
 	got := map[string]bool{}
 	for _, c := range cs {
 		got[c.ID] = true
 	}
 	for _, tk := range tasks {
-		want := tk.Status.State == swarm.TaskStateRunning && tk.DesiredState == swarm.TaskStateRunning &&
+		want := tk.Status.State == dockerswarm.TaskStateRunning && tk.DesiredState == dockerswarm.TaskStateRunning &&
 			tk.ServiceID != "d5f8h1j4l7n0p3r6t9v2x5z8b" && tk.ServiceID != "h3j6k9m2p5r8t1w4y7a0c3e6g" // not opted in
 		if got[tk.ID] != want {
 			t.Errorf("task %s (%s, desired %s): routed %v, want %v", tk.ID, tk.Status.State, tk.DesiredState, got[tk.ID], want)
@@ -263,7 +277,7 @@ func TestSwarmTaskStates(t *testing.T) {
 // defaults to the service name; the input is not modified.
 func TestSwarmLabels(t *testing.T) {
 	services, tasks := loadSwarm(t, "services.json", "tasks.json")
-	var search swarm.Service
+	var search dockerswarm.Service
 	for _, s := range services {
 		if s.Spec.Name == "shop_search" {
 			search = s
@@ -271,11 +285,11 @@ func TestSwarmLabels(t *testing.T) {
 	}
 	before := maps.Clone(search.Spec.Labels)
 
-	vip, _ := SwarmContainers(services, tasks, SwarmVIP, "")
+	vip, _ := Containers(services, tasks, VIP, "")
 	if !reflect.DeepEqual(vip[1].Labels, services[0].Spec.Labels) {
 		t.Errorf("vip labels %v, want the service's %v", vip[1].Labels, services[0].Spec.Labels)
 	}
-	cs, _ := SwarmContainers(services, tasks, SwarmTasks, "")
+	cs, _ := Containers(services, tasks, Tasks, "")
 	for _, c := range cs {
 		if !strings.HasPrefix(c.Name, "shop_search.") {
 			continue
@@ -306,7 +320,7 @@ func TestSwarmContainerSpecLabels(t *testing.T) {
 		"gateway.port":                 "9999", // differs
 		"gateway.router.x.path_prefix": "/x",   // absent from the service
 	}
-	cs, issues := SwarmContainers([]swarm.Service{orders, services[2]}, tasks, SwarmVIP, "")
+	cs, issues := Containers([]dockerswarm.Service{orders, services[2]}, tasks, VIP, "")
 	want := []string{
 		legacySkipped,
 		"shop_orders  notice: container spec labels gateway.port, gateway.router.x.path_prefix are ignored: only the service's labels (compose deploy.labels:) are read",
@@ -328,15 +342,15 @@ func TestSwarmContainerSpecLabels(t *testing.T) {
 func TestSwarmTaskName(t *testing.T) {
 	for _, tc := range []struct {
 		name string
-		task swarm.Task
+		task dockerswarm.Task
 		want string
 	}{
-		{"replicated", swarm.Task{ID: "tid", Slot: 2, NodeID: "nid"}, "web.2.tid"},
-		{"global", swarm.Task{ID: "tid", NodeID: "nid"}, "web.nid.tid"},
-		{"annotated", swarm.Task{ID: "tid", Slot: 2, Annotations: swarm.Annotations{Name: "custom"}}, "custom"},
+		{"replicated", dockerswarm.Task{ID: "tid", Slot: 2, NodeID: "nid"}, "web.2.tid"},
+		{"global", dockerswarm.Task{ID: "tid", NodeID: "nid"}, "web.nid.tid"},
+		{"annotated", dockerswarm.Task{ID: "tid", Slot: 2, Annotations: dockerswarm.Annotations{Name: "custom"}}, "custom"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			if got := swarmTaskName("web", &tc.task); got != tc.want {
+			if got := taskName("web", &tc.task); got != tc.want {
 				t.Errorf("got %q, want %q", got, tc.want)
 			}
 		})
@@ -346,26 +360,26 @@ func TestSwarmTaskName(t *testing.T) {
 // TestSwarmPorts: TCP only, target and published both set; a host mode
 // port the task reports (a dynamic published port) wins.
 func TestSwarmPorts(t *testing.T) {
-	s := swarm.Service{Endpoint: swarm.Endpoint{Ports: []swarm.PortConfig{
+	s := dockerswarm.Service{Endpoint: dockerswarm.Endpoint{Ports: []dockerswarm.PortConfig{
 		{Protocol: "tcp", TargetPort: 80, PublishedPort: 0, PublishMode: "host"},
 		{Protocol: "tcp", TargetPort: 443, PublishedPort: 8443, PublishMode: "ingress"},
 		{Protocol: "udp", TargetPort: 53, PublishedPort: 53, PublishMode: "ingress"},
 		{Protocol: "sctp", TargetPort: 99, PublishedPort: 99},
 		{TargetPort: 22, PublishedPort: 2222}, // no protocol means tcp
 	}}}
-	task := swarm.Task{Status: swarm.TaskStatus{PortStatus: swarm.PortStatus{Ports: []swarm.PortConfig{
+	task := dockerswarm.Task{Status: dockerswarm.TaskStatus{PortStatus: dockerswarm.PortStatus{Ports: []dockerswarm.PortConfig{
 		{Protocol: "tcp", TargetPort: 80, PublishedPort: 30001, PublishMode: "host"},
 	}}}}
 	for _, tc := range []struct {
 		name string
-		task *swarm.Task
-		want []Port
+		task *dockerswarm.Task
+		want []caddydocker.Port
 	}{
-		{"service", nil, []Port{{22, 2222}, {443, 8443}}},
-		{"task", &task, []Port{{22, 2222}, {80, 30001}, {443, 8443}}},
+		{"service", nil, []caddydocker.Port{{Private: 22, Public: 2222}, {Private: 443, Public: 8443}}},
+		{"task", &task, []caddydocker.Port{{Private: 22, Public: 2222}, {Private: 80, Public: 30001}, {Private: 443, Public: 8443}}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			if got := swarmPorts(&s, tc.task); !reflect.DeepEqual(got, tc.want) {
+			if got := ports(&s, tc.task); !reflect.DeepEqual(got, tc.want) {
 				t.Errorf("got %v, want %v", got, tc.want)
 			}
 		})
@@ -390,7 +404,7 @@ func TestSwarmStripMask(t *testing.T) {
 
 func TestSwarmUnknownMode(t *testing.T) {
 	services, tasks := loadSwarm(t, "services.json", "tasks.json")
-	cs, issues := SwarmContainers(services, tasks, "dnsrr", "")
+	cs, issues := Containers(services, tasks, "dnsrr", "")
 	if len(cs) != 0 || len(issues) != 1 || !strings.Contains(issues[0].Error(), `unknown endpoint mode "dnsrr"`) {
 		t.Errorf("got %v, %v", cs, issues)
 	}
@@ -402,16 +416,16 @@ func TestSwarmUnknownMode(t *testing.T) {
 // names its service.
 func TestSwarmMalformed(t *testing.T) {
 	services, tasks := loadSwarm(t, "malformed_services.json", "malformed_tasks.json")
-	for _, mode := range []SwarmEndpoint{SwarmVIP, SwarmTasks} {
+	for _, mode := range []Endpoint{VIP, Tasks} {
 		for _, network := range []string{"", "n1000000000000000000000001", "n1name", "nope"} {
 			t.Run(fmt.Sprintf("%s_%s", mode, network), func(t *testing.T) {
-				cs, issues := SwarmContainers(services, tasks, mode, network)
+				cs, issues := Containers(services, tasks, mode, network)
 				for _, i := range issues {
 					if i.Service == "" && i.ServiceID == "" {
 						t.Errorf("issue names no service: %v", i)
 					}
 				}
-				if _, err := BuildRoutes(Discover(cs, fullLabels), testOpts); err != nil {
+				if _, err := caddydocker.BuildRoutes(caddydocker.Discover(cs, labelOptions), routeOptions); err != nil {
 					t.Fatal(err)
 				}
 			})
@@ -419,12 +433,12 @@ func TestSwarmMalformed(t *testing.T) {
 	}
 	const attach = "; attach the service to the gateway's network or set gateway.address"
 	for _, tc := range []struct {
-		mode       SwarmEndpoint
+		mode       Endpoint
 		network    string
 		containers []string
 		issues     []string
 	}{
-		{SwarmVIP, "", []string{"ports r5ports00000000000000000e 10.9.0.2 []"}, []string{
+		{VIP, "", []string{"ports r5ports00000000000000000e 10.9.0.2 []"}, []string{
 			"r1noname0000000000000000a  skipped: no virtual IP on a network other than ingress (on: no network)" + attach,
 			"badvip  notice: container spec labels gateway.port are ignored: only the service's labels (compose deploy.labels:) are read",
 			"badvip  skipped: no virtual IP on a network other than ingress (on: ? without a valid address, n1name without a valid address)" + attach,
@@ -432,7 +446,7 @@ func TestSwarmMalformed(t *testing.T) {
 			"dnsrr_no_tasks  skipped: no running task",
 			"no_id  skipped: service has no ID",
 		}},
-		{SwarmTasks, "n1name", []string{
+		{Tasks, "n1name", []string{
 			"ports.-1.t3ports00000000000000003 t3ports00000000000000003 10.9.0.7 []",
 			"r1noname0000000000000000a..t4bareip00000000000000004 t4bareip00000000000000004 10.9.0.9 []",
 		}, []string{
@@ -446,7 +460,7 @@ func TestSwarmMalformed(t *testing.T) {
 		}},
 	} {
 		t.Run("expect_"+string(tc.mode), func(t *testing.T) {
-			cs, issues := SwarmContainers(services, tasks, tc.mode, tc.network)
+			cs, issues := Containers(services, tasks, tc.mode, tc.network)
 			if got := summary(cs); !reflect.DeepEqual(got, tc.containers) {
 				t.Errorf("containers:\n got %q\nwant %q", got, tc.containers)
 			}
@@ -456,16 +470,16 @@ func TestSwarmMalformed(t *testing.T) {
 		})
 	}
 	for _, in := range []struct {
-		ss []swarm.Service
-		ts []swarm.Task
-	}{{nil, nil}, {[]swarm.Service{}, nil}, {nil, tasks}, {services, nil}} {
-		for _, mode := range []SwarmEndpoint{SwarmVIP, SwarmTasks} {
-			SwarmContainers(in.ss, in.ts, mode, "")
+		ss []dockerswarm.Service
+		ts []dockerswarm.Task
+	}{{nil, nil}, {[]dockerswarm.Service{}, nil}, {nil, tasks}, {services, nil}} {
+		for _, mode := range []Endpoint{VIP, Tasks} {
+			Containers(in.ss, in.ts, mode, "")
 		}
 	}
 }
 
-// FuzzSwarmContainers changes the fields SwarmContainers reads (addresses,
+// FuzzSwarmContainers changes the fields Containers reads (addresses,
 // network IDs and names, states, slots, ports, labels) in the fixture: no
 // panic, sorted output, upstream IPs that parse, issues that name their
 // service, and routes that build.
@@ -476,16 +490,16 @@ func FuzzSwarmContainers(f *testing.F) {
 	f.Fuzz(func(t *testing.T, vip, addr, netID, netName, network, state string, slot int, target, published uint32, proto, key, value string) {
 		services, tasks := loadSwarm(t, "services.json", "tasks.json")
 		s, tk := &services[0], &tasks[0] // shop_orders and its slot 1 task
-		s.Endpoint.VirtualIPs = append(s.Endpoint.VirtualIPs, swarm.EndpointVirtualIP{NetworkID: netID, Addr: vip})
-		s.Endpoint.Ports = append(s.Endpoint.Ports, swarm.PortConfig{Protocol: swarm.PortConfigProtocol(proto), TargetPort: target, PublishedPort: published})
+		s.Endpoint.VirtualIPs = append(s.Endpoint.VirtualIPs, dockerswarm.EndpointVirtualIP{NetworkID: netID, Addr: vip})
+		s.Endpoint.Ports = append(s.Endpoint.Ports, dockerswarm.PortConfig{Protocol: dockerswarm.PortConfigProtocol(proto), TargetPort: target, PublishedPort: published})
 		s.Spec.Labels[key] = value
-		tk.NetworksAttachments = append([]swarm.NetworkAttachment{{
-			Network:   swarm.Network{ID: netID, Spec: swarm.NetworkSpec{Annotations: swarm.Annotations{Name: netName}}},
+		tk.NetworksAttachments = append([]dockerswarm.NetworkAttachment{{
+			Network:   dockerswarm.Network{ID: netID, Spec: dockerswarm.NetworkSpec{Annotations: dockerswarm.Annotations{Name: netName}}},
 			Addresses: []string{addr},
 		}}, tk.NetworksAttachments...)
-		tk.Status.State, tk.Slot = swarm.TaskState(state), slot
-		for _, mode := range []SwarmEndpoint{SwarmVIP, SwarmTasks} {
-			cs, issues := SwarmContainers(services, tasks, mode, network)
+		tk.Status.State, tk.Slot = dockerswarm.TaskState(state), slot
+		for _, mode := range []Endpoint{VIP, Tasks} {
+			cs, issues := Containers(services, tasks, mode, network)
 			if !sort.SliceIsSorted(cs, func(i, j int) bool { return cs[i].Name < cs[j].Name || cs[i].Name == cs[j].Name && cs[i].ID < cs[j].ID }) {
 				t.Fatalf("not sorted: %v", summary(cs))
 			}
@@ -499,7 +513,7 @@ func FuzzSwarmContainers(f *testing.F) {
 					t.Fatalf("issue names no service: %v", i)
 				}
 			}
-			if _, err := BuildRoutes(Discover(cs, fullLabels), testOpts); err != nil {
+			if _, err := caddydocker.BuildRoutes(caddydocker.Discover(cs, labelOptions), routeOptions); err != nil {
 				t.Fatal(err)
 			}
 		}

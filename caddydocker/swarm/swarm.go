@@ -1,36 +1,42 @@
-package caddydocker
-
-// Docker Swarm services as Containers. Not wired into the app yet: this is
-// the mapping a Swarm engine (ServiceList + TaskList) would feed to
-// Discover and BuildRoutes, which stay as they are. See "Docker Swarm" in
-// docs/caddydocker.md.
+// Package swarm maps Docker Swarm services to caddydocker Containers.
+//
+// Not wired into the docker app yet: this is the mapping a Swarm engine
+// (ServiceList + TaskList) would feed to caddydocker's Discover and
+// BuildRoutes, which stay as they are. It lives in a package of its own so
+// that the live discovery code carries no unwired code; see "Docker Swarm
+// (design, not yet wired)" in docs/caddydocker.md for the design and what
+// wiring it in would change.
+package swarm
 
 import (
 	"fmt"
 	"net"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
 
-	"github.com/docker/docker/api/types/swarm"
+	dockerswarm "github.com/docker/docker/api/types/swarm"
+
+	"github.com/apigate/gateway/caddydocker"
 )
 
-// SwarmEndpoint is the address of a Swarm service that the gateway dials.
-type SwarmEndpoint string
+// Endpoint is the address of a Swarm service that the gateway dials.
+type Endpoint string
 
 const (
-	// SwarmVIP dials the service's virtual IP: one upstream per service,
+	// VIP dials the service's virtual IP: one upstream per service,
 	// balanced over the tasks by Swarm (IPVS).
-	SwarmVIP SwarmEndpoint = "vip"
-	// SwarmTasks dials every running task: one upstream per task, balanced
+	VIP Endpoint = "vip"
+	// Tasks dials every running task: one upstream per task, balanced
 	// by the gateway.
-	SwarmTasks SwarmEndpoint = "tasks"
+	Tasks Endpoint = "tasks"
 )
 
-// SwarmIssue is something SwarmContainers has to say about one service
+// Issue is something Containers has to say about one service
 // (and, with Task set, one of its tasks). It names the service so that a
 // log line leads to it.
-type SwarmIssue struct {
+type Issue struct {
 	// ServiceID is the Swarm service ID.
 	ServiceID string `json:"service_id,omitempty"`
 	// Service is the service name (its ID when it has none).
@@ -44,7 +50,7 @@ type SwarmIssue struct {
 	Skipped bool `json:"skipped"`
 }
 
-func (e SwarmIssue) Error() string {
+func (e Issue) Error() string {
 	var b strings.Builder
 	b.WriteString("swarm")
 	if e.Service != "" || e.ServiceID != "" {
@@ -64,7 +70,7 @@ func (e SwarmIssue) Error() string {
 	return b.String()
 }
 
-// SwarmContainers maps Swarm services and their tasks (the answers of the
+// Containers maps Swarm services and their tasks (the answers of the
 // Docker API's ServiceList and TaskList) to Containers, so that Discover
 // and BuildRoutes route them as they route containers. It never panics and
 // is a pure function of its inputs: the output is sorted by name, then ID.
@@ -74,9 +80,9 @@ func (e SwarmIssue) Error() string {
 // spec (compose labels:) are not read, and a service that has them only
 // there is reported. A service with no running task gets no Container.
 //
-// mode SwarmVIP gives one Container per service: ID and Name are the
+// mode VIP gives one Container per service: ID and Name are the
 // service's, IP is its virtual IP. A service in endpoint mode dnsrr has no
-// virtual IP and is mapped as in SwarmTasks, with a notice. mode SwarmTasks
+// virtual IP and is mapped as in Tasks, with a notice. mode Tasks
 // gives one Container per task that runs and is meant to (Status.State and
 // DesiredState both "running"): ID is the task ID, Name is the task's
 // container name "<service>.<slot>.<task ID>" (the node ID in place of the
@@ -91,13 +97,13 @@ func (e SwarmIssue) Error() string {
 //
 // Health is left "": the task list carries no health, and Swarm only marks
 // a task running once its health check passed. Ports are the service's
-// published TCP ports (ingress and host mode, and in SwarmTasks the host
+// published TCP ports (ingress and host mode, and in Tasks the host
 // ports the task reports).
-func SwarmContainers(services []swarm.Service, tasks []swarm.Task, mode SwarmEndpoint, network string) ([]Container, []SwarmIssue) {
-	if mode != SwarmVIP && mode != SwarmTasks {
-		return nil, []SwarmIssue{{Reason: fmt.Sprintf("unknown endpoint mode %q: must be %q or %q", mode, SwarmVIP, SwarmTasks), Skipped: true}}
+func Containers(services []dockerswarm.Service, tasks []dockerswarm.Task, mode Endpoint, network string) ([]caddydocker.Container, []Issue) {
+	if mode != VIP && mode != Tasks {
+		return nil, []Issue{{Reason: fmt.Sprintf("unknown endpoint mode %q: must be %q or %q", mode, VIP, Tasks), Skipped: true}}
 	}
-	m := swarmMapper{network: network, nets: map[string]swarmNet{}, running: map[string][]swarm.Task{}}
+	m := mapper{network: network, nets: map[string]netInfo{}, running: map[string][]dockerswarm.Task{}}
 	for _, t := range tasks {
 		for _, a := range t.NetworksAttachments {
 			if id := a.Network.ID; id != "" {
@@ -109,7 +115,7 @@ func SwarmContainers(services []swarm.Service, tasks []swarm.Task, mode SwarmEnd
 				m.nets[id] = n
 			}
 		}
-		if t.ServiceID != "" && t.Status.State == swarm.TaskStateRunning && t.DesiredState == swarm.TaskStateRunning {
+		if t.ServiceID != "" && t.Status.State == dockerswarm.TaskStateRunning && t.DesiredState == dockerswarm.TaskStateRunning {
 			m.running[t.ServiceID] = append(m.running[t.ServiceID], t)
 		}
 	}
@@ -143,40 +149,40 @@ func SwarmContainers(services []swarm.Service, tasks []swarm.Task, mode SwarmEnd
 	return m.out, m.issues
 }
 
-type swarmNet struct {
+type netInfo struct {
 	name    string
 	ingress bool
 }
 
-// swarmMapper collects the Containers and issues of one SwarmContainers call.
-type swarmMapper struct {
+// mapper collects the Containers and issues of one Containers call.
+type mapper struct {
 	network string
-	nets    map[string]swarmNet     // network ID -> name, from task attachments
-	running map[string][]swarm.Task // service ID -> running tasks
-	out     []Container
-	issues  []SwarmIssue
+	nets    map[string]netInfo            // network ID -> name, from task attachments
+	running map[string][]dockerswarm.Task // service ID -> running tasks
+	out     []caddydocker.Container
+	issues  []Issue
 }
 
-func (m *swarmMapper) issue(s *swarm.Service, task string, skipped bool, format string, args ...any) {
-	m.issues = append(m.issues, SwarmIssue{ServiceID: s.ID, Service: swarmServiceName(s), Task: task,
+func (m *mapper) issue(s *dockerswarm.Service, task string, skipped bool, format string, args ...any) {
+	m.issues = append(m.issues, Issue{ServiceID: s.ID, Service: serviceName(s), Task: task,
 		Reason: fmt.Sprintf(format, args...), Skipped: skipped})
 }
 
-func swarmServiceName(s *swarm.Service) string {
+func serviceName(s *dockerswarm.Service) string {
 	if s.Spec.Name != "" {
 		return s.Spec.Name
 	}
 	return s.ID
 }
 
-func (m *swarmMapper) service(s *swarm.Service, mode SwarmEndpoint) {
+func (m *mapper) service(s *dockerswarm.Service, mode Endpoint) {
 	labels := s.Spec.Labels
 	var specLabels map[string]string
 	if cs := s.Spec.TaskTemplate.ContainerSpec; cs != nil {
 		specLabels = cs.Labels
 	}
-	if _, ok := labels[LabelPrefix+"enable"]; !ok {
-		if _, ok := specLabels[LabelPrefix+"enable"]; ok {
+	if _, ok := labels[caddydocker.LabelPrefix+"enable"]; !ok {
+		if _, ok := specLabels[caddydocker.LabelPrefix+"enable"]; ok {
 			m.issue(s, "", true, "gateway.* labels are on the container spec (compose labels:), which Swarm mode does not read; "+
 				"put them on the service (compose deploy.labels:, docker service create --label)")
 		}
@@ -188,7 +194,7 @@ func (m *swarmMapper) service(s *swarm.Service, mode SwarmEndpoint) {
 	}
 	var ignored []string
 	for k, v := range specLabels {
-		if w, ok := labels[k]; strings.HasPrefix(k, LabelPrefix) && (!ok || w != v) {
+		if w, ok := labels[k]; strings.HasPrefix(k, caddydocker.LabelPrefix) && (!ok || w != v) {
 			ignored = append(ignored, k)
 		}
 	}
@@ -205,28 +211,28 @@ func (m *swarmMapper) service(s *swarm.Service, mode SwarmEndpoint) {
 	}
 	dnsrr := false
 	if es := s.Spec.EndpointSpec; es != nil {
-		dnsrr = es.Mode == swarm.ResolutionModeDNSRR
+		dnsrr = es.Mode == dockerswarm.ResolutionModeDNSRR
 	} else {
-		dnsrr = s.Endpoint.Spec.Mode == swarm.ResolutionModeDNSRR
+		dnsrr = s.Endpoint.Spec.Mode == dockerswarm.ResolutionModeDNSRR
 	}
-	if mode == SwarmVIP && !dnsrr {
+	if mode == VIP && !dnsrr {
 		m.vip(s, labels)
 		return
 	}
-	if mode == SwarmVIP {
+	if mode == VIP {
 		m.issue(s, "", false, "endpoint mode dnsrr has no virtual IP: routed to its running tasks")
 	}
 	m.tasks(s, labels, running)
 }
 
 // vip adds the service itself, at its virtual IP.
-func (m *swarmMapper) vip(s *swarm.Service, labels map[string]string) {
-	var cands []swarmAddr
+func (m *mapper) vip(s *dockerswarm.Service, labels map[string]string) {
+	var cands []address
 	for _, v := range s.Endpoint.VirtualIPs {
 		cands = append(cands, m.addr(v.NetworkID, v.Addr))
 	}
-	c := Container{ID: s.ID, Name: swarmServiceName(s), Labels: cloneLabels(labels), Ports: swarmPorts(s, nil)}
-	ip, reason := pickSwarmAddr(cands, m.network)
+	c := caddydocker.Container{ID: s.ID, Name: serviceName(s), Labels: cloneLabels(labels), Ports: ports(s, nil)}
+	ip, reason := pickAddr(cands, m.network)
 	if ip == "" && !hasLabel(labels, "address") {
 		m.issue(s, "", true, "no virtual IP %s; attach the service to the gateway's network or set gateway.address", reason)
 		return
@@ -236,17 +242,17 @@ func (m *swarmMapper) vip(s *swarm.Service, labels map[string]string) {
 }
 
 // tasks adds one Container per running task, at the task's own address.
-func (m *swarmMapper) tasks(s *swarm.Service, labels map[string]string, running []swarm.Task) {
-	name := swarmServiceName(s)
+func (m *mapper) tasks(s *dockerswarm.Service, labels map[string]string, running []dockerswarm.Task) {
+	name := serviceName(s)
 	labels = cloneLabels(labels)
-	if strings.TrimSpace(labels[LabelPrefix+"name"]) == "" {
+	if strings.TrimSpace(labels[caddydocker.LabelPrefix+"name"]) == "" {
 		// A task's container name differs per task; without this each
 		// task would be a service of its own.
-		labels[LabelPrefix+"name"] = name
+		labels[caddydocker.LabelPrefix+"name"] = name
 	}
-	running = append([]swarm.Task(nil), running...)
+	running = append([]dockerswarm.Task(nil), running...)
 	sort.SliceStable(running, func(i, j int) bool {
-		return swarmTaskName(name, &running[i]) < swarmTaskName(name, &running[j])
+		return taskName(name, &running[i]) < taskName(name, &running[j])
 	})
 	for i := range running {
 		t := &running[i]
@@ -254,25 +260,25 @@ func (m *swarmMapper) tasks(s *swarm.Service, labels map[string]string, running 
 			m.issue(s, "", true, "a running task has no ID")
 			continue
 		}
-		var cands []swarmAddr
+		var cands []address
 		for _, a := range t.NetworksAttachments {
 			for _, addr := range a.Addresses {
 				cands = append(cands, m.addr(a.Network.ID, addr))
 			}
 		}
-		ip, reason := pickSwarmAddr(cands, m.network)
+		ip, reason := pickAddr(cands, m.network)
 		if ip == "" && !hasLabel(labels, "address") {
 			m.issue(s, t.ID, true, "no task address %s; attach the service to the gateway's network or set gateway.address", reason)
 			continue
 		}
-		m.out = append(m.out, Container{ID: t.ID, Name: swarmTaskName(name, t), Labels: labels, IP: ip, Ports: swarmPorts(s, t)})
+		m.out = append(m.out, caddydocker.Container{ID: t.ID, Name: taskName(name, t), Labels: labels, IP: ip, Ports: ports(s, t)})
 	}
 }
 
-// swarmTaskName is the name Swarm gives a task's container (swarmkit's
+// taskName is the name Swarm gives a task's container (swarmkit's
 // naming.Task): <service>.<slot>.<task ID>, the node ID in place of the
 // slot for a global service's task.
-func swarmTaskName(service string, t *swarm.Task) string {
+func taskName(service string, t *dockerswarm.Task) string {
 	if t.Name != "" {
 		return t.Name
 	}
@@ -283,16 +289,16 @@ func swarmTaskName(service string, t *swarm.Task) string {
 	return service + "." + slot + "." + t.ID
 }
 
-// swarmAddr is one address of a service or task on one network.
-type swarmAddr struct {
+// address is one address of a service or task on one network.
+type address struct {
 	netID, net string
 	ingress    bool
 	ip         string // "" when the address does not parse
 }
 
-func (m *swarmMapper) addr(netID, cidr string) swarmAddr {
+func (m *mapper) addr(netID, cidr string) address {
 	n := m.nets[netID]
-	a := swarmAddr{netID: netID, net: n.name, ingress: n.ingress, ip: stripMask(cidr)}
+	a := address{netID: netID, net: n.name, ingress: n.ingress, ip: stripMask(cidr)}
 	if a.net == "" {
 		a.net = netID
 	}
@@ -311,17 +317,17 @@ func stripMask(s string) string {
 	return ""
 }
 
-// pickSwarmAddr returns the address on network (a name or an ID), or, with
+// pickAddr returns the address on network (a name or an ID), or, with
 // network "", on the first network by name that is not the ingress network.
 // When there is none, it returns "" and the reason ("on network x", ...).
-func pickSwarmAddr(cands []swarmAddr, network string) (string, string) {
+func pickAddr(cands []address, network string) (string, string) {
 	if network != "" {
 		for _, a := range cands {
 			if a.ip != "" && (a.netID == network || a.net == network) {
 				return a.ip, ""
 			}
 		}
-		return "", fmt.Sprintf("on network %q (on: %s)", network, swarmNetList(cands))
+		return "", fmt.Sprintf("on network %q (on: %s)", network, netList(cands))
 	}
 	best := -1
 	for i, a := range cands {
@@ -333,12 +339,12 @@ func pickSwarmAddr(cands []swarmAddr, network string) (string, string) {
 		}
 	}
 	if best < 0 {
-		return "", fmt.Sprintf("on a network other than ingress (on: %s)", swarmNetList(cands))
+		return "", fmt.Sprintf("on a network other than ingress (on: %s)", netList(cands))
 	}
 	return cands[best].ip, ""
 }
 
-func swarmNetList(cands []swarmAddr) string {
+func netList(cands []address) string {
 	var names []string
 	for _, a := range cands {
 		n := a.net
@@ -350,25 +356,26 @@ func swarmNetList(cands []swarmAddr) string {
 		}
 		names = append(names, n)
 	}
-	names = sortedUnique(names)
+	slices.Sort(names)
+	names = slices.Compact(names)
 	if len(names) == 0 {
 		return "no network"
 	}
 	return strings.Join(names, ", ")
 }
 
-// swarmPorts are the published TCP ports of a service, and of task t when
+// ports are the published TCP ports of a service, and of task t when
 // it is not nil (host mode ports, as the task reports them, come first).
-func swarmPorts(s *swarm.Service, t *swarm.Task) []Port {
-	var pcs []swarm.PortConfig
+func ports(s *dockerswarm.Service, t *dockerswarm.Task) []caddydocker.Port {
+	var pcs []dockerswarm.PortConfig
 	if t != nil {
 		pcs = append(pcs, t.Status.PortStatus.Ports...)
 	}
 	pcs = append(pcs, s.Endpoint.Ports...)
-	var out []Port
+	var out []caddydocker.Port
 	for _, p := range pcs {
 		if p.PublishedPort == 0 || p.TargetPort == 0 || p.PublishedPort > 65535 || p.TargetPort > 65535 ||
-			(p.Protocol != "" && p.Protocol != swarm.PortConfigProtocolTCP) {
+			(p.Protocol != "" && p.Protocol != dockerswarm.PortConfigProtocolTCP) {
 			continue
 		}
 		dup := false
@@ -376,7 +383,7 @@ func swarmPorts(s *swarm.Service, t *swarm.Task) []Port {
 			dup = dup || q.Private == int(p.TargetPort)
 		}
 		if !dup {
-			out = append(out, Port{Private: int(p.TargetPort), Public: int(p.PublishedPort)})
+			out = append(out, caddydocker.Port{Private: int(p.TargetPort), Public: int(p.PublishedPort)})
 		}
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].Private < out[j].Private })
@@ -392,6 +399,6 @@ func cloneLabels(in map[string]string) map[string]string {
 }
 
 func hasLabel(labels map[string]string, key string) bool {
-	_, ok := labels[LabelPrefix+key]
+	_, ok := labels[caddydocker.LabelPrefix+key]
 	return ok
 }

@@ -1,0 +1,639 @@
+package caddyopenapi
+
+import (
+	"encoding/binary"
+	"encoding/json"
+	"hash/maphash"
+	"math/bits"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"unicode/utf8"
+	"unsafe"
+)
+
+// A JSON body is read once, by scanner.scan: it checks that the text is
+// JSON (RFC 8259) and I-JSON (RFC 7493: UTF-8 only, no lone surrogate
+// escape, no member name twice in an object), and records each value on
+// a tape, in document order, with where its bytes are. Validation then
+// walks the tape (validate.go): nothing is decoded into Go values, and a
+// scanner is reused from request to request, so a body that is valid
+// costs no allocation.
+
+// tokKind is the kind of a value on the tape.
+type tokKind uint8
+
+const (
+	kNull tokKind = iota + 1
+	kFalse
+	kTrue
+	kNumber
+	kString
+	kArray
+	kObject
+)
+
+// token is one value on the tape. An object is followed by its members,
+// each a key (a kString token) and then its value; an array by its items.
+type token struct {
+	// start and end are the bytes of a string (its content once its
+	// escapes are decoded: in the text, or in the scanner's dec buffer
+	// when dec is set) or of a number (its text). For an array or an
+	// object, end is the number of items or members.
+	start, end uint32
+	// next is the index of the token after this value and everything
+	// in it.
+	next uint32
+	kind tokKind
+	dec  bool
+}
+
+// The ways a text is not I-JSON.
+type scanError uint8
+
+const (
+	scanOK scanError = iota
+	scanSyntax
+	scanEnd
+	scanDepth
+	scanUTF8
+	scanSurrogate
+	scanDuplicate
+)
+
+// maxDepth is how deeply values may nest (encoding/json's limit).
+const maxDepth = 10000
+
+// scanner reads JSON texts onto a tape. Its buffers are kept from one
+// text to the next.
+type scanner struct {
+	src  []byte  // the text
+	dec  []byte  // the content of strings that had escapes
+	tape []token // the values
+
+	open []frame  // the arrays and objects being read, outermost first
+	keys []uint32 // the key tokens of the objects being read
+	hash []keyHash
+
+	err     scanError
+	errAt   int    // the byte where the text went wrong
+	errPath string // the JSON pointer of the value it went wrong in
+}
+
+type frame struct {
+	tok  uint32 // the array or object
+	keys int    // where its keys start in scanner.keys
+}
+
+type keyHash struct {
+	h   uint64
+	tok uint32
+}
+
+var keySeed = maphash.MakeSeed()
+
+// reset prepares the scanner for a new text (or a value built by hand).
+func (s *scanner) reset(src []byte) {
+	s.src = src
+	s.dec = s.dec[:0]
+	s.tape = s.tape[:0]
+	s.open = s.open[:0]
+	s.keys = s.keys[:0]
+	s.err, s.errAt, s.errPath = scanOK, 0, ""
+}
+
+// bytes returns the content of a string token or the text of a number.
+func (s *scanner) bytes(t *token) []byte {
+	if t.dec {
+		return s.dec[t.start:t.end]
+	}
+	return s.src[t.start:t.end]
+}
+
+// str returns bytes(t) as a string without copying it: it is valid
+// until the scanner reads its next text.
+func (s *scanner) str(t *token) string {
+	b := s.bytes(t)
+	if len(b) == 0 {
+		return ""
+	}
+	return unsafe.String(&b[0], len(b))
+}
+
+func isSpace(c byte) bool { return c == ' ' || c == '\t' || c == '\n' || c == '\r' }
+
+func (s *scanner) skip(i int) int {
+	for i < len(s.src) && isSpace(s.src[i]) {
+		i++
+	}
+	return i
+}
+
+func (s *scanner) fail(e scanError, at int) bool {
+	s.err, s.errAt = e, at
+	s.errPath = s.pointer(-1)
+	return false
+}
+
+// scan reads src; it reports whether src is one I-JSON value (with
+// white space around it). On false, err, errAt and errPath say why.
+func (s *scanner) scan(src []byte) bool {
+	s.reset(src)
+	i := s.skip(0)
+	for {
+		// a value starts at i
+		if i >= len(src) {
+			return s.fail(scanEnd, i)
+		}
+		if n := len(s.open); n > 0 {
+			if top := &s.tape[s.open[n-1].tok]; top.kind == kArray {
+				top.end++
+			}
+		}
+		idx := uint32(len(s.tape))
+		switch c := src[i]; {
+		case c == '{' || c == '[':
+			if len(s.open) >= maxDepth {
+				return s.fail(scanDepth, i)
+			}
+			kind := kArray
+			if c == '{' {
+				kind = kObject
+			}
+			s.tape = append(s.tape, token{kind: kind})
+			s.open = append(s.open, frame{tok: idx, keys: len(s.keys)})
+			i = s.skip(i + 1)
+			if i < len(src) && (src[i] == '}' && kind == kObject || src[i] == ']' && kind == kArray) {
+				s.close()
+				i++
+				break
+			}
+			if kind == kObject {
+				var ok bool
+				if i, ok = s.member(i); !ok {
+					return false
+				}
+			}
+			continue
+		case c == '"':
+			var ok bool
+			if i, ok = s.string(i); !ok {
+				return false
+			}
+		case c == '-' || c >= '0' && c <= '9':
+			j, ok := s.number(i)
+			if !ok {
+				return false
+			}
+			s.tape = append(s.tape, token{kind: kNumber, start: uint32(i), end: uint32(j), next: idx + 1})
+			i = j
+		case c == 't' && strings.HasPrefix(unsafeString(src[i:]), "true"):
+			s.tape = append(s.tape, token{kind: kTrue, next: idx + 1})
+			i += 4
+		case c == 'f' && strings.HasPrefix(unsafeString(src[i:]), "false"):
+			s.tape = append(s.tape, token{kind: kFalse, next: idx + 1})
+			i += 5
+		case c == 'n' && strings.HasPrefix(unsafeString(src[i:]), "null"):
+			s.tape = append(s.tape, token{kind: kNull, next: idx + 1})
+			i += 4
+		default:
+			return s.fail(scanSyntax, i)
+		}
+		// after a value: a separator, the end of its container, or the
+		// end of the text
+		for {
+			i = s.skip(i)
+			n := len(s.open)
+			if n == 0 {
+				if i != len(src) {
+					return s.fail(scanSyntax, i)
+				}
+				return true
+			}
+			if i >= len(src) {
+				return s.fail(scanEnd, i)
+			}
+			top := s.tape[s.open[n-1].tok].kind
+			c := src[i]
+			if c == ',' {
+				i = s.skip(i + 1)
+				if top == kObject {
+					var ok bool
+					if i, ok = s.member(i); !ok {
+						return false
+					}
+				}
+				break
+			}
+			if top == kObject && c == '}' || top == kArray && c == ']' {
+				if top == kObject && !s.checkKeys() {
+					return false
+				}
+				s.close()
+				i++
+				continue
+			}
+			return s.fail(scanSyntax, i)
+		}
+	}
+}
+
+// member reads an object member's key and colon at i; the value follows.
+func (s *scanner) member(i int) (int, bool) {
+	if i >= len(s.src) {
+		return i, s.fail(scanEnd, i)
+	}
+	if s.src[i] != '"' {
+		return i, s.fail(scanSyntax, i)
+	}
+	key := uint32(len(s.tape))
+	i, ok := s.string(i)
+	if !ok {
+		return i, false
+	}
+	s.tape[s.open[len(s.open)-1].tok].end++
+	s.keys = append(s.keys, key)
+	i = s.skip(i)
+	if i >= len(s.src) {
+		return i, s.fail(scanEnd, i)
+	}
+	if s.src[i] != ':' {
+		return i, s.fail(scanSyntax, i)
+	}
+	return s.skip(i + 1), true
+}
+
+// close ends the innermost array or object.
+func (s *scanner) close() {
+	f := s.open[len(s.open)-1]
+	s.tape[f.tok].next = uint32(len(s.tape))
+	s.keys = s.keys[:f.keys]
+	s.open = s.open[:len(s.open)-1]
+}
+
+// checkKeys refuses an object (the innermost) that has a member name
+// twice: parsers disagree on which value counts.
+func (s *scanner) checkKeys() bool {
+	f := s.open[len(s.open)-1]
+	keys := s.keys[f.keys:]
+	if len(keys) < 2 {
+		return true
+	}
+	dup := -1
+	if len(keys) <= 64 {
+		// one bit a key, by a fingerprint of its bytes: only keys whose
+		// bits collide are compared
+		var seen uint64
+		var fps [64]uint8
+	small:
+		for i, k := range keys {
+			a := s.bytes(&s.tape[k])
+			f := fingerprint(a)
+			if seen&(1<<f) != 0 {
+				for j, k2 := range keys[:i] {
+					if fps[j] == f && string(a) == string(s.bytes(&s.tape[k2])) {
+						dup = int(k)
+						break small
+					}
+				}
+			}
+			seen |= 1 << f
+			fps[i] = f
+		}
+	} else {
+		s.hash = s.hash[:0]
+		for _, k := range keys {
+			s.hash = append(s.hash, keyHash{maphash.Bytes(keySeed, s.bytes(&s.tape[k])), k})
+		}
+		slices.SortFunc(s.hash, func(a, b keyHash) int {
+			switch {
+			case a.h < b.h:
+				return -1
+			case a.h > b.h:
+				return 1
+			}
+			return int(a.tok) - int(b.tok)
+		})
+	large:
+		for i := 1; i < len(s.hash); i++ {
+			for j := i - 1; j >= 0 && s.hash[j].h == s.hash[i].h; j-- {
+				if string(s.bytes(&s.tape[s.hash[i].tok])) == string(s.bytes(&s.tape[s.hash[j].tok])) {
+					dup = int(s.hash[i].tok)
+					break large
+				}
+			}
+		}
+	}
+	if dup < 0 {
+		return true
+	}
+	s.err, s.errAt = scanDuplicate, int(s.tape[dup].start)
+	s.errPath = s.pointer(dup)
+	return false
+}
+
+// fingerprint is one of 64 values for a key, from its length and three
+// of its bytes.
+func fingerprint(b []byte) uint8 {
+	h := uint64(len(b))
+	if len(b) > 0 {
+		h = h<<24 | uint64(b[0])<<16 | uint64(b[len(b)/2])<<8 | uint64(b[len(b)-1])
+	}
+	return uint8((h * 0x9e3779b97f4a7c15) >> 58)
+}
+
+// string reads the string at i (its opening quote) as a token.
+func (s *scanner) string(i int) (int, bool) {
+	src := s.src
+	idx := uint32(len(s.tape))
+	start := i + 1
+	j := start
+	for j < len(src) {
+		// eight bytes at a time while none needs a look: a quote, a
+		// backslash, a control character or a byte of a multi-byte
+		// character
+		for j+8 <= len(src) {
+			if m := specialBytes(binary.LittleEndian.Uint64(src[j:])); m != 0 {
+				j += bits.TrailingZeros64(m) >> 3
+				break
+			}
+			j += 8
+		}
+		if j >= len(src) {
+			break
+		}
+		c := src[j]
+		switch {
+		case c == '"':
+			s.tape = append(s.tape, token{kind: kString, start: uint32(start), end: uint32(j), next: idx + 1})
+			return j + 1, true
+		case c == '\\':
+			return s.escaped(start, j)
+		case c < 0x20:
+			return j, s.fail(scanSyntax, j)
+		case c < utf8.RuneSelf:
+			j++
+		default:
+			r, size := utf8.DecodeRune(src[j:])
+			if r == utf8.RuneError && size <= 1 {
+				return j, s.fail(scanUTF8, j)
+			}
+			j += size
+		}
+	}
+	return j, s.fail(scanEnd, j)
+}
+
+// escaped reads the rest of a string that has an escape at j, decoding
+// it into dec.
+func (s *scanner) escaped(start, j int) (int, bool) {
+	src := s.src
+	idx := uint32(len(s.tape))
+	d0 := len(s.dec)
+	s.dec = append(s.dec, src[start:j]...)
+	for j < len(src) {
+		c := src[j]
+		switch {
+		case c == '"':
+			s.tape = append(s.tape, token{kind: kString, start: uint32(d0), end: uint32(len(s.dec)), next: idx + 1, dec: true})
+			return j + 1, true
+		case c == '\\':
+			if j+1 >= len(src) {
+				return j, s.fail(scanEnd, j)
+			}
+			switch e := src[j+1]; e {
+			case '"', '\\', '/':
+				s.dec = append(s.dec, e)
+			case 'b':
+				s.dec = append(s.dec, '\b')
+			case 'f':
+				s.dec = append(s.dec, '\f')
+			case 'n':
+				s.dec = append(s.dec, '\n')
+			case 'r':
+				s.dec = append(s.dec, '\r')
+			case 't':
+				s.dec = append(s.dec, '\t')
+			case 'u':
+				r, ok := hex4(src, j+2)
+				if !ok {
+					return j, s.fail(scanSyntax, j)
+				}
+				j += 6
+				switch {
+				case r >= 0xDC00 && r < 0xE000:
+					return j, s.fail(scanSurrogate, j-6)
+				case r >= 0xD800 && r < 0xDC00:
+					lo, ok := rune(0), false
+					if j+1 < len(src) && src[j] == '\\' && src[j+1] == 'u' {
+						lo, ok = hex4(src, j+2)
+					}
+					if !ok || lo < 0xDC00 || lo >= 0xE000 {
+						return j, s.fail(scanSurrogate, j-6)
+					}
+					r = 0x10000 + (r-0xD800)<<10 + (lo - 0xDC00)
+					j += 6
+				}
+				s.dec = utf8.AppendRune(s.dec, r)
+				continue
+			default:
+				return j, s.fail(scanSyntax, j)
+			}
+			j += 2
+		case c < 0x20:
+			return j, s.fail(scanSyntax, j)
+		case c < utf8.RuneSelf:
+			s.dec = append(s.dec, c)
+			j++
+		default:
+			r, size := utf8.DecodeRune(src[j:])
+			if r == utf8.RuneError && size <= 1 {
+				return j, s.fail(scanUTF8, j)
+			}
+			s.dec = append(s.dec, src[j:j+size]...)
+			j += size
+		}
+	}
+	return j, s.fail(scanEnd, j)
+}
+
+// specialBytes marks (with its high bit) each of the eight bytes of x
+// that is a quote, a backslash, below 0x20 or from 0x80; the lowest mark
+// is exact (the classic bit tricks: a byte below n in x - n*0x01..01
+// borrows into its high bit; a borrow only carries upwards).
+func specialBytes(x uint64) uint64 {
+	const (
+		ones  = 0x0101010101010101
+		highs = 0x8080808080808080
+	)
+	quote := x ^ ('"' * ones)
+	slash := x ^ ('\\' * ones)
+	return ((x - 0x20*ones) | (quote-ones)&^quote | (slash-ones)&^slash | x) & highs
+}
+
+func hex4(src []byte, i int) (rune, bool) {
+	if i+4 > len(src) {
+		return 0, false
+	}
+	var r rune
+	for _, c := range src[i : i+4] {
+		switch {
+		case c >= '0' && c <= '9':
+			c -= '0'
+		case c >= 'a' && c <= 'f':
+			c -= 'a' - 10
+		case c >= 'A' && c <= 'F':
+			c -= 'A' - 10
+		default:
+			return 0, false
+		}
+		r = r<<4 | rune(c)
+	}
+	return r, true
+}
+
+// number reads the number at i; it returns where it ends.
+func (s *scanner) number(i int) (int, bool) {
+	src := s.src
+	j := i
+	if src[j] == '-' {
+		j++
+	}
+	digits := func() int {
+		k := j
+		for j < len(src) && src[j] >= '0' && src[j] <= '9' {
+			j++
+		}
+		return j - k
+	}
+	if j >= len(src) {
+		return j, s.fail(scanEnd, j)
+	}
+	if src[j] == '0' {
+		j++
+	} else if digits() == 0 {
+		return j, s.fail(scanSyntax, j)
+	}
+	if j < len(src) && src[j] == '.' {
+		j++
+		if digits() == 0 {
+			return j, s.fail(scanSyntax, j)
+		}
+	}
+	if j < len(src) && (src[j] == 'e' || src[j] == 'E') {
+		j++
+		if j < len(src) && (src[j] == '+' || src[j] == '-') {
+			j++
+		}
+		if digits() == 0 {
+			return j, s.fail(scanSyntax, j)
+		}
+	}
+	return j, true
+}
+
+// pointer is the JSON pointer of the value being read: in the arrays
+// and objects open, the current item or member; with dupKey >= 0, the
+// innermost object's member of that key instead.
+func (s *scanner) pointer(dupKey int) string {
+	var b strings.Builder
+	for n, f := range s.open {
+		t := &s.tape[f.tok]
+		last := n == len(s.open)-1
+		if t.kind == kArray {
+			if t.end > 0 {
+				b.WriteByte('/')
+				b.WriteString(strconv.Itoa(int(t.end) - 1))
+			}
+			continue
+		}
+		key := -1
+		switch {
+		case last && dupKey >= 0:
+			key = dupKey
+		case n+1 < len(s.open) && s.open[n+1].keys > f.keys:
+			key = int(s.keys[s.open[n+1].keys-1])
+		case last && len(s.keys) > f.keys:
+			key = int(s.keys[len(s.keys)-1])
+		}
+		if key >= 0 {
+			b.WriteByte('/')
+			b.WriteString(escapePointer(string(s.bytes(&s.tape[key]))))
+		}
+	}
+	return b.String()
+}
+
+// violation is what is wrong with a text scan refused, for a body (or a
+// JSON parameter) at location loc.
+func (s *scanner) violation(loc string) Violation {
+	at := " at byte " + strconv.Itoa(s.errAt)
+	switch s.err {
+	case scanDuplicate:
+		return Violation{Location: loc + s.errPath, Keyword: "duplicate_key", Message: "must be the only member of its object with this name"}
+	case scanUTF8:
+		return Violation{Location: loc + s.errPath, Keyword: "json", Message: "must be I-JSON (RFC 7493): invalid UTF-8" + at}
+	case scanSurrogate:
+		return Violation{Location: loc + s.errPath, Keyword: "json", Message: "must be I-JSON (RFC 7493): a lone surrogate escape" + at}
+	case scanDepth:
+		return Violation{Location: loc, Keyword: "json", Message: "must be JSON text (nested too deep)"}
+	case scanEnd:
+		return Violation{Location: loc, Keyword: "json", Message: "must be JSON text (unexpected end)"}
+	}
+	return Violation{Location: loc, Keyword: "json", Message: "must be JSON text (syntax error" + at + ")"}
+}
+
+func unsafeString(b []byte) string {
+	if len(b) == 0 {
+		return ""
+	}
+	return unsafe.String(&b[0], len(b))
+}
+
+// value builds the Go value of the value at t, as encoding/json decodes
+// it with UseNumber: what the JSON Schema library validates when a
+// value's violations are to be listed (the checks found it invalid) or
+// when its schema is the library's alone.
+func (s *scanner) value(t uint32) any {
+	tk := &s.tape[t]
+	switch tk.kind {
+	case kNull:
+		return nil
+	case kTrue:
+		return true
+	case kFalse:
+		return false
+	case kNumber:
+		return json.Number(string(s.bytes(tk)))
+	case kString:
+		return string(s.bytes(tk))
+	case kArray:
+		a := make([]any, 0, tk.end)
+		for k, i := uint32(0), t+1; k < tk.end; k, i = k+1, s.tape[i].next {
+			a = append(a, s.value(i))
+		}
+		return a
+	}
+	m := make(map[string]any, tk.end)
+	for k, i := uint32(0), t+1; k < tk.end; k, i = k+1, s.tape[i+1].next {
+		m[string(s.bytes(&s.tape[i]))] = s.value(i + 1)
+	}
+	return m
+}
+
+// scanners are reused from request to request; one that grew past
+// maxPooledTape tokens (a body of many values) is left to the collector.
+var scanners = sync.Pool{New: func() any { return new(scanner) }}
+
+const maxPooledTape = 1 << 16
+
+func getScanner() *scanner { return scanners.Get().(*scanner) }
+
+func putScanner(s *scanner) {
+	if cap(s.tape) > maxPooledTape || cap(s.dec) > 1<<20 {
+		return
+	}
+	s.reset(nil)
+	scanners.Put(s)
+}

@@ -1,0 +1,188 @@
+package caddyready
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/caddyserver/caddy/v2"
+	"github.com/caddyserver/caddy/v2/caddyconfig/caddyfile"
+
+	_ "github.com/apigate/gateway/fastpath" // the apigate listener wrapper
+	"github.com/apigate/gateway/internal/testkit/natstest"
+)
+
+type fakeApp struct{ ok bool }
+
+func (f fakeApp) Ready() (bool, string) { return f.ok, "routes not loaded" }
+
+func TestAnswers(t *testing.T) {
+	for _, tc := range []struct {
+		name       string
+		readiers   []namedReadier
+		head       bool
+		code       int
+		retryAfter string
+		body       string
+	}{
+		{"no app to ask: ready", nil, false, 200, "", `{"status":"ready"}` + "\n"},
+		{"every app ready", []namedReadier{{"docker", fakeApp{true}}}, false, 200, "", `{"status":"ready"}` + "\n"},
+		{"an app not ready: starting", []namedReadier{{"docker", fakeApp{false}}}, false, 503, "1", `{"status":"starting","reason":"docker: routes not loaded"}` + "\n"},
+		{"HEAD: the status alone", []namedReadier{{"docker", fakeApp{false}}}, true, 503, "1", ""},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			h := &Ready{readiers: tc.readiers}
+			method := http.MethodGet
+			if tc.head {
+				method = http.MethodHead
+			}
+			req, _ := http.NewRequest(method, "/ready", nil)
+			rec := &recorder{header: http.Header{}}
+			if err := h.ServeHTTP(rec, req, nil); err != nil {
+				t.Fatal(err)
+			}
+			if rec.code != tc.code || rec.header.Get("Retry-After") != tc.retryAfter || rec.body.String() != tc.body {
+				t.Errorf("got %d Retry-After %q %q, want %d %q %q", rec.code, rec.header.Get("Retry-After"), rec.body.String(), tc.code, tc.retryAfter, tc.body)
+			}
+			if ct := rec.header.Get("Content-Type"); ct != "application/json" {
+				t.Errorf("Content-Type %q", ct)
+			}
+		})
+	}
+}
+
+type recorder struct {
+	header http.Header
+	code   int
+	body   strings.Builder
+}
+
+func (r *recorder) Header() http.Header         { return r.header }
+func (r *recorder) WriteHeader(code int)        { r.code = code }
+func (r *recorder) Write(b []byte) (int, error) { return r.body.Write(b) }
+
+func TestCaddyfile(t *testing.T) {
+	for _, tc := range []struct {
+		in, err string
+	}{
+		{"gateway_ready", ""},
+		{"gateway_ready extra", "wrong argument count"},
+		{"gateway_ready {\n\tcheck docker\n}", "unrecognized subdirective 'check'"},
+	} {
+		var h Ready
+		err := h.UnmarshalCaddyfile(caddyfile.NewTestDispenser(tc.in))
+		if (err == nil) != (tc.err == "") || (err != nil && !strings.Contains(err.Error(), tc.err)) {
+			t.Errorf("%q: error %v, want %q", tc.in, err, tc.err)
+		}
+	}
+}
+
+// TestShuttingDownOnReload: a config reload that closes a server's
+// listener, with shutdown_delay, keeps that server serving for the delay
+// while its readiness route answers 503 shutting_down (with Retry-After),
+// on Caddy's path and on the fast path (the apigate listener wrapper).
+// The SIGTERM case runs the gateway binary (internal/testkit/fleettest,
+// TestDrainOnSIGTERM).
+func TestShuttingDownOnReload(t *testing.T) {
+	for _, wrapper := range []bool{false, true} {
+		t.Run(fmt.Sprintf("apigate wrapper %v", wrapper), func(t *testing.T) {
+			ports := natstest.FreePorts(t, 3)
+			old := config(ports[0], ports[1], wrapper)
+			if err := caddy.Load(old, true); err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { _ = caddy.Stop() })
+			base := fmt.Sprintf("http://127.0.0.1:%d", ports[1])
+			if code, _, body := get(t, base+"/ready"); code != 200 || body != `{"status":"ready"}`+"\n" {
+				t.Fatalf("before the reload: /ready %d %q", code, body)
+			}
+			// The next config has no server on that port: the old server's
+			// listener closes after the delay.
+			next := config(ports[0], ports[2], wrapper)
+			loaded := make(chan error, 1)
+			reloadAt := time.Now()
+			go func() { loaded <- caddy.Load(next, true) }()
+			var sawDown time.Time
+			served := 0
+			for {
+				select {
+				case err := <-loaded:
+					if err != nil {
+						t.Fatal(err)
+					}
+					if sawDown.IsZero() {
+						t.Fatal("the readiness route never answered 503 during the shutdown delay")
+					}
+					if served == 0 {
+						t.Fatal("no request served during the shutdown delay")
+					}
+					t.Logf("503 %v after the reload began; %d requests served during the delay", sawDown.Sub(reloadAt).Round(time.Millisecond), served)
+					return
+				default:
+				}
+				code, retry, body := get(t, base+"/ready")
+				switch {
+				case code == 503:
+					var st state
+					if err := json.Unmarshal([]byte(body), &st); err != nil || st.Status != statusShuttingDown || retry == "" {
+						t.Fatalf("503 with Retry-After %q %q, want status shutting_down", retry, body)
+					}
+					if sawDown.IsZero() {
+						sawDown = time.Now()
+					}
+				case code == 200 && sawDown.IsZero():
+				case code == 0:
+					// the listener closed: the delay is over
+				default:
+					t.Fatalf("/ready after turning 503: %d %q", code, body)
+				}
+				if code, _, body := get(t, base+"/api"); code == 200 && body == "api" {
+					served++
+				} else if code != 0 && !sawDown.IsZero() {
+					t.Fatalf("during the delay, /api: %d %q", code, body)
+				}
+				time.Sleep(20 * time.Millisecond)
+			}
+		})
+	}
+}
+
+// config is a JSON config with the admin API on admin and one server on
+// port with a readiness route and /api, with a 1.5 s shutdown_delay.
+func config(admin, port int, wrapper bool) []byte {
+	wrappers := ""
+	if wrapper {
+		wrappers = `"listener_wrappers": [{"wrapper": "apigate"}],`
+	}
+	return fmt.Appendf(nil, `{
+	"admin": {"listen": "127.0.0.1:%d"},
+	"apps": {"http": {
+		"shutdown_delay": "1500ms",
+		"grace_period": "2s",
+		"servers": {"srv%d": {
+			"listen": ["127.0.0.1:%d"], %s
+			"routes": [
+				{"match": [{"path": ["/ready"]}], "handle": [{"handler": "gateway_ready"}]},
+				{"handle": [{"handler": "static_response", "body": "api"}]}
+			]
+		}}
+	}}
+}`, admin, port, port, wrappers)
+}
+
+// get sends GET url on a new connection; code 0 when it failed.
+func get(t *testing.T, url string) (int, string, string) {
+	t.Helper()
+	c := &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{DisableKeepAlives: true}}
+	resp, err := c.Get(url)
+	if err != nil {
+		return 0, "", err.Error()
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, resp.Header.Get("Retry-After"), string(b)
+}

@@ -1,0 +1,67 @@
+// Package internal holds the rule of docs/architecture.md's import graph
+// that concerns internal/ itself (it has no code of its own, only this
+// test): production helpers sit at the bottom of the graph.
+package internal
+
+import (
+	"go/parser"
+	"go/token"
+	"io/fs"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+)
+
+const module = "github.com/apigate/gateway/"
+
+// TestInternalImportsNothingAbove: no non-test file of a package under
+// internal/ (internal/testkit/ excepted: test kits start Caddy with the
+// gateway's modules) imports a package of this module outside internal/,
+// nor a test kit. An arrow back up the graph would make a helper depend on
+// a module that depends on helpers (docs/architecture.md, "Who may import
+// whom"). Test files may import upward: they are not part of the helper.
+func TestInternalImportsNothingAbove(t *testing.T) {
+	fset := token.NewFileSet()
+	checked := 0
+	err := filepath.WalkDir(".", func(path string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		if d.IsDir() {
+			if path == "testkit" || (path != "." && strings.HasPrefix(d.Name(), ".")) || d.Name() == "testdata" {
+				return filepath.SkipDir
+			}
+			return nil
+		}
+		if !strings.HasSuffix(path, ".go") || strings.HasSuffix(path, "_test.go") {
+			return nil
+		}
+		f, err := parser.ParseFile(fset, path, nil, parser.ImportsOnly)
+		if err != nil {
+			return err
+		}
+		checked++
+		for _, imp := range f.Imports {
+			p, err := strconv.Unquote(imp.Path.Value)
+			if err != nil {
+				return err
+			}
+			if !strings.HasPrefix(p, module) {
+				continue
+			}
+			rel := strings.TrimPrefix(p, module)
+			if !strings.HasPrefix(rel, "internal/") || strings.HasPrefix(rel, "internal/testkit/") {
+				t.Errorf("internal/%s (line %d) imports %s: a helper under internal/ may import only other helpers under internal/ (see docs/architecture.md)",
+					filepath.ToSlash(path), fset.Position(imp.Pos()).Line, p)
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if checked < 10 {
+		t.Fatalf("checked only %d files under internal/: is the test running from internal/?", checked)
+	}
+}
