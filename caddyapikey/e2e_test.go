@@ -25,6 +25,7 @@ import (
 	_ "github.com/apigate/gateway/caddypermcache"
 	_ "github.com/apigate/gateway/caddyrbac"
 	"github.com/apigate/gateway/internal/testkit/pathtest"
+	"github.com/apigate/gateway/internal/testkit/problemtest"
 )
 
 // Ports of this package: admin 2950, listeners 20300-20349 (caddyclientcert
@@ -270,16 +271,16 @@ func testAPIKey(t *testing.T, p pathtest.Path, rec *pathtest.Recorder) {
 		{"unknown", newKey(t, "nobody").key, "unknown key"},
 		{"wrong secret", reader.key[:len(reader.key)-8] + "00000000", "unknown key"},
 		{"expired", expired.key, "key expired"},
-		{"malformed", "not-a-key", "malformed key"},
-		{"too long to read", reader.key + strings.Repeat("0", 600), "malformed key"},
+		{"malformed", "not-a-key", "malformed key: does not start with gk_ (a key is gk_<id>_<secret>)"},
+		{"too long to read", reader.key + strings.Repeat("0", 600), "malformed key: longer than 512 characters (a key is gk_<id>_<secret>)"},
 	}
 	for _, tc := range rejected {
 		t.Run(tc.name+" is 401 invalid_token", func(t *testing.T) {
 			r := do(t, "GET", base+"/k/x", map[string]string{"X-API-Key": tc.key})
 			record(p.Key(t), r)
-			want := `{"error":"invalid_token","reason":"` + tc.reason + `"}` + "\n"
-			if r.status != 401 || r.body != want {
-				t.Fatalf("%d %q, want 401 %q", r.status, r.body, want)
+			want, _ := json.Marshal(map[string]string{"error": "invalid_token", "reason": tc.reason})
+			if err := problemtest.Extends(r.body, 401, string(want), "/k/x"); r.status != 401 || err != nil {
+				t.Fatalf("%d, want 401: %v", r.status, err)
 			}
 			if ch := r.header.Get("WWW-Authenticate"); ch != `Bearer error="invalid_token", error_description="`+tc.reason+`"` {
 				t.Fatalf("WWW-Authenticate %q", ch)
@@ -289,7 +290,7 @@ func testAPIKey(t *testing.T, p pathtest.Path, rec *pathtest.Recorder) {
 	t.Run("missing key is 401 with a realm challenge", func(t *testing.T) {
 		r := do(t, "GET", base+"/k/x", nil)
 		record(p.Key(t), r)
-		if r.status != 401 || r.body != `{"error":"unauthorized","reason":"missing api key"}`+"\n" || r.header.Get("WWW-Authenticate") != `Bearer realm="gateway"` {
+		if r.status != 401 || problemtest.Extends(r.body, 401, `{"error":"unauthorized","reason":"missing api key"}`, "/k/x") != nil || r.header.Get("WWW-Authenticate") != `Bearer realm="gateway"` {
 			t.Fatalf("%d %q %q", r.status, r.body, r.header.Get("WWW-Authenticate"))
 		}
 	})
@@ -328,14 +329,18 @@ func testAPIKey(t *testing.T, p pathtest.Path, rec *pathtest.Recorder) {
 			// the first identity stands: jwt_auth does not look at the token
 			{"both", map[string]string{"X-API-Key": reader.key, "Authorization": "Bearer " + tok}, 200, alice},
 			{"api key and a bad token", map[string]string{"X-API-Key": reader.key, "Authorization": "Bearer x.y.z"}, 200, alice},
-			{"neither: jwt_auth asks for a token", nil, 401, `{"error":"unauthorized","reason":"missing token"}` + "\n"},
-			{"bad key: api_key refuses it", map[string]string{"X-API-Key": expired.key, "Authorization": "Bearer " + tok}, 401, `{"error":"invalid_token","reason":"key expired"}` + "\n"},
+			{"neither: jwt_auth asks for a token", nil, 401, `{"error":"unauthorized","reason":"missing token"}`},
+			{"bad key: api_key refuses it", map[string]string{"X-API-Key": expired.key, "Authorization": "Bearer " + tok}, 401, `{"error":"invalid_token","reason":"key expired"}`},
 		}
 		for _, tc := range cases {
 			t.Run(tc.name, func(t *testing.T) {
 				r := do(t, "GET", base+"/either/x", tc.header)
 				record(p.Key(t), r)
-				if r.status != tc.status || r.body != tc.body {
+				if tc.status == 401 {
+					if err := problemtest.Extends(r.body, 401, tc.body, "/either/x"); r.status != 401 || err != nil {
+						t.Fatalf("%d, want 401: %v", r.status, err)
+					}
+				} else if r.status != tc.status || r.body != tc.body {
 					t.Fatalf("%d %q, want %d %q", r.status, r.body, tc.status, tc.body)
 				}
 			})

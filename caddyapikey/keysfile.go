@@ -14,7 +14,7 @@ import (
 // then fails to read or parse keeps the last good set.
 func openKeysFile(path string, interval time.Duration, now time.Time) (*filewatch.Value[*apikeys.Set], error) {
 	if _, err := os.Stat(path); err != nil {
-		return nil, fmt.Errorf("keys_file: %v", err)
+		return nil, fmt.Errorf("keys_file: %v (make it with caddy gateway apikey new --sub <subject> --file %s; %s)", err, path, apikeys.FileFormat)
 	}
 	return filewatch.Open(func() (*apikeys.Set, []string, error) {
 		data, err := os.ReadFile(path)

@@ -179,8 +179,8 @@ func (a *APIKey) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyhtt
 	if identified {
 		return next.ServeHTTP(w, r)
 	}
-	// a key longer than any key (tooLarge) is not copied: Check calls
-	// the empty key malformed
+	// a key longer than any key (tooLarge) is not copied: it is refused
+	// as too long
 	key, _, tooLarge := credential.ExtractToken(r, a.sources, apikeys.MaxKeyLen)
 	if key == "" && !tooLarge {
 		if a.Optional {
@@ -191,7 +191,11 @@ func (a *APIKey) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyhtt
 		return deny.Respond(w, r, http.StatusUnauthorized, "unauthorized", "missing api key")
 	}
 	credential.StripToken(r, a.sources)
-	e, err := a.keys.Current(a.now()).Check(key, a.now())
+	var e *apikeys.Entry
+	err := apikeys.ErrTooLong
+	if !tooLarge {
+		e, err = a.keys.Current(a.now()).Check(key, a.now())
+	}
 	if err != nil {
 		if ce := a.logger.Check(zap.DebugLevel, "api key rejected"); ce != nil {
 			ce.Write(zap.String("reason", err.Error()), zap.String("remote_addr", r.RemoteAddr))

@@ -12,8 +12,6 @@ import (
 	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
 	"go.uber.org/zap"
 	"go.uber.org/zap/zaptest/observer"
-
-	"github.com/apigate/gateway/internal/deny"
 )
 
 // copyDir copies the files of a spool directory: what a restarted process
@@ -213,7 +211,7 @@ func TestOnFullReject(t *testing.T) {
 		}
 	}
 	rec := serve()
-	var body deny.Body
+	var body struct{ Error string }
 	json.Unmarshal(rec.Body.Bytes(), &body)
 	if rec.Code != http.StatusServiceUnavailable || body.Error != "audit_unavailable" || rec.Header().Get("Retry-After") == "" {
 		t.Fatalf("full sink: %d %s (Retry-After %q), want 503 audit_unavailable", rec.Code, rec.Body, rec.Header().Get("Retry-After"))

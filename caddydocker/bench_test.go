@@ -37,7 +37,7 @@ func discoveryLatency(t *testing.B) {
 	t.Cleanup(p.RemoveAll)
 	startGateway(t, gatewayConfig(p, filepath.Join(t.TempDir(), "routes.json")))
 	t.Cleanup(func() { stopGateway(t) })
-	podmantest.Eventually(t, "gateway up", 20*time.Second, expect("/nothing", 404, NoRouteBody))
+	podmantest.Eventually(t, "gateway up", 20*time.Second, expect("/nothing", 404, answerBody("no_route", "/nothing")))
 
 	// poll until cond(status, body) holds; 2 ms between requests
 	until := func(path string, cond func(int, string) bool) (time.Duration, error) {
@@ -81,7 +81,7 @@ func discoveryLatency(t *testing.B) {
 			t.Fatal(err)
 		}
 		gone = append(gone, d)
-		if _, err := until(path+"/x", func(c int, b string) bool { return c == 404 && b == NoRouteBody }); err != nil {
+		if _, err := until(path+"/x", func(c int, b string) bool { return c == 404 && b == answerBody("no_route", path+"/x") }); err != nil {
 			t.Fatal(err)
 		}
 		removed = append(removed, time.Since(begin))

@@ -88,7 +88,7 @@ func podmanHealth(t *testing.T, fast bool) {
 		}
 		defer resp.Body.Close()
 		b, _ := io.ReadAll(resp.Body)
-		if resp.StatusCode != 503 || string(b) != NoHealthyUpstreamBody || resp.Header.Get("Retry-After") != "5" {
+		if resp.StatusCode != 503 || string(b) != answerBody("no_healthy_upstream", "/hc/x") || resp.Header.Get("Retry-After") != "5" {
 			return fmt.Sprintf("%d %q Retry-After %q", resp.StatusCode, b, resp.Header.Get("Retry-After"))
 		}
 		return ""

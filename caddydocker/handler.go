@@ -134,14 +134,12 @@ func (h *RoutesHandler) load(set servingSet) {
 	h.sub.Routes = routes
 }
 
-// DiscoveryStartingBody is the body of the 503 that the catch-all answers
-// while the docker app has no route set yet.
-const DiscoveryStartingBody = `{"error":"discovery_starting"}`
-
-// noRouteRoute and startingRoute are what the catch-all handler runs.
+// noRouteRoute and startingRoute are what the catch-all handler runs: 404
+// no_route, and while the docker app has no route set yet, 503
+// discovery_starting with Retry-After: 1.
 var (
-	noRouteRoute  = mustJSON(map[string]any{"handle": []map[string]any{jsonAnswer(404, NoRouteBody, "")}})
-	startingRoute = mustJSON(map[string]any{"handle": []map[string]any{jsonAnswer(503, DiscoveryStartingBody, "1")}})
+	noRouteRoute  = mustJSON(map[string]any{"handle": []map[string]any{problemAnswer(404, "no_route", NoRouteDetail, 0)}})
+	startingRoute = mustJSON(map[string]any{"handle": []map[string]any{problemAnswer(503, "discovery_starting", DiscoveryStartingDetail, 1)}})
 )
 
 // servingSet is the route set the docker_routes handlers of one config

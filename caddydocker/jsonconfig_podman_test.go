@@ -48,5 +48,5 @@ func TestJSONConfigWithoutHandlers(t *testing.T) {
 	}
 	podmantest.Eventually(t, "routed", 20*time.Second, expect("/json/x", 200, "json /json/x"))
 	podmantest.Eventually(t, "own route", 5*time.Second, expect("/own", 200, "own route"))
-	podmantest.Eventually(t, "the catch-all", 5*time.Second, expect("/nothing", 404, NoRouteBody))
+	podmantest.Eventually(t, "the catch-all", 5*time.Second, expect("/nothing", 404, answerBody("no_route", "/nothing")))
 }

@@ -194,7 +194,6 @@ func TestPodman(t *testing.T) {
 	cfg := gatewayConfig(p, stateFile)
 	startGateway(t, cfg)
 	t.Cleanup(func() { stopGateway(t) })
-	const noRoute = `{"error":"no_route"}`
 
 	step := func(name string, fn func(t *testing.T)) {
 		if !t.Run(name, fn) {
@@ -204,7 +203,7 @@ func TestPodman(t *testing.T) {
 
 	step("own routes and the catch-all 404", func(t *testing.T) {
 		podmantest.Eventually(t, "own route", 10*time.Second, expect("/own", 200, "own route"))
-		podmantest.Eventually(t, "no_route", 10*time.Second, expect("/nothing/here", 404, noRoute))
+		podmantest.Eventually(t, "no_route", 10*time.Second, expect("/nothing/here", 404, answerBody("no_route", "/nothing/here")))
 	})
 
 	p1 := port(t)
@@ -227,7 +226,7 @@ func TestPodman(t *testing.T) {
 			t.Fatal(err)
 		}
 		podmantest.Eventually(t, "route to two", 20*time.Second, expect("/two/y", 200, "two /two/y"))
-		podmantest.Eventually(t, "bad is not routed", 5*time.Second, expect("/bad/z", 404, noRoute))
+		podmantest.Eventually(t, "bad is not routed", 5*time.Second, expect("/bad/z", 404, answerBody("no_route", "/bad/z")))
 		podmantest.Eventually(t, "one still routed", 5*time.Second, expect("/one/x", 200, "one /one/x"))
 		podmantest.Eventually(t, "label errors in the snapshot", 5*time.Second, func() string {
 			for _, d := range snapshot(t).Containers {
@@ -299,7 +298,7 @@ func TestPodman(t *testing.T) {
 		if err := p.Stop("one"); err != nil {
 			t.Fatal(err)
 		}
-		podmantest.Eventually(t, "one removed", 20*time.Second, expect("/one/x", 404, noRoute))
+		podmantest.Eventually(t, "one removed", 20*time.Second, expect("/one/x", 404, answerBody("no_route", "/one/x")))
 		podmantest.Eventually(t, "two still routed", 5*time.Second, expect("/two/y", 200, "two /two/y"))
 	})
 
@@ -396,7 +395,7 @@ func TestPodman(t *testing.T) {
 		startGateway(t, cfg)
 		podmantest.Eventually(t, "two from state file", 20*time.Second, expect("/two/y", 200, "two /two/y"))
 		podmantest.Eventually(t, "pair from state file", 5*time.Second, expect("/pair/q", 200, "pair-a /pair/q"))
-		podmantest.Eventually(t, "one stays removed", 5*time.Second, expect("/one/x", 404, noRoute))
+		podmantest.Eventually(t, "one stays removed", 5*time.Second, expect("/one/x", 404, answerBody("no_route", "/one/x")))
 		if s := snapshot(t); !s.FromStateFile || s.EngineReachable {
 			t.Fatalf("snapshot: from_state_file=%v engine_reachable=%v", s.FromStateFile, s.EngineReachable)
 		}
@@ -415,7 +414,7 @@ func TestPodman(t *testing.T) {
 		if err := p.Stop("two"); err != nil {
 			t.Fatal(err)
 		}
-		podmantest.Eventually(t, "two removed", 20*time.Second, expect("/two/y", 404, noRoute))
+		podmantest.Eventually(t, "two removed", 20*time.Second, expect("/two/y", 404, answerBody("no_route", "/two/y")))
 	})
 }
 

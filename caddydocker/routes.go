@@ -146,29 +146,14 @@ func DefaultRBAC(roles []string) (json.RawMessage, error) {
 	})
 }
 
-// NoRouteBody is the body of the catch-all 404.
-const NoRouteBody = `{"error":"no_route"}`
-
-// NoHealthyUpstreamBody is the body of the 503 that a service's routes
-// answer while none of its containers may take requests.
-const NoHealthyUpstreamBody = `{"error":"no_healthy_upstream"}`
-
-// NoHealthyUpstreamRetryAfter is the Retry-After of that 503, in seconds:
-// about how long a replica takes to start and pass a first health check.
+// NoHealthyUpstreamRetryAfter is the Retry-After of the 503
+// no_healthy_upstream that a service's routes answer while none of its
+// containers may take requests, in seconds: about how long a replica
+// takes to start and pass a first health check.
 const NoHealthyUpstreamRetryAfter = 5
 
-// NoHealthyUpstreamHandler answers 503 {"error":"no_healthy_upstream"}.
-var NoHealthyUpstreamHandler = mustJSON(jsonAnswer(503, NoHealthyUpstreamBody, fmt.Sprint(NoHealthyUpstreamRetryAfter)))
-
-// jsonAnswer is the static_response handler of the gateway's own JSON
-// answers (with a Retry-After when retryAfter is set).
-func jsonAnswer(status int, body, retryAfter string) map[string]any {
-	headers := map[string][]string{"Content-Type": {"application/json"}}
-	if retryAfter != "" {
-		headers["Retry-After"] = []string{retryAfter}
-	}
-	return map[string]any{"handler": "static_response", "status_code": status, "headers": headers, "body": body}
-}
+// NoHealthyUpstreamHandler answers 503 no_healthy_upstream (answer.go).
+var NoHealthyUpstreamHandler = mustJSON(problemAnswer(503, "no_healthy_upstream", NoHealthyUpstreamDetail, NoHealthyUpstreamRetryAfter))
 
 func mustJSON(v any) json.RawMessage {
 	b, err := json.Marshal(v)
@@ -862,7 +847,7 @@ func vanishedRoute(server string, v VanishedRoute) json.RawMessage {
 	return mustJSON(map[string]any{
 		"@id":      vanishedIDPrefix(server) + id,
 		"match":    v.Match,
-		"handle":   []map[string]any{jsonAnswer(404, NoRouteBody, "")},
+		"handle":   []map[string]any{problemAnswer(404, "no_route", NoRouteDetail, 0)},
 		"terminal": true,
 	})
 }

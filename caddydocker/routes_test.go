@@ -406,7 +406,7 @@ func TestTrackVanished(t *testing.T) {
 		t.Fatalf("vanished %+v, want orders only (the route without a matcher never)", now.Vanished)
 	}
 	last := now.Routes[len(now.Routes)-1]
-	if RouteID(last) != "docker:gateway:vanished:orders:api" || !strings.Contains(string(last), `"status_code":404`) ||
+	if RouteID(last) != "docker:gateway:vanished:orders:api" || !strings.Contains(string(last), `"error":"no_route","handler":"docker_answer","status":404`) ||
 		!strings.Contains(string(last), `/orders/*`) {
 		t.Fatalf("vanished route: %s", last)
 	}

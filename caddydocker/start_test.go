@@ -64,8 +64,8 @@ func TestStartsFromStateFile(t *testing.T) {
 		t.Cleanup(func() { stopGateway(t) })
 		for _, m := range []string{"GET", "POST"} {
 			status, retry, body := ask(t, m, "/svc/1")
-			if status != 503 || retry != "1" || body != DiscoveryStartingBody {
-				t.Errorf("%s /svc/1: %d Retry-After %q %q, want 503 Retry-After 1 %s", m, status, retry, body, DiscoveryStartingBody)
+			if want := answerBody("discovery_starting", "/svc/1"); status != 503 || retry != "1" || body != want {
+				t.Errorf("%s /svc/1: %d Retry-After %q %q, want 503 Retry-After 1 %s", m, status, retry, body, want)
 			}
 		}
 		if status, _, body := ask(t, "GET", "/own"); status != 200 || body != "own route" {
@@ -93,8 +93,8 @@ func TestStartsFromStateFile(t *testing.T) {
 				t.Errorf("%s, %s /svc/1: %d %q, want 200 %q", when, m, status, body, want)
 			}
 		}
-		if status, _, body := ask(t, "GET", "/nothing"); status != 404 || body != NoRouteBody {
-			t.Errorf("%s, /nothing: %d %q, want 404 %s", when, status, body, NoRouteBody)
+		if status, _, body := ask(t, "GET", "/nothing"); status != 404 || body != answerBody("no_route", "/nothing") {
+			t.Errorf("%s, /nothing: %d %q, want 404 %s", when, status, body, answerBody("no_route", "/nothing"))
 		}
 	}
 
@@ -149,9 +149,9 @@ func TestPlacedHandlerWhileStarting(t *testing.T) {
 			}
 		}
 		const starting = "starting"
-		check(t, starting, "GET", "/orders/1", 503, "1", DiscoveryStartingBody)
-		check(t, starting, "POST", "/orders/1", 503, "1", DiscoveryStartingBody)
-		check(t, starting, "GET", "/elsewhere", 503, "1", DiscoveryStartingBody)
+		check(t, starting, "GET", "/orders/1", 503, "1", answerBody("discovery_starting", "/orders/1"))
+		check(t, starting, "POST", "/orders/1", 503, "1", answerBody("discovery_starting", "/orders/1"))
+		check(t, starting, "GET", "/elsewhere", 503, "1", answerBody("discovery_starting", "/elsewhere"))
 		check(t, starting, "GET", "/health", 200, "", "ok")
 		check(t, starting, "GET", "/ready", 503, "1", `{"status":"starting","reason":"docker: discovered routes not loaded yet (no state file, engine not listed yet)"}`+"\n")
 

@@ -29,7 +29,7 @@ func TestVanishedServiceAnswersNoRoute(t *testing.T) {
 	stateFile := filepath.Join(t.TempDir(), "routes.json")
 	startGateway(t, vanishedConfig(p, stateFile, ""))
 	t.Cleanup(func() { stopGateway(t) })
-	const noRoute = `{"error":"no_route"}`
+	noRoute := answerBody("no_route", "/gone/x")
 
 	pn := port(t)
 	if err := p.Run("gone", pn, labels("gone", pn, "/gone")); err != nil {

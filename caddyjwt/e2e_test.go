@@ -275,7 +275,7 @@ func testEndToEnd(t *testing.T, path pathtest.Path, rec *pathtest.Recorder) {
 	})
 	t.Run("expired token", func(t *testing.T) {
 		resp, body := get("/api/orders", rsaSign(t, k1, "k1", claims("exp", time.Now().Add(-time.Hour).Unix())))
-		expect("expired", resp, body, 401, `{"error":"invalid_token","reason":"token expired"}`)
+		expect("expired", resp, body, 401, `"error":"invalid_token","reason":"token expired"}`)
 		if got := resp.Header.Get("WWW-Authenticate"); got != `Bearer error="invalid_token", error_description="token expired"` {
 			t.Fatalf("WWW-Authenticate %q", got)
 		}
@@ -459,9 +459,9 @@ func testEndToEndProviders(t *testing.T, p pathtest.Path, rec *pathtest.Recorder
 	}{
 		{"corp token through discovery", rsaSign(t, corpKey, "shared-kid", claims(corpIss, "alice")), 200, "alice via " + corpIss},
 		{"partner token", rsaSign(t, partnerKey, "shared-kid", claims(partnerIss, "bob")), 200, "bob via " + partnerIss},
-		{"corp iss signed with the partner key", rsaSign(t, partnerKey, "shared-kid", claims(corpIss, "mallory")), 401, `{"error":"invalid_token","reason":"invalid signature"}`},
-		{"partner iss signed with the corp key", rsaSign(t, corpKey, "shared-kid", claims(partnerIss, "mallory")), 401, `{"error":"invalid_token","reason":"invalid signature"}`},
-		{"unknown issuer", rsaSign(t, corpKey, "shared-kid", claims("https://elsewhere.example", "eve")), 401, `{"error":"invalid_token","reason":"unknown issuer"}`},
+		{"corp iss signed with the partner key", rsaSign(t, partnerKey, "shared-kid", claims(corpIss, "mallory")), 401, `"error":"invalid_token","reason":"invalid signature"}`},
+		{"partner iss signed with the corp key", rsaSign(t, corpKey, "shared-kid", claims(partnerIss, "mallory")), 401, `"error":"invalid_token","reason":"invalid signature"}`},
+		{"unknown issuer", rsaSign(t, corpKey, "shared-kid", claims("https://elsewhere.example", "eve")), 401, `"error":"invalid_token","reason":"unknown issuer"}`},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {

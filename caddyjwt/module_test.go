@@ -18,6 +18,7 @@ import (
 	dto "github.com/prometheus/client_model/go"
 
 	"github.com/apigate/gateway/identity"
+	"github.com/apigate/gateway/internal/testkit/problemtest"
 )
 
 func provision(t *testing.T, j *JWTAuth) caddy.Context {
@@ -128,10 +129,10 @@ func TestServeHTTP(t *testing.T) {
 				if got := w.Header().Get("WWW-Authenticate"); got != tc.challenge {
 					t.Fatalf("WWW-Authenticate %q, want %q", got, tc.challenge)
 				}
-				if got := strings.TrimSpace(w.Body.String()); got != tc.body {
-					t.Fatalf("body %s, want %s", got, tc.body)
+				if err := problemtest.Extends(w.Body.String(), tc.status, tc.body, "/orders"); err != nil {
+					t.Fatal(err)
 				}
-				if ct := w.Header().Get("Content-Type"); ct != "application/json" {
+				if ct := w.Header().Get("Content-Type"); ct != problemtest.ContentType {
 					t.Fatalf("content type %q", ct)
 				}
 				if by, reason := identity.Denial(r); by != "jwt_auth" || reason != tc.denial {

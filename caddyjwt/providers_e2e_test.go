@@ -192,7 +192,7 @@ func testProvidersEndToEnd(t *testing.T, p pathtest.Path, rec *pathtest.Recorder
 	expired30s := time.Now().Add(-30 * time.Second).Unix()
 	oidcOld := rs256(rsa1, "old", op.URL, "aud", "orders-api")
 	oidcNew := rs256(rsa2, "new", op.URL, "aud", "orders-api")
-	denied := func(reason string) string { return `{"error":"invalid_token","reason":"` + reason + `"}` }
+	denied := func(reason string) string { return `"error":"invalid_token","reason":"` + reason + `"}` }
 
 	for _, tc := range []struct {
 		name, path, token string

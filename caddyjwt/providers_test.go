@@ -198,7 +198,7 @@ func TestProviderRules(t *testing.T) {
 			if tc.reason == "" {
 				return
 			}
-			if body := w.Body.String(); !strings.Contains(body, `{"error":"invalid_token","reason":"`+tc.reason+`"}`) {
+			if body := w.Body.String(); !strings.Contains(body, `"error":"invalid_token","reason":"`+tc.reason+`"}`) {
 				t.Fatalf("body %s", body)
 			}
 			if got := w.Header().Get("WWW-Authenticate"); got != `Bearer error="invalid_token", error_description="`+tc.reason+`"` {

@@ -234,7 +234,7 @@ http://127.0.0.1:%d {
 				if err := json.Unmarshal(b, &prob); err != nil {
 					t.Fatalf("body %s: %v", b, err)
 				}
-				if prob.Status != tc.status || prob.Type == "" || prob.Title == "" || len(prob.Errors) == 0 {
+				if prob.Status != tc.status || prob.Type == "" || prob.Title == "" || len(prob.Errors) == 0 || prob.Instance != req.URL.EscapedPath() {
 					t.Fatalf("problem %+v", prob)
 				}
 				if e := prob.Errors[0]; e.Location != tc.location || e.Keyword != tc.keyword || e.Message == "" {

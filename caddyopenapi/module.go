@@ -11,8 +11,6 @@
 package caddyopenapi
 
 import (
-	"bytes"
-	"encoding/json"
 	"fmt"
 	"net/http"
 	"path/filepath"
@@ -355,13 +353,15 @@ func (h *OpenAPI) checkRequest(r *http.Request, op *Operation, vals *pathValues)
 	return verdictPass, nil, nil
 }
 
-// Problem is the RFC 9457 body of a refusal.
+// Problem is the RFC 9457 body of a refusal, for clients that decode it
+// (deny.Problem writes it).
 type Problem struct {
-	Type   string      `json:"type"`
-	Title  string      `json:"title"`
-	Status int         `json:"status"`
-	Detail string      `json:"detail,omitempty"`
-	Errors []Violation `json:"errors"`
+	Type     string      `json:"type"`
+	Title    string      `json:"title"`
+	Status   int         `json:"status"`
+	Detail   string      `json:"detail,omitempty"`
+	Instance string      `json:"instance"`
+	Errors   []Violation `json:"errors"`
 }
 
 // The problem types and titles, and the client-safe reasons audit
@@ -377,28 +377,23 @@ var problems = [...]struct{ typ, title, reason string }{
 	verdictBadResponse:      {"urn:apigate:openapi:invalid-response", "Upstream response does not match the API description", "invalid response"},
 }
 
-// ProblemBody returns the problem+json body of a refusal.
-func problemBody(v verdict, vs []Violation) []byte {
-	p := Problem{Type: problems[v].typ, Title: problems[v].title, Status: verdictStatus[v], Errors: vs}
-	if len(vs) > maxViolations {
-		p.Errors = vs[:maxViolations]
-	}
+// problem returns the problem of a refusal: the gateway's shape (deny),
+// with the violations as the extension member errors.
+func problem(v verdict, vs []Violation) *deny.Problem {
+	p := &deny.Problem{Type: problems[v].typ, Title: problems[v].title, Status: verdictStatus[v]}
 	if n := len(vs); n > 1 {
 		p.Detail = strconv.Itoa(n) + " violations"
 	} else {
 		p.Detail = "1 violation"
 	}
-	var buf bytes.Buffer
-	enc := json.NewEncoder(&buf)
-	enc.SetEscapeHTML(false) // "must be <= 100", as written
-	if err := enc.Encode(p); err != nil {
-		return []byte(`{"type":"about:blank","title":"Bad Request","status":400}` + "\n")
+	if len(vs) > maxViolations {
+		vs = vs[:maxViolations]
 	}
-	return buf.Bytes()
+	return p.With("errors", vs)
 }
 
 // refuse records what the request did not match and answers it (see
-// deny.RespondBody); in dry run it records what would have been refused
+// deny.RespondProblem); in dry run it records what would have been refused
 // and returns nil (the caller passes the request on).
 func (h *OpenAPI) refuse(w http.ResponseWriter, r *http.Request, st *opStats, v verdict, vs []Violation) error {
 	st.note(vs)
@@ -439,7 +434,7 @@ func (h *OpenAPI) refuse(w http.ResponseWriter, r *http.Request, st *opStats, v 
 		repl.Set("http.openapi.keyword", first.Keyword)
 		repl.Set("http.openapi.message", first.Message)
 	}
-	return deny.RespondBody(w, r, verdictStatus[v], reason, "application/problem+json", problemBody(v, vs))
+	return deny.RespondProblem(w, r, problem(v, vs), reason)
 }
 
 // Interface guards

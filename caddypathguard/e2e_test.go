@@ -22,9 +22,9 @@ import (
 
 	"github.com/apigate/gateway/caddyaudit"
 	_ "github.com/apigate/gateway/caddyjwt"
-	"github.com/apigate/gateway/internal/deny"
 	"github.com/apigate/gateway/internal/testkit/natstest"
 	"github.com/apigate/gateway/internal/testkit/pathtest"
+	"github.com/apigate/gateway/internal/testkit/problemtest"
 )
 
 const secret = "path-guard-test-secret-0123456789abcdef"
@@ -347,8 +347,8 @@ func testTraversalCorpus(t *testing.T, p pathtest.Path, rec *pathtest.Recorder) 
 				}
 				if mode != "off" && isRefused {
 					refused++
-					var b deny.Body
-					if err := json.Unmarshal([]byte(body), &b); err != nil || b.Error != ErrorCode || b.Reason == "" {
+					var b struct{ Type, Error, Reason string }
+					if err := json.Unmarshal([]byte(body), &b); err != nil || b.Error != ErrorCode || b.Reason == "" || b.Type != "urn:apigate:problem:"+ErrorCode {
 						t.Errorf("%q: body %q, want the contract's {\"error\":%q,\"reason\":...}", target, body, ErrorCode)
 					}
 				}
@@ -493,7 +493,7 @@ func testLegitPathsUnchanged(t *testing.T, p pathtest.Path, rec *pathtest.Record
 		p.Load(t, ports.admin, site(up.srv.URL, filepath.Join(t.TempDir(), "audit.jsonl"), "path_guard", ""), "gw")
 		resp, body := rawGet(t, ports.site, "/public/projects/group%2Fproject/issues", p.Name+"-slash", "")
 		rec.Add(p, p.Key(t), pathtest.Resp(resp.StatusCode, resp.Header, body))
-		if want := `{"error":"ambiguous_path","reason":"encoded slash"}` + "\n"; resp.StatusCode != 400 || body != want {
+		if want := problemtest.Body(400, `{"error":"ambiguous_path","reason":"encoded slash"}`, "/public/projects/group%2Fproject/issues"); resp.StatusCode != 400 || body != want {
 			t.Fatalf("%d %q, want 400 %q", resp.StatusCode, body, want)
 		}
 	})

@@ -8,6 +8,8 @@ import (
 	"testing"
 
 	"go.uber.org/zap"
+
+	"github.com/apigate/gateway/internal/testkit/problemtest"
 )
 
 // guard returns a handler as Provision makes it, without a Caddy context.
@@ -75,7 +77,7 @@ func TestServeHTTPReject(t *testing.T) {
 		if err := guard(mode, false).ServeHTTP(w, request(t, "/public/..;/admin"), next); err != nil {
 			t.Fatal(err)
 		}
-		if want := `{"error":"ambiguous_path","reason":"dot segment with parameters"}` + "\n"; w.Code != 400 || w.Body.String() != want || next.r != nil {
+		if want := problemtest.Body(400, `{"error":"ambiguous_path","reason":"dot segment with parameters"}`, "/public/..;/admin"); w.Code != 400 || w.Body.String() != want || next.r != nil {
 			t.Fatalf("%s: %d %q (passed on: %v); want 400 %q", mode, w.Code, w.Body, next.r != nil, want)
 		}
 	}

@@ -17,6 +17,7 @@ import (
 	"github.com/apigate/gateway/caddyaudit"
 	_ "github.com/apigate/gateway/caddyjwt" // jwt_auth
 	"github.com/apigate/gateway/internal/testkit/pathtest"
+	"github.com/apigate/gateway/internal/testkit/problemtest"
 )
 
 // Ports of this package (see the team brief): admin 2903, listeners 19300-19399.
@@ -92,6 +93,9 @@ func testE2EReloadKeepsCache(t *testing.T, p pathtest.Path, rec *pathtest.Record
 		}
 		if token != "" {
 			req.Header.Set("Authorization", "Bearer "+token)
+		}
+		if status >= 400 {
+			body = problemtest.Body(status, body, path)
 		}
 		resp, got := tester.AssertResponse(req, status, body)
 		who := "anonymous"
@@ -256,7 +260,11 @@ http://localhost:%d {%s%s%s
 			body, _ := io.ReadAll(resp.Body)
 			resp.Body.Close()
 			rec.Add(p, tc.name, pathtest.Resp(resp.StatusCode, resp.Header, string(body)))
-			if resp.StatusCode != tc.status || string(body) != tc.body {
+			wantBody := tc.body
+			if tc.status >= 400 {
+				wantBody = problemtest.Body(tc.status, wantBody, tc.path)
+			}
+			if resp.StatusCode != tc.status || string(body) != wantBody {
 				t.Fatalf("%d %q, want %d %q", resp.StatusCode, body, tc.status, tc.body)
 			}
 

@@ -20,6 +20,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/apigate/gateway/identity"
+	"github.com/apigate/gateway/internal/testkit/problemtest"
 )
 
 // permService is a real HTTP permission service that counts its calls.
@@ -151,13 +152,24 @@ func serve(t testing.TB, h *Handler, r *http.Request) result {
 		t.Fatalf("ServeHTTP: %v", err)
 	}
 	by, reason := identity.Denial(r)
-	return result{w.Code, w.Body.String(), by, reason, w.Header().Get("Content-Type")}
+	body := w.Body.String()
+	if w.Header().Get("Content-Type") == problemtest.ContentType {
+		// a refusal: recorded as its members from before problem+json
+		// when it is the problem with them
+		var m struct{ Error, Reason string }
+		_ = json.Unmarshal(w.Body.Bytes(), &m)
+		legacy, _ := json.Marshal(map[string]string{"error": m.Error, "reason": m.Reason})
+		if problemtest.Extends(body, w.Code, string(legacy), r.URL.Path) == nil {
+			body = string(legacy) + "\n"
+		}
+	}
+	return result{w.Code, body, by, reason, w.Header().Get("Content-Type")}
 }
 
 var (
 	allowed = result{status: 200, body: "next", contentType: "text/plain; charset=utf-8"}
-	denied  = result{status: 403, body: deniedBody, deniedBy: "permission", denyReason: "permission denied", contentType: "application/json"}
-	unavail = result{status: 503, body: unavailableBody, deniedBy: "permission", denyReason: "permission service unavailable", contentType: "application/json"}
+	denied  = result{status: 403, body: deniedBody, deniedBy: "permission", denyReason: "permission denied", contentType: problemtest.ContentType}
+	unavail = result{status: 503, body: unavailableBody, deniedBy: "permission", denyReason: "permission service unavailable", contentType: problemtest.ContentType}
 )
 
 func expect(t *testing.T, got, want result) {

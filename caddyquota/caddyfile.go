@@ -1,8 +1,11 @@
 package caddyquota
 
 import (
+	"fmt"
+	"sort"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/caddyserver/caddy/v2"
 	"github.com/caddyserver/caddy/v2/caddyconfig"
@@ -81,6 +84,9 @@ func parseHandler(h httpcaddyfile.Helper) (caddyhttp.MiddlewareHandler, error) {
 // servers, creds_file of creds.
 func (a *App) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 	d.Next() // option name
+	optFile, optLine := d.File(), d.Line()
+	var defFile string
+	var defLine int
 	if d.NextArg() {
 		return d.ArgErr()
 	}
@@ -136,9 +142,13 @@ func (a *App) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 			switch name {
 			case "default":
 				a.Default = v
+				defFile, defLine = d.File(), d.Line()
 			case "plan_claim":
 				a.PlanClaim = v
 			case "timezone":
+				if _, err := time.LoadLocation(v); err != nil {
+					return d.Errf("invalid timezone %q: want an IANA zone such as Europe/Berlin (%v)", v, err)
+				}
 				a.Timezone = v
 			case "dir":
 				a.Dir = v
@@ -194,6 +204,20 @@ func (a *App) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 		default:
 			return d.Errf("unrecognized subdirective '%s'", name)
 		}
+	}
+	// what Provision would refuse later, without a line, inside a long
+	// provision chain: named here with the file and line (as d.Errf does)
+	names := make([]string, 0, len(a.Plans))
+	for n := range a.Plans {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	_, known := a.Plans[a.Default]
+	switch {
+	case a.Default != "" && len(a.Plans) > 0 && !known:
+		return fmt.Errorf("invalid default %q: no such plan (plans: %s), at %s:%d", a.Default, strings.Join(names, ", "), defFile, defLine)
+	case a.Default == "" && len(a.Plans) > 1:
+		return fmt.Errorf("quota: %d plans and no default: name the plan of consumers without one (default <plan>), at %s:%d", len(a.Plans), optFile, optLine)
 	}
 	return nil
 }

@@ -84,6 +84,9 @@ func TestUnmarshalGlobalOption(t *testing.T) {
 		{name: "bad fleet replicas", input: "quota {\n plan a 1/day\n fleet {\n  replicas 7\n }\n}", wantErr: "invalid replicas 7"},
 		{name: "unknown fleet subdirective", input: "quota {\n plan a 1/day\n fleet {\n  leader me\n }\n}", wantErr: "unrecognized fleet subdirective 'leader'"},
 		{name: "unknown subdirective", input: "quota {\n plan a 1/day\n burst 5\n}", wantErr: "unrecognized subdirective 'burst'"},
+		{name: "bad timezone, with its line", input: "quota {\n plan a 1/day\n timezone Europe/Berln\n}", wantErr: `invalid timezone "Europe/Berln": want an IANA zone such as Europe/Berlin`},
+		{name: "two plans and no default, with the option's line", input: "quota {\n plan a 1/day\n plan b 2/day\n}", wantErr: "2 plans and no default: name the plan of consumers without one (default <plan>), at Testfile:1"},
+		{name: "no such default plan, with its line", input: "quota {\n plan a 1/day\n plan b 2/day\n default c\n}", wantErr: `invalid default "c": no such plan (plans: a, b), at Testfile:4`},
 		{name: "argument on the option", input: "quota free {\n plan a 1/day\n}", wantErr: "wrong argument count"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

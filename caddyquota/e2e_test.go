@@ -220,7 +220,8 @@ http://127.0.0.1:%[1]d {
 		if !strings.HasPrefix(r.header.Get("RateLimit"), `"free-day";r=0;t=`) {
 			t.Errorf("RateLimit on the refusal %q", r.header.Get("RateLimit"))
 		}
-		if r.header.Get("Content-Type") != "application/json" {
+		if r.header.Get("Content-Type") != "application/problem+json" || !strings.Contains(r.body, `"type":"urn:apigate:problem:quota_exceeded"`) ||
+			!strings.Contains(r.body, `"instance":"/api/x"`) {
 			t.Errorf("Content-Type %q", r.header.Get("Content-Type"))
 		}
 	})
@@ -279,10 +280,10 @@ http://127.0.0.1:%[1]d {
 			t.Fatalf("%d %q Retry-After %q", r.status, r.body, r.header.Get("Retry-After"))
 		}
 	})
-	t.Run("no consumer", func(t *testing.T) {
+	t.Run("no consumer: the key resolved empty is the config's mistake, 500", func(t *testing.T) {
 		r := do(t, plainPort, "/api/x", nil)
-		if r.status != 401 || !strings.Contains(r.body, "no consumer for the quota") {
-			t.Fatalf("%d %q", r.status, r.body)
+		if r.status != 500 || !strings.Contains(r.body, `"detail":"quota key resolved empty"`) || r.header.Get("WWW-Authenticate") != "" {
+			t.Fatalf("%d %q %v", r.status, r.body, r.header)
 		}
 	})
 

@@ -1,7 +1,6 @@
 package caddyquota
 
 import (
-	"encoding/json"
 	"errors"
 	"fmt"
 	"net/http"
@@ -66,6 +65,7 @@ type Handler struct {
 	counters map[string]*decisionCounters
 	none     *decisionCounters
 	lastErr  *errorLog
+	emptyKey *errorLog // the last log of an empty key
 }
 
 // CaddyModule returns the Caddy module information.
@@ -79,7 +79,7 @@ func (Handler) CaddyModule() caddy.ModuleInfo {
 // Provision finds the quota app of the config.
 func (h *Handler) Provision(ctx caddy.Context) error {
 	h.logger = ctx.Logger()
-	h.lastErr = new(errorLog)
+	h.lastErr, h.emptyKey = new(errorLog), new(errorLog)
 	if h.Key == "" {
 		h.Key = DefaultKey
 	}
@@ -133,11 +133,16 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyht
 	repl, _ := r.Context().Value(caddy.ReplacerCtxKey).(*caddy.Replacer)
 	key := h.consumerKey(repl)
 	if key == "" {
+		// a config mistake, not the client's: the key's placeholder has
+		// no value here (no identity source before the handler, say)
 		h.none.unidentified.Inc()
-		const reason = "no consumer for the quota"
+		const reason = "quota key resolved empty"
 		identity.SetDenialBy(r, h.decider, reason)
-		w.Header().Set("WWW-Authenticate", deny.BearerChallenge("gateway"))
-		return deny.Respond(w, r, http.StatusUnauthorized, "unauthorized", reason)
+		if h.emptyKey.due() {
+			h.logger.Error("quota key resolved empty: refusing with 500; the key's placeholders have no value for this request (is an identity source before quota in the route?)",
+				zap.String("key", h.Key))
+		}
+		return deny.Respond(w, r, http.StatusInternalServerError, "quota_key_empty", reason)
 	}
 	id, _ := identity.FromRequest(r)
 	plan := h.app.planFor(h, id)
@@ -191,7 +196,9 @@ func (h *Handler) reason(plan *Plan, d *Decision) string {
 	return "quota exceeded: " + plan.Name + " " + l.String()
 }
 
-// QuotaExceeded is the JSON body of a refusal.
+// QuotaExceeded is what a 429's problem (application/problem+json, see
+// deny) has beside the standard members, for clients that decode it: the
+// members of the JSON body from before problem+json, with the same values.
 type QuotaExceeded struct {
 	Error  string `json:"error"`
 	Plan   string `json:"plan"`
@@ -213,8 +220,9 @@ func (h *Handler) refuse(w http.ResponseWriter, r *http.Request, repl *caddy.Rep
 	if ce := h.logger.Check(zapcore.DebugLevel, "request refused: quota exceeded"); ce != nil {
 		ce.Write(zap.String("plan", plan.Name), zap.String("window", window), zap.String("reset", reset))
 	}
-	body, _ := json.Marshal(QuotaExceeded{Error: "quota_exceeded", Plan: plan.Name, Window: window, Reset: reset})
-	return deny.RespondBody(w, r, http.StatusTooManyRequests, reason, "application/json", append(body, '\n'))
+	p := deny.New(http.StatusTooManyRequests, "quota_exceeded", reason).
+		With("plan", plan.Name).With("window", window).With("reset", reset)
+	return deny.RespondProblem(w, r, p, reason)
 }
 
 // unavailable answers 503 when the counts cannot be kept (the store's

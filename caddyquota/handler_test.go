@@ -5,6 +5,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -141,8 +142,11 @@ func TestServeHTTPCounts(t *testing.T) {
 		t.Fatalf("4th request: %v, %d admitted, status %d, Retry-After %q", err, next.called, w.Code, w.Header().Get("Retry-After"))
 	}
 	w, r = httptest.NewRecorder(), consumerRequest("")
-	if err := h.ServeHTTP(w, r, next); err != nil || w.Code != 401 || next.called != 3 {
-		t.Fatalf("no consumer: %v, status %d", err, w.Code)
+	// an empty key is the config's mistake: 500, never a 401 that blames
+	// the client's credential
+	if err := h.ServeHTTP(w, r, next); err != nil || w.Code != 500 || next.called != 3 || w.Header().Get("WWW-Authenticate") != "" ||
+		!strings.Contains(w.Body.String(), `"error":"quota_key_empty"`) {
+		t.Fatalf("no consumer: %v, status %d %s", err, w.Code, w.Body)
 	}
 	if st, _ := a.store(); st.Consumers() != 1 {
 		t.Errorf("%d consumers counted, want 1", st.Consumers())

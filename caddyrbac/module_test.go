@@ -12,7 +12,7 @@ import (
 	dto "github.com/prometheus/client_model/go"
 
 	"github.com/apigate/gateway/identity"
-	"github.com/apigate/gateway/internal/deny"
+	"github.com/apigate/gateway/internal/testkit/problemtest"
 )
 
 func provisioned(t testing.TB, h *RBAC) *RBAC {
@@ -153,16 +153,12 @@ func TestServeHTTP(t *testing.T) {
 				}
 				return
 			}
-			var body deny.Body
-			if err := json.Unmarshal(w.Body.Bytes(), &body); err != nil {
-				t.Fatalf("body %q: %v", w.Body.String(), err)
+			if err := problemtest.Extends(w.Body.String(), tc.want, tc.body, r.URL.Path); err != nil {
+				t.Error(err)
 			}
-			want := deny.Body{}
+			var want struct{ Reason string }
 			_ = json.Unmarshal([]byte(tc.body), &want)
-			if body != want {
-				t.Errorf("body %q, want %s", w.Body.String(), tc.body)
-			}
-			if ct := w.Header().Get("Content-Type"); ct != "application/json" {
+			if ct := w.Header().Get("Content-Type"); ct != problemtest.ContentType {
 				t.Errorf("Content-Type %q", ct)
 			}
 			if by != "rbac" || reason != want.Reason {

@@ -12,6 +12,7 @@ import (
 	caddyrl "github.com/mholt/caddy-ratelimit"
 
 	"github.com/apigate/gateway/caddyaudit"
+	"github.com/apigate/gateway/caddydocker"
 	"github.com/apigate/gateway/caddyjwt"
 	"github.com/apigate/gateway/caddyopenapi"
 	"github.com/apigate/gateway/caddypathguard"
@@ -51,7 +52,7 @@ type Duty struct {
 var terminal = map[string]bool{
 	"reverse_proxy": true, "static_response": true, "file_server": true, "error": true,
 	"gateway_dashboard": true, "php_fastcgi": true, "acme_server": true, "metrics": true,
-	"copy_response": true, "templates": false,
+	"copy_response": true, "templates": false, "docker_answer": true,
 }
 
 type rawRoute struct {
@@ -275,13 +276,14 @@ func upstreams(raw json.RawMessage) []string {
 // own (it decodes its own config type), so the dashboard keeps no copy of
 // another module's configuration.
 var describers = map[string]func(json.RawMessage) string{
-	"jwt_auth":   caddyjwt.DescribeConfig,
-	"rbac":       caddyrbac.DescribeConfig,
-	"permission": caddypermcache.DescribeConfig,
-	"audit":      caddyaudit.DescribeConfig,
-	"path_guard": caddypathguard.DescribeConfig,
-	"openapi":    caddyopenapi.DescribeConfig,
-	"rate_limit": describeRateLimit,
+	"jwt_auth":      caddyjwt.DescribeConfig,
+	"rbac":          caddyrbac.DescribeConfig,
+	"permission":    caddypermcache.DescribeConfig,
+	"audit":         caddyaudit.DescribeConfig,
+	"path_guard":    caddypathguard.DescribeConfig,
+	"openapi":       caddyopenapi.DescribeConfig,
+	"rate_limit":    describeRateLimit,
+	"docker_answer": caddydocker.DescribeAnswer,
 	"static_response": func(raw json.RawMessage) string {
 		var h caddyhttp.StaticResponse
 		if json.Unmarshal(raw, &h) != nil {

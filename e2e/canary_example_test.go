@@ -37,9 +37,6 @@ func TestCanaryWorkedExample(t *testing.T) {
 	if err := os.MkdirAll(binDir, 0o755); err != nil {
 		t.Fatal(err)
 	}
-	if out, err := exec.Command("go", "build", "-o", filepath.Join(binDir, "gatewayctl"), "../cmd/gatewayctl").CombinedOutput(); err != nil {
-		t.Fatalf("building gatewayctl: %v\n%s", err, out)
-	}
 	if err := os.Symlink(bin, filepath.Join(binDir, "caddy")); err != nil {
 		t.Fatal(err)
 	}

@@ -1,7 +1,7 @@
 // Package apikeys is the format of the gateway's API keys and of the keys
 // file that holds their hashes: making a key, hashing it, reading the file,
 // and checking a presented key against it. It imports nothing of Caddy, so
-// `gatewayctl apikey new` uses it without compiling in the gateway.
+// `caddy gateway apikey new` uses it, and gatewayctl without compiling in the gateway.
 //
 // A key is `gk_<id>_<secret>`: the prefix makes a leaked key recognizable
 // (secret scanners, logs), the id finds the key's entry in one map lookup,
@@ -27,6 +27,12 @@ import (
 
 	"github.com/apigate/gateway/internal/planname"
 )
+
+// FileFormat is what a keys file holds, for errors about keys files.
+const FileFormat = "a keys file is a JSON array of entries " + EntryFormat + " ([] for none)"
+
+// EntryFormat is one entry of a keys file, for errors about entries.
+const EntryFormat = `{"id":"<id>","hash":"sha256:<64 hex digits>","sub":"<subject>"} (optional: "roles", "scope", "plan", "expires")`
 
 // Prefix starts every key.
 const Prefix = "gk_"
@@ -121,46 +127,60 @@ func Hash(key string) string {
 	return HashPrefix + hex.EncodeToString(sum[:])
 }
 
-// SplitKey returns the id of a well-formed key, or an error saying what
-// is wrong with it (never quoting the key).
+// KeyFormat is how a key is written, for errors about keys.
+const KeyFormat = Prefix + "<id>_<secret>"
+
+// SplitKey returns the id of a well-formed key, or an error (ErrMalformed)
+// saying what is wrong with it and what a key looks like (never quoting
+// the key): the reason a client is given.
 func SplitKey(key string) (id string, err error) {
 	if len(key) > MaxKeyLen {
-		return "", errors.New("malformed key: too long")
+		return "", ErrTooLong
 	}
 	rest, ok := strings.CutPrefix(key, Prefix)
 	if !ok {
-		return "", errors.New("malformed key: no " + Prefix + " prefix")
+		return "", malformed("does not start with " + Prefix)
 	}
 	id, secret, ok := strings.Cut(rest, "_")
 	if !ok || !ValidID(id) {
-		return "", errors.New("malformed key: bad id")
+		return "", malformed(fmt.Sprintf("the <id> is not 1 to %d letters, digits, '-' or '.' followed by _", MaxIDLen))
 	}
 	if len(secret) < minSecretLen {
-		return "", errors.New("malformed key: secret too short")
+		return "", malformed(fmt.Sprintf("the <secret> is shorter than %d characters", minSecretLen))
 	}
 	for i := 0; i < len(secret); i++ {
 		c := secret[i]
 		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '-') {
-			return "", errors.New("malformed key: bad character in secret")
+			return "", malformed("the <secret> has a character other than a letter, digit or '-'")
 		}
 	}
 	return id, nil
 }
 
+// malformed is ErrMalformed with what is wrong and the key's format.
+func malformed(what string) error {
+	return fmt.Errorf("%w: %s (a key is %s)", ErrMalformed, what, KeyFormat)
+}
+
 // Reasons a presented key is refused; safe to show clients and to log.
+// A malformed key's error wraps ErrMalformed with what is malformed.
 var (
 	ErrMalformed = errors.New("malformed key")
 	ErrUnknown   = errors.New("unknown key")
 	ErrExpired   = errors.New("key expired")
+	// ErrTooLong is a key longer than MaxKeyLen (the handler does not
+	// read such a key: a request's credential is bounded).
+	ErrTooLong = malformed(fmt.Sprintf("longer than %d characters", MaxKeyLen))
 )
 
 // Check returns the entry of key when key is in the set and not expired at
-// now. The hash comparison takes constant time. Errors are ErrMalformed,
-// ErrUnknown (no such id, or the secret does not match) or ErrExpired.
+// now. The hash comparison takes constant time. Errors are ErrMalformed
+// (wrapped, with what is malformed), ErrUnknown (no such id, or the secret
+// does not match) or ErrExpired.
 func (s *Set) Check(key string, now time.Time) (*Entry, error) {
 	id, err := SplitKey(key)
 	if err != nil {
-		return nil, ErrMalformed
+		return nil, err
 	}
 	e := s.byID[id]
 	if e == nil {
@@ -248,11 +268,11 @@ func splitArray(data []byte) ([]json.RawMessage, error) {
 	trimmed := bytes.TrimSpace(data)
 	switch {
 	case len(trimmed) == 0:
-		return nil, errors.New("empty: a keys file is a JSON array of keys ([] for none)")
+		return nil, errors.New("empty: " + FileFormat)
 	case trimmed[0] == '{':
-		return nil, errors.New(`not a JSON array of keys but a single object: put it in [ ] (a keys file is [{"id":...}, {"id":...}])`)
+		return nil, errors.New("not a JSON array of keys but a single object: put it in [ ] (" + FileFormat + ")")
 	case trimmed[0] != '[':
-		return nil, errors.New("not a JSON array of keys: it does not start with [")
+		return nil, errors.New("not a JSON array of keys: it does not start with [ (" + FileFormat + ")")
 	}
 	dec := json.NewDecoder(bytes.NewReader(data))
 	var raws []json.RawMessage
@@ -260,9 +280,9 @@ func splitArray(data []byte) ([]json.RawMessage, error) {
 		var se *json.SyntaxError
 		if errors.As(err, &se) {
 			line, col := position(data, se.Offset)
-			return nil, fmt.Errorf("not a JSON array of keys: line %d, column %d: %v", line, col, err)
+			return nil, fmt.Errorf("not a JSON array of keys: line %d, column %d: %v (%s)", line, col, err, FileFormat)
 		}
-		return nil, fmt.Errorf("not a JSON array of keys: %v", err)
+		return nil, fmt.Errorf("not a JSON array of keys: %v (%s)", err, FileFormat)
 	}
 	if dec.More() {
 		return nil, errors.New("not a JSON array of keys: data after the array")
@@ -285,12 +305,12 @@ func position(data []byte, off int64) (line, col int) {
 // error that names the entry and the field.
 func decodeEntry(n int, raw json.RawMessage) (*Entry, error) {
 	if bytes.Equal(bytes.TrimSpace(raw), []byte("null")) {
-		return nil, fmt.Errorf("entry %d: null", n)
+		return nil, fmt.Errorf("entry %d: null, want an object %s", n, EntryFormat)
 	}
 	// the id, for errors, even when the rest does not decode
 	var probe map[string]json.RawMessage
 	if err := json.Unmarshal(raw, &probe); err != nil {
-		return nil, fmt.Errorf("entry %d: not an object {\"id\":...,\"hash\":...,\"sub\":...}", n)
+		return nil, fmt.Errorf("entry %d: not an object %s", n, EntryFormat)
 	}
 	var id string
 	for k, v := range probe {

@@ -39,25 +39,32 @@ func TestNewAndCheck(t *testing.T) {
 	}
 	// the same id with another secret
 	forged := key[:len(key)-1] + string("0123456789abcdef"[(strings.IndexByte("0123456789abcdef", key[len(key)-1])+1)%16])
+	// what is malformed is said, with the format, and the key is not
+	// quoted
 	tests := []struct {
 		name string
 		key  string
 		want error
+		says string
 	}{
-		{"wrong secret", forged, ErrUnknown},
-		{"unknown id", strings.Replace(key, "ci-1", "ci-2", 1), ErrUnknown},
-		{"expired", other, ErrExpired},
-		{"no prefix", strings.TrimPrefix(key, "gk_"), ErrMalformed},
-		{"short secret", "gk_ci-1_abc", ErrMalformed},
-		{"bad id", "gk_c!i_" + strings.Repeat("a", 64), ErrMalformed},
-		{"bad secret char", key[:len(key)-1] + "%", ErrMalformed},
-		{"too long", "gk_ci-1_" + strings.Repeat("a", MaxKeyLen), ErrMalformed},
+		{"wrong secret", forged, ErrUnknown, "unknown key"},
+		{"unknown id", strings.Replace(key, "ci-1", "ci-2", 1), ErrUnknown, "unknown key"},
+		{"expired", other, ErrExpired, "key expired"},
+		{"no prefix", strings.TrimPrefix(key, "gk_"), ErrMalformed, "malformed key: does not start with gk_ (a key is gk_<id>_<secret>)"},
+		{"short secret", "gk_ci-1_abc", ErrMalformed, "malformed key: the <secret> is shorter than 32 characters (a key is gk_<id>_<secret>)"},
+		{"bad id", "gk_c!i_" + strings.Repeat("a", 64), ErrMalformed, "malformed key: the <id> is not 1 to 64 letters, digits, '-' or '.' followed by _ (a key is gk_<id>_<secret>)"},
+		{"no secret", "gk_ci-1", ErrMalformed, "the <id> is not"},
+		{"bad secret char", key[:len(key)-1] + "%", ErrMalformed, "malformed key: the <secret> has a character other than a letter, digit or '-' (a key is gk_<id>_<secret>)"},
+		{"too long", "gk_ci-1_" + strings.Repeat("a", MaxKeyLen), ErrMalformed, "malformed key: longer than 512 characters (a key is gk_<id>_<secret>)"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			_, err := set.Check(tc.key, now)
-			if !errors.Is(err, tc.want) {
-				t.Fatalf("got %v, want %v", err, tc.want)
+			if !errors.Is(err, tc.want) || !strings.Contains(err.Error(), tc.says) {
+				t.Fatalf("got %v, want %v saying %q", err, tc.want, tc.says)
+			}
+			if len(tc.key) > 20 && strings.Contains(err.Error(), tc.key[8:20]) {
+				t.Fatalf("the error quotes the key: %v", err)
 			}
 		})
 	}

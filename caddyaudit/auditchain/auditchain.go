@@ -1,7 +1,7 @@
 // Package auditchain is the tamper-evidence format of the gateway's audit
 // events: how an event's hash links it to the one before, how checkpoints
 // are signed, and how a trail is verified (Verify). It imports nothing of
-// Caddy, so `gatewayctl audit verify` and third-party checkers can use it.
+// Caddy, so `caddy gateway audit verify`, gatewayctl and third-party checkers can use it.
 //
 // A chain is the sequence of events one gateway process records with the
 // same key. Every event of a chain carries
@@ -75,7 +75,7 @@ func KeyID(pub ed25519.PublicKey) string {
 
 // LoadPrivateKey reads an Ed25519 private key from a PEM file holding a
 // PKCS #8 "PRIVATE KEY" block (as `openssl genpkey -algorithm ed25519` or
-// `gatewayctl audit keygen` write it).
+// `caddy gateway audit keygen` write it).
 func LoadPrivateKey(path string) (ed25519.PrivateKey, error) {
 	blk, err := readPEM(path)
 	if err != nil {

@@ -1,6 +1,6 @@
 // Package quotausage is the format of the quota's usage documents, which
 // the admin API serves at /gateway/usage, and their rendering as tables:
-// `gatewayctl usage` decodes and prints them. It imports nothing of Caddy.
+// `caddy gateway usage` (and gatewayctl) decodes and prints them. It imports nothing of Caddy.
 package quotausage
 
 import (

@@ -1,11 +1,11 @@
 // Package deny is how the gateway's handlers refuse a request: through
 // Caddy's error chain, so that a site's handle_errors decides what the client
 // sees, as with Caddy's own authentication handlers; and, where the server
-// has no error routes, with the contract's small JSON body.
+// has no error routes, with an RFC 9457 problem (application/problem+json):
+// every refusal the gateway writes itself has the same shape (problem.go).
 package deny
 
 import (
-	"encoding/json"
 	"errors"
 	"net/http"
 	"strconv"
@@ -14,26 +14,41 @@ import (
 	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
 )
 
-// Body is the JSON answer of a denial: {"error":"forbidden","reason":"missing role"}.
-type Body struct {
-	Error  string `json:"error"`
-	Reason string `json:"reason"`
-}
-
-// Respond denies the request with status. The reason must be client-safe:
-// never a token, a secret or a claim value.
+// Respond denies the request with status and the kind of refusal code
+// (Kinds: "forbidden", "invalid_token", ...). The reason must be
+// client-safe: never a token, a secret or a claim value.
 //
 // When the server that serves r has error routes (handle_errors), Respond
 // returns caddyhttp.Error(status, reason) and writes nothing: the error
 // routes answer, with {http.error.status_code} and {http.error.message} (the
 // reason) and the headers the handler set (WWW-Authenticate) at hand. With
 // no error routes Caddy would answer with an empty body, so Respond writes
-// the contract's body itself and returns nil.
+// the problem itself (detail: the reason; extension members error: code and
+// reason, the contract's members from before problem+json) and returns nil.
 func Respond(w http.ResponseWriter, r *http.Request, status int, code, reason string) error {
 	if hasErrorRoutes(r) {
 		return caddyhttp.Error(status, errors.New(reason))
 	}
-	Write(w, status, code, reason)
+	WriteBody(w, status, RefusalJSON(status, code, reason, Instance(r)))
+	return nil
+}
+
+// RefusalJSON is the body Respond writes: the problem of the kind code
+// with detail reason at instance, with the members error and reason.
+func RefusalJSON(status int, code, reason, instance string) []byte {
+	p := New(status, code, reason).With("reason", reason)
+	p.Instance = instance
+	return p.JSON()
+}
+
+// RespondProblem denies the request with p as Respond does: through the
+// error routes where the server has some ({http.error.message} is
+// message, the reason audit records), else by writing p.
+func RespondProblem(w http.ResponseWriter, r *http.Request, p *Problem, message string) error {
+	if hasErrorRoutes(r) {
+		return caddyhttp.Error(p.Status, errors.New(message))
+	}
+	Write(w, r, p)
 	return nil
 }
 
@@ -42,19 +57,38 @@ func hasErrorRoutes(r *http.Request) bool {
 	return ok && srv != nil && srv.Errors != nil && len(srv.Errors.Routes) > 0
 }
 
-// Write writes the contract's JSON body with status.
-func Write(w http.ResponseWriter, status int, code, reason string) {
-	body, err := json.Marshal(Body{Error: code, Reason: reason})
-	if err != nil { // cannot happen for two strings
-		body = []byte(`{"error":"` + code + `"}`)
+// Write writes p with its status, its instance the path r was sent to
+// when p has none (Instance).
+func Write(w http.ResponseWriter, r *http.Request, p *Problem) {
+	if p.Instance == "" && r != nil {
+		p.Instance = Instance(r)
 	}
-	body = append(body, '\n')
+	WriteBody(w, p.Status, p.JSON())
+}
+
+// WriteBody writes a problem's body (Problem.JSON) with status: the
+// fields every refusal has (Content-Type application/problem+json,
+// Content-Length, Cache-Control: no-store).
+func WriteBody(w http.ResponseWriter, status int, body []byte) {
 	h := w.Header()
-	h.Set("Content-Type", "application/json")
+	h.Set("Content-Type", ContentType)
 	h.Set("Content-Length", strconv.Itoa(len(body)))
 	h.Set("Cache-Control", "no-store")
 	w.WriteHeader(status)
 	_, _ = w.Write(body)
+}
+
+// Instance is a refusal's instance: the path the client sent the request
+// to (before any rewrite; escaped, without the query, which may carry
+// credentials), as a URI reference relative to the gateway.
+func Instance(r *http.Request) string {
+	if orig, ok := r.Context().Value(caddyhttp.OriginalRequestCtxKey).(http.Request); ok && orig.URL != nil {
+		return orig.URL.EscapedPath()
+	}
+	if r.URL == nil {
+		return ""
+	}
+	return r.URL.EscapedPath()
 }
 
 // BearerChallenge is the WWW-Authenticate value of a 401 without a token:
@@ -95,21 +129,4 @@ func QuoteEscape(s string) string {
 		}
 	}
 	return b.String()
-}
-
-// RespondBody denies the request with status as Respond does, with a body
-// of the duty's own (problem+json, say) where the server has no error
-// routes: with error routes, it returns caddyhttp.Error(status, reason)
-// and the error routes answer.
-func RespondBody(w http.ResponseWriter, r *http.Request, status int, reason, contentType string, body []byte) error {
-	if hasErrorRoutes(r) {
-		return caddyhttp.Error(status, errors.New(reason))
-	}
-	h := w.Header()
-	h.Set("Content-Type", contentType)
-	h.Set("Content-Length", strconv.Itoa(len(body)))
-	h.Set("Cache-Control", "no-store")
-	w.WriteHeader(status)
-	_, _ = w.Write(body)
-	return nil
 }

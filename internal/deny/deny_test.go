@@ -151,11 +151,13 @@ http://127.0.0.1:%d {
 					}
 					return
 				}
-				var body deny.Body
-				if err := json.Unmarshal(b, &body); err != nil || body.Error != tc.code || body.Reason != tc.reason {
-					t.Errorf("body %q, want the contract's {%q, %q}", b, tc.code, tc.reason)
+				var body map[string]any
+				if err := json.Unmarshal(b, &body); err != nil || body["error"] != tc.code || body["reason"] != tc.reason ||
+					body["type"] != deny.TypePrefix+tc.code || body["status"] != float64(tc.status) || body["detail"] != tc.reason ||
+					body["instance"] != req.URL.Path || body["title"] == "" {
+					t.Errorf("body %q, want the problem of %q, %q at %s", b, tc.code, tc.reason, req.URL.Path)
 				}
-				if resp.Header.Get("Content-Type") != "application/json" {
+				if resp.Header.Get("Content-Type") != "application/problem+json" {
 					t.Errorf("Content-Type %q", resp.Header.Get("Content-Type"))
 				}
 			})

@@ -1,4 +1,4 @@
-package main
+package ctl
 
 import (
 	"bytes"
@@ -13,8 +13,7 @@ import (
 // stderr): the test binary runs main when GATEWAYCTL_RUN_MAIN is set.
 func TestMain(m *testing.M) {
 	if os.Getenv("GATEWAYCTL_RUN_MAIN") == "1" {
-		main()
-		os.Exit(0)
+		os.Exit(Main("gatewayctl", os.Args[1:], os.Stdout, os.Stderr))
 	}
 	os.Exit(m.Run())
 }
@@ -88,28 +87,27 @@ func TestHelp(t *testing.T) {
 	}
 }
 
-// TestReadmeListsCommands: the README's gatewayctl table has a row for
-// every command the usage lists.
+// TestReadmeListsCommands: the README's command table has a row for
+// every command the table lists (a command's subcommands each have one).
 func TestReadmeListsCommands(t *testing.T) {
-	readme, err := os.ReadFile("../../README.md")
+	readme, err := os.ReadFile("../README.md")
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, line := range strings.Split(usage, "\n") {
-		// the usage's command lines: two spaces, then the command
-		if !strings.HasPrefix(line, "  ") || strings.HasPrefix(line, "   ") {
-			continue
-		}
-		fields := strings.Fields(line)
-		cmd := fields[0]
-		if cmd == "help" {
-			continue
-		}
-		if cmd == "audit" || cmd == "apikey" || cmd == "fleet" {
-			cmd += " " + fields[1]
-		}
-		if !strings.Contains(string(readme), "| `gatewayctl "+cmd) {
-			t.Errorf("README.md has no row for gatewayctl %s", cmd)
+	for _, c := range Commands() {
+		for _, line := range strings.Split(c.Synopsis, "\n") {
+			// a form: two spaces, then the command
+			fields := strings.Fields(line)
+			if !strings.HasPrefix(line, "  "+c.Name) || len(fields) == 0 {
+				continue
+			}
+			cmd := fields[0]
+			if len(fields) > 1 && fields[1][0] >= 'a' && fields[1][0] <= 'z' {
+				cmd += " " + fields[1] // a subcommand: audit verify
+			}
+			if !strings.Contains(string(readme), "| `caddy gateway "+cmd) {
+				t.Errorf("README.md has no row for caddy gateway %s", cmd)
+			}
 		}
 	}
 }

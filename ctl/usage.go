@@ -1,4 +1,4 @@
-package main
+package ctl
 
 import (
 	"encoding/json"
@@ -8,6 +8,7 @@ import (
 	"io"
 	"net/http"
 	"net/url"
+	"os"
 	"strings"
 	"time"
 
@@ -22,13 +23,15 @@ const usageUsage = `usage: gatewayctl usage [--admin host:port] [--consumer K] [
 	today, in the quota's time zone) and where it stands in each limit of
 	its plan now. Without: the consumers with the most requests this month
 	(--limit, default 100). With a fleet the counts are every gateway's.
-	--json prints the admin API's JSON document as it is.
+	--json prints the admin API's JSON document as it is. --admin defaults
+	to $CADDY_ADMIN when set (as for Caddy's own commands), else
+	localhost:2019.
 	example: gatewayctl usage --admin localhost:2019 --consumer alice
 `
 
 func cmdUsage(args []string, out io.Writer) error {
 	fs := flag.NewFlagSet("usage", flag.ContinueOnError)
-	admin := fs.String("admin", "localhost:2019", "the gateway's admin API address (host:port, or a http:// URL)")
+	admin := fs.String("admin", defaultAdmin(), "the gateway's admin API address (host:port, or a http:// URL)")
 	consumer := fs.String("consumer", "", "a consumer key (default: list the consumers)")
 	from := fs.String("from", "", "first day (YYYY-MM-DD)")
 	to := fs.String("to", "", "last day (YYYY-MM-DD)")
@@ -99,4 +102,13 @@ func cmdUsage(args []string, out io.Writer) error {
 		return errors.New("the admin API's answer is not a usage list: " + err.Error())
 	}
 	return quotausage.WriteList(out, l)
+}
+
+// defaultAdmin is the admin API address Caddy's own commands use without
+// a config: $CADDY_ADMIN, else localhost:2019.
+func defaultAdmin() string {
+	if a := os.Getenv("CADDY_ADMIN"); a != "" {
+		return a
+	}
+	return "localhost:2019"
 }

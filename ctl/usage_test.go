@@ -1,4 +1,4 @@
-package main
+package ctl
 
 import (
 	"encoding/json"
@@ -77,5 +77,11 @@ func TestUsage(t *testing.T) {
 	}
 	if err := run([]string{"usage", "--admin", "127.0.0.1:1"}, &out); err == nil || !strings.Contains(err.Error(), "reading usage from the admin API at 127.0.0.1:1") {
 		t.Errorf("no admin API: %v", err)
+	}
+	// without --admin: $CADDY_ADMIN, as Caddy's own commands
+	t.Setenv("CADDY_ADMIN", admin)
+	out.Reset()
+	if err := run([]string{"usage"}, &out); err != nil || !strings.Contains(out.String(), "alice") {
+		t.Errorf("usage with CADDY_ADMIN=%s: %v\n%s", admin, err, out.String())
 	}
 }

@@ -1,4 +1,4 @@
-package main
+package ctl
 
 import (
 	"encoding/json"
@@ -38,8 +38,7 @@ func cmdAPIKey(args []string, out io.Writer) error {
 	case args[0] == "new":
 		return cmdAPIKeyNew(args[1:], out, time.Now())
 	case isHelp(args[0]):
-		_, err := io.WriteString(out, apikeyUsage)
-		return err
+		return writeHelp(out, apikeyUsage)
 	}
 	return fmt.Errorf("unknown apikey command %q: want new (gatewayctl apikey -h for help)", args[0])
 }

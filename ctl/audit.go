@@ -1,4 +1,4 @@
-package main
+package ctl
 
 import (
 	"crypto/ed25519"
@@ -56,8 +56,7 @@ func cmdAudit(args []string, out io.Writer) error {
 		return cmdAuditCount(args[1:], out)
 	}
 	if isHelp(args[0]) {
-		_, err := io.WriteString(out, auditUsage+auditReadUsage)
-		return err
+		return writeHelp(out, auditUsage+auditReadUsage)
 	}
 	return fmt.Errorf("unknown audit command %q: want keygen, verify, tail or count (gatewayctl audit -h for help)", args[0])
 }

@@ -1,4 +1,4 @@
-package main
+package ctl
 
 import (
 	"context"
@@ -38,8 +38,7 @@ func cmdFleet(args []string, out io.Writer) error {
 	case args[0] == "init":
 		return cmdFleetInit(args[1:], out)
 	case isHelp(args[0]):
-		_, err := io.WriteString(out, fleetUsage)
-		return err
+		return writeHelp(out, fleetUsage)
 	}
 	return fmt.Errorf("unknown fleet command %q: want init (gatewayctl fleet -h for help)", args[0])
 }
