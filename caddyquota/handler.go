@@ -186,12 +186,18 @@ func ownPlan(name string, limits []string) (*Plan, error) {
 	return NewPlan(name, ls)
 }
 
-// store is where the handler counts: its own counts, or the app's.
-func (h *Handler) store() (*Store, error) {
+// acquire decides a request in the handler's counts (its own, or the
+// app's) and returns the store it decided in.
+func (h *Handler) acquire(plan *Plan, key string, now time.Time) (*Store, Decision, error) {
 	if h.own != nil {
-		return h.own.store()
+		return h.own.acquire(plan, key, now, h.DryRun)
 	}
-	return h.app.store()
+	st, err := h.app.store()
+	if err != nil {
+		return nil, Decision{}, err
+	}
+	d, err := st.AcquireAt(plan, key, now, h.DryRun)
+	return st, d, err
 }
 
 // now is the time a request is counted at.
@@ -246,12 +252,8 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyht
 		id, _ := identity.FromRequest(r)
 		plan = h.app.planFor(h, id)
 	}
-	st, err := h.store()
 	now := h.now()
-	var d Decision
-	if err == nil {
-		d, err = st.AcquireAt(plan, key, now, h.DryRun)
-	}
+	st, d, err := h.acquire(plan, key, now)
 	if err != nil {
 		return h.unavailable(w, r, plan, err)
 	}

@@ -381,9 +381,13 @@ type pooledStore struct {
 	fleetKey string
 	fleet    *Fleet
 	// apart: the store of handlers' own counts (Counts), not the app's;
-	// plans are those handlers' plans, by name
-	apart bool
-	plans sync.Map
+	// plans are those handlers' plans, by name. Its Store is opened at
+	// the first request (openApart, under openMu; nil until then), and
+	// destructed says the entry left the pool.
+	apart      bool
+	plans      sync.Map
+	openMu     sync.Mutex
+	destructed bool
 }
 
 // Destruct stops the fleet link and closes the store.
@@ -394,7 +398,14 @@ func (p *pooledStore) Destruct() error {
 		p.fleet = nil
 	}
 	p.fleetMu.Unlock()
-	return p.Close()
+	p.openMu.Lock()
+	p.destructed = true
+	st := p.Store
+	p.openMu.Unlock()
+	if st == nil {
+		return nil
+	}
+	return st.Close()
 }
 
 // registerOwn records a handler's own plan: two handlers may count on
