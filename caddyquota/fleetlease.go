@@ -205,6 +205,13 @@ func (f *Fleet) acquire(s *Store, sl *slot, p *Plan, now time.Time, sn *calSnap,
 		case <-timer.C:
 			leaseTimeouts.Inc()
 			switch {
+			case f.conn.Connected != nil && !f.conn.Connected():
+				// the connection went away while the request waited
+				// (the operation under way waits for NATS until its
+				// timeout): the counts cannot be reached, whatever the
+				// last operation said
+				f.setAvailable(false, errors.New("NATS connection lost"))
+				alone = true
 			case sl.fl.waiting.Load():
 				// the counts answered: the lease waits for another
 				// gateway's read; refused for now
