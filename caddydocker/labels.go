@@ -117,6 +117,10 @@ type Rate struct {
 // String formats the rate as in its label, e.g. "100/1m0s".
 func (r Rate) String() string { return fmt.Sprintf("%d/%s", r.Events, r.Window) }
 
+// Limit is the rate as a quota limit: "100/1m0s" (a sliding window of
+// its length).
+func (r Rate) Limit() string { return r.String() }
+
 // LabelError says which label of a container is wrong and why.
 type LabelError struct {
 	// Label is the full label key (e.g. "gateway.port").
@@ -478,7 +482,8 @@ func (p *labelParser) router(rname string, kv map[string]string) Router {
 
 // ParseRate parses a rate_limit label, "<events>/<window>": "100/1m",
 // "10/1s", "5/30s", "1000/h". The window is a Go duration or a bare unit
-// (s, m, h); events must be positive.
+// (s, m, h), from 1s to 168h (a sliding window, counted in 60 steps);
+// events must be positive.
 func ParseRate(s string) (Rate, error) {
 	n, w, ok := strings.Cut(strings.TrimSpace(s), "/")
 	if !ok {
@@ -494,8 +499,8 @@ func ParseRate(s string) (Rate, error) {
 		w = "1" + w
 	}
 	window, err := time.ParseDuration(w)
-	if err != nil || window < time.Millisecond || window > 7*24*time.Hour {
-		return Rate{}, fmt.Errorf("window %q must be a duration between 1ms and 168h, e.g. 1m", w)
+	if err != nil || window < time.Second || window > 7*24*time.Hour {
+		return Rate{}, fmt.Errorf("window %q must be a duration between 1s and 168h, e.g. 1m", w)
 	}
 	return Rate{Events: events, Window: window}, nil
 }

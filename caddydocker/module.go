@@ -22,6 +22,7 @@ import (
 	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
 	"go.uber.org/zap"
 
+	"github.com/apigate/gateway/caddyquota"
 	"github.com/apigate/gateway/internal/adminaddr"
 	"github.com/apigate/gateway/internal/natsconn"
 )
@@ -235,7 +236,7 @@ func (a *App) Provision(ctx caddy.Context) error {
 			return fmt.Errorf("docker: registering metrics: %w", err)
 		}
 	}
-	if build.RateLimitSync, build.RateLimitStorage, err = a.rateLimitSharing(ctx, natsOpts); err != nil {
+	if build.RateLimitCounts, err = a.rateLimitCounts(ctx, natsOpts); err != nil {
 		return err
 	}
 
@@ -358,44 +359,43 @@ func (o *FleetOptions) natsOptions(storage func() natsconn.OptionsProvider) (nat
 // DefaultRateLimitSync is RateLimitSync's default.
 const DefaultRateLimitSync = 250 * time.Millisecond
 
-// rateLimitSharing returns how the rate_limit labels' limits are shared:
-// the sync interval (0: not shared) and the storage of their counts (nil:
-// the config's own, `storage nats`). natsOpts are the fleet's connection
-// options (none without a fleet).
-func (a *App) rateLimitSharing(ctx caddy.Context, natsOpts natsconn.Options) (time.Duration, json.RawMessage, error) {
+// rateLimitCounts returns the counts block of the rate_limit labels'
+// quota handlers (caddyquota.Counts): shared by the fleet through
+// NATS, with the leases of the quota's fleet, whenever the gateways have
+// NATS to count through (`storage nats`, whose connection it takes, or a
+// fleet, with its servers), in the bucket <fleet bucket>_rate_limit,
+// written every rate_limit_sync; else each gateway counts alone.
+// natsOpts are the fleet's connection options (none without a fleet).
+func (a *App) rateLimitCounts(ctx caddy.Context, natsOpts natsconn.Options) (json.RawMessage, error) {
 	sync := DefaultRateLimitSync
 	if a.RateLimitSync != nil {
 		sync = time.Duration(*a.RateLimitSync)
 	}
-	if sync <= 0 {
-		return 0, nil, nil
-	}
-	if _, ok := ctx.Storage().(natsconn.OptionsProvider); ok {
-		return sync, nil, nil
-	}
-	if a.Fleet == nil {
-		return 0, nil, nil
-	}
-	if _, err := caddy.GetModule("caddy.storage.nats"); err != nil {
-		return 0, nil, fmt.Errorf("docker: rate_limit labels are counted across the fleet through NATS, which needs module caddy.storage.nats in this binary (or set rate_limit_sync off)")
-	}
-	bucket := a.Fleet.Bucket
-	if bucket == "" {
-		bucket = DefaultFleetBucket
-	}
-	st, err := rateLimitStorage(natsOpts, bucket+"_rate_limit")
-	return sync, st, err
+	_, storage := ctx.Storage().(natsconn.OptionsProvider)
+	return a.countsBlock(storage, sync, natsOpts)
 }
 
-// rateLimitStorage is the JSON of a `storage nats` module (the storage of
-// the rate_limit handlers) on the connection opts, in bucket: the
-// connection block storage nats embeds, as the fleet resolved it.
-func rateLimitStorage(opts natsconn.Options, bucket string) (json.RawMessage, error) {
-	return json.Marshal(struct {
-		Module string `json:"module"`
-		natsconn.Config
-		Bucket string `json:"bucket"`
-	}{"nats", opts.Config(), bucket})
+// countsBlock is rateLimitCounts' block, given whether the config has
+// `storage nats` (whose connection the handlers then take).
+func (a *App) countsBlock(storage bool, sync time.Duration, natsOpts natsconn.Options) (json.RawMessage, error) {
+	if sync <= 0 || !storage && a.Fleet == nil {
+		return json.RawMessage(`{}`), nil
+	}
+	bucket := DefaultFleetBucket
+	fleet := &caddyquota.FleetConfig{SyncInterval: caddy.Duration(sync)}
+	if a.Fleet != nil {
+		if a.Fleet.Bucket != "" {
+			bucket = a.Fleet.Bucket
+		}
+		fleet.Node = a.Fleet.Node
+	}
+	fleet.Bucket = bucket + "_rate_limit"
+	if !storage {
+		// the fleet's own connection, the whole NATS connection block
+		// (with `storage nats`, the quota handler takes its connection)
+		fleet.Config = natsOpts.Config()
+	}
+	return json.Marshal(caddyquota.Counts{Fleet: fleet})
 }
 
 // Validate checks the configuration.

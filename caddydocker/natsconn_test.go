@@ -1,7 +1,6 @@
 package caddydocker
 
 import (
-	"encoding/json"
 	"fmt"
 	"reflect"
 	"strings"
@@ -10,9 +9,9 @@ import (
 
 	"github.com/caddyserver/caddy/v2"
 
+	"github.com/apigate/gateway/caddyquota"
 	"github.com/apigate/gateway/internal/natsconn"
 	"github.com/apigate/gateway/internal/testkit/natstest"
-	"github.com/apigate/gateway/natsstore"
 )
 
 // TestFleetOverTLS: two fleets configured from JSON with the connection
@@ -77,31 +76,32 @@ func TestFleetOldJSON(t *testing.T) {
 	}
 }
 
-// TestRateLimitStorage: the storage the rate_limit labels get on a fleet
-// without `storage nats` is a storage nats module on the fleet's whole
-// connection (TLS and credentials included), in JSON it loads strictly.
-func TestRateLimitStorage(t *testing.T) {
+// TestRateLimitCountsConnection: the counts block the rate_limit labels'
+// handlers get on a fleet without `storage nats` carries the fleet's whole
+// NATS connection (TLS and credentials included), in JSON the quota's
+// Counts loads strictly; with `storage nats` it carries none (the
+// handlers take the storage's).
+func TestRateLimitCountsConnection(t *testing.T) {
 	opts := natsconn.Options{Servers: []string{"nats://a:4222"}, Name: "gw", CredsFile: "/c.creds",
 		TLS: true, TLSCA: "/ca.pem", TLSCert: "/c.pem", TLSKey: "/k.pem", TLSServerName: "nats.internal"}
-	raw, err := rateLimitStorage(opts, "gateway_routes_rate_limit")
+	a := &App{Fleet: &FleetOptions{}}
+	raw, err := a.countsBlock(false, 250*time.Millisecond, opts)
 	if err != nil {
 		t.Fatal(err)
 	}
-	var m map[string]json.RawMessage
-	if err := json.Unmarshal(raw, &m); err != nil || string(m["module"]) != `"nats"` {
-		t.Fatalf("%s: module %s, %v", raw, m["module"], err)
-	}
-	delete(m, "module")
-	rest, _ := json.Marshal(m)
-	var s natsstore.Storage
-	if err := caddy.StrictUnmarshalJSON(rest, &s); err != nil {
+	var c caddyquota.Counts
+	if err := caddy.StrictUnmarshalJSON(raw, &c); err != nil || c.Fleet == nil {
 		t.Fatalf("%s: %v", raw, err)
 	}
-	got, err := s.Config.Options(nil)
+	got, err := c.Fleet.Config.Options(nil)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !reflect.DeepEqual(got, opts) || s.Bucket != "gateway_routes_rate_limit" {
-		t.Fatalf("%s loads as %+v (bucket %q), want %+v", raw, got, s.Bucket, opts)
+	if !reflect.DeepEqual(got, opts) || c.Fleet.Bucket != "gateway_routes_rate_limit" {
+		t.Fatalf("%s loads as %+v (bucket %q), want %+v", raw, got, c.Fleet.Bucket, opts)
+	}
+	raw, err = a.countsBlock(true, 250*time.Millisecond, opts)
+	if err != nil || string(raw) != `{"fleet":{"bucket":"gateway_routes_rate_limit","sync_interval":250000000}}` {
+		t.Fatalf("with storage nats: %s %v", raw, err)
 	}
 }

@@ -13,6 +13,8 @@ import (
 
 	_ "github.com/apigate/gateway/caddyh1"        // the module of DefaultTransport
 	_ "github.com/apigate/gateway/caddypathguard" // the module of pathGuardHandler
+	_ "github.com/apigate/gateway/caddyquota"     // the module of the rate_limit labels' handler
+	"github.com/apigate/gateway/internal/planname"
 )
 
 // Discovered is one container the engine reported as opted in, with the
@@ -105,13 +107,11 @@ type BuildOptions struct {
 	// StreamCloseDelay, when positive, is the reverse_proxy
 	// stream_close_delay: streams survive a reload for this long.
 	StreamCloseDelay time.Duration
-	// RateLimitSync, when positive, makes the rate_limit handlers of
-	// routes with a rate_limit label count across the fleet:
-	// caddy-ratelimit's distributed mode, reading and writing the
-	// gateways' counts this often, through RateLimitStorage (nil: the
-	// config's storage, `storage nats`).
-	RateLimitSync    time.Duration
-	RateLimitStorage json.RawMessage
+	// RateLimitCounts is the counts block of the quota handlers of
+	// routes with a rate_limit label (caddyquota.Counts: where they
+	// count, and the fleet that shares them). Nil: {}, each gateway
+	// counts alone.
+	RateLimitCounts json.RawMessage
 }
 
 // Retries is how many times a discovered route retries a failed request,
@@ -436,16 +436,26 @@ type routeJSON struct {
 	Terminal bool              `json:"terminal"`
 }
 
-type rateZoneJSON struct {
-	Key       string `json:"key"`
-	MaxEvents int    `json:"max_events"`
-	Window    string `json:"window"`
-}
-
-// ZoneName is the caddy-ratelimit zone of a router, unique per server,
-// service and router.
-func ZoneName(server, svc, router string) string {
-	return "docker_" + server + "_" + svc + "_" + router
+// RatePlan is the plan of a router's rate_limit label: the name it is
+// counted under (per client) and that its 429 answers and RateLimit
+// fields carry, unique per server, service and router:
+// docker_<server>_<service>_<router>, each character a plan name cannot
+// have written as '_', and a longer one cut to 64 characters ending with
+// a hash of the whole.
+func RatePlan(server, svc, router string) string {
+	name := "docker_" + server + "_" + svc + "_" + router
+	b := []byte(name)
+	for i, c := range b {
+		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '-' || c == '_') {
+			b[i] = '_'
+		}
+	}
+	if len(b) > planname.MaxLen {
+		sum := sha256.Sum256([]byte(name))
+		b = append(b[:planname.MaxLen-17], '_')
+		b = append(b, hex.EncodeToString(sum[:8])...)
+	}
+	return string(b)
 }
 
 func buildRoute(s *service, r Router, opts BuildOptions) (json.RawMessage, error) {
@@ -491,20 +501,19 @@ func buildRoute(s *service, r Router, opts BuildOptions) (json.RawMessage, error
 		if r.AuthRequired {
 			key = "{http.auth.user.id}"
 		}
-		h := map[string]any{
-			"handler": "rate_limit",
-			"rate_limits": map[string]rateZoneJSON{
-				ZoneName(opts.Server, s.name, r.Name): {Key: key, MaxEvents: r.RateLimit.Events, Window: r.RateLimit.Window.String()},
-			},
+		// the quota handler with a plan of its own, counted per client
+		// in the label limits' own store (and fleet): one counting
+		// engine with the quota's leases
+		counts := opts.RateLimitCounts
+		if counts == nil {
+			counts = json.RawMessage(`{}`)
 		}
-		if opts.RateLimitSync > 0 {
-			h["distributed"] = map[string]string{
-				"read_interval":  opts.RateLimitSync.String(),
-				"write_interval": opts.RateLimitSync.String(),
-			}
-			if len(opts.RateLimitStorage) > 0 {
-				h["storage"] = opts.RateLimitStorage
-			}
+		h := map[string]any{
+			"handler": "quota",
+			"key":     key,
+			"plan":    RatePlan(opts.Server, s.name, r.Name),
+			"limits":  []string{r.RateLimit.Limit()},
+			"counts":  counts,
 		}
 		raw, err := json.Marshal(h)
 		if err != nil {

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"flag"
+	"github.com/apigate/gateway/internal/planname"
 	"os"
 	"path/filepath"
 	"strings"
@@ -470,10 +471,10 @@ func TestScope(t *testing.T) {
 	}
 }
 
-// TestRateLimitShared: with RateLimitSync the rate_limit label's handler
-// runs caddy-ratelimit's distributed mode at that interval, through
-// RateLimitStorage when set (a fleet without `storage nats`); without it
-// each gateway counts alone.
+// TestRateLimitShared: a rate_limit label's route counts with the quota
+// handler, a plan of its own per router (per client), in the counts
+// block the app gives (RateLimitCounts: a fleet's); without one, {},
+// each gateway alone.
 func TestRateLimitShared(t *testing.T) {
 	ds := Discover([]Container{c("orders", base("gateway.router.api.rate_limit", "10/1m")...)}, fullLabels)
 	handler := func(opts BuildOptions) map[string]any {
@@ -489,27 +490,41 @@ func TestRateLimitShared(t *testing.T) {
 			t.Fatal(err)
 		}
 		for _, h := range rt.Handle {
-			if h["handler"] == "rate_limit" {
+			if h["handler"] == "quota" {
 				return h
 			}
 		}
-		t.Fatalf("no rate_limit handler in %s", plan.Routes[0])
+		t.Fatalf("no quota handler in %s", plan.Routes[0])
 		return nil
 	}
-	if h := handler(testOpts); h["distributed"] != nil || h["storage"] != nil {
-		t.Errorf("not shared: %v", h)
+	h := handler(testOpts)
+	if l, _ := json.Marshal(h["limits"]); h["plan"] != "docker_gateway_orders_api" || string(l) != `["10/1m0s"]` {
+		t.Errorf("plan %v limits %s", h["plan"], l)
+	}
+	if c, _ := json.Marshal(h["counts"]); string(c) != `{}` {
+		t.Errorf("not shared: counts %s", c)
 	}
 	opts := testOpts
-	opts.RateLimitSync = 250 * time.Millisecond
-	h := handler(opts)
-	if d, _ := json.Marshal(h["distributed"]); string(d) != `{"read_interval":"250ms","write_interval":"250ms"}` {
-		t.Errorf("distributed = %s", d)
+	opts.RateLimitCounts = json.RawMessage(`{"fleet":{"bucket":"gateway_routes_rate_limit","sync_interval":"250ms"}}`)
+	if c, _ := json.Marshal(handler(opts)["counts"]); string(c) != `{"fleet":{"bucket":"gateway_routes_rate_limit","sync_interval":"250ms"}}` {
+		t.Errorf("counts = %s", c)
 	}
-	if h["storage"] != nil {
-		t.Errorf("storage %v: the config's storage (storage nats) is rate_limit's default", h["storage"])
+}
+
+// TestRatePlan: a router's plan name is a valid plan name, unique per
+// server, service and router.
+func TestRatePlan(t *testing.T) {
+	long := strings.Repeat("s", 80)
+	for _, tc := range []struct{ server, svc, router, want string }{
+		{"gateway", "orders", "api", "docker_gateway_orders_api"},
+		{"gw", "shop.v2", "api", "docker_gw_shop_v2_api"},
+	} {
+		if got := RatePlan(tc.server, tc.svc, tc.router); got != tc.want {
+			t.Errorf("RatePlan(%q, %q, %q) = %q, want %q", tc.server, tc.svc, tc.router, got, tc.want)
+		}
 	}
-	opts.RateLimitStorage = json.RawMessage(`{"module":"nats","bucket":"gateway_routes_rate_limit"}`)
-	if s, _ := json.Marshal(handler(opts)["storage"]); string(s) != `{"bucket":"gateway_routes_rate_limit","module":"nats"}` {
-		t.Errorf("storage = %s", s)
+	a, b := RatePlan("gw", long, "a"), RatePlan("gw", long, "b")
+	if a == b || !planname.Valid(a) || !planname.Valid(b) {
+		t.Errorf("long names %q and %q: want two valid, different plans", a, b)
 	}
 }

@@ -4,7 +4,6 @@ import (
 	"encoding/json"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/caddyserver/caddy/v2"
 	"github.com/caddyserver/caddy/v2/caddyconfig/caddyfile"
@@ -60,21 +59,19 @@ func TestGeneratedRoutesLoad(t *testing.T) {
 		}
 	}
 	for _, shared := range []struct {
-		name    string
-		sync    time.Duration
-		storage json.RawMessage
+		name   string
+		counts json.RawMessage
 	}{
 		{name: "counted per gateway"},
-		{name: "shared through storage nats", sync: DefaultRateLimitSync},
-		// a fleet without storage nats: the labels' limits go through
-		// a bucket of the fleet's NATS (none runs here: the storage
-		// connects in the background, and validate writes nothing)
-		{name: "shared through the fleet's NATS", sync: DefaultRateLimitSync,
-			storage: json.RawMessage(`{"module":"nats","servers":["nats://127.0.0.1:1"],"bucket":"gateway_routes_rate_limit"}`)},
+		// a fleet: the labels' limits count through a bucket of the
+		// fleet's NATS (none runs here: nothing connects at
+		// provisioning, and validate writes nothing)
+		{name: "shared through the fleet's NATS",
+			counts: json.RawMessage(`{"fleet":{"nats":["nats://127.0.0.1:1"],"bucket":"gateway_routes_rate_limit","sync_interval":"250ms"}}`)},
 	} {
 		t.Run(shared.name, func(t *testing.T) {
 			opts := opts
-			opts.RateLimitSync, opts.RateLimitStorage = shared.sync, shared.storage
+			opts.RateLimitCounts = shared.counts
 			validateRoutes(t, all, opts)
 		})
 	}

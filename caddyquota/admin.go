@@ -124,11 +124,11 @@ func (a *App) consumerUsage(consumer, fromS, toS string) (quotausage.Consumer, e
 	if out.Plan == "" && len(out.Days) > 0 {
 		out.Plan = out.Days[len(out.Days)-1].Plan
 	}
-	if p := a.plans[out.Plan]; p != nil {
+	if p := a.planOf(out.Plan); p != nil {
 		used := st.Standing(p, consumer, now)
 		d, m := st.Periods(now)
 		for i, l := range p.Limits {
-			win := quotausage.Window{Plan: p.Name, Window: l.Unit.String(), Limit: l.N, Used: used[i], Remaining: max(l.N-used[i], 0)}
+			win := quotausage.Window{Plan: p.Name, Window: l.WindowName(), Limit: l.N, Used: used[i], Remaining: max(l.N-used[i], 0)}
 			switch l.Unit {
 			case Day:
 				win.Reset = d.End.In(st.Calendar().Location()).Format(time.RFC3339)
@@ -183,7 +183,7 @@ func (a *App) summaries(st *Store, now time.Time) []quotausage.Summary {
 		if !u.LastUsed.IsZero() {
 			s.LastSeen = u.LastUsed.In(st.Calendar().Location()).Format(time.RFC3339)
 		}
-		if p := a.plans[u.Plan]; p != nil {
+		if p := a.planOf(u.Plan); p != nil {
 			for _, l := range p.Limits {
 				var used int64
 				switch l.Unit {

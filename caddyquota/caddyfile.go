@@ -327,10 +327,17 @@ func (f *FleetConfig) unmarshal(d *caddyfile.Dispenser) error {
 // UnmarshalCaddyfile sets up the handler from Caddyfile tokens. Syntax:
 //
 //	quota [<matcher>] {
-//		key     <placeholder>     # default {http.auth.user.id}
-//		plan    <plan>            # this route's plan for every consumer
+//		key     <placeholder>          # default {http.auth.user.id}
+//		plan    <plan>                 # this route's plan for every consumer
+//		plan    <name> <n>/<window>... # this route's own plan: a rate limit
+//		plan    <name> {               # the same, as the global option writes it
+//			limit <n>/<window>...
+//		}
 //		dry_run [true|false]
 //	}
+//
+// A window is minute, hour, day, month, or a sliding window's length
+// (10s, 5m, 2h).
 func (h *Handler) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 	d.Next() // directive name
 	if d.NextArg() {
@@ -338,15 +345,37 @@ func (h *Handler) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 	}
 	for d.NextBlock(0) {
 		switch name := d.Val(); name {
-		case "key", "plan":
+		case "key":
 			var v string
 			if !d.Args(&v) || d.NextArg() {
 				return d.ArgErr()
 			}
-			if name == "key" {
-				h.Key = v
-			} else {
-				h.Plan = v
+			h.Key = v
+		case "plan":
+			if h.Plan != "" {
+				return d.Errf("plan given twice")
+			}
+			if !d.NextArg() {
+				return d.ArgErr()
+			}
+			h.Plan = d.Val()
+			for d.NextArg() {
+				h.Limits = append(h.Limits, d.Val())
+			}
+			for nesting := d.Nesting(); d.NextBlock(nesting); {
+				if d.Val() != "limit" {
+					return d.Errf("unrecognized plan subdirective '%s' (want limit)", d.Val())
+				}
+				args := d.RemainingArgs()
+				if len(args) == 0 {
+					return d.Errf("limit needs at least one <n>/<window>, e.g. limit 20/10s")
+				}
+				h.Limits = append(h.Limits, args...)
+			}
+			if len(h.Limits) > 0 {
+				if _, err := ownPlan(h.Plan, h.Limits); err != nil {
+					return d.Errf("%v", err)
+				}
 			}
 		case "dry_run":
 			on, err := deny.ParseDryRun(d)

@@ -2,6 +2,7 @@ package caddyquota
 
 import (
 	"flag"
+	"fmt"
 	"path/filepath"
 	"reflect"
 	"strings"
@@ -118,7 +119,7 @@ func TestCompile(t *testing.T) {
 		app     App
 		wantErr string
 	}{
-		{name: "no plan", app: App{}, wantErr: "no plan"},
+		{name: "no plan (handlers with their own)", app: App{}},
 		{name: "two plans, no default", app: App{Plans: two}, wantErr: "2 plans and no default"},
 		{name: "default names no plan", app: App{Plans: two, Default: "gold"}, wantErr: `invalid default "gold": no such plan (plans: free, pro)`},
 		{name: "unknown zone", app: App{Plans: two, Default: "free", Timezone: "Mars/Olympus"}, wantErr: `invalid timezone "Mars/Olympus"`},
@@ -133,7 +134,7 @@ func TestCompile(t *testing.T) {
 				if err != nil {
 					t.Fatal(err)
 				}
-				if tc.app.defaultPlan == nil {
+				if tc.app.defaultPlan == nil && len(tc.app.Plans) > 0 {
 					t.Fatal("no default plan")
 				}
 				return
@@ -158,6 +159,13 @@ func TestUnmarshalHandler(t *testing.T) {
 		{name: "key without a value", input: "quota {\n key\n}", wantErr: "wrong argument count"},
 		{name: "argument", input: "quota free", wantErr: "wrong argument count"},
 		{name: "unknown option", input: "quota {\n limit 10/day\n}", wantErr: "unrecognized subdirective 'limit'"},
+		{name: "own plan on one line", input: "quota {\n key {http.vars.client_ip}\n plan per_ip 20/10s 1000/day\n}",
+			want: Handler{Key: "{http.vars.client_ip}", Plan: "per_ip", Limits: []string{"20/10s", "1000/day"}}},
+		{name: "own plan as a block", input: "quota {\n plan login {\n  limit 5/minute\n  limit 20/hour\n }\n}",
+			want: Handler{Plan: "login", Limits: []string{"5/minute", "20/hour"}}},
+		{name: "own plan, bad limit", input: "quota {\n plan api 20/week\n}", wantErr: `plan api: invalid limit "20/week"`},
+		{name: "own plan, two of a window", input: "quota {\n plan api 20/10s 30/10s\n}", wantErr: "two limits per 10s"},
+		{name: "plan twice", input: "quota {\n plan a\n plan b\n}", wantErr: "plan given twice"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			var got Handler
@@ -171,7 +179,7 @@ func TestUnmarshalHandler(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if got.Key != tc.want.Key || got.Plan != tc.want.Plan || got.DryRun != tc.want.DryRun {
+			if got.Key != tc.want.Key || got.Plan != tc.want.Plan || got.DryRun != tc.want.DryRun || fmt.Sprint(got.Limits) != fmt.Sprint(tc.want.Limits) {
 				t.Fatalf("got %+v, want %+v", got, tc.want)
 			}
 		})

@@ -113,6 +113,14 @@ http://127.0.0.1:%[1]d {
 		}
 		respond "exported"
 	}
+	route /login/* {
+		audit
+		quota {
+			key {http.request.header.X-Client}
+			plan login 2/10s
+		}
+		respond "login"
+	}
 	route /trial/* {
 		audit
 		api_key {
@@ -263,6 +271,27 @@ http://127.0.0.1:%[1]d {
 			t.Fatalf("second export: %d %s", r.status, r.body)
 		}
 	})
+	t.Run("a route's own rate limit: a plan of its own, a sliding window of seconds", func(t *testing.T) {
+		client := func(r *http.Request) { r.Header.Set("X-Client", "c1") }
+		for i := 1; i <= 2; i++ {
+			r := do(t, plainPort, "/login/a", client)
+			if r.status != 200 || r.header.Get("RateLimit-Policy") != `"login-10s";q=2;w=10` {
+				t.Fatalf("request %d: %d %q", i, r.status, r.header.Get("RateLimit-Policy"))
+			}
+		}
+		r := do(t, plainPort, "/login/a", client)
+		var body caddyquota.QuotaExceeded
+		if r.status != 429 || json.Unmarshal([]byte(r.body), &body) != nil || body.Plan != "login" || body.Window != "10s" {
+			t.Fatalf("3rd: %d %s", r.status, r.body)
+		}
+		if ra, _ := strconv.Atoi(r.header.Get("Retry-After")); ra < 1 || ra > 11 {
+			t.Errorf("Retry-After %q, want at most the window", r.header.Get("Retry-After"))
+		}
+		// another client has its own count
+		if r := do(t, plainPort, "/login/a", func(r *http.Request) { r.Header.Set("X-Client", "c2") }); r.status != 200 {
+			t.Fatalf("another client: %d", r.status)
+		}
+	})
 	t.Run("dry run counts and lets through", func(t *testing.T) {
 		for i := 1; i <= 4; i++ {
 			r := do(t, plainPort, "/trial/a", withKey(freeKey))
@@ -288,7 +317,7 @@ http://127.0.0.1:%[1]d {
 	})
 
 	t.Run("audit", func(t *testing.T) {
-		evs := pathtest.WaitEvents(t, auditFile, 25)
+		evs := pathtest.WaitEvents(t, auditFile, 29)
 		var refused, admitted, would int
 		for _, ev := range evs {
 			rec.AddNext(p, "audit", pathtest.Event(ev))
@@ -301,8 +330,8 @@ http://127.0.0.1:%[1]d {
 				would++
 			}
 		}
-		if refused != 5 || would != 1 || admitted != 18 {
-			t.Errorf("events: %d refused by quota, %d admitted with a plan, %d would_deny; want 5, 18, 1", refused, admitted, would)
+		if refused != 6 || would != 1 || admitted != 21 {
+			t.Errorf("events: %d refused by quota, %d admitted with a plan, %d would_deny; want 6, 21, 1", refused, admitted, would)
 		}
 	})
 	t.Run("usage", func(t *testing.T) {
@@ -426,6 +455,47 @@ func TestDocExample(t *testing.T) {
 		if u.Plan != "free" || len(u.Days) != 1 || u.Days[0].Admitted != 5 || u.Days[0].Refused != 2 || u.Timezone != "Europe/Berlin" ||
 			len(u.Windows) != 1 || u.Windows[0].Used != 5 || u.Windows[0].Remaining != 0 {
 			t.Errorf("alice's usage: %+v", u)
+		}
+	})
+}
+
+// TestOwnPlanWithoutOption: a quota handler with a plan of its own (a
+// rate limit of the route) needs no quota global option: the app keeps
+// its counts in Caddy's data directory. Both request paths; the third
+// request in 10 seconds is refused.
+func TestOwnPlanWithoutOption(t *testing.T) {
+	pathtest.Run(t, func(t *testing.T, p pathtest.Path, rec *pathtest.Recorder) {
+		t.Setenv("XDG_DATA_HOME", t.TempDir())
+		adminPort, port := ports[0], ports[1]
+		config := fmt.Sprintf(`{
+	admin localhost:%d
+	http_port %d
+	https_port %d
+	grace_period 1ms
+}
+http://127.0.0.1:%d {
+	quota {
+		key {http.request.header.X-Client}
+		plan per_client 2/10s
+	}
+	respond "ok"
+}
+`, adminPort, ports[3], ports[4], port)
+		p.Load(t, adminPort, config, "srv0")
+		var got []int
+		for i := 0; i < 3; i++ {
+			req, _ := http.NewRequest("GET", fmt.Sprintf("http://127.0.0.1:%d/", port), nil)
+			req.Header.Set("X-Client", "c-"+p.Key(t))
+			resp, err := http.DefaultClient.Do(req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			resp.Body.Close()
+			got = append(got, resp.StatusCode)
+		}
+		rec.Add(p, "statuses", got)
+		if fmt.Sprint(got) != "[200 200 429]" {
+			t.Fatalf("statuses %v, want [200 200 429]", got)
 		}
 	})
 }

@@ -6,6 +6,8 @@ import (
 	"time"
 
 	"github.com/caddyserver/caddy/v2"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/apigate/gateway/internal/natsconn"
 )
@@ -87,29 +89,28 @@ func (f *FleetConfig) natsOptions(repl *caddy.Replacer, storage func() natsconn.
 	return o, nil
 }
 
-// configureFleet starts, keeps or stops the store's fleet link for the
-// app's settings: a reload with the same settings keeps the running link.
-func (p *pooledStore) configureFleet(a *App) error {
+// configureFleet starts, keeps or stops the store's fleet link: fo nil
+// stops it; a reload with the same settings keeps the running link.
+func (p *pooledStore) configureFleet(natsOpts natsconn.Options, fo *FleetOptions) error {
 	p.fleetMu.Lock()
 	defer p.fleetMu.Unlock()
-	if a.Fleet == nil {
+	if fo == nil {
 		if p.fleet != nil {
 			p.fleet.Stop()
 			p.fleet, p.fleetKey = nil, ""
 		}
 		return nil
 	}
-	fo := a.fleetOptions()
-	key := fmt.Sprintf("%#v|%s|%d|%s|%d|%s|%s|%d", a.natsOpts, fo.Bucket, fo.Replicas, fo.Node, fo.MaxLease, fo.SyncInterval, fo.LeaseWait, fo.RetentionDays)
+	key := fmt.Sprintf("%#v|%s|%d|%s|%d|%s|%s|%d|%v", natsOpts, fo.Bucket, fo.Replicas, fo.Node, fo.MaxLease, fo.SyncInterval, fo.LeaseWait, fo.RetentionDays, fo.Apart)
 	if p.fleet != nil && p.fleetKey == key {
-		p.fleet.setPolicy(fo)
+		p.fleet.setPolicy(*fo)
 		return nil
 	}
 	if p.fleet != nil {
 		p.fleet.Stop()
 		p.fleet = nil
 	}
-	conn, release, err := natsconn.Get(a.natsOpts)
+	conn, release, err := natsconn.Get(natsOpts)
 	if err != nil {
 		return fmt.Errorf("quota fleet: %w", err)
 	}
@@ -118,14 +119,9 @@ func (p *pooledStore) configureFleet(a *App) error {
 		release()
 		return fmt.Errorf("quota fleet: %w", err)
 	}
-	nc := conn.NATS()
-	fl, err := StartFleet(p.Store, FleetConn{
-		JetStream:   js,
-		Connected:   nc.IsConnected,
-		Clustered:   func() bool { return nc.ConnectedClusterName() != "" },
-		OnReconnect: conn.OnReconnect,
-		Release:     release,
-	}, fo)
+	fc := fleetConnOf(conn.NATS(), js)
+	fc.OnReconnect, fc.Release = conn.OnReconnect, release
+	fl, err := StartFleet(p.Store, fc, *fo)
 	if err != nil {
 		release()
 		return err
@@ -134,20 +130,16 @@ func (p *pooledStore) configureFleet(a *App) error {
 	return nil
 }
 
-// fleetOptions are the fleet link's settings from the app's.
-func (a *App) fleetOptions() FleetOptions {
-	f := a.Fleet
+// options are the fleet link's settings from the config's, with the
+// defaults filled in.
+func (f *FleetConfig) options() FleetOptions {
 	fo := FleetOptions{
-		Bucket:        f.Bucket,
-		RetentionDays: int(time.Duration(a.Retention) / (24 * time.Hour)),
-		Replicas:      f.Replicas,
-		Node:          f.Node,
-		MaxLease:      f.MaxLease,
-		SyncInterval:  time.Duration(f.SyncInterval),
-		LeaseWait:     time.Duration(f.LeaseWait),
-		FailClosed:    a.OnUnavailable == FailClosed,
-		Share:         a.UnavailableShare,
-		Logger:        a.logger.Named("fleet"),
+		Bucket:       f.Bucket,
+		Replicas:     f.Replicas,
+		Node:         f.Node,
+		MaxLease:     f.MaxLease,
+		SyncInterval: time.Duration(f.SyncInterval),
+		LeaseWait:    time.Duration(f.LeaseWait),
 	}
 	if fo.Bucket == "" {
 		fo.Bucket = DefaultBucket
@@ -165,4 +157,36 @@ func (a *App) fleetOptions() FleetOptions {
 		fo.LeaseWait = DefaultLeaseWait
 	}
 	return fo
+}
+
+// fleetOptions are the fleet link's settings from the app's.
+func (a *App) fleetOptions() *FleetOptions {
+	if a.Fleet == nil {
+		return nil
+	}
+	fo := a.Fleet.options()
+	fo.RetentionDays = int(time.Duration(a.Retention) / (24 * time.Hour))
+	fo.FailClosed = a.OnUnavailable == FailClosed
+	fo.Share = a.UnavailableShare
+	fo.Plan = a.planOf
+	fo.Logger = a.logger.Named("fleet")
+	return &fo
+}
+
+// fleetConnOf is what the fleet needs of a NATS connection and its
+// JetStream context.
+func fleetConnOf(nc *nats.Conn, js jetstream.JetStream) FleetConn {
+	return FleetConn{
+		JetStream: js,
+		Connected: nc.IsConnected,
+		Clustered: func() bool { return nc.ConnectedClusterName() != "" },
+		Publish:   nc.Publish,
+		Subscribe: func(subject string, handle func([]byte)) (func(), error) {
+			sub, err := nc.Subscribe(subject, func(m *nats.Msg) { handle(m.Data) })
+			if err != nil {
+				return nil, err
+			}
+			return func() { _ = sub.Unsubscribe() }, nil
+		},
+	}
 }

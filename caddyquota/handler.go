@@ -50,16 +50,33 @@ type Handler struct {
 	Key string `json:"key,omitempty"`
 
 	// Plan, when set, is the plan of every request through this handler,
-	// whatever the consumer's own (a route with its own quota).
+	// whatever the consumer's own (a route with its own quota): a plan
+	// of the quota global option, or, with Limits, this handler's own.
 	Plan string `json:"plan,omitempty"`
+
+	// Limits make Plan this handler's own plan, counted per key like
+	// any plan: a rate limit of the route ("20/10s", "100/minute",
+	// "1000/day"; see ParseLimit). Its name is not one of the quota
+	// global option's plans. With a fleet (the option's, or Counts') the
+	// limit holds for the fleet: at most the limit is admitted in any
+	// window while NATS answers.
+	Limits []string `json:"limits,omitempty"`
 
 	// DryRun counts and reports (RateLimit fields, metrics, audit
 	// decision "would_deny") but refuses nothing.
 	DryRun bool `json:"dry_run,omitempty"`
 
+	// Counts keeps the counts of a handler with its own Limits apart
+	// from the quota app's: in a store of their own, shared by a fleet
+	// when Counts.Fleet is set. The docker app sets it for the routes of
+	// rate_limit labels. Default: the quota app's store and fleet.
+	Counts *Counts `json:"counts,omitempty"`
+
 	app      *App
+	own      *ownCounts
 	forced   *Plan
-	keyName  string // Key is the single placeholder {keyName}
+	label    *identity.PlanLabel // forced's, when it is the handler's own
+	keyName  string              // Key is the single placeholder {keyName}
 	decider  *identity.Decider
 	logger   *zap.Logger
 	counters map[string]*decisionCounters
@@ -86,26 +103,117 @@ func (h *Handler) Provision(ctx caddy.Context) error {
 	if strings.HasPrefix(h.Key, "{") && strings.HasSuffix(h.Key, "}") && strings.Count(h.Key, "{") == 1 && strings.Count(h.Key, "}") == 1 {
 		h.keyName = h.Key[1 : len(h.Key)-1]
 	}
-	app, err := ctx.AppIfConfigured("quota")
-	if errors.Is(err, caddy.ErrNotConfigured) {
-		return errors.New("the quota handler needs the quota global option, which defines the plans")
+	h.decider = identity.NewDecider("quota", "")
+	h.none = newDecisionCounters("")
+	h.counters = map[string]*decisionCounters{}
+	if len(h.Limits) > 0 {
+		p, err := ownPlan(h.Plan, h.Limits)
+		if err != nil {
+			return err
+		}
+		h.forced, h.label = p, identity.NewPlanLabel(p.Name)
+		h.counters[p.Name] = newDecisionCounters(p.Name)
+	}
+	if h.Counts != nil {
+		if h.forced == nil {
+			return errors.New("counts needs the handler's own plan: plan <name> and limits")
+		}
+		own, err := newOwnCounts(ctx, h.Counts, h.forced)
+		if err != nil {
+			return err
+		}
+		h.own = own
+		return nil
+	}
+	var app any
+	var err error
+	if h.forced != nil {
+		// its own plan: the app keeps the counts (an app without plans
+		// when the config has no quota global option)
+		app, err = ctx.App("quota")
+	} else {
+		app, err = ctx.AppIfConfigured("quota")
+		if errors.Is(err, caddy.ErrNotConfigured) {
+			return errors.New("the quota handler needs the quota global option, which defines the plans, or a plan of its own (plan <name> <n>/<window>...)")
+		}
 	}
 	if err != nil {
 		return err
 	}
 	h.app = app.(*App)
-	if h.Plan != "" {
+	switch {
+	case h.forced != nil:
+		if h.app.plans[h.Plan] != nil {
+			return fmt.Errorf("invalid plan %q: the quota global option has a plan of that name; name the handler's own plan otherwise", h.Plan)
+		}
+		if err := h.app.registerOwn(h.forced); err != nil {
+			return err
+		}
+	case h.Plan != "":
 		if h.forced = h.app.plans[h.Plan]; h.forced == nil {
 			return fmt.Errorf("invalid plan %q: no such plan in the quota global option (plans: %s)", h.Plan, strings.Join(h.app.planNames(), ", "))
 		}
+	case h.app.defaultPlan == nil:
+		return errors.New("the quota handler has no plan: the quota global option defines none; give the handler its own (plan <name> <n>/<window>...)")
 	}
-	h.decider = identity.NewDecider("quota", "")
-	h.counters = make(map[string]*decisionCounters, len(h.app.plans))
 	for name := range h.app.plans {
 		h.counters[name] = newDecisionCounters(name)
 	}
-	h.none = newDecisionCounters("")
 	return nil
+}
+
+// Cleanup releases the handler's own counts (with Counts).
+func (h *Handler) Cleanup() error {
+	if h.own != nil {
+		return h.own.release()
+	}
+	return nil
+}
+
+// ownPlan compiles a handler's own plan.
+func ownPlan(name string, limits []string) (*Plan, error) {
+	if name == "" {
+		return nil, errors.New("limits need the plan's name: plan <name> <n>/<window>...")
+	}
+	ls := make([]Limit, 0, len(limits))
+	for _, s := range limits {
+		l, err := ParseLimit(s)
+		if err != nil {
+			return nil, fmt.Errorf("plan %s: %v", name, err)
+		}
+		ls = append(ls, l)
+	}
+	return NewPlan(name, ls)
+}
+
+// acquire decides a request in the handler's counts (its own, or the
+// app's) and returns the store it decided in.
+func (h *Handler) acquire(plan *Plan, key string, now time.Time) (*Store, Decision, error) {
+	if h.own != nil {
+		return h.own.acquire(plan, key, now, h.DryRun)
+	}
+	st, err := h.app.store()
+	if err != nil {
+		return nil, Decision{}, err
+	}
+	d, err := st.AcquireAt(plan, key, now, h.DryRun)
+	return st, d, err
+}
+
+// now is the time a request is counted at.
+func (h *Handler) now() time.Time {
+	if h.app != nil {
+		return h.app.clock()
+	}
+	return time.Now()
+}
+
+// location is the zone of the calendar windows the handler counts in.
+func (h *Handler) location() *time.Location {
+	if h.app != nil {
+		return h.app.cal.Location()
+	}
+	return time.UTC
 }
 
 // Validate checks the configuration.
@@ -144,18 +252,21 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyht
 		}
 		return deny.Respond(w, r, http.StatusInternalServerError, "quota_key_empty", reason)
 	}
-	id, _ := identity.FromRequest(r)
-	plan := h.app.planFor(h, id)
-	st, err := h.app.store()
-	now := h.app.clock()
-	var d Decision
-	if err == nil {
-		d, err = st.AcquireAt(plan, key, now, h.DryRun)
+	plan := h.forced
+	if plan == nil {
+		id, _ := identity.FromRequest(r)
+		plan = h.app.planFor(h, id)
 	}
+	now := h.now()
+	st, d, err := h.acquire(plan, key, now)
 	if err != nil {
 		return h.unavailable(w, r, plan, err)
 	}
-	identity.SetPlan(r, h.app.labels[plan.Name])
+	if h.label != nil {
+		identity.SetPlan(r, h.label)
+	} else {
+		identity.SetPlan(r, h.app.labels[plan.Name])
+	}
 	if repl != nil {
 		if plan.nameValue == nil { // a Plan not made by NewPlan
 			repl.Set(PlaceholderPlan, plan.Name)
@@ -174,22 +285,33 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyht
 	switch {
 	case !d.Over:
 		c.admitted.Inc()
-		h.app.countConsumer(key, plan.Name, "admitted")
+		h.countConsumer(key, plan.Name, "admitted")
 		return next.ServeHTTP(w, r)
 	case d.Admitted: // dry run
 		c.wouldRefuse.Inc()
-		h.app.countConsumer(key, plan.Name, "would_refuse")
+		h.countConsumer(key, plan.Name, "would_refuse")
 		identity.PassDenied(h.logger, r, h.decider, h.reason(plan, &d), zap.String("plan", plan.Name))
 		return next.ServeHTTP(w, r)
 	}
 	c.refused.Inc()
-	h.app.countConsumer(key, plan.Name, "refused")
+	h.countConsumer(key, plan.Name, "refused")
 	return h.refuse(w, r, repl, plan, &d, now)
+}
+
+// countConsumer counts a decision per consumer (the app's
+// consumer_metrics), not for a handler's own counts.
+func (h *Handler) countConsumer(consumer, plan, decision string) {
+	if h.app != nil {
+		h.app.countConsumer(consumer, plan, decision)
+	}
 }
 
 // reason is the client-safe reason of a refusal, for audit and logs.
 func (h *Handler) reason(plan *Plan, d *Decision) string {
 	l := plan.Limits[d.Binding]
+	if d.Late {
+		return "quota: the lease of " + plan.Name + " " + l.String() + " waits for another gateway's read of the fleet's counts (try again in a moment)"
+	}
 	if d.Share {
 		return "quota exceeded: this gateway's share of " + plan.Name + " " + l.String() + " (the fleet's counts are unavailable)"
 	}
@@ -208,8 +330,8 @@ type QuotaExceeded struct {
 
 // refuse answers 429 for the binding window of d.
 func (h *Handler) refuse(w http.ResponseWriter, r *http.Request, repl *caddy.Replacer, plan *Plan, d *Decision, now time.Time) error {
-	window := plan.Limits[d.Binding].Unit.String()
-	reset := d.Reset().In(h.app.cal.Location()).Format(time.RFC3339)
+	window := plan.Limits[d.Binding].WindowName()
+	reset := d.Reset().In(h.location()).Format(time.RFC3339)
 	reason := h.reason(plan, d)
 	w.Header().Set("Retry-After", strconv.FormatInt(d.RetryAfter(now), 10))
 	identity.SetDenialBy(r, h.decider, reason)
@@ -242,5 +364,6 @@ func (h *Handler) unavailable(w http.ResponseWriter, r *http.Request, plan *Plan
 var (
 	_ caddy.Provisioner           = (*Handler)(nil)
 	_ caddy.Validator             = (*Handler)(nil)
+	_ caddy.CleanerUpper          = (*Handler)(nil)
 	_ caddyhttp.MiddlewareHandler = (*Handler)(nil)
 )

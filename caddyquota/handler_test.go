@@ -2,6 +2,7 @@ package caddyquota
 
 import (
 	"context"
+	"encoding/json"
 	"net/http"
 	"net/http/httptest"
 	"strconv"
@@ -150,5 +151,20 @@ func TestServeHTTPCounts(t *testing.T) {
 	}
 	if st, _ := a.store(); st.Consumers() != 1 {
 		t.Errorf("%d consumers counted, want 1", st.Consumers())
+	}
+}
+
+// TestDescribeConfig: the dashboard's summary of a quota handler.
+func TestDescribeConfig(t *testing.T) {
+	for raw, want := range map[string]string{
+		`{"handler":"quota","plan":"docker_gateway_shop_api","limits":["100/30s"],"counts":{}}`:                        "docker_gateway_shop_api 100/30s",
+		`{"handler":"quota","plan":"r","limits":["100/1m0s","1000/day"],"counts":{"fleet":{"bucket":"x_rate_limit"}}}`: "r 100/minute 1000/day, shared by the fleet",
+		`{"handler":"quota","plan":"gold"}`:  "plan gold",
+		`{"handler":"quota","dry_run":true}`: "the consumer's plan, dry_run",
+		`not json`:                           "",
+	} {
+		if got := DescribeConfig(json.RawMessage(raw)); got != want {
+			t.Errorf("%s: %q, want %q", raw, got, want)
+		}
 	}
 }

@@ -10,7 +10,8 @@
 // admin API serves a consumer's usage at /gateway/usage.
 //
 // The window, count and lease logic (window.go, plan.go, store.go,
-// table.go, index.go, fleet.go) imports nothing of Caddy.
+// table.go, index.go, and the fleet's fleet.go, fleetlease.go,
+// fleetcalendar.go, fleetsliding.go) imports nothing of Caddy.
 package caddyquota
 
 import (
@@ -48,6 +49,9 @@ const (
 // the `quota` global option.
 type App struct {
 	// Plans are the plans, by name (1 to 64 letters, digits, '-', '_').
+	// None: only quota handlers with their own plan count (a rate limit
+	// of a route; the app then keeps their counts, and shares them with
+	// a fleet).
 	Plans map[string]PlanConfig `json:"plans,omitempty"`
 
 	// Default is the plan of a consumer that no claim, API key or client
@@ -120,6 +124,8 @@ type App struct {
 	released    *atomic.Bool
 	unknown     *sync.Map // plan names already warned about: name -> time
 	consumerCnt *consumerCounters
+	ownMu       *sync.Mutex
+	own         map[string]*Plan // the handlers' own plans, by name
 }
 
 // PlanConfig is one plan.
@@ -150,6 +156,7 @@ func (a *App) Provision(ctx caddy.Context) error {
 	a.clock = time.Now
 	a.starting = new(starting)
 	a.released, a.unknown = new(atomic.Bool), new(sync.Map)
+	a.ownMu, a.own = new(sync.Mutex), map[string]*Plan{}
 	if err := registerMetrics(ctx.GetMetricsRegistry()); err != nil {
 		return fmt.Errorf("registering quota metrics: %v", err)
 	}
@@ -194,9 +201,6 @@ func (a *App) Provision(ctx caddy.Context) error {
 // compile checks the plans and the settings (no Caddy context needed,
 // so Validate can call it too).
 func (a *App) compile() error {
-	if len(a.Plans) == 0 {
-		return errors.New("quota: no plan: define at least one (plan <name> { limit <n>/<minute|hour|day|month> })")
-	}
 	a.plans = make(map[string]*Plan, len(a.Plans))
 	a.labels = make(map[string]*identity.PlanLabel, len(a.Plans))
 	for name, pc := range a.Plans {
@@ -225,6 +229,10 @@ func (a *App) compile() error {
 		for _, p := range a.plans {
 			a.defaultPlan = p
 		}
+	case len(a.plans) == 0:
+		// only handlers with their own plans (quota { plan <name>
+		// <n>/<window> }) count: Handler.Provision says so to one
+		// without
 	default:
 		return fmt.Errorf("quota: %d plans and no default: name the plan of consumers without one (default <plan>)", len(a.plans))
 	}
@@ -323,8 +331,12 @@ func (a *App) open() error {
 		return err
 	}
 	ps := v.(*pooledStore)
+	if ps.apart {
+		_, _ = stores.Delete(a.storeKey)
+		return fmt.Errorf("invalid dir %s: quota handlers keep their own counts there (counts): give the quota app another", a.Dir)
+	}
 	ps.SetCalendar(a.cal)
-	if err := ps.configureFleet(a); err != nil {
+	if err := ps.configureFleet(a.natsOpts, a.fleetOptions()); err != nil {
 		_, _ = stores.Delete(a.storeKey)
 		return err
 	}
@@ -368,6 +380,14 @@ type pooledStore struct {
 	fleetMu  sync.Mutex
 	fleetKey string
 	fleet    *Fleet
+	// apart: the store of handlers' own counts (Counts), not the app's;
+	// plans are those handlers' plans, by name. Its Store is opened at
+	// the first request (openApart, under openMu; nil until then), and
+	// destructed says the entry left the pool.
+	apart      bool
+	plans      sync.Map
+	openMu     sync.Mutex
+	destructed bool
 }
 
 // Destruct stops the fleet link and closes the store.
@@ -378,7 +398,38 @@ func (p *pooledStore) Destruct() error {
 		p.fleet = nil
 	}
 	p.fleetMu.Unlock()
-	return p.Close()
+	p.openMu.Lock()
+	p.destructed = true
+	st := p.Store
+	p.openMu.Unlock()
+	if st == nil {
+		return nil
+	}
+	return st.Close()
+}
+
+// registerOwn records a handler's own plan: two handlers may count on
+// one plan of their own only with the same limits.
+func (a *App) registerOwn(p *Plan) error {
+	a.ownMu.Lock()
+	defer a.ownMu.Unlock()
+	if q := a.own[p.Name]; q != nil && q.String() != p.String() {
+		return fmt.Errorf("plan %s: another quota handler has a plan of that name with other limits (%s, here %s): give each its own name", p.Name, q, p)
+	}
+	if a.own[p.Name] == nil {
+		a.own[p.Name] = p
+	}
+	return nil
+}
+
+// planOf returns the plan of a name: the option's, or a handler's own.
+func (a *App) planOf(name string) *Plan {
+	if p := a.plans[name]; p != nil {
+		return p
+	}
+	a.ownMu.Lock()
+	defer a.ownMu.Unlock()
+	return a.own[name]
 }
 
 // planFor returns the plan of the request's consumer: the handler's own

@@ -10,7 +10,8 @@ import (
 	"github.com/apigate/gateway/internal/planname"
 )
 
-// MaxLimits is the most limits a plan has: one per unit.
+// MaxLimits is the most limits a plan has: one per unit (two sliding
+// windows, a day and a month).
 const MaxLimits = 4
 
 // Plan is a named set of limits, at most one per unit, shortest unit
@@ -34,13 +35,15 @@ type policyField struct {
 	value []string // one element, cap 1: safe to share between responses
 }
 
-// NewPlan checks and orders the limits of a plan.
+// NewPlan checks and orders the limits of a plan: at most one per
+// calendar window and two sliding windows of different lengths; of two
+// sliding windows the shorter counts as Minute and the longer as Hour.
 func NewPlan(name string, limits []Limit) (*Plan, error) {
 	if err := planname.Check(name); err != nil {
 		return nil, err
 	}
 	ls := append([]Limit(nil), limits...)
-	sort.Slice(ls, func(i, j int) bool { return ls[i].Unit < ls[j].Unit })
+	var sliding []int
 	for i, l := range ls {
 		if l.Unit < Minute || l.Unit > Month {
 			return nil, fmt.Errorf("plan %s: invalid window %v", name, l.Unit)
@@ -48,8 +51,33 @@ func NewPlan(name string, limits []Limit) (*Plan, error) {
 		if l.N < 0 || l.N > MaxLimit {
 			return nil, fmt.Errorf("plan %s: invalid limit %s", name, l)
 		}
-		if i > 0 && ls[i-1].Unit == l.Unit {
-			return nil, fmt.Errorf("plan %s: two limits per %s (%s and %s): give one", name, l.Unit, ls[i-1], l)
+		if !l.Unit.Calendar() {
+			if l.Window == 0 {
+				ls[i].Window = Limit{Unit: l.Unit}.step() * ringSteps
+			}
+			if ls[i].Window < MinWindow || ls[i].Window > MaxWindow {
+				return nil, fmt.Errorf("plan %s: invalid limit %s: a sliding window is %s to %s long", name, l, MinWindow, windowName(MaxWindow))
+			}
+			sliding = append(sliding, i)
+		}
+	}
+	switch {
+	case len(sliding) > 2:
+		return nil, fmt.Errorf("plan %s: %d sliding windows (%s, %s, %s...): give at most two", name, len(sliding), ls[sliding[0]], ls[sliding[1]], ls[sliding[2]])
+	case len(sliding) == 2:
+		a, b := &ls[sliding[0]], &ls[sliding[1]]
+		if a.Window == b.Window {
+			return nil, fmt.Errorf("plan %s: two limits per %s (%s and %s): give one", name, a.WindowName(), *a, *b)
+		}
+		if a.Window > b.Window {
+			a, b = b, a
+		}
+		a.Unit, b.Unit = Minute, Hour
+	}
+	sort.Slice(ls, func(i, j int) bool { return ls[i].Unit < ls[j].Unit })
+	for i := 1; i < len(ls); i++ {
+		if ls[i-1].Unit == ls[i].Unit {
+			return nil, fmt.Errorf("plan %s: two limits per %s (%s and %s): give one", name, ls[i].WindowName(), ls[i-1], ls[i])
 		}
 	}
 	return &Plan{Name: name, Limits: ls, nameValue: name}, nil
@@ -92,6 +120,11 @@ type Decision struct {
 	// Share is set when the fleet's counts could not be reached and the
 	// gateway decided on its share of the quota alone.
 	Share bool
+	// Late is set when a window refused because its lease waited for
+	// another gateway's read of the fleet's counts for longer than
+	// lease_wait: the request may be sent again in a moment (the
+	// window's reset is a sync interval away).
+	Late bool
 }
 
 // WindowState is one limit's state for a consumer after a request.
@@ -125,8 +158,9 @@ func (d *Decision) bind(full [MaxLimits]bool) {
 	d.Over = d.Binding >= 0
 }
 
-// policyName is a limit's name in the RateLimit fields: "<plan>-<unit>".
-func (p *Plan) policyName(i int) string { return p.Name + "-" + p.Limits[i].Unit.String() }
+// policyName is a limit's name in the RateLimit fields:
+// "<plan>-<window>" ("free-day", "api-minute", "login-10s").
+func (p *Plan) policyName(i int) string { return p.Name + "-" + p.Limits[i].WindowName() }
 
 // PolicyField returns the RateLimit-Policy field value for the plan, as
 // a one-element slice that may be shared between responses (do not
@@ -149,14 +183,12 @@ func (p *Plan) PolicyField(day, month Period) []string {
 		b = append(b, ";w="...)
 		var w int64
 		switch l.Unit {
-		case Minute:
-			w = 60
-		case Hour:
-			w = 3600
 		case Day:
 			w = day.Seconds()
 		case Month:
 			w = month.Seconds()
+		default:
+			w = int64((l.Window + time.Second - 1) / time.Second)
 		}
 		b = strconv.AppendInt(b, w, 10)
 	}
@@ -177,7 +209,7 @@ func (p *Plan) AppendRateLimitField(b []byte, d *Decision, now time.Time) []byte
 		b = append(b, '"')
 		b = append(b, p.Name...)
 		b = append(b, '-')
-		b = append(b, p.Limits[i].Unit.String()...)
+		b = append(b, p.Limits[i].WindowName()...)
 		b = append(b, `";r=`...)
 		b = strconv.AppendInt(b, d.Windows[i].Remaining, 10)
 		b = append(b, ";t="...)

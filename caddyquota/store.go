@@ -24,7 +24,7 @@ import (
 //	consumers.log        the slots' names (index.go)
 //	days/YYYY-MM-DD.cnt  per slot, that day's admitted and refused requests
 //	rings.cnt            per slot, the sliding minute and hour windows
-//	leases.cnt           per slot, the leases of the fleet's counts (fleet.go)
+//	leases.cnt           per slot, the leases of the fleet's counts (fleetlease.go)
 //
 // A slot is one consumer on one plan. Every count is a 64-bit word in a
 // file mapped into memory (table.go), changed in place: a count is in the
@@ -51,7 +51,7 @@ const OverflowConsumer = "*overflow*"
 const (
 	dayRec    = 16   // admitted, refused
 	ringRec   = 1024 // 64 minute buckets, 64 hour buckets
-	leaseRec  = 128  // fleet.go
+	leaseRec  = 128  // fleetlease.go: a windowLease per unit
 	perChunk  = 4096
 	ringWords = ringSize
 )
@@ -123,7 +123,7 @@ type slot struct {
 
 	used atomic.Int64 // the last admission or refusal, Unix ns
 
-	fl fleetSlot // fleet.go
+	fl fleetSlot // fleetlease.go
 }
 
 type dayRef struct {
@@ -492,7 +492,7 @@ func (s *Store) acquireLocal(sl *slot, p *Plan, now time.Time, sn *calSnap, dt *
 		case Month:
 			used, reset = sl.month, sn.month.End.UnixNano()
 		default:
-			used, reset = s.ringCount(sl.idx, l.Unit, now, l.N)
+			used, reset = s.ringCount(sl.idx, l, now)
 		}
 		full[i] = used >= l.N
 		over = over || full[i]
@@ -504,9 +504,9 @@ func (s *Store) acquireLocal(sl *slot, p *Plan, now time.Time, sn *calSnap, dt *
 		for i, l := range p.Limits {
 			d.Windows[i].Remaining--
 			if !l.Unit.Calendar() {
-				s.ringAdd(sl.idx, l.Unit, now)
+				s.ringAdd(sl.idx, l, now)
 				if d.Windows[i].Reset == 0 {
-					d.Windows[i].Reset = ringResetEmpty(l.Unit, now)
+					d.Windows[i].Reset = ringResetEmpty(l, now)
 				}
 			}
 		}
@@ -544,14 +544,14 @@ func ringBase(u Unit) int {
 	return 0
 }
 
-// ringCount returns the requests a sliding window counts at now, and when
-// it next admits more: with limit or more counted, when enough steps have
-// left it to go under limit; else when its oldest counted step leaves (0
-// when it counts nothing).
-func (s *Store) ringCount(idx uint32, u Unit, now time.Time, limit int64) (used, reset int64) {
-	step := stepOf(now, u)
+// ringCount returns the requests sliding window l counts at now, and
+// when it next admits more: with its limit or more counted, when enough
+// steps have left it to go under the limit; else when its oldest counted
+// step leaves (0 when it counts nothing).
+func (s *Store) ringCount(idx uint32, l Limit, now time.Time) (used, reset int64) {
+	step := l.stepAt(now)
 	var counts [ringSteps + 1]int64 // oldest first
-	base := ringBase(u)
+	base := ringBase(l.Unit)
 	for j := 0; j < ringSize; j++ {
 		v := atomic.LoadUint64(s.rings.word(idx, base+j))
 		age := uint32(step) - uint32(v>>32)
@@ -561,7 +561,7 @@ func (s *Store) ringCount(idx uint32, u Unit, now time.Time, limit int64) (used,
 			used += c
 		}
 	}
-	drop := used - limit + 1 // how many must leave for one more to fit
+	drop := used - l.N + 1 // how many must leave for one more to fit
 	if drop < 1 {
 		drop = 1
 	}
@@ -573,7 +573,7 @@ func (s *Store) ringCount(idx uint32, u Unit, now time.Time, limit int64) (used,
 		gone += c
 		if gone >= drop {
 			// the bucket of step (step-ringSteps+k) leaves at step+k+1
-			return used, (step + int64(k) + 1) * int64(stepLen(u))
+			return used, (step + int64(k) + 1) * int64(l.step())
 		}
 	}
 	return used, 0
@@ -581,14 +581,14 @@ func (s *Store) ringCount(idx uint32, u Unit, now time.Time, limit int64) (used,
 
 // ringResetEmpty is when a window that counts only the request just made
 // next admits more: when that request's step leaves it.
-func ringResetEmpty(u Unit, now time.Time) int64 {
-	return (stepOf(now, u) + ringSteps + 1) * int64(stepLen(u))
+func ringResetEmpty(l Limit, now time.Time) int64 {
+	return (l.stepAt(now) + ringSteps + 1) * int64(l.step())
 }
 
 // ringAdd counts one request in the current step.
-func (s *Store) ringAdd(idx uint32, u Unit, now time.Time) {
-	step := stepOf(now, u)
-	w := s.rings.word(idx, ringBase(u)+int(uint64(step)%ringSize))
+func (s *Store) ringAdd(idx uint32, l Limit, now time.Time) {
+	step := l.stepAt(now)
+	w := s.rings.word(idx, ringBase(l.Unit)+int(uint64(step)%ringSize))
 	v := atomic.LoadUint64(w)
 	if uint32(v>>32) != uint32(step) {
 		atomic.StoreUint64(w, uint64(uint32(step))<<32|1)
@@ -598,8 +598,9 @@ func (s *Store) ringAdd(idx uint32, u Unit, now time.Time) {
 }
 
 // ringUsed returns a sliding window's count at now.
-func (s *Store) ringUsed(idx uint32, u Unit, now time.Time) int64 {
-	used, _ := s.ringCount(idx, u, now, MaxLimit)
+func (s *Store) ringUsed(idx uint32, l Limit, now time.Time) int64 {
+	l.N = MaxLimit
+	used, _ := s.ringCount(idx, l, now)
 	return used
 }
 
@@ -697,9 +698,9 @@ func (s *Store) Standing(p *Plan, consumer string, now time.Time) []int64 {
 	u := SlotUsage{Day: a, Month: sl.month}
 	var others [Month + 1]int64
 	if f := s.fleet.Load(); f != nil {
-		for _, w := range []Unit{Minute, Hour} {
-			if k := sl.fl.known[w]; leaseValid(w, k.inst, stepOf(now, w)) {
-				others[w] = k.others
+		for _, l := range p.Limits {
+			if k := sl.fl.known[l.Unit]; !l.Unit.Calendar() && leaseValid(l.Unit, k.inst, l.stepAt(now)) {
+				others[l.Unit] = k.others
 			}
 		}
 	}
@@ -714,7 +715,7 @@ func (s *Store) Standing(p *Plan, consumer string, now time.Time) []int64 {
 		case Month:
 			used[i] = u.Month
 		default:
-			used[i] = s.ringUsed(sl.idx, l.Unit, now) + others[l.Unit]
+			used[i] = s.ringUsed(sl.idx, l, now) + others[l.Unit]
 		}
 	}
 	return used

@@ -176,32 +176,52 @@ func TestSlidingMinute(t *testing.T) {
 	}
 }
 
-// TestSlidingNeverOver: whatever the arrival times, no 60 seconds hold
-// more admitted requests than the limit, and the window is not stricter
-// than 61 seconds.
+// TestSlidingNeverOver: whatever the arrival times, no window's length
+// holds more admitted requests than its limit, and the window is not
+// stricter than its length and one step; for sliding windows of every
+// length, and for a plan with two.
 func TestSlidingNeverOver(t *testing.T) {
-	s := openTestStore(t, t.TempDir(), nil)
-	p := mustPlan(t, "burst", "5/minute")
-	t0 := at(t, "2026-12-01T10:00:00Z")
-	var admitted []time.Time
-	for i := 0; i < 2000; i++ {
-		now := t0.Add(time.Duration(i) * 137 * time.Millisecond)
-		if acquire(t, s, p, "eve", now).Admitted {
-			admitted = append(admitted, now)
-		}
-	}
-	for i := range admitted {
-		n := 0
-		for j := i; j < len(admitted) && admitted[j].Sub(admitted[i]) < time.Minute; j++ {
-			n++
-		}
-		if n > 5 {
-			t.Fatalf("%d admitted within a minute from %s", n, admitted[i])
-		}
-	}
-	// 2000 x 137ms = 274s: at least 5 per 61s
-	if len(admitted) < 5*274/61 {
-		t.Errorf("only %d admitted in 274s at 5/minute", len(admitted))
+	for _, tc := range []struct {
+		limits []string
+		every  time.Duration // between arrivals
+	}{
+		{[]string{"5/minute"}, 137 * time.Millisecond},
+		{[]string{"3/10s"}, 23 * time.Millisecond},
+		{[]string{"4/1s"}, 3 * time.Millisecond},
+		{[]string{"7/5m"}, 700 * time.Millisecond},
+		{[]string{"20/hour"}, 9 * time.Second},
+		{[]string{"3/10s", "10/minute"}, 41 * time.Millisecond},
+		{[]string{"10/minute", "3/10s"}, 41 * time.Millisecond},
+	} {
+		t.Run(strings.Join(tc.limits, "+"), func(t *testing.T) {
+			s := openTestStore(t, t.TempDir(), nil)
+			p := mustPlan(t, "burst", tc.limits...)
+			t0 := at(t, "2026-12-01T10:00:00Z")
+			var admitted []time.Time
+			for i := 0; i < 2000; i++ {
+				now := t0.Add(time.Duration(i) * tc.every)
+				if acquire(t, s, p, "eve", now).Admitted {
+					admitted = append(admitted, now)
+				}
+			}
+			span := 2000 * tc.every
+			for _, l := range p.Limits {
+				for i := range admitted {
+					n := 0
+					for j := i; j < len(admitted) && admitted[j].Sub(admitted[i]) < l.Window; j++ {
+						n++
+					}
+					if n > int(l.N) {
+						t.Fatalf("%s: %d admitted within %s from %s", l, n, l.Window, admitted[i])
+					}
+				}
+				// at least the limit per window and step, where it binds
+				least := int(l.N) * int(span/(l.Window+l.step()))
+				if least > 0 && len(admitted) < least && l == p.Limits[len(p.Limits)-1] {
+					t.Errorf("%s: only %d admitted in %s", l, len(admitted), span)
+				}
+			}
+		})
 	}
 }
 

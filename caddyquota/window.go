@@ -8,8 +8,11 @@ import (
 	"time"
 )
 
-// Unit is the window of a limit: a sliding minute or hour, or a calendar
-// day or month in the configured time zone.
+// Unit is the kind of a limit's window: a calendar day or month in the
+// configured time zone, or one of a plan's two sliding windows. Minute is
+// the shorter sliding window of a plan (60 seconds unless the limit gives
+// another length, such as 20/10s), Hour the longer one (60 minutes unless
+// given): each has its own counts on disk and in the fleet.
 type Unit uint8
 
 // The units, shortest first.
@@ -31,7 +34,7 @@ func (u Unit) String() string {
 }
 
 // Calendar reports whether the unit is a calendar window (day, month)
-// rather than a sliding one (minute, hour).
+// rather than a sliding one.
 func (u Unit) Calendar() bool { return u == Day || u == Month }
 
 // ParseUnit reads "minute", "hour", "day" or "month".
@@ -48,19 +51,31 @@ func ParseUnit(s string) (Unit, error) {
 // second or minute of a sliding window; a calendar window's are 64).
 const MaxLimit = 1 << 31
 
-// Limit is N requests per Unit.
+// Limit is N requests per Unit. A sliding limit also has its Window: a
+// minute or an hour, or any length from MinWindow to MaxWindow (20/10s,
+// 100/5m).
 type Limit struct {
 	N    int64
 	Unit Unit
+	// Window is a sliding limit's length (0 for a calendar limit).
+	Window time.Duration
 }
 
+// The lengths a sliding window may have.
+const (
+	MinWindow = time.Second
+	MaxWindow = 7 * 24 * time.Hour
+)
+
 // ParseLimit reads a limit as the Caddyfile writes it: "1000/day",
-// "2000000/month", "60/minute", "5000/hour". Underscores may group
-// digits ("2_000_000/month").
+// "2000000/month", "60/minute", "5000/hour", or a sliding window of any
+// length as a Go duration: "20/10s", "100/5m", "1000/2h". Underscores may
+// group digits ("2_000_000/month"). A sliding limit's Unit is Minute
+// (NewPlan makes the longer of a plan's two sliding windows Hour).
 func ParseLimit(s string) (Limit, error) {
 	num, unit, ok := strings.Cut(s, "/")
 	if !ok {
-		return Limit{}, fmt.Errorf("invalid limit %q: want <count>/<minute|hour|day|month>, e.g. 1000/day", s)
+		return Limit{}, fmt.Errorf("invalid limit %q: want <count>/<minute|hour|day|month|duration>, e.g. 1000/day or 20/10s", s)
 	}
 	n, err := strconv.ParseInt(strings.ReplaceAll(num, "_", ""), 10, 64)
 	if err != nil || n < 0 {
@@ -70,14 +85,54 @@ func ParseLimit(s string) (Limit, error) {
 		return Limit{}, fmt.Errorf("invalid limit %q: the count must be at most %d", s, int64(MaxLimit))
 	}
 	u, err := ParseUnit(unit)
-	if err != nil {
-		return Limit{}, fmt.Errorf("invalid limit %q: %v", s, err)
+	if err == nil {
+		l := Limit{N: n, Unit: u}
+		switch u {
+		case Minute:
+			l.Window = time.Minute
+		case Hour:
+			l.Window = time.Hour
+		}
+		return l, nil
 	}
-	return Limit{N: n, Unit: u}, nil
+	w, derr := time.ParseDuration(unit)
+	if derr != nil {
+		return Limit{}, fmt.Errorf("invalid limit %q: %v, or a sliding window's length (10s, 5m, 2h)", s, err)
+	}
+	if w < MinWindow || w > MaxWindow {
+		return Limit{}, fmt.Errorf("invalid limit %q: a sliding window is %s to %s long", s, MinWindow, windowName(MaxWindow))
+	}
+	return Limit{N: n, Unit: Minute, Window: w}, nil
 }
 
-// String returns the limit as written: "1000/day".
-func (l Limit) String() string { return strconv.FormatInt(l.N, 10) + "/" + l.Unit.String() }
+// String returns the limit as written: "1000/day", "60/minute", "20/10s".
+func (l Limit) String() string { return strconv.FormatInt(l.N, 10) + "/" + l.WindowName() }
+
+// WindowName names the limit's window: "day", "month", "minute" and
+// "hour" for sliding windows of 60 seconds and 60 minutes, else the
+// window's length ("10s", "5m", "1h30m").
+func (l Limit) WindowName() string {
+	if l.Unit.Calendar() || l.Window == 0 {
+		return l.Unit.String()
+	}
+	return windowName(l.Window)
+}
+
+func windowName(w time.Duration) string {
+	switch w {
+	case time.Minute:
+		return "minute"
+	case time.Hour:
+		return "hour"
+	}
+	s := w.String()
+	for _, zero := range []string{"0s", "0m"} {
+		if len(s) > len(zero) && strings.HasSuffix(s, zero) && (s[len(s)-len(zero)-1] < '0' || s[len(s)-len(zero)-1] > '9') {
+			s = s[:len(s)-len(zero)]
+		}
+	}
+	return s
+}
 
 // Period is one instance of a calendar window: a day or a month in the
 // calendar's zone, [Start, End). ID numbers the periods of a unit: days
@@ -262,32 +317,34 @@ func MonthOfDay(day int64) int64 {
 	return MonthID(y, m)
 }
 
-// Sliding windows count in steps: a minute in seconds, an hour in
-// minutes. A window counts the requests of the current step and of the
-// 60 steps before it, so it never admits more than its limit in any 60
-// seconds (minutes); a request leaves it 60 to 61 seconds (minutes) after
-// it was admitted.
+// Sliding windows count in steps of a 60th of their length: a minute in
+// seconds, an hour in minutes, 10 seconds in 1/6 s. A window counts the
+// requests of the current step and of the 60 steps before it, so it never
+// admits more than its limit in any window's length; a request leaves it
+// 60 to 61 steps after it was admitted.
 const (
 	ringSteps = 60 // steps in a window
 	ringSize  = 64 // buckets kept: the window's 61 and spare ones
 )
 
-// stepOf returns the step number of t for a sliding unit: Unix seconds for
-// a minute window, Unix minutes for an hour window.
-func stepOf(t time.Time, u Unit) int64 {
-	s := t.Unix()
-	if u == Hour {
-		return floorDiv(s, 60)
+// step returns the length of a sliding limit's step: its window over 60,
+// rounded up to the nanosecond (so 60 steps are never shorter than the
+// window).
+func (l Limit) step() time.Duration {
+	w := l.Window
+	if w <= 0 {
+		w = time.Minute
+		if l.Unit == Hour {
+			w = time.Hour
+		}
 	}
-	return s
+	return (w + ringSteps - 1) / ringSteps
 }
 
-// stepLen is the length of a sliding unit's step.
-func stepLen(u Unit) time.Duration {
-	if u == Hour {
-		return time.Minute
-	}
-	return time.Second
+// stepAt returns the number of the step t falls in: Unix seconds for a
+// minute window, Unix minutes for an hour window.
+func (l Limit) stepAt(t time.Time) int64 {
+	return floorDiv(t.UnixNano(), int64(l.step()))
 }
 
 func floorDiv(a, b int64) int64 {

@@ -20,10 +20,17 @@ func TestParseLimit(t *testing.T) {
 		want Limit
 		err  bool
 	}{
-		{in: "1000/day", want: Limit{1000, Day}},
-		{in: "2_000_000/month", want: Limit{2000000, Month}},
-		{in: "60/minute", want: Limit{60, Minute}},
-		{in: "0/hour", want: Limit{0, Hour}},
+		{in: "1000/day", want: Limit{N: 1000, Unit: Day}},
+		{in: "2_000_000/month", want: Limit{N: 2000000, Unit: Month}},
+		{in: "60/minute", want: Limit{N: 60, Unit: Minute, Window: time.Minute}},
+		{in: "0/hour", want: Limit{N: 0, Unit: Hour, Window: time.Hour}},
+		{in: "20/10s", want: Limit{N: 20, Unit: Minute, Window: 10 * time.Second}},
+		{in: "100/5m", want: Limit{N: 100, Unit: Minute, Window: 5 * time.Minute}},
+		{in: "1000/1h30m", want: Limit{N: 1000, Unit: Minute, Window: 90 * time.Minute}},
+		{in: "5/168h", want: Limit{N: 5, Unit: Minute, Window: 168 * time.Hour}},
+		{in: "5/500ms", err: true},
+		{in: "5/169h", err: true},
+		{in: "5/-10s", err: true},
 		{in: "1000", err: true},
 		{in: "1000/week", err: true},
 		{in: "-1/day", err: true},
@@ -181,7 +188,7 @@ func TestCivilDays(t *testing.T) {
 }
 
 func TestPolicyAndRateLimitFields(t *testing.T) {
-	p, err := NewPlan("pro", []Limit{{2000000, Month}, {100000, Day}, {100, Minute}})
+	p, err := NewPlan("pro", []Limit{{N: 2000000, Unit: Month}, {N: 100000, Unit: Day}, {N: 100, Unit: Minute}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -208,8 +215,29 @@ func TestPolicyAndRateLimitFields(t *testing.T) {
 	if d.Binding != 1 || !d.Over || d.RetryAfter(now) != 43200 {
 		t.Errorf("binding %d over %v retry %d; want the day (1), true, 43200", d.Binding, d.Over, d.RetryAfter(now))
 	}
-	if _, err := NewPlan("x", []Limit{{1, Day}, {2, Day}}); err == nil {
+	if _, err := NewPlan("x", []Limit{{N: 1, Unit: Day}, {N: 2, Unit: Day}}); err == nil {
 		t.Error("two limits per day accepted")
+	}
+	// sliding windows of any length: the shorter of two is Minute, and
+	// the fields name them by their length
+	ls := []Limit{{N: 500, Unit: Minute, Window: 5 * time.Minute}, {N: 20, Unit: Minute, Window: 10 * time.Second}}
+	p2, err := NewPlan("api", ls)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if p2.Limits[0].Window != 10*time.Second || p2.Limits[0].Unit != Minute || p2.Limits[1].Unit != Hour {
+		t.Errorf("limits %+v: want 20/10s as Minute, 500/5m as Hour", p2.Limits)
+	}
+	if got, want := p2.PolicyField(day, month)[0], `"api-10s";q=20;w=10, "api-5m";q=500;w=300`; got != want {
+		t.Errorf("RateLimit-Policy = %s\nwant %s", got, want)
+	}
+	for _, bad := range [][]Limit{
+		{{N: 1, Unit: Minute, Window: time.Minute}, {N: 2, Unit: Minute, Window: time.Minute}},
+		{{N: 1, Unit: Minute, Window: time.Second}, {N: 2, Unit: Minute, Window: time.Minute}, {N: 3, Unit: Hour, Window: time.Hour}},
+	} {
+		if _, err := NewPlan("x", bad); err == nil {
+			t.Errorf("plan %v accepted", bad)
+		}
 	}
 	if _, err := NewPlan("bad name", nil); err == nil {
 		t.Error("a plan name with a space accepted")

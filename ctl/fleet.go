@@ -20,7 +20,7 @@ const fleetUsage = `usage:
 	  gateway_storage            storage nats: certificates, rate_limit state
 	  gateway_storage_locks      storage nats: locks (entries expire after --lock-ttl)
 	  gateway_routes             docker { fleet }: each host's containers (max age 4 x --fleet-ttl)
-	  gateway_routes_rate_limit  rate_limit labels of a fleet without storage nats
+	  gateway_routes_rate_limit  rate_limit labels: each client's counts and leases (max age 8 days)
 	  gateway_quota              quota { fleet }: consumers' counts and leases (max age
 	                             --quota-retention)
 	What exists is left as it is, and its replicas are printed. --replicas
@@ -134,7 +134,7 @@ func (s fleetSetup) apply(ctx context.Context, js jetstream.JetStream, out io.Wr
 		{Bucket: s.storageBucket, Description: "Caddy storage (certificates, rate limit state) of the apigate fleet"},
 		{Bucket: s.storageBucket + "_locks", TTL: s.lockTTL, Description: "Caddy storage locks of the apigate fleet (entries expire unless refreshed)"},
 		{Bucket: s.fleetBucket, TTL: 4 * s.fleetTTL, Description: "containers of each gateway's host (apigate fleet discovery; one key per node)"},
-		{Bucket: s.fleetBucket + "_rate_limit", Description: "rate_limit label counts of an apigate fleet without storage nats"},
+		{Bucket: s.fleetBucket + "_rate_limit", TTL: 8 * 24 * time.Hour, Description: "apigate rate_limit label counts: per client and route, each gateway's tokens (leases of the quota's fleet)"},
 		{Bucket: s.quotaBucket, TTL: s.quotaRetention, Description: "apigate quota counts: per consumer and month, each gateway's tokens and usage"},
 	} {
 		kv.History, kv.Storage, kv.Replicas = 1, jetstream.FileStorage, s.replicas

@@ -47,7 +47,7 @@ func TestFleetInit(t *testing.T) {
 		t.Errorf("AUDIT stream config: %+v", cfg)
 	}
 	for bucket, ttl := range map[string]time.Duration{"gateway_storage": 0, "gateway_storage_locks": 30 * time.Second,
-		"gateway_routes": time.Minute, "gateway_routes_rate_limit": 0, "gateway_quota": 100 * 24 * time.Hour} {
+		"gateway_routes": time.Minute, "gateway_routes_rate_limit": 8 * 24 * time.Hour, "gateway_quota": 100 * 24 * time.Hour} {
 		kv, err := js.KeyValue(ctx, bucket)
 		if err != nil {
 			t.Errorf("bucket %s: %v", bucket, err)

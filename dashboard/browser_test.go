@@ -165,7 +165,10 @@ func TestGateway(t *testing.T) {
 			case r.Source == "config" && strings.Contains(strings.Join(r.Match, " "), "/secure/*"):
 				secure = names == "audit jwt_auth rbac rate_limit static_response"
 			case r.Source == "discovery" && strings.HasSuffix(r.ID, ":admin"):
-				admin = names == "audit path_guard jwt_auth rbac rate_limit reverse_proxy" && len(r.Upstreams) == 1
+				// the rate_limit label's handler is a quota with a plan
+				// of its own (caddydocker.md)
+				admin = names == "audit path_guard jwt_auth rbac quota reverse_proxy" && len(r.Upstreams) == 1 &&
+					strings.HasSuffix(detailOf(r.Duties, "quota"), "_good_admin 100/minute")
 			case r.Source == "discovery" && strings.HasSuffix(r.ID, ":api"):
 				discovered = names == "audit path_guard reverse_proxy" && len(r.Upstreams) == 1
 			}
@@ -408,6 +411,16 @@ func TestGateway(t *testing.T) {
 			t.Fatalf("console errors:\n%s", strings.Join(errs, "\n"))
 		}
 	})
+}
+
+// detailOf is the detail of the duty named name ("" without one).
+func detailOf(ds []Duty, name string) string {
+	for _, d := range ds {
+		if d.Name == name {
+			return d.Detail
+		}
+	}
+	return ""
 }
 
 func dutyNames(ds []Duty) string {

@@ -17,6 +17,7 @@ import (
 	"github.com/apigate/gateway/caddyopenapi"
 	"github.com/apigate/gateway/caddypathguard"
 	"github.com/apigate/gateway/caddypermcache"
+	"github.com/apigate/gateway/caddyquota"
 	"github.com/apigate/gateway/caddyrbac"
 )
 
@@ -282,6 +283,7 @@ var describers = map[string]func(json.RawMessage) string{
 	"audit":         caddyaudit.DescribeConfig,
 	"path_guard":    caddypathguard.DescribeConfig,
 	"openapi":       caddyopenapi.DescribeConfig,
+	"quota":         caddyquota.DescribeConfig,
 	"rate_limit":    describeRateLimit,
 	"docker_answer": caddydocker.DescribeAnswer,
 	"static_response": func(raw json.RawMessage) string {

@@ -129,7 +129,7 @@ func TestExtractRoutesDiscovered(t *testing.T) {
 			{"handler":"audit"},
 			{"handler":"jwt_auth","hmac_secrets":["x"]},
 			{"handler":"rbac","require":[{"any":["admin"]}]},
-			{"handler":"rate_limit","rate_limits":{"docker_gateway_shop_api":{"key":"{http.auth.user.id}","max_events":100,"window":"30s"}}},
+			{"handler":"quota","key":"{http.auth.user.id}","plan":"docker_gateway_shop_api","limits":["100/30s"],"counts":{"fleet":{"bucket":"gateway_routes_rate_limit"}}},
 			{"handler":"permission","url":"http://user:pw@127.0.0.1:9100/check?token=x"},
 			{"handler":"rewrite","strip_path_prefix":"/shop"},
 			{"handler":"reverse_proxy","upstreams":[{"dial":"127.0.0.1:8080"}]}],"terminal":true}`)
@@ -151,7 +151,7 @@ func TestExtractRoutesDiscovered(t *testing.T) {
 		t.Fatalf("a secret leaked into the routes: %s", raw)
 	}
 	want := []string{
-		"gateway | method GET & path /shop,/shop/* | audit jwt_auth rbac(any admin) rate_limit(100/30s) permission(http://127.0.0.1:9100/check) rewrite reverse_proxy | 127.0.0.1:8080 | discovery",
+		"gateway | method GET & path /shop,/shop/* | audit jwt_auth rbac(any admin) quota(docker_gateway_shop_api 100/30s, shared by the fleet) permission(http://127.0.0.1:9100/check) rewrite reverse_proxy | 127.0.0.1:8080 | discovery",
 		"gateway |  | static_response(200) |  | config",
 		"gateway |  | docker_routes(catch-all: 404 no_route) |  | discovery",
 	}

@@ -22,6 +22,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"runtime"
 	"strings"
 	"sync"
@@ -757,5 +758,22 @@ func (l *loadRun) stop() loadResult {
 func clientSaw(resp *http.Response, body string) map[string]any {
 	h := resp.Header.Clone()
 	h.Del("Date")
+	// when a window admits again depends on when the run sent its first
+	// request: a quota refusal's reset (body), Retry-After and the
+	// RateLimit field's seconds are not the path's
+	if resp.StatusCode == http.StatusTooManyRequests {
+		body = resetRe.ReplaceAllString(body, `"reset":"<reset>"`)
+		if h.Get("Retry-After") != "" {
+			h.Set("Retry-After", "<seconds>")
+		}
+		for i, v := range h["Ratelimit"] {
+			h["Ratelimit"][i] = secondsRe.ReplaceAllString(v, ";t=<seconds>")
+		}
+	}
 	return map[string]any{"status": resp.StatusCode, "header": h, "body": body}
 }
+
+var (
+	resetRe   = regexp.MustCompile(`"reset":"[^"]*"`)
+	secondsRe = regexp.MustCompile(`;t=\d+`)
+)

@@ -131,7 +131,7 @@ func (b *Bench) conf(s Scenario, port int) Conf {
 	if c.OpenAPI {
 		c.OpenAPISpec = filepath.Join(b.Work, "openapi.yaml")
 	}
-	if c.Quota {
+	if c.Quota || c.RateLimitFleet {
 		c.QuotaDir = filepath.Join(b.Work, "quota")
 	}
 	if c.OIDC {
