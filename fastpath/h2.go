@@ -844,13 +844,16 @@ func (s *h2stream) free() {
 	h2streamPool.Put(s)
 }
 
+// cancel ends the stream's context: Err says so before gone closes, since
+// what gone wakes (afterGone's f: a derived context's cancel) reads Err
+// and panics on nil ("missing cancel error", seen in TestH2 runs).
 func (s *h2stream) cancel() {
+	s.st.ex.gone.cancel()
 	select {
 	case <-s.gone:
 	default:
 		close(s.gone)
 	}
-	s.st.ex.gone.cancel()
 }
 
 // connection-specific fields, which HTTP/2 requests may not carry
