@@ -86,11 +86,11 @@ func (wr *writtenRequest) check(req *http.Request) error {
 // that could end the field (CR, LF, NUL or another control byte).
 func checkFields(h http.Header, what string) error {
 	for k, vv := range h {
-		if !httpguts.ValidHeaderFieldName(k) {
+		if !h1wire.ValidToken(k) {
 			return fmt.Errorf("invalid %s name %q", what, k)
 		}
 		for _, v := range vv {
-			if !httpguts.ValidHeaderFieldValue(v) {
+			if !h1wire.ValidFieldValue(v) {
 				return fmt.Errorf("invalid %s value for %q", what, k)
 			}
 		}

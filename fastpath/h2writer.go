@@ -13,6 +13,8 @@ import (
 
 	"golang.org/x/net/http/httpguts"
 	"golang.org/x/net/http2/hpack"
+
+	"github.com/apigate/gateway/internal/h1wire"
 )
 
 // h2Writer is the http.ResponseWriter of an HTTP/2 stream the plan serves.
@@ -306,7 +308,7 @@ func (w *h2Writer) encodeHeaders(enc *hpack.Encoder, h http.Header, keys []strin
 		}
 		isTE := lk == "transfer-encoding"
 		for _, v := range vv {
-			if !httpguts.ValidHeaderFieldValue(v) || isTE && v != "trailers" {
+			if !h1wire.ValidFieldValue(v) || isTE && v != "trailers" {
 				continue
 			}
 			enc.WriteField(hpack.HeaderField{Name: lk, Value: v})

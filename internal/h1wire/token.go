@@ -6,6 +6,7 @@
 package h1wire
 
 import (
+	"math/bits"
 	"net/textproto"
 	"strings"
 )
@@ -183,20 +184,19 @@ const (
 )
 
 // CountLines checks every byte of a head once (a CR only in a CRLF pair, no
-// other LF, no control byte but HTAB) and counts its CRLF-ended lines.
+// other LF, no control byte but HTAB) and counts its CRLF-ended lines. It
+// skips eight clean bytes at a time (skipClean).
 func CountLines(b []byte) (int, HeadFault, byte) {
 	lines := 0
-	for i := 0; i < len(b); i++ {
-		c := b[i]
-		if c >= 0x20 && c != 0x7f || c == '\t' {
-			continue
-		}
-		switch c {
+	for i := skipClean(b, 0); i < len(b); i = skipClean(b, i) {
+		switch c := b[i]; c {
+		case '\t':
+			i++
 		case '\r':
 			if i+1 >= len(b) || b[i+1] != '\n' {
 				return lines, BareCR, c
 			}
-			i++
+			i += 2
 			lines++
 		case '\n':
 			return lines, BareLF, c
@@ -205,4 +205,44 @@ func CountLines(b []byte) (int, HeadFault, byte) {
 		}
 	}
 	return lines, HeadOK, 0
+}
+
+// ValidFieldValue reports whether v may be a field value on the wire: no
+// control byte but HTAB (httpguts.ValidHeaderFieldValue's rule, eight
+// bytes at a time).
+func ValidFieldValue(v string) bool {
+	for i := skipClean(v, 0); i < len(v); i = skipClean(v, i+1) {
+		if v[i] != '\t' {
+			return false
+		}
+	}
+	return true
+}
+
+const (
+	lo8 = 0x0101010101010101
+	hi8 = 0x8080808080808080
+)
+
+// skipClean returns the index of the first control byte (below 0x20,
+// HTAB included, or DEL) of b at or after i, or len(b). A word of eight
+// bytes is tested at once: x - 0x20 borrows into a byte's top bit (with x's
+// own top bit clear) exactly where the byte is below 0x20, and x ^ 0x7f is
+// zero where it is DEL. A borrow only runs upward, so the lowest flagged
+// byte is the first control byte.
+func skipClean[T string | []byte](b T, i int) int {
+	for ; i+8 <= len(b); i += 8 {
+		x := uint64(b[i]) | uint64(b[i+1])<<8 | uint64(b[i+2])<<16 | uint64(b[i+3])<<24 |
+			uint64(b[i+4])<<32 | uint64(b[i+5])<<40 | uint64(b[i+6])<<48 | uint64(b[i+7])<<56
+		y := x ^ (lo8 * 0x7f)
+		if m := ((x-lo8*0x20)&^x | (y-lo8)&^y) & hi8; m != 0 {
+			return i + bits.TrailingZeros64(m)>>3
+		}
+	}
+	for ; i < len(b); i++ {
+		if c := b[i]; c < 0x20 || c == 0x7f {
+			return i
+		}
+	}
+	return i
 }
