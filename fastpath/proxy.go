@@ -193,10 +193,17 @@ func (ps *proxyState) prepare(r *http.Request, derived bool) *http.Request {
 		ps.url.User = &u
 	}
 	out.URL = &ps.url
+	// the client's fields but the hop-by-hop ones, in one pass (the
+	// fields the Connection field names go after it, as reverse_proxy's
+	// removeConnectionHeaders then its hop-by-hop loop)
 	hdr := ps.hdr
 	clear(hdr)
 	for k, v := range r.Header {
-		hdr[k] = v
+		if !isHopHeader(k) {
+			hdr[k] = v
+		} else if k == "Te" && httpguts.HeaderValuesContainsToken(v, "trailers") {
+			hdr["Te"] = teTrailers
+		}
 	}
 	out.Header = hdr
 	out.Trailer = nil
@@ -208,17 +215,7 @@ func (ps *proxyState) prepare(r *http.Request, derived bool) *http.Request {
 	if _, ok := hdr["User-Agent"]; !ok {
 		hdr["User-Agent"] = emptyValue
 	}
-	removeConnectionHeaders(hdr)
-	for k, v := range hdr { // (a few fields: cheaper than a delete per hop-by-hop name)
-		if !isHopHeader(k) {
-			continue
-		}
-		if k == "Te" && httpguts.HeaderValuesContainsToken(v, "trailers") {
-			hdr["Te"] = teTrailers
-			continue
-		}
-		delete(hdr, k)
-	}
+	removeListed(hdr, r.Header["Connection"])
 	ps.addForwarded(out)
 	if v, ok := hdr["Via"]; ok {
 		hdr["Via"] = append(v[:len(v):len(v)], strconv.Itoa(out.ProtoMajor)+"."+strconv.Itoa(out.ProtoMinor)+" Caddy")
@@ -568,7 +565,11 @@ func (p *proxyStep) roundTrip(ex *exchange, rw http.ResponseWriter, req *http.Re
 // finalize is reverse_proxy's finalizeResponse.
 func (p *proxyStep) finalize(ex *exchange, rw http.ResponseWriter, req *http.Request, res *http.Response, start time.Time) error {
 	incremental := isIncremental(res.Header)
-	stripHopByHop(res.Header)
+	if p.respOps != nil { // header_down sees the fields without the hop-by-hop ones
+		stripHopByHop(res.Header)
+	} else { // (the copy below skips them: one pass fewer)
+		removeConnectionHeaders(res.Header)
+	}
 
 	rwHeader := rw.Header()
 	delete(rwHeader, "Server")
@@ -591,7 +592,7 @@ func (p *proxyStep) finalize(ex *exchange, rw http.ResponseWriter, req *http.Req
 	}
 	canonical := p.transport != nil // (h1's parser canonicalizes the names it reads)
 	for k, vv := range res.Header {
-		if len(vv) == 0 {
+		if len(vv) == 0 || isHopHeader(k) {
 			continue
 		}
 		if !canonical {
@@ -610,6 +611,9 @@ func (p *proxyStep) finalize(ex *exchange, rw http.ResponseWriter, req *http.Req
 			keys = append(keys, k)
 		}
 		rwHeader.Add("Trailer", strings.Join(keys, ", "))
+	}
+	if sw, ok := rw.(interface{ stableHeader() }); ok {
+		sw.stableHeader() // nothing here changes the header until the first write
 	}
 	rw.WriteHeader(res.StatusCode)
 
@@ -633,6 +637,9 @@ func (p *proxyStep) finalize(ex *exchange, rw http.ResponseWriter, req *http.Req
 	ph := &ex.px.ph
 	ex.clock = time.Now()
 	ph.copied, ph.upDuration = true, ex.clock.Sub(start)
+	if len(res.Trailer) == 0 { // (no Header call: it would snapshot an uncommitted head)
+		return nil
+	}
 	if len(res.Trailer) == announced {
 		copyHeader(rw.Header(), res.Trailer)
 		return nil
@@ -772,8 +779,12 @@ func statusError(err error) error {
 	return caddyhttp.Error(status, err)
 }
 
-func removeConnectionHeaders(h http.Header) {
-	for _, f := range h["Connection"] {
+func removeConnectionHeaders(h http.Header) { removeListed(h, h["Connection"]) }
+
+// removeListed deletes from h the fields a Connection field's values
+// (conn) name.
+func removeListed(h http.Header, conn []string) {
+	for _, f := range conn {
 		for sf := range strings.SplitSeq(f, ",") {
 			switch sf = textproto.TrimString(sf); {
 			case sf == "":

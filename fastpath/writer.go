@@ -38,6 +38,10 @@ type respWriter struct {
 	snapshot      http.Header // the header as it was at WriteHeader (net/http's cw.header)
 	snapTaken     bool        // snapshot holds this request's header
 	calledHeader  bool
+	// headerStable: the caller of WriteHeader (the proxy step) changes
+	// nothing in the header before the head is written, so the head is
+	// written from the handler's header and WriteHeader copies nothing
+	headerStable bool
 
 	status        int
 	wroteHeader   bool  // WriteHeader (a final one) was called
@@ -54,9 +58,9 @@ type respWriter struct {
 	wroteContinue    bool
 
 	extra    extraHeader
-	pend     []byte   // body held back before the head is written (bufferBeforeChunkingSize)
-	trailers []string // declared trailer names
-	keys     []string // scratch: sorted header keys
+	pend     []byte        // body held back before the head is written (bufferBeforeChunkingSize)
+	trailers []string      // declared trailer names
+	fields   []namedValues // scratch: header fields sorted by name
 	sawEOF   bool
 
 	bytesOut int64 // body bytes sent, for the audit log and metrics
@@ -90,10 +94,14 @@ func (w *respWriter) reset(c *conn, h *reqHead) {
 		contentLength:    -1,
 		pend:             w.pend[:0],
 		trailers:         w.trailers[:0],
-		keys:             w.keys[:0],
+		fields:           w.fields[:0],
 		canWriteContinue: h.expect100,
 	}
 }
+
+// stableHeader says that nothing changes the header between WriteHeader
+// and the head's writing (the proxy step's promise): no snapshot copy.
+func (w *respWriter) stableHeader() { w.headerStable = true }
 
 func (w *respWriter) handlerHdr() http.Header          { return w.handlerHeader }
 func (w *respWriter) logged() (status int, size int64) { return w.logStatus, w.size }
@@ -153,7 +161,7 @@ func (w *respWriter) WriteHeader(code int) {
 	}
 	w.wroteHeader = true
 	w.status = code
-	if w.calledHeader && !w.snapTaken {
+	if w.calledHeader && !w.snapTaken && !w.headerStable {
 		w.takeSnapshot()
 	}
 	if cl := headerGet(w.handlerHeader, "Content-Length"); cl != "" {
@@ -500,16 +508,21 @@ func excludeField(m map[string]bool, key string) map[string]bool {
 // head and declares the trailers the response announces; it says whether
 // there are any.
 func (w *respWriter) trailerFields(hd *respHead) (trailers bool) {
-	if !w.snapTaken {
+	snap := w.snapshot
+	switch {
+	case w.snapTaken:
+	case w.headerStable && w.calledHeader: // the snapshot net/http would take
+		snap = w.handlerHeader
+	default:
 		return false
 	}
-	for k := range w.snapshot {
+	for k := range snap {
 		if strings.HasPrefix(k, http.TrailerPrefix) {
 			hd.exclude = excludeField(hd.exclude, k)
 			trailers = true
 		}
 	}
-	for _, v := range w.snapshot["Trailer"] {
+	for _, v := range snap["Trailer"] {
 		trailers = true
 		foreachHeaderElement(v, w.declareTrailer)
 	}
@@ -674,30 +687,45 @@ func (w *respWriter) writeTrailers(bw *bufio.Writer) {
 }
 
 // writeHeaderSubset writes h's fields but the excluded ones, sorted by
-// name, as http.Header.WriteSubset does.
+// name, as http.Header.WriteSubset does. The fields are taken with their
+// values in the one pass over the map (no second lookup per name).
 func (w *respWriter) writeHeaderSubset(bw *bufio.Writer, h http.Header, exclude map[string]bool, useKeys bool) {
-	keys := w.keys[:0]
-	for k := range h {
+	fields := w.fields[:0]
+	for k, vv := range h {
 		if exclude == nil || !exclude[k] {
-			keys = append(keys, k)
+			fields = append(fields, namedValues{k, vv})
 		}
 	}
-	slices.Sort(keys)
-	for _, k := range keys {
-		if !httpguts.ValidHeaderFieldName(k) {
+	if len(fields) > 16 {
+		slices.SortFunc(fields, func(a, b namedValues) int { return strings.Compare(a.name, b.name) })
+	} else { // (the usual few: an insertion sort, no comparison calls)
+		for i := 1; i < len(fields); i++ {
+			for j := i; j > 0 && fields[j].name < fields[j-1].name; j-- {
+				fields[j], fields[j-1] = fields[j-1], fields[j]
+			}
+		}
+	}
+	for _, f := range fields {
+		if !h1wire.ValidToken(f.name) {
 			continue
 		}
-		for _, v := range h[k] {
+		for _, v := range f.values {
 			// (two IndexByte scans: strings.ContainsAny builds a byte
 			// set on every call)
 			if strings.IndexByte(v, '\r') >= 0 || strings.IndexByte(v, '\n') >= 0 {
 				v = headerNewlineToSpace.Replace(v)
 			}
-			h1wire.WriteField(bw, k, textproto.TrimString(v))
+			h1wire.WriteField(bw, f.name, textproto.TrimString(v))
 		}
 	}
-	clear(keys)
-	w.keys = keys[:0]
+	clear(fields)
+	w.fields = fields[:0]
+}
+
+// namedValues is a header field's name and values.
+type namedValues struct {
+	name   string
+	values []string
 }
 
 var headerNewlineToSpace = strings.NewReplacer("\n", " ", "\r", " ")
