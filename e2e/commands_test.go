@@ -56,7 +56,7 @@ func TestQuickStart(t *testing.T) {
 		}
 		out = strings.Replace(out, "hello alice 200\n", "", 1)
 	}
-	refused := regexp.MustCompile(`(?m)^(\{.*\}) 429$`).FindStringSubmatch(out)
+	refused := regexp.MustCompile(`(?m)^(\{.*\})\n? 429$`).FindStringSubmatch(out)
 	if refused == nil {
 		t.Fatalf("no 429 after the 3 a day:\n%s", out)
 	}

@@ -676,11 +676,12 @@ type loadRun struct {
 	wg                              sync.WaitGroup
 	ok, wrong, connErrs, reusedErrs atomic.Int64
 	firstErr                        atomic.Value
+	firstWrong                      atomic.Value // the first answer other than 200
 }
 
 type loadResult struct {
 	ok, wrong, connErrs, reusedErrs int64
-	firstErr                        any
+	firstErr, firstWrong            any
 }
 
 func (r loadResult) total() int64 { return r.ok + r.wrong + r.connErrs }
@@ -690,7 +691,7 @@ func (r loadResult) total() int64 { return r.ok + r.wrong + r.connErrs }
 func (r loadResult) check(t testing.TB) {
 	t.Helper()
 	if r.wrong != 0 {
-		t.Errorf("%d wrong answers (first: %v)", r.wrong, r.firstErr)
+		t.Errorf("%d wrong answers (first: %v)", r.wrong, r.firstWrong)
 	}
 	if r.reusedErrs != 0 {
 		t.Errorf("%d requests on kept-alive connections failed", r.reusedErrs)
@@ -737,6 +738,7 @@ func startLoad(token, path string, conns int) *loadRun {
 				if resp.StatusCode != 200 {
 					l.wrong.Add(1)
 					l.firstErr.CompareAndSwap(nil, fmt.Sprintf("status %d: %s", resp.StatusCode, body))
+					l.firstWrong.CompareAndSwap(nil, fmt.Sprintf("status %d: %s", resp.StatusCode, body))
 				} else {
 					l.ok.Add(1)
 				}
@@ -750,7 +752,7 @@ func (l *loadRun) stop() loadResult {
 	l.cancel()
 	l.wg.Wait()
 	return loadResult{ok: l.ok.Load(), wrong: l.wrong.Load(), connErrs: l.connErrs.Load(),
-		reusedErrs: l.reusedErrs.Load(), firstErr: l.firstErr.Load()}
+		reusedErrs: l.reusedErrs.Load(), firstErr: l.firstErr.Load(), firstWrong: l.firstWrong.Load()}
 }
 
 // clientSaw is what a client saw of a response, for comparing the paths:
