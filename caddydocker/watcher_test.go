@@ -269,7 +269,7 @@ func TestWatcher(t *testing.T) {
 		if got := w.Snapshot().Containers[0]; got.State != StateStopping {
 			t.Fatalf("pool-1 state %q", got.State)
 		}
-		e.events <- [2]string{"kill", a2.ID} // Podman reports no signal
+		e.events <- [2]string{"kill", a2.ID}          // Podman reports no signal
 		want("no replica left: 503", "docker_answer") // (problem+json, answer.go)
 		e.events <- [2]string{"start", a2.ID}
 		want("pool-2 restarted", "reverse_proxy 10.88.0.3:8080")
