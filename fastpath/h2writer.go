@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"errors"
 	"fmt"
+	"maps"
 	"net/http"
 	"slices"
 	"strconv"
@@ -32,7 +33,8 @@ type h2Writer struct {
 	h  *reqHead
 
 	handlerHeader  http.Header
-	snapHeader     http.Header
+	snapHeader     http.Header // the header at WriteHeader: nil or snapStore
+	snapStore      http.Header // the stream's map for it, kept across requests
 	trailers       []string
 	status         int
 	wroteHeader    bool
@@ -58,7 +60,11 @@ func (w *h2Writer) reset() {
 	} else {
 		clear(hh)
 	}
-	*w = h2Writer{s: w.s, bw: w.bw, handlerHeader: hh, trailers: w.trailers[:0], keys: w.keys[:0]}
+	snap := w.snapStore
+	if snap != nil {
+		clear(snap)
+	}
+	*w = h2Writer{s: w.s, bw: w.bw, handlerHeader: hh, snapStore: snap, trailers: w.trailers[:0], keys: w.keys[:0]}
 	w.bw.Reset(h2ChunkWriter{w})
 }
 
@@ -94,8 +100,12 @@ func (w *h2Writer) WriteHeader(code int) {
 	}
 	w.wroteHeader = true
 	w.status = code
-	if len(w.handlerHeader) > 0 {
-		w.snapHeader = w.handlerHeader.Clone()
+	if len(w.handlerHeader) > 0 { // (a shallow copy, as respWriter's takeSnapshot: no allocation)
+		if w.snapStore == nil {
+			w.snapStore = make(http.Header, len(w.handlerHeader))
+		}
+		maps.Copy(w.snapStore, w.handlerHeader)
+		w.snapHeader = w.snapStore
 	}
 }
 
