@@ -87,6 +87,7 @@ func testQuotaPlans(t *testing.T, p pathtest.Path, rec *pathtest.Recorder) {
 		t.Fatal(err)
 	}
 	auditFile := filepath.Join(dir, "audit.jsonl")
+	logFile := filepath.Join(dir, "caddy.log")
 	site := func(port int, errors string) string {
 		return fmt.Sprintf(`
 http://127.0.0.1:%[1]d {
@@ -132,6 +133,15 @@ http://127.0.0.1:%[1]d {
 		}
 		respond "trial"
 	}
+	route /tenant/* {
+		api_key {
+			keys_file %[2]s
+		}
+		quota {
+			key {http.auth.jwt.claims.tenant}
+		}
+		respond "tenant"
+	}
 %[5]s
 }
 `, port, keysFile, jwtSecret, strings.TrimPrefix(up.URL, "http://"), errors)
@@ -141,6 +151,10 @@ http://127.0.0.1:%[1]d {
 	http_port %d
 	https_port %d
 	grace_period 1ms
+	log {
+		output file %s
+		format json
+	}
 	audit {
 		sink file %s {
 			flush_interval 10ms
@@ -160,7 +174,7 @@ http://127.0.0.1:%[1]d {
 		dir %s
 	}
 }
-`, adminPort, ports[3], ports[4], auditFile, filepath.Join(dir, "quota")) + site(plainPort, "") + site(styledPort, `
+`, adminPort, ports[3], ports[4], logFile, auditFile, filepath.Join(dir, "quota")) + site(plainPort, "") + site(styledPort, `
 	handle_errors {
 		header Content-Type text/plain
 		respond "styled {http.error.status_code}: {http.error.message} ({http.quota.plan} {http.quota.window})"
@@ -311,8 +325,38 @@ http://127.0.0.1:%[1]d {
 	})
 	t.Run("no consumer: the key resolved empty is the config's mistake, 500", func(t *testing.T) {
 		r := do(t, plainPort, "/api/x", nil)
-		if r.status != 500 || !strings.Contains(r.body, `"detail":"quota key resolved empty"`) || r.header.Get("WWW-Authenticate") != "" {
+		if r.status != 500 || !strings.Contains(r.body, `"detail":"quota key resolved empty: {http.auth.user.id} has no value for this request"`) || r.header.Get("WWW-Authenticate") != "" {
 			t.Fatalf("%d %q %v", r.status, r.body, r.header)
+		}
+	})
+	t.Run("a valid key, but nothing sets the key's placeholder: 500 naming it, logged with the plan", func(t *testing.T) {
+		r := do(t, plainPort, "/tenant/x", withKey(freeKey))
+		if r.status != 500 || !strings.Contains(r.body, `"detail":"quota key resolved empty: {http.auth.jwt.claims.tenant} has no value for this request"`) ||
+			r.header.Get("WWW-Authenticate") != "" {
+			t.Fatalf("%d %q %v", r.status, r.body, r.header)
+		}
+		// the log names the key and the plan, and that the request had an identity
+		deadline := time.Now().Add(10 * time.Second)
+		for {
+			b, _ := os.ReadFile(logFile)
+			var found bool
+			for _, line := range strings.Split(string(b), "\n") {
+				var e struct {
+					Msg, Key, Plan string
+					Identity       bool
+				}
+				if json.Unmarshal([]byte(line), &e) == nil && strings.HasPrefix(e.Msg, "quota key resolved empty") &&
+					e.Key == "{http.auth.jwt.claims.tenant}" && e.Plan == "free" && e.Identity {
+					found = true
+				}
+			}
+			if found {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("no log of the empty key with its plan and identity in:\n%s", b)
+			}
+			time.Sleep(20 * time.Millisecond)
 		}
 	})
 
