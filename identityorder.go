@@ -1,0 +1,200 @@
+package gateway
+
+import (
+	"encoding/json"
+	"fmt"
+	"sort"
+	"strings"
+
+	"github.com/caddyserver/caddy/v2/caddyconfig"
+
+	"github.com/apigate/gateway/internal/caddyfileerr"
+)
+
+// A duty that reads the identity (quota's default key, rbac, permission,
+// openapi's enforce_security) with no identity source before it in its
+// route validates, then refuses every request at runtime. The adapter
+// warns of it: a handler sees neither its route nor the handlers before
+// it at Provision (Caddy provisions each route's handlers in turn, and a
+// handler of another route that provisioned earlier may never run before
+// it), so the check reads the adapted config, where the route is whole.
+// Caddy prints the warning (`caddy adapt`, `caddy validate`, `caddy run`)
+// as a WARN log; JSON configs, which skip the adapter, are not checked.
+func init() {
+	caddyfileerr.AddReporter(identityOrderReport)
+}
+
+// identitySources are the handlers that set the identity: the gateway's
+// and Caddy's basic_auth ("authentication"). "invoke" runs a named route
+// this check does not follow, which may hold one.
+var identitySources = map[string]bool{
+	"jwt_auth": true, "api_key": true, "client_cert_auth": true, "oidc_login": true,
+	"authentication": true, "invoke": true,
+}
+
+// needsIdentity says why a handler (its JSON) needs an identity source
+// before it: what it does to every request without one, or "" when it
+// does not need one.
+func needsIdentity(h map[string]json.RawMessage) string {
+	var name string
+	_ = json.Unmarshal(h["handler"], &name)
+	switch name {
+	case "quota":
+		key := "{http.auth.user.id}"
+		_ = json.Unmarshal(h["key"], &key)
+		if strings.Contains(key, "{http.auth.") {
+			return "its key " + key + " resolves empty, and every request is refused with 500"
+		}
+	case "rbac":
+		return "every request is refused with 401"
+	case "permission":
+		return "the permission service is asked about anonymous requests only"
+	case "openapi":
+		var on bool
+		_ = json.Unmarshal(h["enforce_security"], &on)
+		if on {
+			return "enforce_security refuses every request to an operation with security requirements with 401"
+		}
+	}
+	return ""
+}
+
+// identityOrderReport warns of each duty that needs an identity and has
+// no identity source before it in its server's routes, naming the server,
+// the route's matchers and the directive.
+func identityOrderReport(config []byte) []caddyconfig.Warning {
+	var cfg struct {
+		Apps struct {
+			HTTP struct {
+				Servers map[string]struct {
+					Routes []route `json:"routes"`
+				} `json:"servers"`
+			} `json:"http"`
+		} `json:"apps"`
+	}
+	if json.Unmarshal(config, &cfg) != nil {
+		return nil
+	}
+	names := make([]string, 0, len(cfg.Apps.HTTP.Servers))
+	for name := range cfg.Apps.HTTP.Servers {
+		names = append(names, name)
+	}
+	sort.Strings(names)
+	var out []caddyconfig.Warning
+	for _, name := range names {
+		w := orderWalk{server: name}
+		w.routes(cfg.Apps.HTTP.Servers[name].Routes, false, nil)
+		out = append(out, w.warnings...)
+	}
+	return out
+}
+
+// route is a route of the adapted config, as far as the check reads it.
+type route struct {
+	Group    string                       `json:"group"`
+	Match    []map[string]json.RawMessage `json:"match"`
+	Handle   []map[string]json.RawMessage `json:"handle"`
+	Terminal bool                         `json:"terminal"`
+}
+
+type orderWalk struct {
+	server   string
+	warnings []caddyconfig.Warning
+}
+
+// routes walks a route list in the order Caddy runs it. A route has an
+// identity source before it when its enclosing chain has one, or when an
+// earlier route of the list that may run before it has one: neither
+// terminal (then the later one does not run after it) nor of the same
+// group (only one route of a group runs). An earlier route's matchers are
+// not judged: it counts, so that the check does not warn of a config that
+// works.
+func (w *orderWalk) routes(rs []route, before bool, where []string) {
+	for i, r := range rs {
+		seen := before
+		for _, e := range rs[:i] {
+			if !e.Terminal && (e.Group == "" || e.Group != r.Group) && hasSource(e.Handle) {
+				seen = true
+			}
+		}
+		at := append(where[:len(where):len(where)], describeMatch(r.Match)...)
+		for _, h := range r.Handle {
+			var name string
+			_ = json.Unmarshal(h["handler"], &name)
+			switch {
+			case identitySources[name]:
+				seen = true
+			case name == "subroute":
+				var sub []route
+				_ = json.Unmarshal(h["routes"], &sub)
+				w.routes(sub, seen, at)
+				seen = seen || hasSource([]map[string]json.RawMessage{h})
+			default:
+				if why := needsIdentity(h); why != "" && !seen {
+					w.warn(name, at, why)
+				}
+			}
+		}
+	}
+}
+
+func (w *orderWalk) warn(directive string, at []string, why string) {
+	route := "every request"
+	if len(at) > 0 {
+		route = strings.Join(at, " > ")
+	}
+	w.warnings = append(w.warnings, caddyconfig.Warning{
+		Directive: directive,
+		Message: fmt.Sprintf("%s in server %s (route: %s) has no identity source before it (jwt_auth, api_key, client_cert_auth, oidc_login or basic_auth): %s; put one before it in the route",
+			directive, w.server, route, why),
+	})
+}
+
+// hasSource says whether handlers hold an identity source, in subroutes
+// too.
+func hasSource(hs []map[string]json.RawMessage) bool {
+	for _, h := range hs {
+		var name string
+		_ = json.Unmarshal(h["handler"], &name)
+		if identitySources[name] {
+			return true
+		}
+		if name == "subroute" {
+			var sub []route
+			_ = json.Unmarshal(h["routes"], &sub)
+			for _, r := range sub {
+				if hasSource(r.Handle) {
+					return true
+				}
+			}
+		}
+	}
+	return false
+}
+
+// describeMatch names a route's matcher sets: "host example.com",
+// "path /api/*", "host a.example path /x" (sets joined by " or ").
+func describeMatch(sets []map[string]json.RawMessage) []string {
+	var alts []string
+	for _, set := range sets {
+		keys := make([]string, 0, len(set))
+		for k := range set {
+			keys = append(keys, k)
+		}
+		sort.Strings(keys)
+		var parts []string
+		for _, k := range keys {
+			var vals []string
+			if json.Unmarshal(set[k], &vals) == nil {
+				parts = append(parts, k+" "+strings.Join(vals, " "))
+			} else {
+				parts = append(parts, k)
+			}
+		}
+		alts = append(alts, strings.Join(parts, " "))
+	}
+	if len(alts) == 0 {
+		return nil
+	}
+	return []string{strings.Join(alts, " or ")}
+}
