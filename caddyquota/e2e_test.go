@@ -329,6 +329,15 @@ http://127.0.0.1:%[1]d {
 			t.Fatalf("%d %q %v", r.status, r.body, r.header)
 		}
 	})
+	t.Run("no fleet: no fleet_available gauge reading 0 as if NATS were down", func(t *testing.T) {
+		m := pathtest.Metrics(t, adminPort, "gateway_quota_")
+		if m[`gateway_quota_decisions_total{decision="admitted",plan="free"}`] < 1 {
+			t.Fatalf("no quota decisions in the metrics: %v", m)
+		}
+		if v, ok := m["gateway_quota_fleet_available"]; ok {
+			t.Errorf("gateway_quota_fleet_available %v without a fleet", v)
+		}
+	})
 	t.Run("a valid key, but nothing sets the key's placeholder: 500 naming it, logged with the plan", func(t *testing.T) {
 		r := do(t, plainPort, "/tenant/x", withKey(freeKey))
 		if r.status != 500 || !strings.Contains(r.body, `"detail":"quota key resolved empty: {http.auth.jwt.claims.tenant} has no value for this request"`) ||

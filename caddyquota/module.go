@@ -157,7 +157,7 @@ func (a *App) Provision(ctx caddy.Context) error {
 	a.starting = new(starting)
 	a.released, a.unknown = new(atomic.Bool), new(sync.Map)
 	a.ownMu, a.own = new(sync.Mutex), map[string]*Plan{}
-	if err := registerMetrics(ctx.GetMetricsRegistry()); err != nil {
+	if err := registerMetrics(ctx.GetMetricsRegistry(), a.Fleet != nil); err != nil {
 		return fmt.Errorf("registering quota metrics: %v", err)
 	}
 	if err := a.compile(); err != nil {
