@@ -82,8 +82,9 @@ type App struct {
 	UnavailableShare float64 `json:"unavailable_share,omitempty"`
 
 	// Dir is the directory of the counts (one per gateway, on a disk
-	// that survives restarts). Default: quota/ under Caddy's data
-	// directory.
+	// that survives restarts); a relative path is from Caddy's working
+	// directory, as every file path of a config. Default: quota/ under
+	// Caddy's data directory.
 	Dir string `json:"dir,omitempty"`
 
 	// MaxConsumers bounds the consumers counted (each costs about 1 KiB
