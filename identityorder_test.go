@@ -3,10 +3,13 @@ package gateway
 import (
 	"os"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 
 	"github.com/caddyserver/caddy/v2/caddyconfig"
+
+	"github.com/apigate/gateway/identity"
 )
 
 // TestIdentityOrderWarning: adapting a Caddyfile (Caddy's adapter, as
@@ -64,5 +67,37 @@ func TestQuotaKeyTypoNamesLine(t *testing.T) {
 	_, _, err := caddyconfig.GetAdapter("caddyfile").Adapt([]byte(src), map[string]any{"filename": "Caddyfile"})
 	if err == nil || !strings.Contains(err.Error(), "did you mean {http.auth.user.id}?") || !strings.Contains(err.Error(), "Caddyfile:8") {
 		t.Fatalf("err = %v", err)
+	}
+}
+
+// TestAuthPlaceholdersKnown: every {http.auth.*} placeholder a module of
+// the gateway sets (repl.Set, or a claims prefix) is one that
+// identity.UnknownAuthPlaceholder knows, so that a quota key naming it
+// is not refused as a typo.
+func TestAuthPlaceholdersKnown(t *testing.T) {
+	set := regexp.MustCompile(`"(http\.auth\.[A-Za-z0-9_.]+)"`)
+	files, _ := filepath.Glob("caddy*/*.go")
+	n := 0
+	for _, f := range files {
+		if strings.HasSuffix(f, "_test.go") {
+			continue
+		}
+		b, err := os.ReadFile(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, m := range set.FindAllStringSubmatch(string(b), -1) {
+			name := m[1]
+			if strings.HasSuffix(name, ".") { // a prefix: claims.<name>
+				name += "x"
+			}
+			n++
+			if unknown, _ := identity.UnknownAuthPlaceholder("{" + name + "}"); unknown != "" {
+				t.Errorf("%s sets {%s}, which identity does not know", f, m[1])
+			}
+		}
+	}
+	if n < 5 {
+		t.Fatalf("found %d http.auth placeholders in the modules' sources, want the identity sources' (at least 5)", n)
 	}
 }

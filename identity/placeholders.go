@@ -4,11 +4,13 @@ import (
 	"strings"
 )
 
-// The placeholders under http.auth. that an identity source sets: the
-// gateway's (jwt_auth, api_key, client_cert_auth, oidc_login) and Caddy's
-// basic_auth ({http.auth.user.id}, and {http.auth.user.<field>} of its
-// account's metadata). A placeholder under http.auth. that is none of
-// these has no value on any request: a typo, such as {http.auth.usr.id}.
+// The placeholders under http.auth. that a module sets: the identity
+// sources' (jwt_auth, api_key, client_cert_auth, oidc_login, and Caddy's
+// basic_auth: {http.auth.user.id}, and {http.auth.user.<field>} of its
+// account's metadata), and rbac's ({http.auth.rbac.roles}, ...). A
+// placeholder under http.auth. that is none of these has no value on any
+// request: a typo, such as {http.auth.usr.id}. (The gateway's test
+// TestAuthPlaceholdersKnown fails when a module sets one not listed.)
 var (
 	authPlaceholders = []string{
 		"http.auth.user.id",
@@ -18,6 +20,7 @@ var (
 	authPrefixes = []string{
 		"http.auth.jwt.claims.",
 		"http.auth.oidc.claims.",
+		"http.auth.rbac.",
 		"http.auth.user.",
 	}
 )
