@@ -145,8 +145,8 @@ func (w *orderWalk) warn(directive string, at []string, why string) {
 	}
 	w.warnings = append(w.warnings, caddyconfig.Warning{
 		Directive: directive,
-		Message: fmt.Sprintf("%s in server %s (route: %s) has no identity source before it (jwt_auth, api_key, client_cert_auth, oidc_login or basic_auth): %s; put one before it in the route",
-			directive, w.server, route, why),
+		Message: fmt.Sprintf("no identity source (jwt_auth, api_key, client_cert_auth, oidc_login or basic_auth) before it in server %s, route %s: %s; put one before it in the route",
+			w.server, route, why),
 	})
 }
 

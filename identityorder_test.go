@@ -27,14 +27,14 @@ func TestIdentityOrderWarning(t *testing.T) {
 		want       []string // the warnings' starts, in order
 	}{
 		{"quota alone in a route", "route /api/* {\n\tquota\n\trespond ok\n}",
-			[]string{"quota in server srv0 (route: host example.com > path /api/*) has no identity source before it"}},
+			[]string{"quota: no identity source (jwt_auth, api_key, client_cert_auth, oidc_login or basic_auth) before it in server srv0, route host example.com > path /api/*: its key {http.auth.user.id} resolves empty"}},
 		{"quota after api_key in the route", "route /api/* {\n\tapi_key {\n\t\tkeys_file " + keys + "\n\t}\n\tquota\n\trespond ok\n}", nil},
 		{"quota and jwt_auth as directives (the directive order)", "jwt_auth {\n\thmac_secret 0123456789abcdef0123456789abcdef\n}\nquota\nrespond ok", nil},
 		{"quota with a key every request has", "route {\n\tquota {\n\t\tkey {remote_host}\n\t}\n\trespond ok\n}", nil},
 		{"identity in another handle block", "handle /a/* {\n\tjwt_auth {\n\t\thmac_secret 0123456789abcdef0123456789abcdef\n\t}\n\trespond a\n}\nhandle /b/* {\n\tquota\n\trespond b\n}",
-			[]string{"quota in server srv0 (route: host example.com > path /b/*) has no identity source before it"}},
+			[]string{"quota: no identity source (jwt_auth, api_key, client_cert_auth, oidc_login or basic_auth) before it in server srv0, route host example.com > path /b/*"}},
 		{"rbac and openapi enforce_security without one", "route /x/* {\n\trbac {\n\t\trequire any admin\n\t}\n\topenapi {\n\t\tspec " + filepath.Join("caddyopenapi", "testdata", "orders.yaml") + "\n\t\tenforce_security\n\t}\n\trespond ok\n}",
-			[]string{"rbac in server srv0 (route: host example.com > path /x/*)", "openapi in server srv0 (route: host example.com > path /x/*)"}},
+			[]string{"rbac: no identity source", "openapi: no identity source"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			src := global + "http://example.com {\n" + tc.site + "\n}\n"
@@ -44,8 +44,8 @@ func TestIdentityOrderWarning(t *testing.T) {
 			}
 			var got []string
 			for _, w := range warnings {
-				if strings.Contains(w.Message, "has no identity source before it") {
-					got = append(got, w.Message)
+				if strings.Contains(w.Message, "no identity source") {
+					got = append(got, w.Directive+": "+w.Message)
 				}
 			}
 			if len(got) != len(tc.want) {
