@@ -3,11 +3,11 @@ package gateway
 import (
 	"encoding/json"
 	"fmt"
-	"sort"
 	"strings"
 
 	"github.com/caddyserver/caddy/v2/caddyconfig"
 
+	"github.com/apigate/gateway/dashboard"
 	"github.com/apigate/gateway/internal/caddyfileerr"
 )
 
@@ -63,27 +63,17 @@ func needsIdentity(h map[string]json.RawMessage) string {
 // no identity source before it in its server's routes, naming the server,
 // the route's matchers and the directive.
 func identityOrderReport(config []byte) []caddyconfig.Warning {
-	var cfg struct {
-		Apps struct {
-			HTTP struct {
-				Servers map[string]struct {
-					Routes []route `json:"routes"`
-				} `json:"servers"`
-			} `json:"http"`
-		} `json:"apps"`
-	}
-	if json.Unmarshal(config, &cfg) != nil {
-		return nil
-	}
-	names := make([]string, 0, len(cfg.Apps.HTTP.Servers))
-	for name := range cfg.Apps.HTTP.Servers {
-		names = append(names, name)
-	}
-	sort.Strings(names)
+	names, servers := caddyfileerr.Servers(config)
 	var out []caddyconfig.Warning
 	for _, name := range names {
+		var srv struct {
+			Routes []route `json:"routes"`
+		}
+		if json.Unmarshal(servers[name], &srv) != nil {
+			continue
+		}
 		w := orderWalk{server: name}
-		w.routes(cfg.Apps.HTTP.Servers[name].Routes, false, nil)
+		w.routes(srv.Routes, false, nil)
 		out = append(out, w.warnings...)
 	}
 	return out
@@ -117,7 +107,10 @@ func (w *orderWalk) routes(rs []route, before bool, where []string) {
 				seen = true
 			}
 		}
-		at := append(where[:len(where):len(where)], describeMatch(r.Match)...)
+		at := where
+		if len(r.Match) > 0 {
+			at = append(where[:len(where):len(where)], dashboard.DescribeMatch(r.Match))
+		}
 		for _, h := range r.Handle {
 			var name string
 			_ = json.Unmarshal(h["handler"], &name)
@@ -170,31 +163,4 @@ func hasSource(hs []map[string]json.RawMessage) bool {
 		}
 	}
 	return false
-}
-
-// describeMatch names a route's matcher sets: "host example.com",
-// "path /api/*", "host a.example path /x" (sets joined by " or ").
-func describeMatch(sets []map[string]json.RawMessage) []string {
-	var alts []string
-	for _, set := range sets {
-		keys := make([]string, 0, len(set))
-		for k := range set {
-			keys = append(keys, k)
-		}
-		sort.Strings(keys)
-		var parts []string
-		for _, k := range keys {
-			var vals []string
-			if json.Unmarshal(set[k], &vals) == nil {
-				parts = append(parts, k+" "+strings.Join(vals, " "))
-			} else {
-				parts = append(parts, k)
-			}
-		}
-		alts = append(alts, strings.Join(parts, " "))
-	}
-	if len(alts) == 0 {
-		return nil
-	}
-	return []string{strings.Join(alts, " or ")}
 }
