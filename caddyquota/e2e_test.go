@@ -14,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/caddyserver/caddy/v2"
 	"github.com/golang-jwt/jwt/v5"
 
 	_ "github.com/apigate/gateway/caddyapikey"
@@ -551,4 +552,22 @@ http://127.0.0.1:%d {
 			t.Fatalf("statuses %v, want [200 200 429]", got)
 		}
 	})
+}
+
+// TestJSONKeyTypoFailsValidate: a JSON config (no Caddyfile, no line)
+// whose quota key has a placeholder no identity source sets does not
+// load: Caddy's validate provisions and validates the handler.
+func TestJSONKeyTypoFailsValidate(t *testing.T) {
+	cfg := fmt.Sprintf(`{"admin": {"disabled": true}, "apps": {
+		"quota": {"plans": {"free": {"limits": ["3/day"]}}, "dir": %q},
+		"http": {"servers": {"s": {"listen": [":0"], "routes": [{"handle": [{"handler": "quota", "key": "{http.auth.usr.id}"}]}]}}}}}`,
+		filepath.Join(t.TempDir(), "quota"))
+	var c caddy.Config
+	if err := json.Unmarshal([]byte(cfg), &c); err != nil {
+		t.Fatal(err)
+	}
+	err := caddy.Validate(&c)
+	if err == nil || !strings.Contains(err.Error(), `invalid key "{http.auth.usr.id}": no identity source sets {http.auth.usr.id} (did you mean {http.auth.user.id}?)`) {
+		t.Fatalf("err = %v", err)
+	}
 }
