@@ -230,12 +230,7 @@ func (h *Handler) Validate() error {
 // checkKey refuses a key with a placeholder under http.auth. that no
 // identity source sets (a typo such as {http.auth.usr.id}): it would
 // resolve empty on every request.
-func checkKey(key string) error {
-	if name, nearest := identity.UnknownAuthPlaceholder(key); name != "" {
-		return fmt.Errorf("invalid key %q: no identity source sets {%s} (did you mean %s?)", key, name, nearest)
-	}
-	return nil
-}
+func checkKey(key string) error { return identity.CheckAuthPlaceholders("key", key) }
 
 // consumerKey evaluates the key for a request.
 func (h *Handler) consumerKey(repl *caddy.Replacer) string {

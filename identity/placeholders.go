@@ -1,6 +1,7 @@
 package identity
 
 import (
+	"fmt"
 	"strings"
 )
 
@@ -47,6 +48,17 @@ func UnknownAuthPlaceholder(s string) (name, nearest string) {
 		}
 		return p, nearestAuth(p)
 	}
+}
+
+// CheckAuthPlaceholders refuses a config string (field names it: "key")
+// with a placeholder under http.auth. that no module sets: it would be
+// empty on every request (a quota counting nobody, a cache key that
+// forgets the user).
+func CheckAuthPlaceholders(field, s string) error {
+	if name, nearest := UnknownAuthPlaceholder(s); name != "" {
+		return fmt.Errorf("invalid %s %q: no identity source sets {%s} (did you mean %s?)", field, s, name, nearest)
+	}
+	return nil
 }
 
 func knownAuth(p string) bool {
