@@ -3,11 +3,13 @@ package gateway
 import (
 	"encoding/json"
 	"fmt"
+	"sort"
 	"strings"
 
 	"github.com/caddyserver/caddy/v2/caddyconfig"
 
 	"github.com/apigate/gateway/dashboard"
+	"github.com/apigate/gateway/identity"
 	"github.com/apigate/gateway/internal/caddyfileerr"
 )
 
@@ -49,6 +51,12 @@ func needsIdentity(h map[string]json.RawMessage) string {
 		return "every request is refused with 401"
 	case "permission":
 		return "the permission service is asked about anonymous requests only"
+	case "rate_limit": // github.com/mholt/caddy-ratelimit
+		for _, z := range rateLimitZones(h) {
+			if strings.Contains(z.key, "{http.auth.") {
+				return "zone " + z.name + "'s key " + z.key + " is empty, and every request shares one bucket"
+			}
+		}
 	case "openapi":
 		var on bool
 		_ = json.Unmarshal(h["enforce_security"], &on)
@@ -126,20 +134,17 @@ func (w *orderWalk) routes(rs []route, before bool, where []string) {
 				if why := needsIdentity(h); why != "" && !seen {
 					w.warn(name, at, why)
 				}
+				w.rateLimitTypos(name, h, at)
 			}
 		}
 	}
 }
 
 func (w *orderWalk) warn(directive string, at []string, why string) {
-	route := "every request"
-	if len(at) > 0 {
-		route = strings.Join(at, " > ")
-	}
 	w.warnings = append(w.warnings, caddyconfig.Warning{
 		Directive: directive,
 		Message: fmt.Sprintf("no identity source (jwt_auth, api_key, client_cert_auth, oidc_login or basic_auth) before it in server %s, route %s: %s; put one before it in the route",
-			w.server, route, why),
+			w.server, routeName(at), why),
 	})
 }
 
@@ -163,4 +168,45 @@ func hasSource(hs []map[string]json.RawMessage) bool {
 		}
 	}
 	return false
+}
+
+type zone struct{ name, key string }
+
+// rateLimitZones are the zones of caddy-ratelimit's handler, by name.
+func rateLimitZones(h map[string]json.RawMessage) []zone {
+	var zones map[string]struct {
+		Key string `json:"key"`
+	}
+	_ = json.Unmarshal(h["rate_limits"], &zones)
+	out := make([]zone, 0, len(zones))
+	for name, z := range zones {
+		out = append(out, zone{name, z.Key})
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].name < out[j].name })
+	return out
+}
+
+// rateLimitTypos warns of a caddy-ratelimit zone whose key has a
+// placeholder under http.auth. that no module sets (the gateway's quota
+// and permission keys refuse one with its line; rate_limit is another
+// project's module, so its mistake is a warning, named by route).
+func (w *orderWalk) rateLimitTypos(name string, h map[string]json.RawMessage, at []string) {
+	if name != "rate_limit" {
+		return
+	}
+	for _, z := range rateLimitZones(h) {
+		if err := identity.CheckAuthPlaceholders("key", z.key); err != nil {
+			w.warnings = append(w.warnings, caddyconfig.Warning{Directive: name,
+				Message: fmt.Sprintf("zone %s in server %s, route %s: %v: it is empty on every request, and every request shares one bucket",
+					z.name, w.server, routeName(at), err)})
+		}
+	}
+}
+
+// routeName names a route by its matchers, outermost first.
+func routeName(at []string) string {
+	if len(at) == 0 {
+		return "every request"
+	}
+	return strings.Join(at, " > ")
 }

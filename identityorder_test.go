@@ -35,6 +35,10 @@ func TestIdentityOrderWarning(t *testing.T) {
 			[]string{"quota: no identity source (jwt_auth, api_key, client_cert_auth, oidc_login or basic_auth) before it in server srv0, route host example.com > path /b/*"}},
 		{"rbac and openapi enforce_security without one", "route /x/* {\n\trbac {\n\t\trequire any admin\n\t}\n\topenapi {\n\t\tspec " + filepath.Join("caddyopenapi", "testdata", "orders.yaml") + "\n\t\tenforce_security\n\t}\n\trespond ok\n}",
 			[]string{"rbac: no identity source", "openapi: no identity source"}},
+		{"caddy-ratelimit keyed by user, no identity source", "route /r/* {\n\trate_limit {\n\t\tzone per_user {\n\t\t\tkey {http.auth.user.id}\n\t\t\tevents 10\n\t\t\twindow 1m\n\t\t}\n\t}\n\trespond ok\n}",
+			[]string{"rate_limit: no identity source (jwt_auth, api_key, client_cert_auth, oidc_login or basic_auth) before it in server srv0, route host example.com > path /r/*: zone per_user's key {http.auth.user.id} is empty"}},
+		{"caddy-ratelimit key with a typo", "route /r/* {\n\tjwt_auth {\n\t\thmac_secret 0123456789abcdef0123456789abcdef\n\t}\n\trate_limit {\n\t\tzone per_user {\n\t\t\tkey {http.auth.usr.id}\n\t\t\tevents 10\n\t\t\twindow 1m\n\t\t}\n\t}\n\trespond ok\n}",
+			[]string{`rate_limit: zone per_user in server srv0, route host example.com > path /r/*: invalid key "{http.auth.usr.id}": no identity source sets {http.auth.usr.id} (did you mean {http.auth.user.id}?)`}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			src := global + "http://example.com {\n" + tc.site + "\n}\n"
@@ -44,7 +48,7 @@ func TestIdentityOrderWarning(t *testing.T) {
 			}
 			var got []string
 			for _, w := range warnings {
-				if strings.Contains(w.Message, "no identity source") {
+				if strings.Contains(w.Message, "no identity source") || strings.Contains(w.Message, "identity source sets") {
 					got = append(got, w.Directive+": "+w.Message)
 				}
 			}
