@@ -35,15 +35,17 @@ const (
 
 // Handler counts each request of a consumer against the consumer's plan
 // (see App) and refuses it when a limit of the plan is reached: 429 with
-// Retry-After and the JSON {"error":"quota_exceeded","plan","window",
-// "reset"} (or, with handle_errors, through the site's error routes).
+// Retry-After and an application/problem+json body with the members
+// error ("quota_exceeded"), plan, window and reset (or, with
+// handle_errors, through the site's error routes).
 // Every answer carries the RateLimit-Policy and RateLimit fields of
 // draft-ietf-httpapi-ratelimit-headers.
 //
 // It runs after the identity sources and the other duties (its
 // directive is ordered after permission), so that requests they refuse
-// are not counted. A request without a consumer key (no identity) is
-// refused with 401.
+// are not counted. A request whose key resolves empty (no identity
+// source before the handler, or a placeholder nothing set) is refused
+// with 500: the config's mistake, not the client's.
 type Handler struct {
 	// Key is the consumer key, with placeholders: the count is per key
 	// and plan. Default: {http.auth.user.id}.
