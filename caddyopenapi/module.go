@@ -56,7 +56,9 @@ const (
 // responses) against an OpenAPI document.
 type OpenAPI struct {
 	// Spec is the path of the OpenAPI document (YAML or JSON; 3.0.x or
-	// 3.1.x). Files its $refs name are read relative to it; nothing is
+	// 3.1.x); a relative path is from Caddy's working directory, as
+	// every file path of a config. Files its $refs name are read
+	// relative to it; nothing is
 	// fetched from the network. Placeholders known at load time ({env.*})
 	// are expanded. The document must load when the config loads; later
 	// it is read again when it or a file it references changes, and a

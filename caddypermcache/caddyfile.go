@@ -9,6 +9,7 @@ import (
 	"github.com/caddyserver/caddy/v2/caddyconfig/httpcaddyfile"
 	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
 
+	"github.com/apigate/gateway/identity"
 	"github.com/apigate/gateway/internal/deny"
 	"github.com/apigate/gateway/internal/natsconn"
 )
@@ -132,6 +133,9 @@ func (h *Handler) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 			h.Key = strings.Join(words, " ")
 			if _, err := ParseKeyTemplate(h.Key); err != nil {
 				return d.Errf("invalid key: %v", err)
+			}
+			if err := identity.CheckAuthPlaceholders("key", h.Key); err != nil {
+				return d.Errf("%v", err)
 			}
 		case "on_error":
 			if !d.NextArg() {

@@ -62,6 +62,8 @@ func TestUnmarshalCaddyfile(t *testing.T) {
 		{"bad size", "permission http://a {\n cache_size 0\n}", Handler{}, `invalid cache_size "0"`},
 		{"bad on_error", "permission http://a {\n on_error maybe\n}", Handler{}, `invalid on_error "maybe": must be deny or allow`},
 		{"bad key", "permission http://a {\n key {http.request.method\n}", Handler{}, "invalid key"},
+		{"key placeholder nothing sets, with its line", "permission http://a {\n key {http.auth.usr.id} {http.request.uri.path}\n}", Handler{},
+			`invalid key "{http.auth.usr.id} {http.request.uri.path}": no identity source sets {http.auth.usr.id} (did you mean {http.auth.user.id}?), at Testfile:2`},
 		{"static key", "permission http://a {\n key everyone\n}", Handler{}, "has no placeholder"},
 		{"missing arg", "permission http://a {\n route\n}", Handler{}, "wrong argument count"},
 		{"extra arg", "permission http://a {\n timeout 1s 2s\n}", Handler{}, "wrong argument count"},
@@ -113,6 +115,8 @@ func TestValidate(t *testing.T) {
 		{"bad roles claim", Handler{URL: "http://x", RolesClaim: "a..b"}, "invalid roles_claim"},
 		{"bad on_error", Handler{URL: "http://x", OnError: "ALLOW"}, `invalid on_error "ALLOW"`},
 		{"negative size", Handler{URL: "http://x", CacheSize: -1}, "invalid cache_size -1"},
+		{"key placeholder nothing sets", Handler{URL: "http://x", Key: "{http.auth.jwt.claim.sub} {http.request.method}"}, "did you mean {http.auth.jwt.claims.<name>}?"},
+		{"key with a claim", Handler{URL: "http://x", Key: "{http.auth.jwt.claims.sub} {http.request.method}"}, ""},
 	}
 	t.Setenv("PERMCACHE_TEST_URL", "http://127.0.0.1:1/check")
 	for _, tc := range tests {

@@ -276,6 +276,11 @@ func (h *Handler) check() error {
 	if h.tmpl, err = ParseKeyTemplate(key); err != nil {
 		return fmt.Errorf("invalid key: %v", err)
 	}
+	// a typo under http.auth. is empty on every request: one decision
+	// shared by every user
+	if err := identity.CheckAuthPlaceholders("key", key); err != nil {
+		return err
+	}
 	rc := h.RolesClaim
 	if rc == "" {
 		rc = DefaultRolesClaim

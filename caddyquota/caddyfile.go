@@ -350,6 +350,9 @@ func (h *Handler) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 			if !d.Args(&v) || d.NextArg() {
 				return d.ArgErr()
 			}
+			if err := checkKey(v); err != nil {
+				return d.Errf("%v", err)
+			}
 			h.Key = v
 		case "plan":
 			if h.Plan != "" {

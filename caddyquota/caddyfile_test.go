@@ -166,6 +166,9 @@ func TestUnmarshalHandler(t *testing.T) {
 		{name: "own plan, bad limit", input: "quota {\n plan api 20/week\n}", wantErr: `plan api: invalid limit "20/week"`},
 		{name: "own plan, two of a window", input: "quota {\n plan api 20/10s 30/10s\n}", wantErr: "two limits per 10s"},
 		{name: "plan twice", input: "quota {\n plan a\n plan b\n}", wantErr: "plan given twice"},
+		{name: "key placeholder nothing sets, with its line", input: "quota {\n key {http.auth.usr.id}\n}",
+			wantErr: `invalid key "{http.auth.usr.id}": no identity source sets {http.auth.usr.id} (did you mean {http.auth.user.id}?), at Testfile:2`},
+		{name: "key with a known placeholder in text", input: "quota {\n key trial-{http.auth.api_key.id}\n}", want: Handler{Key: "trial-{http.auth.api_key.id}"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			var got Handler
@@ -183,6 +186,18 @@ func TestUnmarshalHandler(t *testing.T) {
 				t.Fatalf("got %+v, want %+v", got, tc.want)
 			}
 		})
+	}
+}
+
+// TestValidateKey: a JSON config's key with a placeholder nothing sets
+// fails Validate (Caddy calls it after Provision) as the Caddyfile does.
+func TestValidateKey(t *testing.T) {
+	if err := (&Handler{Key: "{http.auth.jwt.claim.tenant}"}).Validate(); err == nil ||
+		!strings.Contains(err.Error(), "did you mean {http.auth.jwt.claims.<name>}?") {
+		t.Fatalf("err = %v", err)
+	}
+	if err := (&Handler{Key: DefaultKey}).Validate(); err != nil {
+		t.Fatal(err)
 	}
 }
 

@@ -14,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/caddyserver/caddy/v2"
 	"github.com/golang-jwt/jwt/v5"
 
 	_ "github.com/apigate/gateway/caddyapikey"
@@ -92,6 +93,7 @@ func testQuotaPlans(t *testing.T, p pathtest.Path, rec *pathtest.Recorder) {
 		t.Fatal(err)
 	}
 	auditFile := filepath.Join(dir, "audit.jsonl")
+	logFile := filepath.Join(dir, "caddy.log")
 	site := func(port int, errors string) string {
 		return fmt.Sprintf(`
 http://127.0.0.1:%[1]d {
@@ -137,6 +139,15 @@ http://127.0.0.1:%[1]d {
 		}
 		respond "trial"
 	}
+	route /tenant/* {
+		api_key {
+			keys_file %[2]s
+		}
+		quota {
+			key {http.auth.jwt.claims.tenant}
+		}
+		respond "tenant"
+	}
 %[5]s
 }
 `, port, keysFile, jwtSecret, strings.TrimPrefix(up.URL, "http://"), errors)
@@ -146,6 +157,10 @@ http://127.0.0.1:%[1]d {
 	http_port %d
 	https_port %d
 	grace_period 1ms
+	log {
+		output file %s
+		format json
+	}
 	audit {
 		sink file %s {
 			flush_interval 10ms
@@ -165,7 +180,7 @@ http://127.0.0.1:%[1]d {
 		dir %s
 	}
 }
-`, adminPort, ports[3], ports[4], auditFile, filepath.Join(dir, "quota")) + site(plainPort, "") + site(styledPort, `
+`, adminPort, ports[3], ports[4], logFile, auditFile, filepath.Join(dir, "quota")) + site(plainPort, "") + site(styledPort, `
 	handle_errors {
 		header Content-Type text/plain
 		respond "styled {http.error.status_code}: {http.error.message} ({http.quota.plan} {http.quota.window})"
@@ -316,8 +331,47 @@ http://127.0.0.1:%[1]d {
 	})
 	t.Run("no consumer: the key resolved empty is the config's mistake, 500", func(t *testing.T) {
 		r := do(t, plainPort, "/api/x", nil)
-		if r.status != 500 || !strings.Contains(r.body, `"detail":"quota key resolved empty"`) || r.header.Get("WWW-Authenticate") != "" {
+		if r.status != 500 || !strings.Contains(r.body, `"detail":"quota key resolved empty: {http.auth.user.id} has no value for this request"`) || r.header.Get("WWW-Authenticate") != "" {
 			t.Fatalf("%d %q %v", r.status, r.body, r.header)
+		}
+	})
+	t.Run("no fleet: no fleet_available gauge reading 0 as if NATS were down", func(t *testing.T) {
+		m := pathtest.Metrics(t, adminPort, "gateway_quota_")
+		if m[`gateway_quota_decisions_total{decision="admitted",plan="free"}`] < 1 {
+			t.Fatalf("no quota decisions in the metrics: %v", m)
+		}
+		if v, ok := m["gateway_quota_fleet_available"]; ok {
+			t.Errorf("gateway_quota_fleet_available %v without a fleet", v)
+		}
+	})
+	t.Run("a valid key, but nothing sets the key's placeholder: 500 naming it, logged with the plan", func(t *testing.T) {
+		r := do(t, plainPort, "/tenant/x", withKey(freeKey))
+		if r.status != 500 || !strings.Contains(r.body, `"detail":"quota key resolved empty: {http.auth.jwt.claims.tenant} has no value for this request"`) ||
+			r.header.Get("WWW-Authenticate") != "" {
+			t.Fatalf("%d %q %v", r.status, r.body, r.header)
+		}
+		// the log names the key and the plan, and that the request had an identity
+		deadline := time.Now().Add(10 * time.Second)
+		for {
+			b, _ := os.ReadFile(logFile)
+			var found bool
+			for _, line := range strings.Split(string(b), "\n") {
+				var e struct {
+					Msg, Key, Plan string
+					Identity       bool
+				}
+				if json.Unmarshal([]byte(line), &e) == nil && strings.HasPrefix(e.Msg, "quota key resolved empty") &&
+					e.Key == "{http.auth.jwt.claims.tenant}" && e.Plan == "free" && e.Identity {
+					found = true
+				}
+			}
+			if found {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("no log of the empty key with its plan and identity in:\n%s", b)
+			}
+			time.Sleep(20 * time.Millisecond)
 		}
 	})
 
@@ -503,4 +557,22 @@ http://127.0.0.1:%d {
 			t.Fatalf("statuses %v, want [200 200 429]", got)
 		}
 	})
+}
+
+// TestJSONKeyTypoFailsValidate: a JSON config (no Caddyfile, no line)
+// whose quota key has a placeholder no identity source sets does not
+// load: Caddy's validate provisions and validates the handler.
+func TestJSONKeyTypoFailsValidate(t *testing.T) {
+	cfg := fmt.Sprintf(`{"admin": {"disabled": true}, "apps": {
+		"quota": {"plans": {"free": {"limits": ["3/day"]}}, "dir": %q},
+		"http": {"servers": {"s": {"listen": [":0"], "routes": [{"handle": [{"handler": "quota", "key": "{http.auth.usr.id}"}]}]}}}}}`,
+		filepath.Join(t.TempDir(), "quota"))
+	var c caddy.Config
+	if err := json.Unmarshal([]byte(cfg), &c); err != nil {
+		t.Fatal(err)
+	}
+	err := caddy.Validate(&c)
+	if err == nil || !strings.Contains(err.Error(), `invalid key "{http.auth.usr.id}": no identity source sets {http.auth.usr.id} (did you mean {http.auth.user.id}?)`) {
+		t.Fatalf("err = %v", err)
+	}
 }

@@ -35,15 +35,17 @@ const (
 
 // Handler counts each request of a consumer against the consumer's plan
 // (see App) and refuses it when a limit of the plan is reached: 429 with
-// Retry-After and the JSON {"error":"quota_exceeded","plan","window",
-// "reset"} (or, with handle_errors, through the site's error routes).
+// Retry-After and an application/problem+json body with the members
+// error ("quota_exceeded"), plan, window and reset (or, with
+// handle_errors, through the site's error routes).
 // Every answer carries the RateLimit-Policy and RateLimit fields of
 // draft-ietf-httpapi-ratelimit-headers.
 //
 // It runs after the identity sources and the other duties (its
 // directive is ordered after permission), so that requests they refuse
-// are not counted. A request without a consumer key (no identity) is
-// refused with 401.
+// are not counted. A request whose key resolves empty (no identity
+// source before the handler, or a placeholder nothing set) is refused
+// with 500: the config's mistake, not the client's.
 type Handler struct {
 	// Key is the consumer key, with placeholders: the count is per key
 	// and plan. Default: {http.auth.user.id}.
@@ -83,6 +85,8 @@ type Handler struct {
 	none     *decisionCounters
 	lastErr  *errorLog
 	emptyKey *errorLog // the last log of an empty key
+	// emptyReason is the detail of the 500 when the key resolves empty
+	emptyReason string
 }
 
 // CaddyModule returns the Caddy module information.
@@ -100,6 +104,7 @@ func (h *Handler) Provision(ctx caddy.Context) error {
 	if h.Key == "" {
 		h.Key = DefaultKey
 	}
+	h.emptyReason = "quota key resolved empty: " + h.Key + " has no value for this request"
 	if strings.HasPrefix(h.Key, "{") && strings.HasSuffix(h.Key, "}") && strings.Count(h.Key, "{") == 1 && strings.Count(h.Key, "}") == 1 {
 		h.keyName = h.Key[1 : len(h.Key)-1]
 	}
@@ -221,8 +226,13 @@ func (h *Handler) Validate() error {
 	if h.Key != "" && strings.TrimSpace(h.Key) == "" {
 		return errors.New("invalid key: blank")
 	}
-	return nil
+	return checkKey(h.Key)
 }
+
+// checkKey refuses a key with a placeholder under http.auth. that no
+// identity source sets (a typo such as {http.auth.usr.id}): it would
+// resolve empty on every request.
+func checkKey(key string) error { return identity.CheckAuthPlaceholders("key", key) }
 
 // consumerKey evaluates the key for a request.
 func (h *Handler) consumerKey(repl *caddy.Replacer) string {
@@ -241,16 +251,7 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyht
 	repl, _ := r.Context().Value(caddy.ReplacerCtxKey).(*caddy.Replacer)
 	key := h.consumerKey(repl)
 	if key == "" {
-		// a config mistake, not the client's: the key's placeholder has
-		// no value here (no identity source before the handler, say)
-		h.none.unidentified.Inc()
-		const reason = "quota key resolved empty"
-		identity.SetDenialBy(r, h.decider, reason)
-		if h.emptyKey.due() {
-			h.logger.Error("quota key resolved empty: refusing with 500; the key's placeholders have no value for this request (is an identity source before quota in the route?)",
-				zap.String("key", h.Key))
-		}
-		return deny.Respond(w, r, http.StatusInternalServerError, "quota_key_empty", reason)
+		return h.keyEmpty(w, r)
 	}
 	plan := h.forced
 	if plan == nil {
@@ -296,6 +297,33 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyht
 	c.refused.Inc()
 	h.countConsumer(key, plan.Name, "refused")
 	return h.refuse(w, r, repl, plan, &d, now)
+}
+
+// keyEmpty answers 500 for a request whose key resolved empty: a config
+// mistake, not the client's (never a 401 blaming its credential). The
+// detail and the log name the key; the log says whether the request has
+// an identity (then nothing sets the key's placeholder) or not (then no
+// identity source ran before the handler).
+func (h *Handler) keyEmpty(w http.ResponseWriter, r *http.Request) error {
+	h.none.unidentified.Inc()
+	identity.SetDenialBy(r, h.decider, h.emptyReason)
+	if h.emptyKey.due() {
+		id, ok := identity.FromRequest(r)
+		plan := h.forced
+		if plan == nil && h.app != nil {
+			plan = h.app.planFor(h, id)
+		}
+		fields := []zap.Field{zap.String("key", h.Key), zap.Bool("identity", ok)}
+		if plan != nil {
+			fields = append(fields, zap.String("plan", plan.Name))
+		}
+		msg := "quota key resolved empty: refusing with 500; the request has no identity (is an identity source before quota in the route?)"
+		if ok {
+			msg = "quota key resolved empty: refusing with 500; the request has an identity, but no module set the key's placeholders"
+		}
+		h.logger.Error(msg, fields...)
+	}
+	return deny.Respond(w, r, http.StatusInternalServerError, "quota_key_empty", h.emptyReason)
 }
 
 // countConsumer counts a decision per consumer (the app's

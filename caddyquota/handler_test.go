@@ -122,7 +122,7 @@ func BenchmarkUsageOneConsumer(b *testing.B) {
 // TestServeHTTPCounts: the handler admits up to the plan's limit with
 // the RateLimit fields, then refuses with 429, Retry-After and the JSON
 // body, and records the plan for audit; a request without a consumer is
-// refused with 401 and counted nowhere.
+// refused with 500 (the config's mistake) and counted nowhere.
 func TestServeHTTPCounts(t *testing.T) {
 	a, h := testApp(t, "3/day")
 	next := &nextHandler{}

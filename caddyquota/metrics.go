@@ -16,7 +16,7 @@ import (
 var (
 	decisionsVec = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Namespace: "gateway", Subsystem: "quota", Name: "decisions_total",
-		Help: "quota decisions by plan and decision: admitted, refused (429), would_refuse (dry run: admitted over the quota), unavailable (503: the counts could not be kept), unidentified (401: no consumer key).",
+		Help: "quota decisions by plan and decision: admitted, refused (429), would_refuse (dry run: admitted over the quota), unavailable (503: the counts could not be kept), unidentified (500: the consumer key resolved empty, a config mistake).",
 	}, []string{"plan", "decision"})
 	consumerVec = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Namespace: "gateway", Subsystem: "quota", Name: "consumer_requests_total",
@@ -36,7 +36,14 @@ var (
 	}, []string{"result"})
 )
 
-func registerMetrics(reg *prometheus.Registry) error {
+// registerMetrics registers the collectors on a config's registry; the
+// fleet's availability only when the config's quota has a fleet, so that a gateway
+// alone by design does not show gateway_quota_fleet_available 0, the
+// value of an outage.
+func registerMetrics(reg *prometheus.Registry, fleet bool) error {
+	if !fleet {
+		return metrics.Register(reg, decisionsVec, consumerVec, leaseOpsVec, leaseTimeouts)
+	}
 	return metrics.Register(reg, decisionsVec, consumerVec, fleetAvailable, leaseOpsVec, leaseTimeouts)
 }
 

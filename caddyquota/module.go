@@ -82,8 +82,9 @@ type App struct {
 	UnavailableShare float64 `json:"unavailable_share,omitempty"`
 
 	// Dir is the directory of the counts (one per gateway, on a disk
-	// that survives restarts). Default: quota/ under Caddy's data
-	// directory.
+	// that survives restarts); a relative path is from Caddy's working
+	// directory, as every file path of a config. Default: quota/ under
+	// Caddy's data directory.
 	Dir string `json:"dir,omitempty"`
 
 	// MaxConsumers bounds the consumers counted (each costs about 1 KiB
@@ -157,7 +158,7 @@ func (a *App) Provision(ctx caddy.Context) error {
 	a.starting = new(starting)
 	a.released, a.unknown = new(atomic.Bool), new(sync.Map)
 	a.ownMu, a.own = new(sync.Mutex), map[string]*Plan{}
-	if err := registerMetrics(ctx.GetMetricsRegistry()); err != nil {
+	if err := registerMetrics(ctx.GetMetricsRegistry(), a.Fleet != nil); err != nil {
 		return fmt.Errorf("registering quota metrics: %v", err)
 	}
 	if err := a.compile(); err != nil {

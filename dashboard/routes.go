@@ -133,7 +133,7 @@ func (w *walker) routes(list []rawRoute, match []string, duties []Duty, id strin
 	for _, rt := range list {
 		m := append([]string(nil), match...)
 		if len(rt.Match) > 0 {
-			m = append(m, describeMatch(rt.Match))
+			m = append(m, DescribeMatch(rt.Match))
 		}
 		rid := id
 		if rt.ID != "" {
@@ -202,8 +202,9 @@ func source(id string) string {
 	return "config"
 }
 
-// describeMatch renders a matcher set list (OR of ANDs) as text.
-func describeMatch(sets []map[string]json.RawMessage) string {
+// DescribeMatch renders a matcher set list (OR of ANDs) as text: "host
+// a.example & path /api/*" (the dashboard's routes, the adapter's warnings).
+func DescribeMatch(sets []map[string]json.RawMessage) string {
 	parts := make([]string, 0, len(sets))
 	for _, set := range sets {
 		keys := make([]string, 0, len(set))

@@ -222,3 +222,64 @@ func TestCaddyfileErrorLine(t *testing.T) {
 		t.Fatalf("the error should name line 5 once:\n%s", msg)
 	}
 }
+
+// TestFastPathProtocolsAgree: Caddyfile.example's comment on the fast
+// path and the README's row of it name the same protocols as served by
+// the fast path and the same as going to Caddy (the example once said
+// HTTP/2 went to Caddy after the fast path served it).
+func TestFastPathProtocolsAgree(t *testing.T) {
+	readme, err := os.ReadFile("../README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var row string
+	for _, l := range strings.Split(string(readme), "\n") {
+		if strings.HasPrefix(l, "| the fast path:") {
+			row = l
+		}
+	}
+	example, err := os.ReadFile("../Caddyfile.example")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var comment []string
+	for _, l := range strings.Split(string(example), "\n") {
+		l = strings.TrimSpace(l)
+		if strings.HasPrefix(l, "# The fast path") || len(comment) > 0 && strings.HasPrefix(l, "#") {
+			comment = append(comment, strings.TrimPrefix(l, "#"))
+		} else if len(comment) > 0 {
+			break
+		}
+	}
+	if row == "" || len(comment) == 0 {
+		t.Fatalf("README's fast path row (%q) or Caddyfile.example's fast path comment (%q) not found", row, comment)
+	}
+	rs, rc := fastPathProtocols(row)
+	es, ec := fastPathProtocols(strings.Join(comment, " "))
+	if len(rs) == 0 || rs != es || rc != ec {
+		t.Errorf("the fast path serves %q and hands %q to Caddy in the README, but serves %q and hands %q in Caddyfile.example",
+			rs, rc, es, ec)
+	}
+}
+
+// fastPathProtocols reads the HTTP versions a passage names as served by
+// the fast path and as going to Caddy: a clause (between ";", "(" and
+// ")") that mentions Caddy hands its versions over; the others are
+// served.
+func fastPathProtocols(text string) (served, caddy string) {
+	clauses := strings.FieldsFunc(text, func(r rune) bool { return r == ';' || r == '(' || r == ')' })
+	var s, c []string
+	for _, cl := range clauses {
+		for _, f := range strings.FieldsFunc(cl, func(r rune) bool { return r == ' ' || r == ',' || r == '`' }) {
+			if !strings.HasPrefix(f, "HTTP/") {
+				continue
+			}
+			if strings.Contains(cl, "to Caddy") || strings.Contains(cl, "Caddy's") {
+				c = append(c, f)
+			} else {
+				s = append(s, f)
+			}
+		}
+	}
+	return strings.Join(s, " "), strings.Join(c, " ")
+}

@@ -28,7 +28,9 @@
 package caddyfileerr
 
 import (
+	"encoding/json"
 	"regexp"
+	"sort"
 	"strings"
 	_ "unsafe" // go:linkname
 
@@ -139,3 +141,25 @@ type onePosition struct {
 
 func (e *onePosition) Error() string { return e.msg }
 func (e *onePosition) Unwrap() error { return e.err }
+
+// Servers returns the HTTP servers of an adapted config (a reporter's
+// input) by name, with the names sorted: what a reporter walks. Nil when
+// the config does not parse.
+func Servers(config []byte) ([]string, map[string]json.RawMessage) {
+	var cfg struct {
+		Apps struct {
+			HTTP struct {
+				Servers map[string]json.RawMessage `json:"servers"`
+			} `json:"http"`
+		} `json:"apps"`
+	}
+	if json.Unmarshal(config, &cfg) != nil {
+		return nil, nil
+	}
+	names := make([]string, 0, len(cfg.Apps.HTTP.Servers))
+	for name := range cfg.Apps.HTTP.Servers {
+		names = append(names, name)
+	}
+	sort.Strings(names)
+	return names, cfg.Apps.HTTP.Servers
+}

@@ -259,7 +259,7 @@ func testRefusals(t *testing.T, p pathtest.Path, rec *pathtest.Recorder) {
 		{"quota: the first request passes", "", nil, 0, "", "", nil},
 		{"quota: exceeded", "/key/x", apiKey, 429, deny.TypePrefix + "quota_exceeded", "quota exceeded: free 1/day",
 			map[string]any{"error": "quota_exceeded", "plan": "free", "window": "day"}},
-		{"quota: key resolved empty", "/nokey/x", nil, 500, deny.TypePrefix + "quota_key_empty", "quota key resolved empty",
+		{"quota: key resolved empty", "/nokey/x", nil, 500, deny.TypePrefix + "quota_key_empty", "quota key resolved empty: {http.auth.user.id} has no value for this request",
 			map[string]any{"error": "quota_key_empty"}},
 		{"openapi: invalid request", "/v1/orders?limit=500", nil, 400, "urn:apigate:openapi:invalid-request", "1 violation",
 			map[string]any{"errors": []map[string]string{{"location": "query.limit", "keyword": "maximum", "message": "must be <= 100"}}}},
