@@ -58,9 +58,10 @@ type respWriter struct {
 	wroteContinue    bool
 
 	extra    extraHeader
-	pend     []byte        // body held back before the head is written (bufferBeforeChunkingSize)
-	trailers []string      // declared trailer names
-	fields   []namedValues // scratch: header fields sorted by name
+	pend     []byte          // body held back before the head is written (bufferBeforeChunkingSize)
+	trailers []string        // declared trailer names
+	fields   []namedValues   // scratch: header fields sorted by name
+	excl     map[string]bool // scratch: the fields a head leaves out
 	sawEOF   bool
 
 	bytesOut int64 // body bytes sent, for the audit log and metrics
@@ -95,6 +96,7 @@ func (w *respWriter) reset(c *conn, h *reqHead) {
 		pend:             w.pend[:0],
 		trailers:         w.trailers[:0],
 		fields:           w.fields[:0],
+		excl:             w.excl,
 		canWriteContinue: h.expect100,
 	}
 }
@@ -451,12 +453,17 @@ func (w *respWriter) commit(p []byte) {
 	}
 	w.committed = true
 	keepAlives := !w.c.l.draining()
-	hd := respHead{header: w.handlerHeader, owned: w.snapTaken}
+	if w.excl == nil {
+		w.excl = make(map[string]bool)
+	}
+	clear(w.excl)
+	hd := respHead{header: w.handlerHeader, owned: w.snapTaken, excl: w.excl}
 	if hd.owned {
 		hd.header = w.snapshot
 	}
 	w.extra = extraHeader{}
 
+	w.collectFields(hd.header) // (the one pass over the head's map)
 	trailers := w.trailerFields(&hd)
 	te := headerGet(hd.header, "Transfer-Encoding")
 	if w.handlerDone && !trailers && te == "" && bodyAllowedForStatus(w.status) &&
@@ -470,7 +477,7 @@ func (w *respWriter) commit(p []byte) {
 
 	bw := w.c.bw
 	writeStatusLine(bw, w.h.minor == 1, w.status)
-	w.writeHeaderSubset(bw, hd.header, hd.exclude, true)
+	w.writeFields(bw, hd.exclude)
 	w.extra.write(bw)
 	bw.WriteString("\r\n")
 }
@@ -481,27 +488,26 @@ func (w *respWriter) commit(p []byte) {
 type respHead struct {
 	header  http.Header
 	owned   bool
-	exclude map[string]bool
+	exclude map[string]bool // nil or excl
+	excl    map[string]bool // the writer's, empty, for exclude
 }
 
 // del leaves a field out of the head.
 func (h *respHead) del(key string) {
-	if h.owned {
-		delete(h.header, key)
-		return
-	}
 	if _, ok := h.header[key]; !ok {
 		return
 	}
-	h.exclude = excludeField(h.exclude, key)
+	if h.owned { // (gone from the map for what commit reads after)
+		delete(h.header, key)
+	}
+	h.excludeField(key) // (the fields are collected already)
 }
 
-func excludeField(m map[string]bool, key string) map[string]bool {
-	if m == nil {
-		m = make(map[string]bool)
+func (h *respHead) excludeField(key string) {
+	if h.exclude == nil {
+		h.exclude = h.excl
 	}
-	m[key] = true
-	return m
+	h.exclude[key] = true
 }
 
 // trailerFields leaves the handler's "Trailer:"-prefixed fields out of the
@@ -516,9 +522,9 @@ func (w *respWriter) trailerFields(hd *respHead) (trailers bool) {
 	default:
 		return false
 	}
-	for k := range snap {
-		if strings.HasPrefix(k, http.TrailerPrefix) {
-			hd.exclude = excludeField(hd.exclude, k)
+	for _, f := range w.fields { // (collected from snap: hd.header is snap here)
+		if strings.HasPrefix(f.name, http.TrailerPrefix) {
+			hd.excludeField(f.name)
 			trailers = true
 		}
 	}
@@ -687,15 +693,26 @@ func (w *respWriter) writeTrailers(bw *bufio.Writer) {
 }
 
 // writeHeaderSubset writes h's fields but the excluded ones, sorted by
-// name, as http.Header.WriteSubset does. The fields are taken with their
-// values in the one pass over the map (no second lookup per name).
+// name, as http.Header.WriteSubset does.
 func (w *respWriter) writeHeaderSubset(bw *bufio.Writer, h http.Header, exclude map[string]bool, useKeys bool) {
+	w.collectFields(h)
+	w.writeFields(bw, exclude)
+}
+
+// collectFields takes h's names with their values in one pass over the map
+// (no second lookup per name), for writeFields and trailerFields.
+func (w *respWriter) collectFields(h http.Header) {
 	fields := w.fields[:0]
 	for k, vv := range h {
-		if exclude == nil || !exclude[k] {
-			fields = append(fields, namedValues{k, vv})
-		}
+		fields = append(fields, namedValues{k, vv})
 	}
+	w.fields = fields
+}
+
+// writeFields writes the collected fields but the excluded ones, sorted by
+// name, and forgets them.
+func (w *respWriter) writeFields(bw *bufio.Writer, exclude map[string]bool) {
+	fields := w.fields
 	if len(fields) > 16 {
 		slices.SortFunc(fields, func(a, b namedValues) int { return strings.Compare(a.name, b.name) })
 	} else { // (the usual few: an insertion sort, no comparison calls)
@@ -706,7 +723,7 @@ func (w *respWriter) writeHeaderSubset(bw *bufio.Writer, h http.Header, exclude 
 		}
 	}
 	for _, f := range fields {
-		if !h1wire.ValidToken(f.name) {
+		if exclude != nil && exclude[f.name] || !h1wire.ValidToken(f.name) {
 			continue
 		}
 		for _, v := range f.values {
