@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"strings"
 	"strconv"
 
 	"github.com/apigate/gateway/internal/h1wire"
@@ -241,10 +242,10 @@ func (h *head) bodyAllowed(method string) bool {
 }
 
 func indexCRLF(s string, from int) int {
-	for i := from; i < len(s); i++ {
-		if s[i] == '\r' {
-			return i // parseHead checked that every CR is followed by LF
-		}
+	// (IndexByte's vector scan: a byte loop here was 2.8% of a proxied
+	// request's instructions, callgrind)
+	if i := strings.IndexByte(s[from:], '\r'); i >= 0 {
+		return from + i // parseHead checked that every CR is followed by LF
 	}
 	return len(s)
 }

@@ -1,6 +1,7 @@
 package fastpath
 
 import (
+	"bytes"
 	"net/url"
 	"strings"
 
@@ -115,20 +116,27 @@ var (
 // the previous search stopped. A bare LF or CR fails at once: a head of
 // bare LF line ends would never end in CRLF CRLF.
 func findHeadEnd(b []byte, from int) (int, *badRequest) {
-	for i := from; i < len(b); i++ {
-		switch b[i] {
-		case '\n':
-			if i == 0 || b[i-1] != '\r' {
-				return -1, errBareLF
-			}
-			if i >= 3 && b[i-2] == '\n' && b[i-3] == '\r' {
-				return i + 1, nil
-			}
-		case '\r':
-			if i+1 < len(b) && b[i+1] != '\n' {
+	// a line at a time with IndexByte's vector scans (a byte loop was 1.6%
+	// of a proxied request's instructions, callgrind)
+	for i := from; i < len(b); {
+		j := bytes.IndexByte(b[i:], '\n')
+		if j < 0 { // no LF yet: a CR only as the last byte (its LF to come)
+			if k := bytes.IndexByte(b[i:], '\r'); k >= 0 && i+k+1 < len(b) {
 				return -1, errBareCR
 			}
+			return -1, nil
 		}
+		n := i + j // the LF
+		if n-1 > i && bytes.IndexByte(b[i:n-1], '\r') >= 0 { // (the first fault in byte order)
+			return -1, errBareCR
+		}
+		if n == 0 || b[n-1] != '\r' {
+			return -1, errBareLF
+		}
+		if n >= 3 && b[n-2] == '\n' && b[n-3] == '\r' {
+			return n + 1, nil
+		}
+		i = n + 1
 	}
 	return -1, nil
 }

@@ -76,3 +76,43 @@ func FuzzParseRequest(f *testing.F) {
 		}
 	})
 }
+
+// findHeadEndBytewise is findHeadEnd as it was, a byte at a time: the
+// reference of FuzzFindHeadEnd.
+func findHeadEndBytewise(b []byte, from int) (int, *badRequest) {
+	for i := from; i < len(b); i++ {
+		switch b[i] {
+		case '\n':
+			if i == 0 || b[i-1] != '\r' {
+				return -1, errBareLF
+			}
+			if i >= 3 && b[i-2] == '\n' && b[i-3] == '\r' {
+				return i + 1, nil
+			}
+		case '\r':
+			if i+1 < len(b) && b[i+1] != '\n' {
+				return -1, errBareCR
+			}
+		}
+	}
+	return -1, nil
+}
+
+// FuzzFindHeadEnd: the line-at-a-time scan finds the same end and the
+// same fault as the byte loop, from every resume point.
+func FuzzFindHeadEnd(f *testing.F) {
+	for _, s := range []string{"GET / HTTP/1.1\r\nHost: a\r\n\r\n", "GET / HTTP/1.1\r\nHost: a\rb\r\n\r\n",
+		"GET /\n", "\r", "\r\n\r", "a\r\n\r\nb", "\n", "GET / HTTP/1.1\r\nA: b\r\n\r\r\n"} {
+		f.Add([]byte(s), 0)
+	}
+	f.Fuzz(func(t *testing.T, b []byte, from int) {
+		if from < 0 || from > len(b) {
+			return
+		}
+		end, bad := findHeadEnd(b, from)
+		wend, wbad := findHeadEndBytewise(b, from)
+		if end != wend || bad != wbad {
+			t.Fatalf("findHeadEnd(%q, %d) = %d %v, byte by byte %d %v", b, from, end, bad, wend, wbad)
+		}
+	})
+}
