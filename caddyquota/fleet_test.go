@@ -972,3 +972,63 @@ func storeBurst(t *testing.T, gws []*gateway, p *Plan, consumer string, total, c
 		return d.Admitted
 	})
 }
+
+// cutKV is a bucket whose key listings end after their first key, as a
+// real listing does when NATS goes away while it runs (the lister then
+// closes without an error).
+type cutKV struct{ jetstream.KeyValue }
+
+type cutLister struct {
+	jetstream.KeyLister
+	keys chan string
+}
+
+func (c cutKV) ListKeysFiltered(ctx context.Context, filters ...string) (jetstream.KeyLister, error) {
+	l, err := c.KeyValue.ListKeysFiltered(ctx, filters...)
+	if err != nil {
+		return nil, err
+	}
+	cl := cutLister{KeyLister: l, keys: make(chan string, 1)}
+	if k, ok := <-l.Keys(); ok {
+		cl.keys <- k
+	}
+	close(cl.keys)
+	return cl, nil
+}
+
+func (c cutLister) Keys() <-chan string { return c.keys }
+
+// TestFleetHeartbeatCutShort: a heartbeat whose listing of the others'
+// heartbeats is cut short keeps the count of gateways it had. (It fell to
+// 1 in TestQuotaFleetNATSRestart when a heartbeat ran as the cluster shut
+// down, and a share then fixed would have been the whole remaining quota.)
+func TestFleetHeartbeatCutShort(t *testing.T) {
+	c := natstest.StartCluster(t, 1)
+	g := startGateway(t, c.URL(), "a", t.TempDir(), fleetOpts{loc: farFromMidnight(t)})
+	g.ready(t)
+	f := g.fleet
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	kv, err := f.bucket(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// two other gateways' heartbeats, older in the stream than a's next
+	for _, other := range []string{"b", "c"} {
+		if _, err := kv.Put(ctx, "n."+other, []byte(strconv.FormatInt(time.Now().UnixMilli(), 10))); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := f.heartbeat(time.Now()); err != nil || f.Nodes() != 3 {
+		t.Fatalf("heartbeat: %v, %d gateways, want 3", err, f.Nodes())
+	}
+	f.kvMu.Lock()
+	f.kv = cutKV{kv}
+	f.kvMu.Unlock()
+	if err := f.heartbeat(time.Now()); err == nil {
+		t.Errorf("a heartbeat whose listing was cut short reported no error")
+	}
+	if f.Nodes() != 3 {
+		t.Errorf("%d gateways after a listing cut short, want the 3 counted before", f.Nodes())
+	}
+}
