@@ -2,6 +2,7 @@ package caddyquota
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -1030,5 +1031,133 @@ func TestFleetHeartbeatCutShort(t *testing.T) {
 	}
 	if f.Nodes() != 3 {
 		t.Errorf("%d gateways after a listing cut short, want the 3 counted before", f.Nodes())
+	}
+}
+
+// lostKV is a bucket that, once armed, applies the next write of a
+// document and then answers it with an error, and answers nothing after
+// that: a write that landed while NATS went away and its answer was lost.
+type lostKV struct {
+	jetstream.KeyValue
+	armed, down atomic.Bool
+	// landed runs once the armed write landed, before its error
+	landed func()
+}
+
+var errLostAnswer = errors.New("the answer was lost")
+
+func (l *lostKV) Update(ctx context.Context, key string, value []byte, revision uint64) (uint64, error) {
+	if l.down.Load() {
+		return 0, errLostAnswer
+	}
+	rev, err := l.KeyValue.Update(ctx, key, value, revision)
+	if err == nil && l.armed.Load() {
+		l.down.Store(true)
+		if l.landed != nil {
+			l.landed()
+		}
+		return 0, errLostAnswer
+	}
+	return rev, err
+}
+
+func (l *lostKV) Get(ctx context.Context, key string) (jetstream.KeyValueEntry, error) {
+	if l.down.Load() {
+		return nil, errLostAnswer
+	}
+	return l.KeyValue.Get(ctx, key)
+}
+
+// TestFleetShareAfterLostAnswer: gateway a's last write lands but its
+// answer is lost as NATS goes away for it, and a begins deciding alone
+// before the write gives up. That write told b that a had read b's last
+// lease, so b takes one more; a's share must count on what that write
+// read (missing b's newest lease only, the documented bound), not on the
+// read before it (missing two of b's leases).
+func TestFleetShareAfterLostAnswer(t *testing.T) {
+	c := natstest.StartCluster(t, 1)
+	loc := farFromMidnight(t)
+	p := mustPlan(t, "free", "1000/day")
+	// no ticker operation during the test: every operation of carol's
+	// slots is run by the test, in order
+	o := fleetOpts{loc: loc, failClosed: true, share: 0.5, sync: time.Hour}
+	a := startGateway(t, c.URL(), "a", t.TempDir(), o)
+	b := startGateway(t, c.URL(), "b", t.TempDir(), o)
+	a.ready(t)
+	b.ready(t)
+	now := time.Now().In(loc)
+	slotOf := func(g *gateway) *slot {
+		t.Helper()
+		if d, err := g.store.AcquireAt(p, "carol", now, false); err != nil || !d.Admitted {
+			t.Fatalf("%s: first request: %+v %v", g.name, d, err)
+		}
+		sl := g.store.lookup(p.Name, "carol")
+		waitIdle(t, sl)
+		return sl
+	}
+	sa, sb := slotOf(a), slotOf(b)
+	run := func(g *gateway, sl *slot) error {
+		t.Helper()
+		waitIdle(t, sl)
+		return g.fleet.process(sl)
+	}
+	aLease, bLease := a.store.lease(sa.idx, Day), b.store.lease(sb.idx, Day)
+	if err := run(a, sa); err != nil { // a reads b's first lease
+		t.Fatal(err)
+	}
+	bLease.left.Store(0) // b's lease used up: its next operation takes a new one
+	if err := run(b, sb); err != nil {
+		t.Fatal(err)
+	}
+	afterSecond := bLease.take.Load()
+	// a's next write lands (and reads b's second lease); as it waits for
+	// the answer a's connection is lost: a uses up its lease in hand and
+	// decides alone; then the write gives up
+	kv, err := a.fleet.bucket(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	lost := &lostKV{KeyValue: kv}
+	var first Decision
+	lost.landed = func() {
+		a.fleet.setAvailable(false, errLostAnswer)
+		aLease.left.Store(0)
+		first, err = a.store.AcquireAt(p, "carol", now, false)
+	}
+	lost.armed.Store(true)
+	a.fleet.kvMu.Lock()
+	a.fleet.kv = lost
+	a.fleet.kvMu.Unlock()
+	if err := run(a, sa); !errors.Is(err, errLostAnswer) {
+		t.Fatalf("a's lost write: %v", err)
+	}
+	if err != nil || !first.Admitted || !first.Share {
+		t.Fatalf("a's first request alone: %+v %v", first, err)
+	}
+	// b may take one more lease: a's landed write read its second
+	bLease.left.Store(0)
+	if err := run(b, sb); err != nil {
+		t.Fatal(err)
+	}
+	if bLease.take.Load() <= afterSecond {
+		t.Fatalf("b took no third lease (%d tokens, %d before)", bLease.take.Load(), afterSecond)
+	}
+	// a alone: its share of what was left as its landed write read it
+	// (b's third lease the only one it misses)
+	aTake := aLease.take.Load() - 1 // before its first request alone
+	want := aTake + int64(0.5*float64(1000-afterSecond-aTake))
+	for i := 0; i < 1000; i++ {
+		d, err := a.store.AcquireAt(p, "carol", now, false)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !d.Share {
+			t.Fatalf("request %d not decided on a's share: %+v", i, d)
+		}
+	}
+	got := aLease.take.Load()
+	t.Logf("b's tokens: %d before its third lease, %d after; a's: %d before deciding alone, %d after", afterSecond, bLease.take.Load(), aTake, got)
+	if got > want {
+		t.Errorf("a took %d tokens in all, over %d: its share counted on a read older than its last landed write", got, want)
 	}
 }
