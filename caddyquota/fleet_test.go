@@ -537,17 +537,24 @@ func TestFleetNotLateWhileDown(t *testing.T) {
 // read after the outage gave gateway a a new share: 107 more admitted
 // here, and 371 and 171 more by two gateways in
 // TestQuotaFleetNATSRestart.)
+// manualPair starts gateways a and b (fail_closed, share 0.5) on a NATS
+// server with a sync interval of an hour: they operate on the bucket only
+// when their requests need a lease (or the test runs an operation), so the
+// test decides what each has read and written.
+func manualPair(t *testing.T) (c *natstest.Cluster, a, b *gateway, loc *time.Location) {
+	t.Helper()
+	c = natstest.StartCluster(t, 1)
+	loc = farFromMidnight(t)
+	o := fleetOpts{loc: loc, failClosed: true, share: 0.5, sync: time.Hour}
+	a = startGateway(t, c.URL(), "a", t.TempDir(), o)
+	b = startGateway(t, c.URL(), "b", t.TempDir(), o)
+	return c, a, b, loc
+}
+
 func TestFleetShareFromSlowLease(t *testing.T) {
 	busyloop.Start(t)
-	c := natstest.StartCluster(t, 1)
-	loc := farFromMidnight(t)
+	c, a, b, _ := manualPair(t)
 	p := mustPlan(t, "free", "1000/day")
-	// a sync interval of an hour: the gateways operate on the bucket
-	// only when their requests need a lease, so the test decides what
-	// each has read and written
-	o := fleetOpts{loc: loc, failClosed: true, share: 0.5, sync: time.Hour}
-	a := startGateway(t, c.URL(), "a", t.TempDir(), o)
-	b := startGateway(t, c.URL(), "b", t.TempDir(), o)
 	total := int64(0)
 	for i := 0; i < 400; i++ {
 		if d, _ := []*gateway{a, b}[i%2].store.AcquireAt(p, "erin", time.Now(), false); d.Admitted {
@@ -1004,6 +1011,7 @@ func (c cutLister) Keys() <-chan string { return c.keys }
 // 1 in TestQuotaFleetNATSRestart when a heartbeat ran as the cluster shut
 // down, and a share then fixed would have been the whole remaining quota.)
 func TestFleetHeartbeatCutShort(t *testing.T) {
+	busyloop.Start(t)
 	c := natstest.StartCluster(t, 1)
 	g := startGateway(t, c.URL(), "a", t.TempDir(), fleetOpts{loc: farFromMidnight(t)})
 	g.ready(t)
@@ -1075,14 +1083,10 @@ func (l *lostKV) Get(ctx context.Context, key string) (jetstream.KeyValueEntry, 
 // read (missing b's newest lease only, the documented bound), not on the
 // read before it (missing two of b's leases).
 func TestFleetShareAfterLostAnswer(t *testing.T) {
-	c := natstest.StartCluster(t, 1)
-	loc := farFromMidnight(t)
+	busyloop.Start(t)
+	// every operation of carol's slots is run by the test, in order
+	_, a, b, loc := manualPair(t)
 	p := mustPlan(t, "free", "1000/day")
-	// no ticker operation during the test: every operation of carol's
-	// slots is run by the test, in order
-	o := fleetOpts{loc: loc, failClosed: true, share: 0.5, sync: time.Hour}
-	a := startGateway(t, c.URL(), "a", t.TempDir(), o)
-	b := startGateway(t, c.URL(), "b", t.TempDir(), o)
 	a.ready(t)
 	b.ready(t)
 	now := time.Now().In(loc)

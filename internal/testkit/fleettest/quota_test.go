@@ -393,6 +393,16 @@ func TestQuotaFleetKill(t *testing.T) {
 		t.Fatalf("%d admitted with gw-c down: more than gw-c's leases (%d) and its 4 requests in flight short of the quota %d", withoutC, held, quotaLimit)
 	}
 
+	// meanwhile the fleet's usage lacks only what gw-c admitted since its
+	// last write: at most the tokens it held then (its tokens stay taken,
+	// so nobody admits them again); nothing but gw-c's restart can
+	// recover them, they are on its disk alone (docs/caddyquota.md)
+	if n := admittedToday(gws[0].usage(t, "acme")); n < withoutC-quotaLease*3/2 || n > withoutC+4 {
+		t.Errorf("the fleet's usage with gw-c killed: %d, want %d answered less at most gw-c's tokens held (%d)", n, withoutC, quotaLease*3/2)
+	} else {
+		t.Logf("the fleet's usage with gw-c killed: %d of %d answered", n, withoutC)
+	}
+
 	// gw-c again, from its data, and no request of acme reaches it: it
 	// writes what it admitted and gives back its lease at once; the
 	// others admit the rest
