@@ -231,6 +231,10 @@ func (f *Fleet) noteRead(sl *slot, grants []grant, others calendarOthers) {
 		if k.inst == g.inst && k.aloneInst == g.inst && k.aloneReads == k.reads && o > k.others {
 			k.aloneBase = max(k.aloneBase-(o-k.others), 0)
 			k.aloneAllow = min(k.aloneAllow, int64(math.Floor(f.share()*float64(k.aloneBase))))
+			if ce := f.logger.Check(zap.DebugLevel, "quota fleet: a share shrunk to a lost write's read"); ce != nil {
+				ce.Write(zap.String("consumer", sl.key.consumer), zap.String("plan", sl.key.plan), zap.String("window", g.u.String()),
+					zap.Int64("left_as_read", k.aloneBase), zap.Int64("others_as_read", o), zap.Int64("share", k.aloneAllow))
+			}
 		}
 		k.inst, k.others, k.othersAdm = g.inst, o, others.admitted[g.u]
 	}
