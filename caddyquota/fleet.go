@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"iter"
 	"os"
 	"runtime/debug"
@@ -592,27 +593,49 @@ func (f *Fleet) heartbeat(now time.Time) error {
 	if _, err := kv.Put(ctx, "n."+nodeKey(f.o.Node), []byte(strconv.FormatInt(now.UnixMilli(), 10))); err != nil {
 		return err
 	}
-	lister, err := kv.ListKeysFiltered(ctx, "n.*")
+	n, err := f.freshBeats(ctx, kv, now)
 	if err != nil {
 		return err
 	}
+	f.nodes.Store(max(n, 1))
+	return nil
+}
+
+// freshBeats counts the heartbeats in kv less than a minute old at now.
+// A listing cut short is an error, not a smaller count (which would widen
+// the shares): the lister ends without an error when its context expires
+// (NATS went away meanwhile, seen while a cluster shut down: the count
+// fell to 1 and the share to the whole remaining quota), and this
+// gateway's own heartbeat, just written, must be in it.
+func (f *Fleet) freshBeats(ctx context.Context, kv jetstream.KeyValue, now time.Time) (int64, error) {
+	lister, err := kv.ListKeysFiltered(ctx, "n.*")
+	if err != nil {
+		return 0, err
+	}
+	defer func() { _ = lister.Stop() }()
+	me := "n." + nodeKey(f.o.Node)
 	var n int64
+	self := false
 	for k := range lister.Keys() {
 		e, err := kv.Get(ctx, k)
 		if err != nil {
 			// a count from part of the heartbeats would widen the
 			// shares: keep the last one
-			_ = lister.Stop()
-			return err
+			return 0, err
 		}
+		self = self || k == me
 		ms, err := strconv.ParseInt(string(e.Value()), 10, 64)
 		if err == nil && now.UnixMilli()-ms < int64(time.Minute/time.Millisecond) {
 			n++
 		}
 	}
-	_ = lister.Stop()
-	f.nodes.Store(max(n, 1))
-	return nil
+	if err := ctx.Err(); err != nil {
+		return 0, fmt.Errorf("listing the heartbeats: %w", err)
+	}
+	if !self {
+		return 0, errors.New("listing the heartbeats: cut short (this gateway's own is missing)")
+	}
+	return n, nil
 }
 
 // nodeKey makes a node name a valid key token.

@@ -2,6 +2,8 @@ package caddyquota
 
 import (
 	"context"
+	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -536,17 +538,24 @@ func TestFleetNotLateWhileDown(t *testing.T) {
 // read after the outage gave gateway a a new share: 107 more admitted
 // here, and 371 and 171 more by two gateways in
 // TestQuotaFleetNATSRestart.)
+// manualPair starts gateways a and b (fail_closed, share 0.5) on a NATS
+// server with a sync interval of an hour: they operate on the bucket only
+// when their requests need a lease (or the test runs an operation), so the
+// test decides what each has read and written.
+func manualPair(t *testing.T) (c *natstest.Cluster, a, b *gateway, loc *time.Location) {
+	t.Helper()
+	c = natstest.StartCluster(t, 1)
+	loc = farFromMidnight(t)
+	o := fleetOpts{loc: loc, failClosed: true, share: 0.5, sync: time.Hour}
+	a = startGateway(t, c.URL(), "a", t.TempDir(), o)
+	b = startGateway(t, c.URL(), "b", t.TempDir(), o)
+	return c, a, b, loc
+}
+
 func TestFleetShareFromSlowLease(t *testing.T) {
 	busyloop.Start(t)
-	c := natstest.StartCluster(t, 1)
-	loc := farFromMidnight(t)
+	c, a, b, _ := manualPair(t)
 	p := mustPlan(t, "free", "1000/day")
-	// a sync interval of an hour: the gateways operate on the bucket
-	// only when their requests need a lease, so the test decides what
-	// each has read and written
-	o := fleetOpts{loc: loc, failClosed: true, share: 0.5, sync: time.Hour}
-	a := startGateway(t, c.URL(), "a", t.TempDir(), o)
-	b := startGateway(t, c.URL(), "b", t.TempDir(), o)
 	total := int64(0)
 	for i := 0; i < 400; i++ {
 		if d, _ := []*gateway{a, b}[i%2].store.AcquireAt(p, "erin", time.Now(), false); d.Admitted {
@@ -971,4 +980,244 @@ func storeBurst(t *testing.T, gws []*gateway, p *Plan, consumer string, total, c
 		}
 		return d.Admitted
 	})
+}
+
+// cutKV is a bucket whose key listings end after their first key, as a
+// real listing does when NATS goes away while it runs (the lister then
+// closes without an error).
+type cutKV struct{ jetstream.KeyValue }
+
+type cutLister struct {
+	jetstream.KeyLister
+	keys chan string
+}
+
+func (c cutKV) ListKeysFiltered(ctx context.Context, filters ...string) (jetstream.KeyLister, error) {
+	l, err := c.KeyValue.ListKeysFiltered(ctx, filters...)
+	if err != nil {
+		return nil, err
+	}
+	cl := cutLister{KeyLister: l, keys: make(chan string, 1)}
+	if k, ok := <-l.Keys(); ok {
+		cl.keys <- k
+	}
+	close(cl.keys)
+	return cl, nil
+}
+
+func (c cutLister) Keys() <-chan string { return c.keys }
+
+// TestFleetHeartbeatCutShort: a heartbeat whose listing of the others'
+// heartbeats is cut short keeps the count of gateways it had. (It fell to
+// 1 in TestQuotaFleetNATSRestart when a heartbeat ran as the cluster shut
+// down, and a share then fixed would have been the whole remaining quota.)
+func TestFleetHeartbeatCutShort(t *testing.T) {
+	busyloop.Start(t)
+	c := natstest.StartCluster(t, 1)
+	g := startGateway(t, c.URL(), "a", t.TempDir(), fleetOpts{loc: farFromMidnight(t)})
+	g.ready(t)
+	f := g.fleet
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	kv, err := f.bucket(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// two other gateways' heartbeats, older in the stream than a's next
+	for _, other := range []string{"b", "c"} {
+		if _, err := kv.Put(ctx, "n."+other, []byte(strconv.FormatInt(time.Now().UnixMilli(), 10))); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := f.heartbeat(time.Now()); err != nil || f.Nodes() != 3 {
+		t.Fatalf("heartbeat: %v, %d gateways, want 3", err, f.Nodes())
+	}
+	f.kvMu.Lock()
+	f.kv = cutKV{kv}
+	f.kvMu.Unlock()
+	if err := f.heartbeat(time.Now()); err == nil {
+		t.Errorf("a heartbeat whose listing was cut short reported no error")
+	}
+	if f.Nodes() != 3 {
+		t.Errorf("%d gateways after a listing cut short, want the 3 counted before", f.Nodes())
+	}
+}
+
+// lostKV is a bucket that, once armed, applies the next write of a
+// document whose key contains match and then answers it with an error,
+// and answers nothing after that: a write that landed while NATS went
+// away and its answer was lost.
+type lostKV struct {
+	jetstream.KeyValue
+	match       string
+	armed, down atomic.Bool
+	// landed runs once the armed write landed, before its error
+	landed func()
+}
+
+var errLostAnswer = errors.New("the answer was lost")
+
+func (l *lostKV) Update(ctx context.Context, key string, value []byte, revision uint64) (uint64, error) {
+	if l.down.Load() {
+		return 0, errLostAnswer
+	}
+	rev, err := l.KeyValue.Update(ctx, key, value, revision)
+	if err == nil && l.armed.Load() && strings.Contains(key, l.match) {
+		l.down.Store(true)
+		if l.landed != nil {
+			l.landed()
+		}
+		return 0, errLostAnswer
+	}
+	return rev, err
+}
+
+func (l *lostKV) Get(ctx context.Context, key string) (jetstream.KeyValueEntry, error) {
+	if l.down.Load() {
+		return nil, errLostAnswer
+	}
+	return l.KeyValue.Get(ctx, key)
+}
+
+// TestFleetShareAfterLostAnswer: gateway a's last write lands but its
+// answer is lost as NATS goes away for it, and a begins deciding alone
+// before the write gives up. That write told b that a had read b's last
+// lease, so b takes one more; a's share must count on what that write
+// read (missing b's newest lease only, the documented bound), not on the
+// read before it (missing two of b's leases). For a day and for a
+// sliding window.
+func TestFleetShareAfterLostAnswer(t *testing.T) {
+	busyloop.Start(t)
+	for _, tc := range []struct {
+		limit string
+		key   string // what the document's key contains
+		// b's tokens in window u as the stored document has them
+		others func(raw []byte, u Unit) int64
+	}{
+		{"1000/day", ".2", func(raw []byte, _ Unit) int64 {
+			var doc monthDoc
+			_ = json.Unmarshal(raw, &doc)
+			var n int64
+			for _, d := range doc.Nodes["b"].Days {
+				n += d.Take
+			}
+			return n
+		}},
+		{"1000/1h", ".s.", func(raw []byte, u Unit) int64 {
+			var doc slideDoc
+			_ = json.Unmarshal(raw, &doc)
+			var n int64
+			for _, t := range doc.Nodes["b"].steps(u) {
+				n += t
+			}
+			return n
+		}},
+	} {
+		t.Run(tc.limit, func(t *testing.T) { lostAnswer(t, tc.limit, tc.key, tc.others) })
+	}
+}
+
+func lostAnswer(t *testing.T, limit, key string, othersOf func([]byte, Unit) int64) {
+	// every operation of carol's slots is run by the test, in order
+	_, a, b, loc := manualPair(t)
+	p := mustPlan(t, "free", limit)
+	l := p.Limits[0]
+	u := l.Unit
+	a.ready(t)
+	b.ready(t)
+	now := time.Now().In(loc)
+	slotOf := func(g *gateway) *slot {
+		t.Helper()
+		if d, err := g.store.AcquireAt(p, "carol", now, false); err != nil || !d.Admitted {
+			t.Fatalf("%s: first request: %+v %v", g.name, d, err)
+		}
+		sl := g.store.lookup(p.Name, "carol")
+		waitIdle(t, sl)
+		return sl
+	}
+	sa, sb := slotOf(a), slotOf(b)
+	run := func(g *gateway, sl *slot) error {
+		t.Helper()
+		waitIdle(t, sl)
+		return g.fleet.process(sl)
+	}
+	aLease, bLease := a.store.lease(sa.idx, u), b.store.lease(sb.idx, u)
+	if err := run(a, sa); err != nil { // a reads b's first lease
+		t.Fatal(err)
+	}
+	bLease.left.Store(0) // b's lease used up: its next operation takes a new one
+	if err := run(b, sb); err != nil {
+		t.Fatal(err)
+	}
+	// a's next write lands (and reads b's second lease); as it waits for
+	// the answer a's connection is lost: a uses up its lease in hand and
+	// decides alone; then the write gives up
+	kv, err := a.fleet.bucket(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	lost := &lostKV{KeyValue: kv, match: key}
+	var (
+		first        Decision
+		firstErr     error
+		others, mine int64
+	)
+	lost.landed = func() {
+		keys, _ := kv.ListKeys(context.Background())
+		for k := range keys.Keys() {
+			if strings.Contains(k, key) && !strings.Contains(k, "warmup") {
+				if e, err := kv.Get(context.Background(), k); err == nil {
+					others = othersOf(e.Value(), u)
+				}
+			}
+		}
+		a.fleet.setAvailable(false, errLostAnswer)
+		aLease.left.Store(0)
+		// what a counts as its own as it fixes its share: its tokens
+		// (a day), its requests in the window (sliding)
+		mine = aLease.take.Load()
+		if !u.Calendar() {
+			mine = a.store.ringUsed(sa.idx, l, now)
+		}
+		first, firstErr = a.store.AcquireAt(p, "carol", now, false)
+	}
+	lost.armed.Store(true)
+	a.fleet.kvMu.Lock()
+	a.fleet.kv = lost
+	a.fleet.kvMu.Unlock()
+	if err := run(a, sa); !errors.Is(err, errLostAnswer) {
+		t.Fatalf("a's lost write: %v", err)
+	}
+	if firstErr != nil || !first.Admitted || !first.Share || others == 0 {
+		t.Fatalf("a's first request alone: %+v %v (b's tokens as the lost write read them: %d)", first, firstErr, others)
+	}
+	// b may take one more lease: a's landed write read its second
+	before := bLease.take.Load()
+	bLease.left.Store(0)
+	if err := run(b, sb); err != nil {
+		t.Fatal(err)
+	}
+	if bLease.take.Load() <= before && bLease.inst.Load() == 0 {
+		t.Fatalf("b took no third lease")
+	}
+	// a alone: its share of what was left as its landed write read it
+	// (b's third lease the only one it misses)
+	alone := int64(1)
+	for i := 0; i < 1000; i++ {
+		d, err := a.store.AcquireAt(p, "carol", now, false)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !d.Share {
+			t.Fatalf("request %d not decided on a's share: %+v", i, d)
+		}
+		if d.Admitted {
+			alone++
+		}
+	}
+	want := int64(0.5 * float64(l.N-others-mine))
+	t.Logf("b's tokens as a's lost write read them: %d; a's own: %d; a admitted %d alone (share %d)", others, mine, alone, want)
+	if alone > want {
+		t.Errorf("a admitted %d alone, over its share %d: its share counted on a read older than its last landed write", alone, want)
+	}
 }

@@ -1,6 +1,7 @@
 package caddyquota
 
 import (
+	"math"
 	"sort"
 	"strconv"
 	"time"
@@ -158,6 +159,8 @@ func (f *Fleet) processSliding(sl *slot, p *Plan, now time.Time) error {
 		me.Rate, me.Passive, me.Seen = sl.fl.rate, op.idle, now.UnixMilli()
 	})
 	if err != nil {
+		// the write may have landed with its answer lost (noteRead)
+		f.noteSlidingRead(sl, grants, &reads)
 		return err
 	}
 	op.wait(sl)
@@ -194,6 +197,26 @@ func (f *Fleet) processSliding(sl *slot, p *Plan, now time.Time) error {
 		k.recheck = min(now.UnixNano()+int64(f.o.SyncInterval), max(reads[g.u].reset, now.UnixNano()))
 	}
 	return nil
+}
+
+// noteSlidingRead is noteRead for the sliding windows' document: what an
+// operation that failed read of the others' tokens counts, and a share
+// already fixed on the read before (of what was left as read, until a
+// window has passed since it) shrinks by what this read found taken
+// since. sl.mu is not held.
+func (f *Fleet) noteSlidingRead(sl *slot, grants []grant, reads *[Month + 1]slideRead) {
+	sl.mu.Lock()
+	defer sl.mu.Unlock()
+	for _, g := range grants {
+		k := &sl.fl.known[g.u]
+		o := reads[g.u].others
+		if k.aloneReads == k.reads && k.aloneUntil != 0 && k.aloneUntil != math.MaxInt64 && o > k.others {
+			before := int64(math.Floor(k.aloneFrac * float64(k.aloneBase)))
+			k.aloneBase = max(k.aloneBase-(o-k.others), 0)
+			k.aloneAllow -= before - int64(math.Floor(k.aloneFrac*float64(k.aloneBase)))
+		}
+		k.others = o
+	}
 }
 
 // slideGrant writes the slot's tokens of sliding window l into its entry

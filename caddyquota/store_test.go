@@ -340,7 +340,15 @@ func TestOverflowAndLongKeys(t *testing.T) {
 // holds every one.
 func TestSurvivesSIGKILL(t *testing.T) {
 	dir := t.TempDir()
-	cmd := exec.Command(os.Args[0], "-test.run=^$")
+	// The test binary itself, found through /proc/self/exe: not
+	// os.Args[0], which Caddy's caddytest sets to "caddy run ..." when a
+	// test of this package has started Caddy in this process (with
+	// -count=2 the second run started "caddy" from $PATH and failed).
+	self, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(self, "-test.run=^$")
 	cmd.Env = append(os.Environ(), "QUOTA_KILL_CHILD="+dir)
 	out, err := cmd.StdoutPipe()
 	if err != nil {
