@@ -126,7 +126,7 @@ func findHeadEnd(b []byte, from int) (int, *badRequest) {
 			}
 			return -1, nil
 		}
-		n := i + j // the LF
+		n := i + j                                           // the LF
 		if n-1 > i && bytes.IndexByte(b[i:n-1], '\r') >= 0 { // (the first fault in byte order)
 			return -1, errBareCR
 		}
