@@ -156,25 +156,11 @@ func init() {
 // Caddyfile adapter adds it to its warnings, so `caddy adapt`, `caddy
 // validate`, `caddy run` and reloads print it.
 func Report(config []byte) []caddyconfig.Warning {
-	var cfg struct {
-		Apps struct {
-			HTTP struct {
-				Servers map[string]json.RawMessage `json:"servers"`
-			} `json:"http"`
-		} `json:"apps"`
-	}
-	if json.Unmarshal(config, &cfg) != nil {
-		return nil
-	}
-	names := make([]string, 0, len(cfg.Apps.HTTP.Servers))
-	for name := range cfg.Apps.HTTP.Servers {
-		names = append(names, name)
-	}
-	sort.Strings(names)
+	names, servers := caddyfileerr.Servers(config)
 	var out []caddyconfig.Warning
 	for _, name := range names {
 		var srv caddyhttp.Server
-		if json.Unmarshal(cfg.Apps.HTTP.Servers[name], &srv) != nil || !hasApigate(srv.ListenerWrappersRaw) {
+		if json.Unmarshal(servers[name], &srv) != nil || !hasApigate(srv.ListenerWrappersRaw) {
 			continue
 		}
 		msg := fmt.Sprintf("fast path on for server %s: %d of %d routes run on the plan", name, len(srv.Routes), len(srv.Routes))
