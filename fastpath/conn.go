@@ -6,7 +6,6 @@ import (
 	"context"
 	"crypto/tls"
 	"errors"
-	"fmt"
 	"io"
 	"net"
 	"net/http"
@@ -18,6 +17,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/apigate/gateway/internal/deny"
 	"github.com/apigate/gateway/internal/h1wire"
 
 	"go.uber.org/zap"
@@ -492,12 +492,12 @@ func (c *conn) nextHead() (b []byte, ok bool) {
 	b, err := c.readHead()
 	if err != nil {
 		if bad, isBad := err.(*badRequest); isBad {
-			c.refuse(bad)
+			c.refuse(bad, "") // (no head parsed: c.head is the last request's)
 		}
 		return nil, false
 	}
 	if bad := parseRequest(b, &c.head); bad != nil {
-		c.refuse(bad)
+		c.refuse(bad, c.head.instance())
 		return nil, false
 	}
 	return b, true
@@ -741,25 +741,15 @@ func mustSpace(b *h1wire.Rbuf) []byte {
 	return p
 }
 
-// refuse answers a malformed request as net/http would, and ends the
-// connection.
-func (c *conn) refuse(bad *badRequest) {
-	const errorHeaders = "\r\nContent-Type: text/plain; charset=utf-8\r\nConnection: close\r\n\r\n"
-	var msg string
-	switch {
-	case bad.status == 431:
-		msg = "HTTP/1.1 431 Request Header Fields Too Large" + errorHeaders + "431 Request Header Fields Too Large"
-	case bad.status == 501:
-		msg = "HTTP/1.1 501 Not Implemented" + errorHeaders + "Unsupported transfer encoding"
-	case bad.public != "":
-		t := http.StatusText(bad.status)
-		msg = fmt.Sprintf("HTTP/1.1 %d %s: %s%s%d %s: %s", bad.status, t, bad.public, errorHeaders, bad.status, t, bad.public)
-	default:
-		msg = "HTTP/1.1 400 Bad Request" + errorHeaders + "400 Bad Request"
-	}
+// refuse answers a malformed request with the fast path's problem
+// (application/problem+json, docs/errors.md: net/http's status, its text
+// as the detail where net/http names the error) and ends the connection.
+// instance is the path the request was sent to, "" when the head was not
+// read that far.
+func (c *conn) refuse(bad *badRequest, instance string) {
 	c.l.stats.refused.Add(1)
 	c.l.debug("request refused", bad.reason)
-	c.bw.WriteString(msg)
+	deny.WriteHTTP1Problem(c.bw, bad.status, bad.detail(), instance)
 	c.flush()
 	if bad.status == 431 {
 		c.closeWriteAndWait() // (a client still sending its head)

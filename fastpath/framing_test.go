@@ -2,6 +2,7 @@ package fastpath
 
 import (
 	"bufio"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -15,6 +16,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/apigate/gateway/internal/deny"
 	"github.com/apigate/gateway/internal/testkit/difftest"
 )
 
@@ -293,6 +295,9 @@ func TestFraming(t *testing.T) {
 				}
 			}
 			if tc.stricter == "" {
+				if err := sameRefusals(plain, fast, tc.raw); err != nil {
+					t.Fatalf("%v\nCaddy's path:%v\nfast path:   %v", err, plain, fast)
+				}
 				if !reflect.DeepEqual(plain, fast) {
 					t.Fatalf("results differ\nCaddy's path:%v\nfast path:   %v\nupstream got %q and %q", plain, fast, plainTargets, fastTargets)
 				}
@@ -300,6 +305,9 @@ func TestFraming(t *testing.T) {
 			}
 			if len(fast.Responses) != 1 || fast.Responses[0].Status < 400 || !fast.Closed {
 				t.Fatalf("the fast path should refuse and close (%s):%v", tc.stricter, fast)
+			}
+			if err := checkProblem(fast.Responses[0], "", tc.raw); err != nil {
+				t.Fatal(err)
 			}
 			if len(fastTargets) != 0 {
 				t.Fatalf("the fast path passed a refused request on: %q", fastTargets)
@@ -312,4 +320,62 @@ func TestFraming(t *testing.T) {
 			}
 		})
 	}
+}
+
+// sameRefusals checks where fast answered with its own problem (the fast
+// path's refusal of a head, docs/errors.md) that Caddy's path answered
+// net/http's text/plain refusal with the same status and, where net/http
+// names the error, the same text as the problem's detail; it then gives
+// fast's answer plain's header and body, for the comparison of the rest.
+func sameRefusals(plain, fast rawResult, raw string) error {
+	for i := range fast.Responses {
+		f := &fast.Responses[i]
+		if !strings.Contains(f.Header, deny.ContentType) {
+			continue
+		}
+		if i >= len(plain.Responses) {
+			return fmt.Errorf("answer %d: only the fast path refused", i)
+		}
+		p := plain.Responses[i]
+		if p.Status != f.Status || !strings.Contains(p.Header, "text/plain") {
+			return fmt.Errorf("answer %d: the fast path's refusal, where Caddy's path answered %d %s", i, p.Status, p.Header)
+		}
+		// net/http's body: "400 Bad Request" or "400 Bad Request: <text>"
+		_, text, _ := strings.Cut(p.Body, ": ")
+		if err := checkProblem(*f, text, raw); err != nil {
+			return fmt.Errorf("answer %d: %v", i, err)
+		}
+		f.Header, f.Body = p.Header, p.Body
+	}
+	return nil
+}
+
+// checkProblem checks that r is the fast path's refusal (deny.FastPathBody)
+// of the request raw: its kind from its status, its detail detail (any
+// when ""), its instance the path of raw's target or "" (a head not read
+// that far).
+func checkProblem(r rawResponse, detail, raw string) error {
+	var got struct {
+		Detail, Instance string
+	}
+	if err := json.Unmarshal([]byte(r.Body), &got); err != nil {
+		return fmt.Errorf("the refusal's body %q is not JSON: %v", r.Body, err)
+	}
+	if detail != "" && got.Detail != detail {
+		return fmt.Errorf("the refusal's detail is %q, net/http's text %q", got.Detail, detail)
+	}
+	line, _, _ := strings.Cut(raw, "\r\n")
+	if _, target, ok := strings.Cut(line, " "); ok && got.Instance != "" {
+		target, _, _ = strings.Cut(target, " ")
+		if path, _, _ := strings.Cut(target, "?"); got.Instance != path {
+			return fmt.Errorf("the refusal's instance is %q, the request's path %q", got.Instance, path)
+		}
+	}
+	if want := string(deny.FastPathBody(r.Status, got.Detail, got.Instance)); r.Body != want {
+		return fmt.Errorf("the refusal's body %q, want %q", r.Body, want)
+	}
+	if !strings.Contains(r.Header, `Cache-Control=["no-store"]`) || !strings.Contains(r.Header, `Content-Type=["`+deny.ContentType+`"]`) {
+		return fmt.Errorf("the refusal's header: %s", r.Header)
+	}
+	return nil
 }

@@ -18,6 +18,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/apigate/gateway/internal/deny"
+
 	"go.uber.org/zap"
 	"golang.org/x/net/http/httpguts"
 	"golang.org/x/net/http2"
@@ -1048,8 +1050,10 @@ func (s *h2stream) serveStream() {
 	s.w.start(&st.head)
 	switch {
 	case s.tooLarge:
+		// (the block was not decoded: no path for the instance)
+		body := deny.SetFastPathProblem(s.w.Header(), 431, "request header block too large", "")
 		s.w.WriteHeader(431)
-		io.WriteString(&s.w, "<h1>HTTP Error 431</h1><p>Request Header Field(s) Too Large</p>")
+		s.w.Write(body)
 		sc.l.stats.refused.Add(1)
 	case st.head.delegate != "":
 		s.delegate(now)

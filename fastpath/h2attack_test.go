@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/apigate/gateway/internal/deny"
 	"github.com/caddyserver/caddy/v2"
 	"github.com/caddyserver/caddy/v2/caddyconfig/httpcaddyfile"
 	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
@@ -304,13 +305,26 @@ func TestH2HPACKBomb(t *testing.T) {
 			err = p.fr.WriteContinuation(1, m == len(rest), rest[:m])
 			rest = rest[m:]
 		}
+		ctype := "(no 431)"
 		seen, ok := p.readUntil(10*time.Second, func(f http2.Frame) bool {
 			h, isH := f.(*http2.MetaHeadersFrame)
 			_, isG := f.(*http2.GoAwayFrame)
-			return isH && h.PseudoValue("status") == "431" || isG
+			if isH && h.PseudoValue("status") == "431" {
+				for _, hf := range h.RegularFields() {
+					if hf.Name == "content-type" {
+						ctype = hf.Value
+					}
+				}
+				return true
+			}
+			return isG
 		})
 		if !ok || !strings.Contains(seen[len(seen)-1], "HEADERS 1 431") && !strings.HasPrefix(seen[len(seen)-1], "GOAWAY") {
 			t.Fatalf("an HPACK bomb was not refused (frames: %v)", tail(seen, 5))
+		}
+		// the fast path's own refusal is its problem (docs/errors.md)
+		if strings.Contains(seen[len(seen)-1], "HEADERS 1 431") && ctype != deny.ContentType {
+			t.Errorf("the 431's Content-Type is %q, want %q", ctype, deny.ContentType)
 		}
 		if grew := int64(heapInUse()) - int64(before); grew > 8<<20 {
 			t.Errorf("the heap grew by %d MB decoding it", grew>>20)

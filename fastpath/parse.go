@@ -86,10 +86,9 @@ func (h *reqHead) protoVersion() (int, int) {
 	return 1, h.minor
 }
 
-// badRequest is a head the plan refuses, answered as net/http answers:
-// "400 Bad Request", with net/http's text after it for the few errors it
-// names (a missing or malformed Host), 501 for a transfer coding it does
-// not support, 431 for an oversized head.
+// badRequest is a head the plan refuses, with net/http's status: 400,
+// 501 for a transfer coding it does not support, 431 for an oversized
+// head. It is answered as the fast path's problem (conn.refuse).
 type badRequest struct {
 	status int    // 400, 431 or 501
 	public string // the text net/http adds to the status, if any
@@ -97,6 +96,31 @@ type badRequest struct {
 }
 
 func (e *badRequest) Error() string { return e.reason }
+
+// detail is the refusal's detail: net/http's text where it names the
+// error (a missing or malformed Host), else what the fast path found.
+func (e *badRequest) detail() string {
+	if e.public != "" {
+		return e.public
+	}
+	return e.reason
+}
+
+// instance is a refused request's instance (deny.Instance): the path of
+// its origin-form target as sent, without the query; "" when the request
+// line did not give one, or gave one with bytes a target may not hold.
+func (h *reqHead) instance() string {
+	path, _, _ := strings.Cut(h.target, "?")
+	if path == "" || path[0] != '/' {
+		return ""
+	}
+	for i := 0; i < len(path); i++ {
+		if !targetByte[path[i]] {
+			return ""
+		}
+	}
+	return path
+}
 
 func refuse(reason string) *badRequest { return &badRequest{status: 400, reason: reason} }
 

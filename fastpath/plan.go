@@ -668,7 +668,7 @@ func (ex *exchange) delegate(now time.Time, head []byte) result {
 	h := &ex.st.head
 	req, err := http.ReadRequest(bufio.NewReader(bytes.NewReader(head)))
 	if err != nil {
-		c.refuse(refuse("request net/http does not read: " + err.Error()))
+		c.refuse(refuse("request net/http does not read: "+err.Error()), h.instance())
 		return abort
 	}
 	ex.plan = c.l.plan
