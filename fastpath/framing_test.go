@@ -331,13 +331,17 @@ func sameRefusals(plain, fast rawResult, raw string) error {
 	for i := range fast.Responses {
 		f := &fast.Responses[i]
 		if !strings.Contains(f.Header, deny.ContentType) {
+			if i < len(plain.Responses) && netHTTPRefusal(plain.Responses[i]) {
+				return fmt.Errorf("answer %d: net/http's refusal on Caddy's path, not the fast path's problem", i)
+			}
 			continue
 		}
 		if i >= len(plain.Responses) {
 			return fmt.Errorf("answer %d: only the fast path refused", i)
 		}
 		p := plain.Responses[i]
-		if p.Status != f.Status || !strings.Contains(p.Header, "text/plain") {
+		// (net/http's 417 has no body, no Content-Type)
+		if p.Status != f.Status || !strings.Contains(p.Header, "text/plain") && p.Body != "" {
 			return fmt.Errorf("answer %d: the fast path's refusal, where Caddy's path answered %d %s", i, p.Status, p.Header)
 		}
 		// net/http's body: "400 Bad Request" or "400 Bad Request: <text>"
@@ -348,6 +352,19 @@ func sameRefusals(plain, fast rawResult, raw string) error {
 		f.Header, f.Body = p.Header, p.Body
 	}
 	return nil
+}
+
+// netHTTPRefusal reports whether r is what net/http's server answers a
+// request it cannot read, before any handler: a 400, 431 or 501 whose
+// text/plain body starts with its status, or a 417 without a body.
+func netHTTPRefusal(r rawResponse) bool {
+	switch r.Status {
+	case 417:
+		return r.Body == ""
+	case 400, 431, 501:
+		return strings.Contains(r.Header, "text/plain") && strings.HasPrefix(r.Body, fmt.Sprint(r.Status)+" ")
+	}
+	return false
 }
 
 // checkProblem checks that r is the fast path's refusal (deny.FastPathBody)

@@ -245,12 +245,24 @@ func (h *reqHead) requestLine(s string) (eol int, bad *badRequest) {
 		h.minor = 1
 	case "HTTP/1.0":
 	default:
+		if !wellFormedVersion(h.proto) {
+			// (net/http: 400, "malformed HTTP version")
+			return 0, refuse("malformed HTTP version")
+		}
 		h.handoff = "HTTP version " + h.proto
 	}
 	if h.target == "" || strings.IndexByte(h.target, ' ') >= 0 {
 		return 0, refuse("malformed HTTP request")
 	}
 	return eol, nil
+}
+
+// wellFormedVersion reports whether v is "HTTP/" digit "." digit, the
+// versions net/http's ParseHTTPVersion reads; Caddy's server answers the
+// others it reads (HTTP/1.2 as 1.x, HTTP/2.0 with 505).
+func wellFormedVersion(v string) bool {
+	return len(v) == len("HTTP/1.1") && strings.HasPrefix(v, "HTTP/") &&
+		'0' <= v[5] && v[5] <= '9' && v[6] == '.' && '0' <= v[7] && v[7] <= '9'
 }
 
 // fieldLine splits a field line into its canonical name and its value

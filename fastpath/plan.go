@@ -12,6 +12,7 @@ import (
 	"time"
 	"unsafe"
 
+	"github.com/apigate/gateway/internal/deny"
 	"github.com/caddyserver/caddy/v2"
 	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
 	"go.uber.org/zap"
@@ -649,11 +650,14 @@ func (w *idleReadWriter) SetReadDeadline(t time.Time) error { return w.reader.Se
 
 // expectationFailed answers a request with an Expect other than
 // 100-continue as net/http does, before any handler: 417, and the
-// connection closes.
+// connection closes; the body is the fast path's problem.
 func (ex *exchange) expectationFailed() result {
 	w := &ex.st.w
 	w.handlerHeader["Connection"] = []string{"close"}
+	body := deny.SetFastPathProblem(w.handlerHeader, http.StatusExpectationFailed,
+		"Expect other than 100-continue", ex.st.head.instance())
 	w.WriteHeader(http.StatusExpectationFailed)
+	w.Write(body)
 	ex.st.c.l.stats.served.Add(1)
 	return served
 }

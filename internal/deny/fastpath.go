@@ -12,14 +12,16 @@ import (
 // headers rather than a request; this package does not import fastpath.
 
 // FastPathCode is the kind of the fast path's own refusal with status:
-// 431 header_fields_too_large, 501 unsupported_transfer_coding, any other
-// status malformed_request.
+// 431 header_fields_too_large, 501 unsupported_transfer_coding, 417
+// expectation_failed, any other status malformed_request.
 func FastPathCode(status int) string {
 	switch status {
 	case http.StatusRequestHeaderFieldsTooLarge:
 		return "header_fields_too_large"
 	case http.StatusNotImplemented:
 		return "unsupported_transfer_coding"
+	case http.StatusExpectationFailed:
+		return "expectation_failed"
 	}
 	return "malformed_request"
 }

@@ -17,7 +17,7 @@ func TestWriteHTTP1Problem(t *testing.T) {
 	for _, tc := range []struct {
 		status int
 		code   string
-	}{{400, "malformed_request"}, {431, "header_fields_too_large"}, {501, "unsupported_transfer_coding"}} {
+	}{{400, "malformed_request"}, {431, "header_fields_too_large"}, {501, "unsupported_transfer_coding"}, {417, "expectation_failed"}} {
 		var buf bytes.Buffer
 		if err := WriteHTTP1Problem(&buf, tc.status, "a detail <x>", "/a/b"); err != nil {
 			t.Fatal(err)

@@ -49,6 +49,7 @@ var Kinds = []Kind{
 	{"malformed_request", 400, "Malformed request", "the fast path: a request head it cannot read"},
 	{"header_fields_too_large", 431, "Request header fields too large", "the fast path: a request head over the server's limit"},
 	{"unsupported_transfer_coding", 501, "Unsupported transfer coding", "the fast path: a transfer coding other than chunked"},
+	{"expectation_failed", 417, "Expectation failed", "the fast path: an Expect other than 100-continue"},
 }
 
 // KindOf returns the kind named code; a code not in Kinds gets its type
