@@ -21,7 +21,11 @@ import (
 // handler of another route that provisioned earlier may never run before
 // it), so the check reads the adapted config, where the route is whole.
 // Caddy prints the warning (`caddy adapt`, `caddy validate`, `caddy run`)
-// as a WARN log; JSON configs, which skip the adapter, are not checked.
+// as a WARN log with the directive's file and line, read back from the
+// Caddyfile (caddyfileerr.Source: the adapted JSON keeps no positions);
+// where the Caddyfile uses the directive in several places that the
+// route's hosts and paths do not tell apart, the message lists them all.
+// JSON configs, which skip the adapter, are not checked.
 func init() {
 	caddyfileerr.AddReporter(identityOrderReport)
 }
@@ -70,7 +74,7 @@ func needsIdentity(h map[string]json.RawMessage) string {
 // identityOrderReport warns of each duty that needs an identity and has
 // no identity source before it in its server's routes, naming the server,
 // the route's matchers and the directive.
-func identityOrderReport(config []byte) []caddyconfig.Warning {
+func identityOrderReport(config []byte, src *caddyfileerr.Source) []caddyconfig.Warning {
 	names, servers := caddyfileerr.Servers(config)
 	var out []caddyconfig.Warning
 	for _, name := range names {
@@ -80,8 +84,8 @@ func identityOrderReport(config []byte) []caddyconfig.Warning {
 		if json.Unmarshal(servers[name], &srv) != nil {
 			continue
 		}
-		w := orderWalk{server: name}
-		w.routes(srv.Routes, false, nil)
+		w := orderWalk{server: name, src: src}
+		w.routes(srv.Routes, false, scope{})
 		out = append(out, w.warnings...)
 	}
 	return out
@@ -97,7 +101,31 @@ type route struct {
 
 type orderWalk struct {
 	server   string
+	src      *caddyfileerr.Source
 	warnings []caddyconfig.Warning
+}
+
+// scope is what the matchers around a route say of it: its hosts and
+// paths (each matcher's description, and the host and path patterns).
+type scope struct {
+	at           []string
+	hosts, paths []string
+}
+
+func (sc scope) with(match []map[string]json.RawMessage) scope {
+	if len(match) == 0 {
+		return sc
+	}
+	out := scope{at: append(sc.at[:len(sc.at):len(sc.at)], dashboard.DescribeMatch(match)),
+		hosts: sc.hosts, paths: sc.paths}
+	for _, m := range match {
+		var hosts, paths []string
+		_ = json.Unmarshal(m["host"], &hosts)
+		_ = json.Unmarshal(m["path"], &paths)
+		out.hosts = append(out.hosts[:len(out.hosts):len(out.hosts)], hosts...)
+		out.paths = append(out.paths[:len(out.paths):len(out.paths)], paths...)
+	}
+	return out
 }
 
 // routes walks a route list in the order Caddy runs it. A route has an
@@ -107,7 +135,7 @@ type orderWalk struct {
 // group (only one route of a group runs). An earlier route's matchers are
 // not judged: it counts, so that the check does not warn of a config that
 // works.
-func (w *orderWalk) routes(rs []route, before bool, where []string) {
+func (w *orderWalk) routes(rs []route, before bool, where scope) {
 	for i, r := range rs {
 		seen := before
 		for _, e := range rs[:i] {
@@ -115,10 +143,7 @@ func (w *orderWalk) routes(rs []route, before bool, where []string) {
 				seen = true
 			}
 		}
-		at := where
-		if len(r.Match) > 0 {
-			at = append(where[:len(where):len(where)], dashboard.DescribeMatch(r.Match))
-		}
+		at := where.with(r.Match)
 		for _, h := range r.Handle {
 			var name string
 			_ = json.Unmarshal(h["handler"], &name)
@@ -140,12 +165,61 @@ func (w *orderWalk) routes(rs []route, before bool, where []string) {
 	}
 }
 
-func (w *orderWalk) warn(directive string, at []string, why string) {
-	w.warnings = append(w.warnings, caddyconfig.Warning{
+func (w *orderWalk) warn(directive string, at scope, why string) {
+	w.add(caddyconfig.Warning{
 		Directive: directive,
 		Message: fmt.Sprintf("no identity source (jwt_auth, api_key, client_cert_auth, oidc_login or basic_auth) before it in server %s, route %s: %s; put one before it in the route",
-			w.server, routeName(at), why),
-	})
+			w.server, routeName(at.at), why),
+	}, at)
+}
+
+// add adds a warning of the directive it names, at its line in the
+// Caddyfile when the route's hosts and paths tell which use it is, else
+// with every use the Caddyfile has listed in the message.
+func (w *orderWalk) add(warn caddyconfig.Warning, at scope) {
+	uses := w.src.Uses(warn.Directive)
+	narrow := func(keep func(u caddyfileerr.Use) bool) {
+		var in []caddyfileerr.Use
+		for _, u := range uses {
+			if keep(u) {
+				in = append(in, u)
+			}
+		}
+		if len(in) > 0 {
+			uses = in
+		}
+	}
+	if len(uses) > 1 && len(at.hosts) > 0 {
+		narrow(func(u caddyfileerr.Use) bool { return anyHolds(u.Keys, at.hosts) })
+	}
+	if len(uses) > 1 && len(at.paths) > 0 {
+		narrow(func(u caddyfileerr.Use) bool { return anyHolds(u.Enclosing, at.paths) })
+	}
+	switch {
+	case len(uses) == 1:
+		warn.File, warn.Line = uses[0].File, uses[0].Line
+	case len(uses) > 1:
+		lines := make([]string, len(uses))
+		for i, u := range uses {
+			lines[i] = fmt.Sprintf("%s:%d", u.File, u.Line)
+		}
+		warn.Message += " (" + warn.Directive + " is at " + strings.Join(lines, ", ") + ")"
+	}
+	w.warnings = append(w.warnings, warn)
+}
+
+// anyHolds reports whether a token of tokens holds one of wants: a site
+// address holds its host (`http://example.com:8080`), a block's line its
+// path pattern.
+func anyHolds(tokens, wants []string) bool {
+	for _, t := range tokens {
+		for _, want := range wants {
+			if want != "" && strings.Contains(t, want) {
+				return true
+			}
+		}
+	}
+	return false
 }
 
 // hasSource says whether handlers hold an identity source, in subroutes
@@ -190,15 +264,15 @@ func rateLimitZones(h map[string]json.RawMessage) []zone {
 // placeholder under http.auth. that no module sets (the gateway's quota
 // and permission keys refuse one with its line; rate_limit is another
 // project's module, so its mistake is a warning, named by route).
-func (w *orderWalk) rateLimitTypos(name string, h map[string]json.RawMessage, at []string) {
+func (w *orderWalk) rateLimitTypos(name string, h map[string]json.RawMessage, at scope) {
 	if name != "rate_limit" {
 		return
 	}
 	for _, z := range rateLimitZones(h) {
 		if err := identity.CheckAuthPlaceholders("key", z.key); err != nil {
-			w.warnings = append(w.warnings, caddyconfig.Warning{Directive: name,
+			w.add(caddyconfig.Warning{Directive: name,
 				Message: fmt.Sprintf("zone %s in server %s, route %s: %v: it is empty on every request, and every request shares one bucket",
-					z.name, w.server, routeName(at), err)})
+					z.name, w.server, routeName(at.at), err)}, at)
 		}
 	}
 }

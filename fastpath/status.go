@@ -155,7 +155,7 @@ func init() {
 // with how many routes run on the plan, or off, with every reason. The
 // Caddyfile adapter adds it to its warnings, so `caddy adapt`, `caddy
 // validate`, `caddy run` and reloads print it.
-func Report(config []byte) []caddyconfig.Warning {
+func Report(config []byte, _ *caddyfileerr.Source) []caddyconfig.Warning {
 	names, servers := caddyfileerr.Servers(config)
 	var out []caddyconfig.Warning
 	for _, name := range names {

@@ -31,10 +31,12 @@ import (
 	"encoding/json"
 	"regexp"
 	"sort"
+	"strconv"
 	"strings"
 	_ "unsafe" // go:linkname
 
 	"github.com/caddyserver/caddy/v2/caddyconfig"
+	"github.com/caddyserver/caddy/v2/caddyconfig/caddyfile"
 	_ "github.com/caddyserver/caddy/v2/caddyconfig/httpcaddyfile" // registers "caddyfile" first
 )
 
@@ -77,8 +79,12 @@ func (a Adapter) Adapt(body []byte, options map[string]any) ([]byte, []caddyconf
 		out = more.Config
 		warnings = append(warnings, more.Warnings...)
 	}
-	for _, r := range reporters {
-		warnings = append(warnings, r(out)...)
+	if len(reporters) > 0 {
+		filename, _ := options["filename"].(string)
+		src := parseSource(filename, body)
+		for _, r := range reporters {
+			warnings = append(warnings, r(out, src)...)
+		}
 	}
 	return out, warnings, nil
 }
@@ -102,12 +108,125 @@ func AfterAdapt(step func(cfg []byte, options map[string]any) (Adapted, error)) 
 }
 
 // reporters say something of an adapted config (AddReporter).
-var reporters []func(config []byte) []caddyconfig.Warning
+var reporters []func(config []byte, src *Source) []caddyconfig.Warning
 
 // AddReporter adds a reporter of adapted configs, from a package's init:
-// the fast path says, per server, whether it serves it.
-func AddReporter(r func(config []byte) []caddyconfig.Warning) {
+// the fast path says, per server, whether it serves it. src is the
+// Caddyfile the config came from, for a reporter that names lines.
+func AddReporter(r func(config []byte, src *Source) []caddyconfig.Warning) {
 	reporters = append(reporters, r)
+}
+
+// Source is the Caddyfile an adapted config came from, as far as a
+// reporter needs it to name a line: where each directive begins a line in
+// its site blocks and named routes (the global options are not looked
+// at), imports expanded. A nil *Source (a body the parser does not read
+// again) has no uses.
+type Source struct {
+	uses []namedUse
+}
+
+type namedUse struct {
+	name string
+	Use
+}
+
+// Use is one place where a directive begins a line.
+type Use struct {
+	File string
+	Line int
+	// Keys are the addresses of its site block; Enclosing the tokens of
+	// the lines that open the blocks around it (`handle /api/* {`), with
+	// the definitions of the named matchers among them.
+	Keys, Enclosing []string
+}
+
+// Uses returns where the directive named name begins a line, in the order
+// of the Caddyfile, each file and line once.
+func (s *Source) Uses(name string) []Use {
+	if s == nil {
+		return nil
+	}
+	var out []Use
+	seen := map[string]bool{}
+	for _, u := range s.uses {
+		if key := u.File + ":" + strconv.Itoa(u.Line) + " " + name; u.name == name && !seen[key] {
+			seen[key] = true
+			out = append(out, u.Use)
+		}
+	}
+	return out
+}
+
+// parseSource reads body again as Caddy's adapter did.
+func parseSource(filename string, body []byte) *Source {
+	if filename == "" {
+		filename = "Caddyfile"
+	}
+	blocks, err := caddyfile.Parse(filename, body)
+	if err != nil {
+		return nil
+	}
+	src := &Source{}
+	for _, sb := range blocks {
+		if len(sb.Keys) == 0 {
+			continue // the global options
+		}
+		keys := make([]string, len(sb.Keys))
+		for i, k := range sb.Keys {
+			keys[i] = k.Text
+		}
+		// named matchers (`@api path /api/*`), for the blocks that use them
+		matchers := map[string][]string{}
+		for _, seg := range sb.Segments {
+			if name := seg.Directive(); strings.HasPrefix(name, "@") {
+				for _, t := range seg[1:] {
+					matchers[name] = append(matchers[name], t.Text)
+				}
+			}
+		}
+		for _, seg := range sb.Segments {
+			src.addSegment(keys, matchers, seg)
+		}
+	}
+	return src
+}
+
+// addSegment records the directives of a segment: its first token, and
+// every token that begins a line inside its blocks. A named matcher on a
+// block's line stands for its definition's tokens too.
+func (s *Source) addSegment(keys []string, matchers map[string][]string, seg caddyfile.Segment) {
+	type opener struct{ tokens []string }
+	var stack []opener
+	lineStart := 0 // index of the first token of the current line
+	for i, t := range seg {
+		if i > 0 && (t.Line != seg[i-1].Line || t.File != seg[i-1].File) {
+			lineStart = i
+		}
+		switch {
+		case t.Text == "{" && !t.Quoted():
+			var toks []string
+			for _, o := range seg[lineStart:i] {
+				toks = append(toks, o.Text)
+				toks = append(toks, matchers[o.Text]...)
+			}
+			stack = append(stack, opener{toks})
+			continue
+		case t.Text == "}" && !t.Quoted():
+			if len(stack) > 0 {
+				stack = stack[:len(stack)-1]
+			}
+			continue
+		}
+		if i != lineStart {
+			continue
+		}
+		enc := []string{}
+		for _, o := range stack {
+			enc = append(enc, o.tokens...)
+		}
+		s.uses = append(s.uses, namedUse{t.Text, Use{File: t.File, Line: t.Line, Keys: keys, Enclosing: enc}})
+	}
 }
 
 // position is one ", at <file>:<line>" that Caddy's Dispenser.WrapErr
