@@ -232,8 +232,9 @@ const (
 // byte is the first control byte.
 func skipClean[T string | []byte](b T, i int) int {
 	for ; i+8 <= len(b); i += 8 {
-		x := uint64(b[i]) | uint64(b[i+1])<<8 | uint64(b[i+2])<<16 | uint64(b[i+3])<<24 |
-			uint64(b[i+4])<<32 | uint64(b[i+5])<<40 | uint64(b[i+6])<<48 | uint64(b[i+7])<<56
+		w := b[i : i+8] // (one bounds check for the eight loads, one MOVQ)
+		x := uint64(w[0]) | uint64(w[1])<<8 | uint64(w[2])<<16 | uint64(w[3])<<24 |
+			uint64(w[4])<<32 | uint64(w[5])<<40 | uint64(w[6])<<48 | uint64(w[7])<<56
 		y := x ^ (lo8 * 0x7f)
 		if m := ((x-lo8*0x20)&^x | (y-lo8)&^y) & hi8; m != 0 {
 			return i + bits.TrailingZeros64(m)>>3
