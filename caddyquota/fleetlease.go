@@ -191,12 +191,14 @@ func (f *Fleet) acquire(s *Store, sl *slot, p *Plan, now time.Time, sn *calSnap,
 			}
 			return d, nil
 		}
-		f.enqueue(sl)
 		if timer == nil {
+			// counted before the operation runs: its error while the
+			// link starts leaves this request waiting (starting)
 			timer = time.NewTimer(f.o.LeaseWait)
 			sl.fl.waiters.Add(1)
 			defer sl.fl.waiters.Add(-1)
 		}
+		f.enqueue(sl)
 		select {
 		case <-ch:
 			// another try: the lease may have gone to the requests
@@ -220,7 +222,7 @@ func (f *Fleet) acquire(s *Store, sl *slot, p *Plan, now time.Time, sn *calSnap,
 				// no answer within lease_wait: for this gateway NATS
 				// is away (if it answers the others, a partial
 				// outage): it decides on its share from now on
-				f.setAvailable(false, errors.New("no answer within lease_wait"))
+				f.setAvailable(false, f.unanswered())
 				alone = true
 			default:
 				alone = true
@@ -727,8 +729,7 @@ func (op *docOp) wait(sl *slot) {
 		return
 	}
 	sl.fl.blocked = true
-	pause := max(min(op.f.o.SyncInterval/8, op.f.o.LeaseWait/8, 50*time.Millisecond), 5*time.Millisecond)
-	sl.fl.notBefore.Store(op.now.Add(pause).UnixNano())
+	sl.fl.notBefore.Store(op.now.Add(op.f.retryPause()).UnixNano())
 	op.f.askToRead(sl, op.waitFor)
 	if ce := op.f.logger.Check(zap.DebugLevel, "quota fleet: a lease waits for another gateway's read"); ce != nil {
 		ce.Write(zap.String("consumer", sl.key.consumer), zap.String("plan", sl.key.plan))
