@@ -6,6 +6,9 @@ import (
 	"testing"
 	"time"
 
+	natsserver "github.com/nats-io/nats-server/v2/test"
+	dto "github.com/prometheus/client_model/go"
+
 	"github.com/apigate/gateway/internal/testkit/busyloop"
 	"github.com/apigate/gateway/internal/testkit/natstest"
 )
@@ -58,4 +61,71 @@ func TestFleetStartAdmits(t *testing.T) {
 			g.stop()
 		}
 	}
+}
+
+// TestFleetStartCountsUnreachable: a starting link waits for its first
+// lease no longer than a lease waits, and an outage at the start is one
+// (docs/caddyquota.md):
+//   - NATS unreachable as the gateway starts: its requests decide at once
+//     on its share, and fail_closed refuses them (a gateway that never
+//     read the counts has no share);
+//   - NATS answers but the counts never do (a server without JetStream):
+//     the first request waits lease_wait for a lease (its operation tried
+//     again meanwhile), then decides on the share (refused), and the outage
+//     has begun: the next request decides at once.
+func TestFleetStartCountsUnreachable(t *testing.T) {
+	p := mustPlan(t, "rl20", "20/1m")
+	o := fleetOpts{loc: farFromMidnight(t), failClosed: true, leaseWait: time.Second}
+	// decide sends a request and says whether it waited lease_wait for a
+	// lease (gateway_quota_fleet_lease_timeouts_total)
+	decide := func(t *testing.T, g *gateway) (Decision, bool) {
+		t.Helper()
+		before := leaseTimeoutsNow(t)
+		d, err := g.store.AcquireAt(p, "client", time.Now(), false)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return d, leaseTimeoutsNow(t) > before
+	}
+	t.Run("nats-unreachable", func(t *testing.T) {
+		url := fmt.Sprintf("nats://127.0.0.1:%d", natstest.FreePorts(t, 1)[0])
+		g := startGateway(t, url, "a", t.TempDir(), o)
+		for i := 0; i < 2; i++ {
+			if d, waited := decide(t, g); d.Admitted || !d.Share || waited {
+				t.Errorf("request %d with NATS unreachable from the start: admitted %v, decided alone %v, waited lease_wait %v (want refused on the share at once)",
+					i, d.Admitted, d.Share, waited)
+			}
+		}
+		if g.fleet.Available() {
+			t.Error("the link says the counts are available")
+		}
+	})
+	t.Run("no-jetstream", func(t *testing.T) {
+		opts := natsserver.DefaultTestOptions
+		opts.Port = -1
+		srv := natsserver.RunServer(&opts)
+		t.Cleanup(srv.Shutdown)
+		g := startGateway(t, srv.ClientURL(), "a", t.TempDir(), o)
+		if d, waited := decide(t, g); d.Admitted || !d.Share || !waited {
+			t.Errorf("first request, the counts never answering: admitted %v, decided alone %v, waited lease_wait %v (want refused on the share after lease_wait)",
+				d.Admitted, d.Share, waited)
+		}
+		if g.fleet.Available() {
+			t.Error("after lease_wait with no answer the link says the counts are available")
+		}
+		if d, waited := decide(t, g); d.Admitted || !d.Share || waited {
+			t.Errorf("second request, the outage begun: admitted %v, decided alone %v, waited lease_wait %v (want refused on the share at once)",
+				d.Admitted, d.Share, waited)
+		}
+	})
+}
+
+// leaseTimeoutsNow reads gateway_quota_fleet_lease_timeouts_total.
+func leaseTimeoutsNow(t *testing.T) float64 {
+	t.Helper()
+	var m dto.Metric
+	if err := leaseTimeouts.Write(&m); err != nil {
+		t.Fatal(err)
+	}
+	return m.GetCounter().GetValue()
 }
