@@ -165,8 +165,12 @@ type Fleet struct {
 	// wait for it: they wait on (their operation tried again in a
 	// moment) up to lease_wait, whose end starts it (startErr: the last
 	// such error, for the log)
-	reached   atomic.Bool
-	startErr  atomic.Pointer[error]
+	reached  atomic.Bool
+	startErr atomic.Pointer[error]
+	// startHold: the hold after an outage (holdTill) is the one after
+	// the link's first answer: the gateway has no read to take a share
+	// of, so its requests wait for the hold's end (acquire)
+	startHold atomic.Bool
 	nodes     atomic.Int64 // gateways with a fresh heartbeat, at least 1
 	downSince atomic.Int64 // Unix ns the counts became unreachable; 0 while available
 	lastDown  atomic.Int64 // Unix ns of the last time they did
@@ -287,6 +291,7 @@ func (f *Fleet) setAvailable(ok bool, err error) {
 		f.resyncAll()
 		return
 	}
+	f.startHold.Store(false)
 	now := f.now().UnixNano()
 	f.downSince.Store(now)
 	f.lastDown.Store(now)
@@ -410,8 +415,19 @@ func (f *Fleet) run(sl *slot) {
 		f.setAvailable(false, err)
 		return
 	}
-	f.reached.Store(true)
+	if !f.reached.Swap(true) && !f.available.Load() {
+		f.startHold.Store(true)
+	}
 	f.setAvailable(true, nil)
+}
+
+// startHoldLeft is what is left at now of the hold after the link's
+// first answer (0: none, or the hold is another outage's).
+func (f *Fleet) startHoldLeft(now time.Time) time.Duration {
+	if !f.startHold.Load() || !f.available.Load() {
+		return 0
+	}
+	return max(time.Duration(f.holdTill.Load()-now.UnixNano()), 0)
 }
 
 // starting handles an operation's error while the link has never reached

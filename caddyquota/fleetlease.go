@@ -177,7 +177,42 @@ func (f *Fleet) acquire(s *Store, sl *slot, p *Plan, now time.Time, sn *calSnap,
 			timer.Stop()
 		}
 	}()
+	// waitStarts starts the request's wait for a lease (lease_wait),
+	// counted before the operation runs: its error while the link starts
+	// leaves this request waiting (starting)
+	waitStarts := func() {
+		if timer == nil {
+			timer = time.NewTimer(f.o.LeaseWait)
+			sl.fl.waiters.Add(1)
+		}
+	}
+	defer func() {
+		if timer != nil {
+			sl.fl.waiters.Add(-1)
+		}
+	}()
+	// expired: lease_wait ended while the request waited out the hold
+	// after the link's first answer: it decides alone from then on
+	expired := false
 	for {
+		if hold := f.startHoldLeft(now); alone && hold > 0 && !expired {
+			// a link that never reached the counts before has no share
+			// to decide on (deciding alone would refuse): the request
+			// waits for the hold's end, up to lease_wait, and leases
+			waitStarts()
+			end := time.NewTimer(hold)
+			select {
+			case <-end.C:
+			case <-timer.C:
+				leaseTimeouts.Inc()
+				expired = true
+			}
+			end.Stop()
+			now = asked.Add(time.Since(began))
+			sn = s.periods(now)
+			alone = expired || !f.available.Load() || now.UnixNano() < f.holdTill.Load()
+			continue
+		}
 		sl.mu.Lock()
 		d, need, prefetch := f.decide(s, sl, p, now, sn, dt, dry, alone, late)
 		var ch chan struct{}
@@ -191,13 +226,7 @@ func (f *Fleet) acquire(s *Store, sl *slot, p *Plan, now time.Time, sn *calSnap,
 			}
 			return d, nil
 		}
-		if timer == nil {
-			// counted before the operation runs: its error while the
-			// link starts leaves this request waiting (starting)
-			timer = time.NewTimer(f.o.LeaseWait)
-			sl.fl.waiters.Add(1)
-			defer sl.fl.waiters.Add(-1)
-		}
+		waitStarts()
 		f.enqueue(sl)
 		select {
 		case <-ch:

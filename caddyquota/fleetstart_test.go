@@ -129,3 +129,38 @@ func leaseTimeoutsNow(t *testing.T) float64 {
 	}
 	return m.GetCounter().GetValue()
 }
+
+// TestFleetStartHold: a gateway started while NATS is unreachable decides
+// alone at once (fail_closed: refused, it never read the counts); when
+// NATS is back it takes no lease for a sync interval (the others write
+// what they admitted alone first), and a request then waits for that
+// hold's end and leases, instead of deciding alone on the share of a
+// read it never made (refused: before the fix, a gateway whose first
+// operation got no answer within lease_wait, a cluster's JetStream still
+// electing its leaders, refused everything for a sync interval after its
+// first answer).
+func TestFleetStartHold(t *testing.T) {
+	busyloop.Start(t)
+	c := natstest.StartCluster(t, 1)
+	gate := newGate(t, c.URLs[0])
+	gate.set(false)
+	p := mustPlan(t, "rl20", "20/1m")
+	g := startGateway(t, gate.URL(), "a", t.TempDir(), fleetOpts{loc: farFromMidnight(t), failClosed: true,
+		sync: 2 * time.Second, leaseWait: 5 * time.Second})
+	if d, err := g.store.AcquireAt(p, "client", time.Now(), false); err != nil || d.Admitted || !d.Share {
+		t.Fatalf("request with NATS unreachable from the start: %+v %v (want refused on the share)", d, err)
+	}
+	gate.set(true)
+	waitFor(t, "the counts reachable", 20*time.Second, func() string {
+		if !g.fleet.Available() {
+			return "deciding alone"
+		}
+		return ""
+	})
+	if left := g.fleet.startHoldLeft(time.Now()); left == 0 {
+		t.Fatal("no hold after the first answer: the test decides nothing")
+	}
+	if d, err := g.store.AcquireAt(p, "client", time.Now(), false); err != nil || !d.Admitted || d.Share {
+		t.Errorf("request during the hold after the first answer: admitted %v, decided alone %v, %v (want admitted from a lease)", d.Admitted, d.Share, err)
+	}
+}
