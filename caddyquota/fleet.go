@@ -155,10 +155,22 @@ type Fleet struct {
 
 	policy atomic.Pointer[fleetPolicy]
 
-	kvMu sync.Mutex
-	kv   jetstream.KeyValue
+	kvMu      sync.Mutex
+	kv        jetstream.KeyValue
+	bindFails uint // the bind attempts that failed in a row (kvMu)
 
 	available atomic.Bool
+	// reached: an operation has answered since the link started. Until
+	// then an operation's error does not start an outage while requests
+	// wait for it: they wait on (their operation tried again in a
+	// moment) up to lease_wait, whose end starts it (startErr: the last
+	// such error, for the log)
+	reached  atomic.Bool
+	startErr atomic.Pointer[error]
+	// startHold: the hold after an outage (holdTill) is the one after
+	// the link's first answer: the gateway has no read to take a share
+	// of, so its requests wait for the hold's end (acquire)
+	startHold atomic.Bool
 	nodes     atomic.Int64 // gateways with a fresh heartbeat, at least 1
 	downSince atomic.Int64 // Unix ns the counts became unreachable; 0 while available
 	lastDown  atomic.Int64 // Unix ns of the last time they did
@@ -279,6 +291,7 @@ func (f *Fleet) setAvailable(ok bool, err error) {
 		f.resyncAll()
 		return
 	}
+	f.startHold.Store(false)
 	now := f.now().UnixNano()
 	f.downSince.Store(now)
 	f.lastDown.Store(now)
@@ -396,10 +409,68 @@ func (f *Fleet) run(sl *slot) {
 			return
 		}
 		leaseOpsVec.WithLabelValues("error").Inc()
+		if f.starting(sl, err) {
+			return
+		}
 		f.setAvailable(false, err)
 		return
 	}
+	if !f.reached.Swap(true) && !f.available.Load() {
+		f.startHold.Store(true)
+	}
 	f.setAvailable(true, nil)
+}
+
+// startHoldLeft is what is left at now of the hold after the link's
+// first answer (0: none, or the hold is another outage's).
+func (f *Fleet) startHoldLeft(now time.Time) time.Duration {
+	if !f.startHold.Load() || !f.available.Load() {
+		return 0
+	}
+	return max(time.Duration(f.holdTill.Load()-now.UnixNano()), 0)
+}
+
+// starting handles an operation's error while the link has never reached
+// the counts and requests wait for the operation: a bucket just created
+// answers "no responders" until its stream has a leader, and gateways
+// starting together create it together. The requests wait on, up to
+// lease_wait (the outage begins when that ends with no lease: acquire),
+// and the operation runs again in a moment; a gateway that never reached
+// the counts has no share to decide on (its share is of a read it never
+// made), so deciding alone at the first error would only refuse them.
+// False once the link has reached the counts, while no request waits
+// (the ticker's and the restart's operations: the outage begins), or
+// once the wait has started the outage.
+func (f *Fleet) starting(sl *slot, err error) bool {
+	if f.reached.Load() || sl.fl.waiters.Load() == 0 || !f.available.Load() {
+		return false
+	}
+	f.startErr.Store(&err)
+	sl.fl.notBefore.Store(time.Now().Add(f.retryPause()).UnixNano())
+	if ce := f.logger.Check(zap.DebugLevel, "quota fleet: counts not reached yet since the link started: the waiting requests wait on"); ce != nil {
+		ce.Write(zap.String("consumer", sl.key.consumer), zap.String("plan", sl.key.plan), zap.Error(err))
+	}
+	return true
+}
+
+// retryPause is how long a slot's next operation waits after one that
+// must be tried again (a lease that waits for another gateway's read, a
+// start whose counts do not answer yet): at most 50 ms, an eighth of a
+// sync interval and of lease_wait, at least 5 ms.
+func (f *Fleet) retryPause() time.Duration {
+	return max(min(f.o.SyncInterval/8, f.o.LeaseWait/8, 50*time.Millisecond), 5*time.Millisecond)
+}
+
+// unanswered is the error that starts the outage when a request waited
+// lease_wait with no lease and no answer.
+func (f *Fleet) unanswered() error {
+	if !f.reached.Load() {
+		if e := f.startErr.Load(); e != nil {
+			return fmt.Errorf("no answer within lease_wait since the link started: %w", *e)
+		}
+		return errors.New("no answer within lease_wait since the link started")
+	}
+	return errors.New("no answer within lease_wait")
 }
 
 // ticker writes usage and returns idle leases every sync interval, and
@@ -666,7 +737,15 @@ func (f *Fleet) bucket(ctx context.Context) (jetstream.KeyValue, error) {
 	if retention <= 0 {
 		retention = DefaultRetentionDays
 	}
-	kv, err := natsconn.BindKV(ctx, f.conn.JetStream, jetstream.KeyValueConfig{
+	// an attempt is bounded: while other gateways create the bucket
+	// (gateways starting together) the stream's info can go unanswered
+	// until the deadline (its leader not elected yet), where the next
+	// attempt finds it at once; so a request at the start sees a second
+	// one within its lease_wait. The bound doubles with each failure, up
+	// to opTimeout (a slow NATS still binds).
+	bctx, cancel := context.WithTimeout(ctx, min(max(f.o.LeaseWait/2, 250*time.Millisecond)<<f.bindFails, opTimeout))
+	defer cancel()
+	kv, err := natsconn.BindKV(bctx, f.conn.JetStream, jetstream.KeyValueConfig{
 		Bucket:      f.o.Bucket,
 		Description: "apigate quota counts: per consumer and month, each gateway's tokens and usage",
 		History:     1,
@@ -675,9 +754,10 @@ func (f *Fleet) bucket(ctx context.Context) (jetstream.KeyValue, error) {
 		Replicas:    replicas,
 	}, f.logger)
 	if err != nil {
+		f.bindFails = min(f.bindFails+1, 8)
 		return nil, err
 	}
-	f.kv = kv
+	f.kv, f.bindFails = kv, 0
 	return kv, nil
 }
 

@@ -71,6 +71,8 @@ type fleetOpts struct {
 	loc        *time.Location
 	sync       time.Duration // default 100 ms
 	leaseWait  time.Duration // default 500 ms
+	bucket     string        // default the quota's
+	replicas   int
 }
 
 func startGateway(t testing.TB, url, name, dir string, o fleetOpts) *gateway {
@@ -86,7 +88,7 @@ func startGateway(t testing.TB, url, name, dir string, o fleetOpts) *gateway {
 	if o.sync == 0 {
 		o.sync = 100 * time.Millisecond
 	}
-	f, err := StartFleet(s, conn, FleetOptions{Node: name, MaxLease: 50, SyncInterval: o.sync,
+	f, err := StartFleet(s, conn, FleetOptions{Node: name, Bucket: o.bucket, Replicas: o.replicas, MaxLease: 50, SyncInterval: o.sync,
 		LeaseWait: o.leaseWait, FailClosed: o.failClosed, Share: o.share, Logger: zaptest.NewLogger(t).Named(name)})
 	if err != nil {
 		t.Fatal(err)

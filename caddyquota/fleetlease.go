@@ -177,7 +177,42 @@ func (f *Fleet) acquire(s *Store, sl *slot, p *Plan, now time.Time, sn *calSnap,
 			timer.Stop()
 		}
 	}()
+	// waitStarts starts the request's wait for a lease (lease_wait),
+	// counted before the operation runs: its error while the link starts
+	// leaves this request waiting (starting)
+	waitStarts := func() {
+		if timer == nil {
+			timer = time.NewTimer(f.o.LeaseWait)
+			sl.fl.waiters.Add(1)
+		}
+	}
+	defer func() {
+		if timer != nil {
+			sl.fl.waiters.Add(-1)
+		}
+	}()
+	// expired: lease_wait ended while the request waited out the hold
+	// after the link's first answer: it decides alone from then on
+	expired := false
 	for {
+		if hold := f.startHoldLeft(now); alone && hold > 0 && !expired {
+			// a link that never reached the counts before has no share
+			// to decide on (deciding alone would refuse): the request
+			// waits for the hold's end, up to lease_wait, and leases
+			waitStarts()
+			end := time.NewTimer(hold)
+			select {
+			case <-end.C:
+			case <-timer.C:
+				leaseTimeouts.Inc()
+				expired = true
+			}
+			end.Stop()
+			now = asked.Add(time.Since(began))
+			sn = s.periods(now)
+			alone = expired || !f.available.Load() || now.UnixNano() < f.holdTill.Load()
+			continue
+		}
 		sl.mu.Lock()
 		d, need, prefetch := f.decide(s, sl, p, now, sn, dt, dry, alone, late)
 		var ch chan struct{}
@@ -191,12 +226,8 @@ func (f *Fleet) acquire(s *Store, sl *slot, p *Plan, now time.Time, sn *calSnap,
 			}
 			return d, nil
 		}
+		waitStarts()
 		f.enqueue(sl)
-		if timer == nil {
-			timer = time.NewTimer(f.o.LeaseWait)
-			sl.fl.waiters.Add(1)
-			defer sl.fl.waiters.Add(-1)
-		}
 		select {
 		case <-ch:
 			// another try: the lease may have gone to the requests
@@ -220,7 +251,7 @@ func (f *Fleet) acquire(s *Store, sl *slot, p *Plan, now time.Time, sn *calSnap,
 				// no answer within lease_wait: for this gateway NATS
 				// is away (if it answers the others, a partial
 				// outage): it decides on its share from now on
-				f.setAvailable(false, errors.New("no answer within lease_wait"))
+				f.setAvailable(false, f.unanswered())
 				alone = true
 			default:
 				alone = true
@@ -727,8 +758,7 @@ func (op *docOp) wait(sl *slot) {
 		return
 	}
 	sl.fl.blocked = true
-	pause := max(min(op.f.o.SyncInterval/8, op.f.o.LeaseWait/8, 50*time.Millisecond), 5*time.Millisecond)
-	sl.fl.notBefore.Store(op.now.Add(pause).UnixNano())
+	sl.fl.notBefore.Store(op.now.Add(op.f.retryPause()).UnixNano())
 	op.f.askToRead(sl, op.waitFor)
 	if ce := op.f.logger.Check(zap.DebugLevel, "quota fleet: a lease waits for another gateway's read"); ce != nil {
 		ce.Write(zap.String("consumer", sl.key.consumer), zap.String("plan", sl.key.plan))
