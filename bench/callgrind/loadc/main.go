@@ -20,14 +20,29 @@ func main() {
 	addr := flag.String("addr", "127.0.0.1:18080", "")
 	path := flag.String("path", "/", "")
 	hdr := flag.String("H", "", "extra header line(s), \\n separated")
+	method := flag.String("method", "GET", "")
+	bodyFile := flag.String("body", "", "a file sent as each request's body (with its Content-Length)")
 	flag.Parse()
+	var body []byte
+	if *bodyFile != "" {
+		var err error
+		if body, err = os.ReadFile(*bodyFile); err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			os.Exit(1)
+		}
+		*hdr += `\nContent-Length: ` + strconv.Itoa(len(body))
+		if *hdr != "" && (*hdr)[0] == '\\' {
+			*hdr = (*hdr)[2:] // (no header before it)
+		}
+	}
 	extra := ""
 	if *hdr != "" {
 		for _, l := range bytes.Split([]byte(*hdr), []byte(`\n`)) {
 			extra += string(l) + "\r\n"
 		}
 	}
-	req := []byte("GET " + *path + " HTTP/1.1\r\nHost: localhost\r\nUser-Agent: loadc\r\nAccept: */*\r\n" + extra + "\r\n")
+	req := []byte(*method + " " + *path + " HTTP/1.1\r\nHost: localhost\r\nUser-Agent: loadc\r\nAccept: */*\r\n" + extra + "\r\n")
+	req = append(req, body...)
 	var left atomic.Int64
 	left.Store(int64(*n))
 	var bad atomic.Int64
