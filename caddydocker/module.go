@@ -159,8 +159,9 @@ func (App) CaddyModule() caddy.ModuleInfo {
 }
 
 // Provision sets defaults, builds the route options and gets (or creates)
-// the watcher for this configuration. It does not contact the engine or the
-// admin API.
+// the watcher for this configuration. A new watcher lists the engine once
+// (within FirstListTimeout), so that the config starts with its routes; it
+// never contacts the admin API.
 func (a *App) Provision(ctx caddy.Context) error {
 	a.logger = ctx.Logger(a)
 	a.handlers = new(attached)
@@ -252,7 +253,7 @@ func (a *App) Provision(ctx caddy.Context) error {
 	sum := sha256.Sum256(append(cfgJSON, network+" "+address...))
 	a.key = hex.EncodeToString(sum[:])
 	logger := a.logger
-	val, _, err := watchers.LoadOrNew(a.key, func() (caddy.Destructor, error) {
+	val, loaded, err := watchers.LoadOrNew(a.key, func() (caddy.Destructor, error) {
 		engine, err := NewDockerEngine(a.Host)
 		if err != nil {
 			return nil, err
@@ -291,6 +292,12 @@ func (a *App) Provision(ctx caddy.Context) error {
 		return fmt.Errorf("docker: %w", err)
 	}
 	a.watcher = val.(watcherDestructor).Watcher
+	if !loaded {
+		// A new watcher (a process's first config, or new docker
+		// options): start with the engine's current routes, so that no
+		// reload follows the start (Watcher.Prime).
+		a.watcher.Prime()
+	}
 	return a.loadHandlers()
 }
 

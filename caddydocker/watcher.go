@@ -347,7 +347,7 @@ func (w *Watcher) Serving() servingSet {
 	defer w.pubMu.Unlock()
 	if w.pub == nil && !w.stateTried {
 		w.stateTried = true
-		w.readStateLocked()
+		w.readStateLocked(true)
 	}
 	if w.pub == nil {
 		return servingSet{}
@@ -578,18 +578,74 @@ func (w *Watcher) sync() {
 	if !w.reachable && w.everListed {
 		w.log.Info("container engine reachable again")
 	}
+	w.listed(containers)
+	w.build()
+}
+
+// listed takes containers as this host's last list.
+func (w *Watcher) listed(containers []Container) {
 	w.reachable, w.everListed = true, true
 	w.local = w.withEvents(containers)
 	w.update(func(s *Snapshot) { s.LastList = time.Now() })
 	if w.cfg.Fleet != nil {
 		w.cfg.Fleet.Publish(w.local)
 	}
-	w.build()
+}
+
+// FirstListTimeout bounds the engine list of a new watcher's first
+// config load (Prime). A variable for tests.
+var FirstListTimeout = 2 * time.Second
+
+// Prime lists the engine once, within FirstListTimeout, for the config
+// load that created the watcher (before Start), and makes the route set
+// of that list the one the config starts with. The loop's first list then
+// finds it served and reloads nothing: a process's first start causes no
+// config reload, which would cancel the config's work in flight (the TLS
+// app's certificate obtains: certmagic logs each as a failed job) and
+// close the idle connections of clients. Without an answer in time, the
+// config starts with the state file's route set, or none (discovery
+// starting), and the loop's first list applies through a reload, as
+// before. It reports whether the engine answered.
+func (w *Watcher) Prime() bool {
+	ctx, cancel := context.WithTimeout(w.ctx, FirstListTimeout)
+	began := time.Now()
+	containers, err := w.engine.List(ctx)
+	cancel()
+	if err != nil {
+		return false
+	}
+	w.pubMu.Lock()
+	if w.pub == nil && !w.stateTried {
+		// the state file's vanished routes and other hosts' containers
+		// (the fleet's seed), not its route set: the list replaces it
+		w.stateTried = true
+		w.readStateLocked(false)
+	}
+	w.pubMu.Unlock()
+	w.seedFleet()
+	w.listed(containers)
+	if !w.prepare() {
+		return false
+	}
+	w.log.Info("listed the engine for the first config load: it starts with the discovered routes",
+		zap.String("server", w.cfg.Server), zap.Int("routes", len(w.plan.Routes)),
+		zap.Int("services", w.plan.Services), zap.Duration("duration", time.Since(began)))
+	return true
 }
 
 // build merges this host's last list with the other hosts' containers
 // (fleet), regenerates the routes and applies them if they changed.
 func (w *Watcher) build() {
+	if !w.prepare() || w.plan.Hash == w.applied {
+		return
+	}
+	w.apply(*w.plan, w.containers, false)
+}
+
+// prepare is build without the apply: it makes the regenerated routes
+// the loop's plan and the route set of the next config load. It reports
+// whether the routes could be generated (the plan is unchanged if not).
+func (w *Watcher) prepare() bool {
 	containers := w.local
 	if w.cfg.Fleet != nil {
 		containers = append(slices.Clip(containers), w.cfg.Fleet.Remote()...)
@@ -615,7 +671,7 @@ func (w *Watcher) build() {
 		w.m.errors.WithLabelValues("build").Inc()
 		w.log.Error("generating routes", zap.Error(err))
 		w.update(func(s *Snapshot) { s.LastError = err.Error() })
-		return
+		return false
 	}
 	for _, warn := range plan.Warnings {
 		if !w.warned[warn] {
@@ -647,10 +703,7 @@ func (w *Watcher) build() {
 	w.plan, w.containers, w.fromState = &plan, containers, false
 	w.setPools(&plan)
 	w.publish(&plan)
-	if plan.Hash == w.applied {
-		return
-	}
-	w.apply(plan, containers, false)
+	return true
 }
 
 // setPools publishes the plan's replicas to the routes, with the canary
@@ -752,11 +805,14 @@ func (w *Watcher) seedFleet() {
 	w.cfg.Fleet.Seed(cs)
 }
 
-// readStateLocked reads the state file (w.pubMu held) and makes its route
-// set the one config loads run: the routes are regenerated from the stored
-// containers with the current options (falling back to the stored routes),
-// and the services' replicas go into their pools.
-func (w *Watcher) readStateLocked() {
+// readStateLocked reads the state file (w.pubMu held); with serve, it
+// makes its route set the one config loads run: the routes are
+// regenerated from the stored containers with the current options
+// (falling back to the stored routes), and the services' replicas go into
+// their pools. Without serve (Prime, which lists the engine) it keeps
+// only what the first build takes from it: the vanished routes and the
+// other hosts' containers.
+func (w *Watcher) readStateLocked(serve bool) {
 	if w.cfg.StateFile == "" {
 		return
 	}
@@ -765,7 +821,7 @@ func (w *Watcher) readStateLocked() {
 		if !errors.Is(err, fs.ErrNotExist) {
 			w.m.errors.WithLabelValues("state_file").Inc()
 			w.log.Error("reading state_file", zap.String("path", w.cfg.StateFile), zap.Error(err))
-		} else {
+		} else if serve {
 			w.log.Info("no state_file yet: until the first container list applies, requests that no route matches get 503 discovery_starting",
 				zap.String("path", w.cfg.StateFile))
 		}
@@ -779,9 +835,12 @@ func (w *Watcher) readStateLocked() {
 		trackVanished(w.cfg.Server, vanishedMap(st.Vanished), nil, &plan, w.cfg.ForgetAfter, time.Now())
 	}
 	w.stateVanished = plan.Vanished
+	w.statePlan, w.stateContainers = &plan, st.Containers
+	if !serve {
+		return
+	}
 	w.log.Info("serving the routes of state_file until the engine is listed",
 		zap.String("path", w.cfg.StateFile), zap.Time("written", st.Written), zap.Int("routes", len(plan.Routes)))
-	w.statePlan, w.stateContainers = &plan, st.Containers
 	w.pub = &servingSet{routes: plan.Routes, hash: plan.Hash, known: true}
 	w.update(func(s *Snapshot) {
 		s.Containers, s.Warnings, s.Routes, s.Hash, s.FromStateFile = ds, plan.Warnings, len(plan.Routes)-len(plan.Vanished), plan.Hash, true
