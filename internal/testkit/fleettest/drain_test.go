@@ -6,6 +6,7 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -28,6 +29,12 @@ func drainConfigAPI(admin, port int, delay time.Duration, wrapper bool, bind, ap
 		if wrapper {
 			wrap = "listener_wrappers {\n\t\t\tapigate\n\t\t}"
 		}
+		// (a site bound to a socket the process inherits listens on
+		// that address, fd/N, which names its server's options)
+		serverKey := fmt.Sprintf(":%d", port)
+		if strings.HasPrefix(bind, "fd/") {
+			serverKey = bind
+		}
 		if bind != "" {
 			bind = "bind " + bind
 		}
@@ -36,7 +43,7 @@ func drainConfigAPI(admin, port int, delay time.Duration, wrapper bool, bind, ap
 	auto_https off
 	shutdown_delay %s
 	grace_period 10s
-	servers :%d {
+	servers %s {
 		%s
 	}
 }
@@ -50,7 +57,7 @@ http://:%d {
 		%s
 	}
 }
-`, admin, delay, port, wrap, port, bind, api)
+`, admin, delay, serverKey, wrap, port, bind, api)
 	}
 }
 
