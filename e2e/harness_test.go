@@ -760,17 +760,18 @@ func (l *loadRun) stop() loadResult {
 func clientSaw(resp *http.Response, body string) map[string]any {
 	h := resp.Header.Clone()
 	h.Del("Date")
-	// when a window admits again depends on when the run sent its first
-	// request: a quota refusal's reset (body), Retry-After and the
-	// RateLimit field's seconds are not the path's
+	// when a window admits again depends on the moment of the request
+	// (a sliding window's reset falls on a step's edge, 60 or 61 s
+	// away): a quota refusal's reset (body), Retry-After and the
+	// RateLimit field's seconds, on every answer, are not the path's
 	if resp.StatusCode == http.StatusTooManyRequests {
 		body = resetRe.ReplaceAllString(body, `"reset":"<reset>"`)
 		if h.Get("Retry-After") != "" {
 			h.Set("Retry-After", "<seconds>")
 		}
-		for i, v := range h["Ratelimit"] {
-			h["Ratelimit"][i] = secondsRe.ReplaceAllString(v, ";t=<seconds>")
-		}
+	}
+	for i, v := range h["Ratelimit"] {
+		h["Ratelimit"][i] = secondsRe.ReplaceAllString(v, ";t=<seconds>")
 	}
 	return map[string]any{"status": resp.StatusCode, "header": h, "body": body}
 }
