@@ -50,7 +50,11 @@ func TestFirstStartRunsListedRoutes(t *testing.T) {
 	if now := ReadStats()["applies_changed"]; now != changed {
 		t.Errorf("%v applies reloaded the config after the start, want none", now-changed)
 	}
-	if _, err := os.Stat(stateFile); err != nil {
-		t.Errorf("state file: %v", err)
-	}
+	// the apply writes the state file after it records the apply
+	podmantest.Eventually(t, "the state file written", 20*time.Second, func() string {
+		if _, err := os.Stat(stateFile); err != nil {
+			return err.Error()
+		}
+		return ""
+	})
 }
