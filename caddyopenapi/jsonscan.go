@@ -47,6 +47,7 @@ type token struct {
 	next uint32
 	kind tokKind
 	dec  bool
+	fp   uint8 // a key's fingerprint, while its object is read
 }
 
 // The ways a text is not I-JSON.
@@ -72,8 +73,7 @@ type scanner struct {
 	dec  []byte  // the content of strings that had escapes
 	tape []token // the values
 
-	open []frame  // the arrays and objects being read, outermost first
-	keys []keyRef // the keys of the objects being read
+	open []frame // the arrays and objects being read, outermost first
 	hash []keyHash
 
 	err     scanError
@@ -87,18 +87,12 @@ type frame struct {
 	tok   uint32 // the array or object
 	kind  tokKind
 	count uint32 // its items or members so far
-	keys  int    // where its keys start in scanner.keys
+	last  uint32 // an object's last key so far
 	// seen has the bit of each key's fingerprint, while an object has
 	// at most 64 keys; dup is the first key that repeats one before it
 	// (-1: none), refused when the object closes
 	seen [4]uint64
 	dup  int
-}
-
-// keyRef is a key of an object being read: its token and fingerprint.
-type keyRef struct {
-	tok uint32
-	fp  uint8
 }
 
 type keyHash struct {
@@ -114,7 +108,6 @@ func (s *scanner) reset(src []byte) {
 	s.dec = s.dec[:0]
 	s.tape = s.tape[:0]
 	s.open = s.open[:0]
-	s.keys = s.keys[:0]
 	s.err, s.errAt, s.errPath = scanOK, 0, ""
 }
 
@@ -184,7 +177,7 @@ func (s *scanner) scan(src []byte) bool {
 				kind = kObject
 			}
 			s.tape = append(s.tape, token{kind: kind})
-			s.open = append(s.open, frame{tok: idx, kind: kind, keys: len(s.keys), dup: -1})
+			s.open = append(s.open, frame{tok: idx, kind: kind, dup: -1})
 			i = skip(src, i+1)
 			if i < len(src) && (src[i] == '}' && kind == kObject || src[i] == ']' && kind == kArray) {
 				s.close()
@@ -273,13 +266,16 @@ func (s *scanner) member(i int) (int, bool) {
 	}
 	f := &s.open[len(s.open)-1]
 	f.count++
-	var fp uint8
+	f.last = key
 	if f.count <= 64 {
-		a := s.bytes(&s.tape[key])
-		fp = fingerprint(a)
+		kt := &s.tape[key]
+		a := s.bytes(kt)
+		fp := fingerprint(a)
+		kt.fp = fp
 		if f.seen[fp>>6]&(1<<(fp&63)) != 0 && f.dup < 0 {
-			for _, k := range s.keys[f.keys:] {
-				if k.fp == fp && string(a) == string(s.bytes(&s.tape[k.tok])) {
+			// the earlier keys: each after the value before it
+			for k, j := uint32(1), f.tok+1; k < f.count; k, j = k+1, s.tape[j+1].next {
+				if s.tape[j].fp == fp && string(a) == string(s.bytes(&s.tape[j])) {
 					f.dup = int(key)
 					break
 				}
@@ -287,7 +283,6 @@ func (s *scanner) member(i int) (int, bool) {
 		}
 		f.seen[fp>>6] |= 1 << (fp & 63)
 	}
-	s.keys = append(s.keys, keyRef{key, fp})
 	i = skip(s.src, i)
 	if i >= len(s.src) {
 		return i, s.fail(scanEnd, i)
@@ -304,7 +299,6 @@ func (s *scanner) close() {
 	t := &s.tape[f.tok]
 	t.end = f.count
 	t.next = uint32(len(s.tape))
-	s.keys = s.keys[:f.keys]
 	s.open = s.open[:len(s.open)-1]
 }
 
@@ -317,8 +311,8 @@ func (s *scanner) checkKeys() bool {
 	if f.count > 64 {
 		dup = -1
 		s.hash = s.hash[:0]
-		for _, k := range s.keys[f.keys:] {
-			s.hash = append(s.hash, keyHash{maphash.Bytes(keySeed, s.bytes(&s.tape[k.tok])), k.tok})
+		for k, j := uint32(0), f.tok+1; k < f.count; k, j = k+1, s.tape[j+1].next {
+			s.hash = append(s.hash, keyHash{maphash.Bytes(keySeed, s.bytes(&s.tape[j])), j})
 		}
 		slices.SortFunc(s.hash, func(a, b keyHash) int {
 			switch {
@@ -565,10 +559,10 @@ func (s *scanner) pointer(dupKey int) string {
 		switch {
 		case last && dupKey >= 0:
 			key = dupKey
-		case n+1 < len(s.open) && s.open[n+1].keys > f.keys:
-			key = int(s.keys[s.open[n+1].keys-1].tok)
-		case last && len(s.keys) > f.keys:
-			key = int(s.keys[len(s.keys)-1].tok)
+		case !last:
+			key = int(s.open[n+1].tok) - 1 // a member's value follows its key
+		case f.count > 0:
+			key = int(f.last)
 		}
 		if key >= 0 {
 			b.WriteByte('/')
