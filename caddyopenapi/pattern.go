@@ -1,6 +1,7 @@
 package caddyopenapi
 
 import (
+	"math"
 	"regexp/syntax"
 	"unicode"
 	"unicode/utf8"
@@ -19,8 +20,8 @@ import (
 // whether it goes on. Other patterns stay regexp's.
 
 // classPattern is a pattern of character classes and groups of them,
-// each repeated min to max times (max -1: no bound), from the start of
-// the text, up to its end when end is set.
+// each repeated min to max times (max math.MaxInt: no bound), from the
+// start of the text, up to its end when end is set.
 type classPattern struct {
 	src   jsonschema.Regexp // the pattern as the library compiled it
 	parts []classPart
@@ -177,6 +178,9 @@ func addParts(parts []classPart, n *syntax.Regexp, groups bool) ([]classPart, bo
 		if !ok || len(body) == 0 || body[0].min == 0 {
 			return parts, false
 		}
+		if hi < 0 {
+			hi = math.MaxInt
+		}
 		return append(parts, classPart{group: body, min: lo, max: hi}), true
 	}
 	return parts, false
@@ -210,6 +214,9 @@ func classOf(n *syntax.Regexp) []rune {
 }
 
 func newPart(ranges []rune, lo, hi int) classPart {
+	if hi < 0 {
+		hi = math.MaxInt
+	}
 	p := classPart{ranges: ranges, min: lo, max: hi}
 	for i := 0; i+1 < len(ranges); i += 2 {
 		for r := ranges[i]; r <= ranges[i+1] && r < utf8.RuneSelf; r++ {
@@ -248,7 +255,7 @@ func matchParts(parts []classPart, s string, i int) (int, bool) {
 			// started: what follows does not start with its first
 			// character (greedy), so regexp's backtracking would
 			// find no other match
-			for part.max < 0 || n < part.max {
+			for n < part.max {
 				j, ok := matchParts(part.group, s, i)
 				if !ok {
 					break
@@ -261,7 +268,7 @@ func matchParts(parts []classPart, s string, i int) (int, bool) {
 			}
 			continue
 		}
-		for (part.max < 0 || n < part.max) && i < len(s) {
+		for n < part.max && i < len(s) {
 			if c := s[i]; c < utf8.RuneSelf {
 				if part.ascii[c>>6]&(1<<(c&63)) == 0 {
 					break
