@@ -26,19 +26,35 @@ const maxExp = 1 << 40
 // parseDecimal reads the text of a JSON number (already checked by the
 // scanner, or by isJSONNumber).
 func parseDecimal(b []byte) decimal {
-	// most numbers are short integers
-	if len(b) > 0 && len(b) < 19 && b[0] != '-' {
+	// most numbers have at most 19 digits and no exponent: the digits
+	// make a uint64 as they come
+	if len(b) > 0 && len(b) < 20 {
+		i := 0
+		neg := b[0] == '-'
+		if neg {
+			i++
+		}
 		var m uint64
-		for _, c := range b {
+		var frac int64
+		point := false
+		for ; i < len(b); i++ {
+			c := b[i]
+			if c == '.' && !point {
+				point = true
+				continue
+			}
 			if c < '0' || c > '9' {
 				goto general
 			}
 			m = m*10 + uint64(c-'0')
+			if point {
+				frac++
+			}
 		}
 		if m == 0 {
 			return decimal{fits: true}
 		}
-		d := decimal{mant: m, fits: true}
+		d := decimal{mant: m, exp: -frac, neg: neg, fits: true}
 		for d.mant%10 == 0 {
 			d.mant /= 10
 			d.exp++

@@ -4,7 +4,6 @@ import (
 	"net/netip"
 	"strconv"
 	"strings"
-	"time"
 
 	"github.com/santhosh-tekuri/jsonschema/v6"
 )
@@ -98,7 +97,7 @@ func plainURI(s string) bool {
 				return false
 			}
 			fragment = true
-		case c == '/' || c == '?' || isAlpha(c) || isDigit(c) || strings.IndexByte("-._~!$&'()*+,;=:@", c) >= 0:
+		case c < 128 && uriChars[c>>6]&(1<<(c&63)) != 0:
 		default:
 			return false
 		}
@@ -154,11 +153,34 @@ func intInRange(d decimal, size int) bool {
 	return cmpDec(d, lo) >= 0 && cmpDec(d, hi) <= 0
 }
 
+// byteSet is a set of bytes below 128.
+type byteSet [2]uint64
+
+func setOf(chars string) byteSet {
+	var b byteSet
+	for i := 0; i < len(chars); i++ {
+		b[chars[i]>>6] |= 1 << (chars[i] & 63)
+	}
+	return b
+}
+
+func (b *byteSet) has(c byte) bool { return c < 128 && b[c>>6]&(1<<(c&63)) != 0 }
+
+const alnum = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789"
+
+var (
+	// uriChars: what plainURI takes in a path, query or fragment
+	uriChars = setOf(alnum + "/?-._~!$&'()*+,;=:@")
+	// atomChars: the characters of an email's dot-atom local part
+	atomChars = setOf(alnum + ".!#$%&'*+-/=?^_`{|}~")
+	hexChars  = setOf("0123456789abcdefABCDEF")
+)
+
 func isAlpha(c byte) bool { return c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' }
 
 func isDigit(c byte) bool { return c >= '0' && c <= '9' }
 
-func isHex(c byte) bool { return c >= '0' && c <= '9' || c >= 'a' && c <= 'f' || c >= 'A' && c <= 'F' }
+func isHex(c byte) bool { return hexChars.has(c) }
 
 func isDigits(s string) bool {
 	for i := 0; i < len(s); i++ {
@@ -174,16 +196,12 @@ func isUUID(s string) bool {
 	if len(s) != 36 {
 		return false
 	}
+	if s[8] != '-' || s[13] != '-' || s[18] != '-' || s[23] != '-' {
+		return false
+	}
 	for i := 0; i < 36; i++ {
-		switch i {
-		case 8, 13, 18, 23:
-			if s[i] != '-' {
-				return false
-			}
-		default:
-			if !isHex(s[i]) {
-				return false
-			}
+		if !hexChars.has(s[i]) && i != 8 && i != 13 && i != 18 && i != 23 {
+			return false
 		}
 	}
 	return true
@@ -194,13 +212,52 @@ func isDate(s string) bool {
 	if len(s) != 10 || s[4] != '-' || s[7] != '-' || !isDigits(s[:4]) || !isDigits(s[5:7]) || !isDigits(s[8:]) {
 		return false
 	}
-	y, _ := strconv.Atoi(s[:4])
-	m, _ := strconv.Atoi(s[5:7])
-	d, _ := strconv.Atoi(s[8:])
+	y := int(s[0]-'0')*1000 + int(s[1]-'0')*100 + int(s[2]-'0')*10 + int(s[3]-'0')
+	m := int(s[5]-'0')*10 + int(s[6]-'0')
+	d := int(s[8]-'0')*10 + int(s[9]-'0')
 	if m < 1 || m > 12 || d < 1 {
 		return false
 	}
-	return d <= time.Date(y, time.Month(m)+1, 0, 0, 0, 0, 0, time.UTC).Day()
+	return d <= daysIn(y, m)
+}
+
+// daysIn is the number of days of month m (1-12) of year y (proleptic
+// Gregorian, as package time has it).
+func daysIn(y, m int) int {
+	if m == 2 {
+		if y%4 == 0 && (y%100 != 0 || y%400 == 0) {
+			return 29
+		}
+		return 28
+	}
+	return 30 + (m+m/8)%2
+}
+
+// atoi reads a decimal as strconv.Atoi does (a sign, then digits); ok
+// is false where Atoi fails. Values past a million read as a million:
+// the callers bound them far below.
+func atoi(s string) (n int, ok bool) {
+	neg := false
+	if len(s) > 0 && (s[0] == '+' || s[0] == '-') {
+		neg = s[0] == '-'
+		s = s[1:]
+	}
+	if len(s) == 0 {
+		return 0, false
+	}
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		if c < '0' || c > '9' {
+			return 0, false
+		}
+		if n < 1e6 {
+			n = n*10 + int(c-'0')
+		}
+	}
+	if neg {
+		n = -n
+	}
+	return n, true
 }
 
 // isTime: RFC 3339's full-time, as the library reads it.
@@ -216,8 +273,8 @@ func isTime(str string) bool {
 			i := strings.IndexByte(rest, ':')
 			tok, rest = rest[:i], rest[i+1:]
 		}
-		n, err := strconv.Atoi(tok)
-		if err != nil || n < 0 {
+		n, ok := atoi(tok)
+		if !ok || n < 0 {
 			return false
 		}
 		hms[k] = n
@@ -255,12 +312,12 @@ func isTime(str string) bool {
 			return false
 		}
 		zhs, zms, _ := strings.Cut(str, ":")
-		zh, err := strconv.Atoi(zhs)
-		if err != nil || zh < 0 {
+		zh, ok := atoi(zhs)
+		if !ok || zh < 0 {
 			return false
 		}
-		zm, err := strconv.Atoi(zms)
-		if err != nil || zm < 0 {
+		zm, ok := atoi(zms)
+		if !ok || zm < 0 {
 			return false
 		}
 		if zh > 23 || zm > 59 {
@@ -304,11 +361,7 @@ func isEmail(s string) bool {
 			return false
 		}
 		for i := 0; i < len(local); i++ {
-			c := local[i]
-			switch {
-			case c >= 'a' && c <= 'z', c >= 'A' && c <= 'Z', c >= '0' && c <= '9':
-			case strings.IndexByte(".!#$%&'*+-/=?^_`{|}~", c) >= 0:
-			default:
+			if !atomChars.has(local[i]) {
 				return false
 			}
 		}
@@ -358,8 +411,8 @@ func isIPv4(s string) bool {
 		if len(group) > 1 && group[0] == '0' {
 			return false
 		}
-		n, err := strconv.Atoi(group)
-		if err != nil || n < 0 || n > 255 {
+		n, ok := atoi(group)
+		if !ok || n < 0 || n > 255 {
 			return false
 		}
 		s = rest

@@ -47,6 +47,7 @@ type token struct {
 	next uint32
 	kind tokKind
 	dec  bool
+	fp   uint8 // a key's fingerprint, while its object is read
 }
 
 // The ways a text is not I-JSON.
@@ -72,8 +73,7 @@ type scanner struct {
 	dec  []byte  // the content of strings that had escapes
 	tape []token // the values
 
-	open []frame  // the arrays and objects being read, outermost first
-	keys []uint32 // the key tokens of the objects being read
+	open []frame // the arrays and objects being read, outermost first
 	hash []keyHash
 
 	err     scanError
@@ -81,9 +81,18 @@ type scanner struct {
 	errPath string // the JSON pointer of the value it went wrong in
 }
 
+// frame is an array or object being read. Its tape token's end (the
+// number of items or members) is written when it closes.
 type frame struct {
-	tok  uint32 // the array or object
-	keys int    // where its keys start in scanner.keys
+	tok   uint32 // the array or object
+	kind  tokKind
+	count uint32 // its items or members so far
+	last  uint32 // an object's last key so far
+	// seen has the bit of each key's fingerprint, while an object has
+	// at most 64 keys; dup is the first key that repeats one before it
+	// (-1: none), refused when the object closes
+	seen [4]uint64
+	dup  int
 }
 
 type keyHash struct {
@@ -99,7 +108,6 @@ func (s *scanner) reset(src []byte) {
 	s.dec = s.dec[:0]
 	s.tape = s.tape[:0]
 	s.open = s.open[:0]
-	s.keys = s.keys[:0]
 	s.err, s.errAt, s.errPath = scanOK, 0, ""
 }
 
@@ -123,8 +131,10 @@ func (s *scanner) str(t *token) string {
 
 func isSpace(c byte) bool { return c == ' ' || c == '\t' || c == '\n' || c == '\r' }
 
-func (s *scanner) skip(i int) int {
-	for i < len(s.src) && isSpace(s.src[i]) {
+// skip returns where the white space at i ends. Most texts have none
+// between their tokens: one test then.
+func skip(src []byte, i int) int {
+	for i < len(src) && src[i] <= ' ' && isSpace(src[i]) {
 		i++
 	}
 	return i
@@ -140,19 +150,24 @@ func (s *scanner) fail(e scanError, at int) bool {
 // white space around it). On false, err, errAt and errPath say why.
 func (s *scanner) scan(src []byte) bool {
 	s.reset(src)
-	i := s.skip(0)
+	i := skip(src, 0)
 	for {
 		// a value starts at i
 		if i >= len(src) {
 			return s.fail(scanEnd, i)
 		}
 		if n := len(s.open); n > 0 {
-			if top := &s.tape[s.open[n-1].tok]; top.kind == kArray {
-				top.end++
+			if top := &s.open[n-1]; top.kind == kArray {
+				top.count++
 			}
 		}
 		idx := uint32(len(s.tape))
 		switch c := src[i]; {
+		case c == '"':
+			var ok bool
+			if i, ok = s.string(i); !ok {
+				return false
+			}
 		case c == '{' || c == '[':
 			if len(s.open) >= maxDepth {
 				return s.fail(scanDepth, i)
@@ -162,8 +177,8 @@ func (s *scanner) scan(src []byte) bool {
 				kind = kObject
 			}
 			s.tape = append(s.tape, token{kind: kind})
-			s.open = append(s.open, frame{tok: idx, keys: len(s.keys)})
-			i = s.skip(i + 1)
+			s.open = append(s.open, frame{tok: idx, kind: kind, dup: -1})
+			i = skip(src, i+1)
 			if i < len(src) && (src[i] == '}' && kind == kObject || src[i] == ']' && kind == kArray) {
 				s.close()
 				i++
@@ -176,11 +191,6 @@ func (s *scanner) scan(src []byte) bool {
 				}
 			}
 			continue
-		case c == '"':
-			var ok bool
-			if i, ok = s.string(i); !ok {
-				return false
-			}
 		case c == '-' || c >= '0' && c <= '9':
 			j, ok := s.number(i)
 			if !ok {
@@ -203,7 +213,7 @@ func (s *scanner) scan(src []byte) bool {
 		// after a value: a separator, the end of its container, or the
 		// end of the text
 		for {
-			i = s.skip(i)
+			i = skip(src, i)
 			n := len(s.open)
 			if n == 0 {
 				if i != len(src) {
@@ -214,10 +224,10 @@ func (s *scanner) scan(src []byte) bool {
 			if i >= len(src) {
 				return s.fail(scanEnd, i)
 			}
-			top := s.tape[s.open[n-1].tok].kind
+			top := s.open[n-1].kind
 			c := src[i]
 			if c == ',' {
-				i = s.skip(i + 1)
+				i = skip(src, i+1)
 				if top == kObject {
 					var ok bool
 					if i, ok = s.member(i); !ok {
@@ -240,6 +250,8 @@ func (s *scanner) scan(src []byte) bool {
 }
 
 // member reads an object member's key and colon at i; the value follows.
+// A key whose fingerprint an earlier key of the object has is compared
+// with those keys: the first that repeats one is the object's dup.
 func (s *scanner) member(i int) (int, bool) {
 	if i >= len(s.src) {
 		return i, s.fail(scanEnd, i)
@@ -252,59 +264,55 @@ func (s *scanner) member(i int) (int, bool) {
 	if !ok {
 		return i, false
 	}
-	s.tape[s.open[len(s.open)-1].tok].end++
-	s.keys = append(s.keys, key)
-	i = s.skip(i)
+	f := &s.open[len(s.open)-1]
+	f.count++
+	f.last = key
+	if f.count <= 64 {
+		kt := &s.tape[key]
+		a := s.bytes(kt)
+		fp := fingerprint(a)
+		kt.fp = fp
+		if f.seen[fp>>6]&(1<<(fp&63)) != 0 && f.dup < 0 {
+			// the earlier keys: each after the value before it
+			for k, j := uint32(1), f.tok+1; k < f.count; k, j = k+1, s.tape[j+1].next {
+				if s.tape[j].fp == fp && string(a) == string(s.bytes(&s.tape[j])) {
+					f.dup = int(key)
+					break
+				}
+			}
+		}
+		f.seen[fp>>6] |= 1 << (fp & 63)
+	}
+	i = skip(s.src, i)
 	if i >= len(s.src) {
 		return i, s.fail(scanEnd, i)
 	}
 	if s.src[i] != ':' {
 		return i, s.fail(scanSyntax, i)
 	}
-	return s.skip(i + 1), true
+	return skip(s.src, i+1), true
 }
 
 // close ends the innermost array or object.
 func (s *scanner) close() {
-	f := s.open[len(s.open)-1]
-	s.tape[f.tok].next = uint32(len(s.tape))
-	s.keys = s.keys[:f.keys]
+	f := &s.open[len(s.open)-1]
+	t := &s.tape[f.tok]
+	t.end = f.count
+	t.next = uint32(len(s.tape))
 	s.open = s.open[:len(s.open)-1]
 }
 
 // checkKeys refuses an object (the innermost) that has a member name
-// twice: parsers disagree on which value counts.
+// twice: parsers disagree on which value counts. Up to 64 keys, member
+// found any repeat; past that, the keys are sorted by a hash.
 func (s *scanner) checkKeys() bool {
-	f := s.open[len(s.open)-1]
-	keys := s.keys[f.keys:]
-	if len(keys) < 2 {
-		return true
-	}
-	dup := -1
-	if len(keys) <= 64 {
-		// one bit a key, by a fingerprint of its bytes: only keys whose
-		// bits collide are compared
-		var seen uint64
-		var fps [64]uint8
-	small:
-		for i, k := range keys {
-			a := s.bytes(&s.tape[k])
-			f := fingerprint(a)
-			if seen&(1<<f) != 0 {
-				for j, k2 := range keys[:i] {
-					if fps[j] == f && string(a) == string(s.bytes(&s.tape[k2])) {
-						dup = int(k)
-						break small
-					}
-				}
-			}
-			seen |= 1 << f
-			fps[i] = f
-		}
-	} else {
+	f := &s.open[len(s.open)-1]
+	dup := f.dup
+	if f.count > 64 {
+		dup = -1
 		s.hash = s.hash[:0]
-		for _, k := range keys {
-			s.hash = append(s.hash, keyHash{maphash.Bytes(keySeed, s.bytes(&s.tape[k])), k})
+		for k, j := uint32(0), f.tok+1; k < f.count; k, j = k+1, s.tape[j+1].next {
+			s.hash = append(s.hash, keyHash{maphash.Bytes(keySeed, s.bytes(&s.tape[j])), j})
 		}
 		slices.SortFunc(s.hash, func(a, b keyHash) int {
 			switch {
@@ -333,14 +341,14 @@ func (s *scanner) checkKeys() bool {
 	return false
 }
 
-// fingerprint is one of 64 values for a key, from its length and three
+// fingerprint is one of 256 values for a key, from its length and three
 // of its bytes.
 func fingerprint(b []byte) uint8 {
 	h := uint64(len(b))
 	if len(b) > 0 {
 		h = h<<24 | uint64(b[0])<<16 | uint64(b[len(b)/2])<<8 | uint64(b[len(b)-1])
 	}
-	return uint8((h * 0x9e3779b97f4a7c15) >> 58)
+	return uint8((h * 0x9e3779b97f4a7c15) >> 56)
 }
 
 // string reads the string at i (its opening quote) as a token.
@@ -539,12 +547,11 @@ func (s *scanner) number(i int) (int, bool) {
 func (s *scanner) pointer(dupKey int) string {
 	var b strings.Builder
 	for n, f := range s.open {
-		t := &s.tape[f.tok]
 		last := n == len(s.open)-1
-		if t.kind == kArray {
-			if t.end > 0 {
+		if f.kind == kArray {
+			if f.count > 0 {
 				b.WriteByte('/')
-				b.WriteString(strconv.Itoa(int(t.end) - 1))
+				b.WriteString(strconv.Itoa(int(f.count) - 1))
 			}
 			continue
 		}
@@ -552,10 +559,10 @@ func (s *scanner) pointer(dupKey int) string {
 		switch {
 		case last && dupKey >= 0:
 			key = dupKey
-		case n+1 < len(s.open) && s.open[n+1].keys > f.keys:
-			key = int(s.keys[s.open[n+1].keys-1])
-		case last && len(s.keys) > f.keys:
-			key = int(s.keys[len(s.keys)-1])
+		case !last:
+			key = int(s.open[n+1].tok) - 1 // a member's value follows its key
+		case f.count > 0:
+			key = int(f.last)
 		}
 		if key >= 0 {
 			b.WriteByte('/')

@@ -1,6 +1,7 @@
 package caddyopenapi
 
 import (
+	"math"
 	"regexp/syntax"
 	"unicode"
 	"unicode/utf8"
@@ -9,26 +10,32 @@ import (
 )
 
 // Most patterns in API descriptions are a run of character classes
-// anchored at the start ("^[A-Z]{3}-[0-9]+$", "^[a-z0-9-]+$"). Go's
+// anchored at the start ("^[A-Z]{3}-[0-9]+$", "^[a-z0-9-]+$"), or such a
+// run with a group of classes repeated ("^[a-z_]+(,[a-z_]+)*$"). Go's
 // regexp takes some 200 instructions a character for them; classPattern
 // matches such a pattern with one test a character, as regexp does
 // (runes, invalid UTF-8 as U+FFFD), where a greedy match is the match:
-// each class that repeats a variable number of times shares no character
-// with the classes that may follow it. Other patterns stay regexp's.
+// each class or group that repeats a variable number of times shares no
+// character with what may follow it, so the next character alone says
+// whether it goes on. Other patterns stay regexp's.
 
-// classPattern is a pattern of character classes, each repeated min to
-// max times (max -1: no bound), from the start of the text, up to its end
-// when end is set.
+// classPattern is a pattern of character classes and groups of them,
+// each repeated min to max times (max math.MaxInt: no bound), from the
+// start of the text, up to its end when end is set.
 type classPattern struct {
 	src   jsonschema.Regexp // the pattern as the library compiled it
 	parts []classPart
 	end   bool
 }
 
+// classPart is a character class, or (group set) a group of classes,
+// repeated min to max times. A group's first class is repeated at least
+// once: each repetition reads a character.
 type classPart struct {
 	ascii    [2]uint64 // the class's characters below 128
 	ranges   []rune    // the class as lo, hi pairs (from regexp/syntax)
 	min, max int
+	group    []classPart
 }
 
 func (p *classPart) has(r rune) bool {
@@ -73,64 +80,78 @@ func fastPattern(re jsonschema.Regexp) jsonschema.Regexp {
 			return re
 		}
 	}
-	// a variable part must share no character with what may follow it
-	for i, a := range p.parts {
+	if !greedy(p.parts, nil) {
+		return re
+	}
+	return p
+}
+
+// greedy reports whether every part that repeats a variable number of
+// times shares no character with what may follow it (in parts, then
+// after: the parts after a group, with the group's own first class), so
+// that reading as much as it can is the only way to match.
+func greedy(parts []classPart, after []classPart) bool {
+	for i := range parts {
+		a := &parts[i]
+		if a.group != nil {
+			// after the group's last part: its first part again, or
+			// what follows the group
+			follow := append(append([]classPart{a.group[0]}, parts[i+1:]...), after...)
+			if !greedy(a.group, follow) {
+				return false
+			}
+		}
 		if a.min == a.max {
 			continue
 		}
-		for _, b := range p.parts[i+1:] {
-			if overlap(a.ranges, b.ranges) {
-				return re
+		first := a.first()
+		for _, b := range append(parts[i+1:len(parts):len(parts)], after...) {
+			if overlap(first, b.first()) {
+				return false
 			}
 			if b.min > 0 {
 				break
 			}
 		}
 	}
-	return p
+	return true
+}
+
+// first is the class a part's match starts with.
+func (p *classPart) first() []rune {
+	if p.group != nil {
+		return p.group[0].ranges
+	}
+	return p.ranges
 }
 
 // add appends the parts of one node of the pattern; false when it is
-// not a class, a literal or a repeat of one.
+// not a class, a literal, a group of them or a repeat of one.
 func (p *classPattern) add(n *syntax.Regexp) bool {
+	parts, ok := addParts(p.parts, n, true)
+	p.parts = parts
+	return ok
+}
+
+// addParts appends to parts the parts of n; groups (a repeated
+// sequence of classes) only when groups is set.
+func addParts(parts []classPart, n *syntax.Regexp, groups bool) ([]classPart, bool) {
 	if n.Flags&syntax.FoldCase != 0 {
-		return false
+		return parts, false
 	}
 	switch n.Op {
 	case syntax.OpEmptyMatch:
-		return true
+		return parts, true
 	case syntax.OpCapture:
-		if n.Sub[0].Op == syntax.OpConcat {
-			for _, s := range n.Sub[0].Sub {
-				if !p.add(s) {
-					return false
-				}
-			}
-			return true
-		}
-		return p.add(n.Sub[0])
+		return addSeq(parts, n.Sub[0], groups)
 	case syntax.OpLiteral:
 		for _, r := range n.Rune {
-			p.parts = append(p.parts, newPart([]rune{r, r}, 1, 1))
+			parts = append(parts, newPart([]rune{r, r}, 1, 1))
 		}
-		return true
+		return parts, true
 	case syntax.OpCharClass, syntax.OpAnyChar, syntax.OpAnyCharNotNL:
-		p.parts = append(p.parts, newPart(classOf(n), 1, 1))
-		return true
+		return append(parts, newPart(classOf(n), 1, 1)), true
 	case syntax.OpStar, syntax.OpPlus, syntax.OpQuest, syntax.OpRepeat:
-		sub := n.Sub[0]
-		if sub.Flags&syntax.FoldCase != 0 {
-			return false
-		}
-		var ranges []rune
-		switch {
-		case sub.Op == syntax.OpLiteral && len(sub.Rune) == 1:
-			ranges = []rune{sub.Rune[0], sub.Rune[0]}
-		case sub.Op == syntax.OpCharClass || sub.Op == syntax.OpAnyChar || sub.Op == syntax.OpAnyCharNotNL:
-			ranges = classOf(sub)
-		default:
-			return false
-		}
 		lo, hi := n.Min, n.Max
 		switch n.Op {
 		case syntax.OpStar:
@@ -140,10 +161,46 @@ func (p *classPattern) add(n *syntax.Regexp) bool {
 		case syntax.OpQuest:
 			lo, hi = 0, 1
 		}
-		p.parts = append(p.parts, newPart(ranges, lo, hi))
-		return true
+		sub := n.Sub[0]
+		if sub.Flags&syntax.FoldCase != 0 {
+			return parts, false
+		}
+		switch {
+		case sub.Op == syntax.OpLiteral && len(sub.Rune) == 1:
+			return append(parts, newPart([]rune{sub.Rune[0], sub.Rune[0]}, lo, hi)), true
+		case sub.Op == syntax.OpCharClass || sub.Op == syntax.OpAnyChar || sub.Op == syntax.OpAnyCharNotNL:
+			return append(parts, newPart(classOf(sub), lo, hi)), true
+		}
+		if !groups {
+			return parts, false
+		}
+		body, ok := addSeq(nil, sub, false)
+		if !ok || len(body) == 0 || body[0].min == 0 {
+			return parts, false
+		}
+		if hi < 0 {
+			hi = math.MaxInt
+		}
+		return append(parts, classPart{group: body, min: lo, max: hi}), true
 	}
-	return false
+	return parts, false
+}
+
+// addSeq appends the parts of n, a concatenation or a single node.
+func addSeq(parts []classPart, n *syntax.Regexp, groups bool) ([]classPart, bool) {
+	if n.Op != syntax.OpConcat {
+		return addParts(parts, n, groups)
+	}
+	if n.Flags&syntax.FoldCase != 0 {
+		return parts, false
+	}
+	for _, s := range n.Sub {
+		var ok bool
+		if parts, ok = addParts(parts, s, groups); !ok {
+			return parts, false
+		}
+	}
+	return parts, true
 }
 
 func classOf(n *syntax.Regexp) []rune {
@@ -157,6 +214,9 @@ func classOf(n *syntax.Regexp) []rune {
 }
 
 func newPart(ranges []rune, lo, hi int) classPart {
+	if hi < 0 {
+		hi = math.MaxInt
+	}
 	p := classPart{ranges: ranges, min: lo, max: hi}
 	for i := 0; i+1 < len(ranges); i += 2 {
 		for r := ranges[i]; r <= ranges[i+1] && r < utf8.RuneSelf; r++ {
@@ -181,11 +241,34 @@ func (p *classPattern) String() string { return p.src.String() }
 
 // MatchString reports whether s matches, as regexp would.
 func (p *classPattern) MatchString(s string) bool {
-	i := 0
-	for k := range p.parts {
-		part := &p.parts[k]
+	i, ok := matchParts(p.parts, s, 0)
+	return ok && (!p.end || i == len(s))
+}
+
+// matchParts matches parts from s[i:]; it returns where the match ends.
+func matchParts(parts []classPart, s string, i int) (int, bool) {
+	for k := range parts {
+		part := &parts[k]
 		n := 0
-		for (part.max < 0 || n < part.max) && i < len(s) {
+		if part.group != nil {
+			// a repetition that does not match ends them where it
+			// started: what follows does not start with its first
+			// character (greedy), so regexp's backtracking would
+			// find no other match
+			for n < part.max {
+				j, ok := matchParts(part.group, s, i)
+				if !ok {
+					break
+				}
+				i = j
+				n++
+			}
+			if n < part.min {
+				return i, false
+			}
+			continue
+		}
+		for n < part.max && i < len(s) {
 			if c := s[i]; c < utf8.RuneSelf {
 				if part.ascii[c>>6]&(1<<(c&63)) == 0 {
 					break
@@ -201,8 +284,8 @@ func (p *classPattern) MatchString(s string) bool {
 			n++
 		}
 		if n < part.min {
-			return false
+			return i, false
 		}
 	}
-	return !p.end || i == len(s)
+	return i, true
 }

@@ -31,6 +31,12 @@ import (
 type schemaCheck struct {
 	always int8 // 1: the schema true; -1: false; 0: the keywords below
 	draft  int
+	// rare: a keyword of those valid checks last, off its common path
+	// (const, enum, $ref, not, allOf, anyOf, oneOf, if)
+	rare bool
+	// refOnly: $ref before 2019-09, beside which only the type, const,
+	// enum and format keywords are checked
+	refOnly bool
 
 	types uint8 // tString... (0: any)
 	cnst  *enumCheck
@@ -43,6 +49,8 @@ type schemaCheck struct {
 	minProps      int  // -1: none
 	maxProps      int
 	props         map[string]*propCheck
+	propTab       *nameTable   // props without hashing, when it has one
+	propList      []*propCheck // by propTab's index
 	reqMask       uint64
 	reqMore       []string // required names past 64
 	patProps      []patternCheck
@@ -109,6 +117,7 @@ type bound struct {
 // a lookup without allocation).
 type enumCheck struct {
 	strs   map[string]struct{}
+	strTab *nameTable // strs without hashing, when it has one
 	others []*scanner // each a tape of one value
 }
 
@@ -245,6 +254,14 @@ func (cc *checkCompiler) compile(s *jsonschema.Schema) *schemaCheck {
 	for prop, sch := range s.DependentSchemas {
 		c.deps = append(c.deps, depCheck{prop: prop, schema: cc.compile(sch), afterDraf: 7})
 	}
+	if c.props != nil {
+		names := slices.Sorted(maps.Keys(c.props))
+		if c.propTab = newNameTable(names); c.propTab != nil {
+			for _, n := range names {
+				c.propList = append(c.propList, c.props[n])
+			}
+		}
+	}
 	c.propertyNames = cc.compile(s.PropertyNames)
 	c.objects = c.minProps >= 0 || c.maxProps >= 0 || c.props != nil || len(c.patProps) > 0 ||
 		c.addl != 0 || len(c.deps) > 0 || c.propertyNames != nil
@@ -317,6 +334,9 @@ func (cc *checkCompiler) compile(s *jsonschema.Schema) *schemaCheck {
 		c.oneOf = append(c.oneOf, cc.compile(sch))
 	}
 	c.ifS, c.thenS, c.elseS = cc.compile(s.If), cc.compile(s.Then), cc.compile(s.Else)
+	c.rare = c.cnst != nil || c.enum != nil || c.ref != nil || c.not != nil || len(c.allOf) > 0 ||
+		len(c.anyOf) > 0 || len(c.oneOf) > 0 || c.ifS != nil
+	c.refOnly = c.ref != nil && c.draft < 2019
 	return c
 }
 
@@ -348,6 +368,9 @@ func (cc *checkCompiler) enum(vals []any) *enumCheck {
 			continue
 		}
 		e.others = append(e.others, sc)
+	}
+	if e.strs != nil {
+		e.strTab = newNameTable(slices.Collect(maps.Keys(e.strs)))
 	}
 	return e
 }
@@ -462,36 +485,14 @@ func (s *scanner) valid(c *schemaCheck, t uint32) bool {
 		return c.always > 0
 	}
 	tk := &s.tape[t]
-	var num decimal
-	numParsed := false
-	if c.types != 0 {
-		bit := kindBit(tk.kind)
-		if c.types&bit == 0 {
-			if tk.kind != kNumber || c.types&tInteger == 0 {
-				return false
-			}
-			num, numParsed = parseDecimal(s.bytes(tk)), true
-			if !num.isInt() {
-				return false
-			}
-		}
+	if c.refOnly {
+		return s.validRef(c, t)
 	}
-	if c.cnst != nil && !s.inEnum(c.cnst, t) {
-		return false
-	}
-	if c.enum != nil && !s.inEnum(c.enum, t) {
+	if c.types != 0 && c.types&kindBits[tk.kind] == 0 && !c.integral(s, tk) {
 		return false
 	}
 	if c.fmt != nil && !c.fmt.valid(s, tk) {
 		return false
-	}
-	if c.ref != nil {
-		if !s.valid(c.ref, t) {
-			return false
-		}
-		if c.draft < 2019 {
-			return true
-		}
 	}
 	switch tk.kind {
 	case kObject:
@@ -507,14 +508,41 @@ func (s *scanner) valid(c *schemaCheck, t uint32) bool {
 			return false
 		}
 	case kNumber:
-		if c.numbers {
-			if !numParsed {
-				num = parseDecimal(s.bytes(tk))
-			}
-			if !c.validNumber(num, s.bytes(tk)) {
-				return false
-			}
+		if c.numbers && !c.validNumber(parseDecimal(s.bytes(tk)), s.bytes(tk)) {
+			return false
 		}
+	}
+	return !c.rare || s.validRare(c, t)
+}
+
+// integral reports whether a value whose kind is not among c's types is
+// an integer c's "integer" takes (1.0 is one).
+func (c *schemaCheck) integral(s *scanner, tk *token) bool {
+	return tk.kind == kNumber && c.types&tInteger != 0 && parseDecimal(s.bytes(tk)).isInt()
+}
+
+// validRef: $ref before 2019-09, with the keywords checked beside it.
+func (s *scanner) validRef(c *schemaCheck, t uint32) bool {
+	tk := &s.tape[t]
+	if c.types != 0 && c.types&kindBits[tk.kind] == 0 && !c.integral(s, tk) {
+		return false
+	}
+	if c.fmt != nil && !c.fmt.valid(s, tk) {
+		return false
+	}
+	return (c.cnst == nil || s.inEnum(c.cnst, t)) && (c.enum == nil || s.inEnum(c.enum, t)) && s.valid(c.ref, t)
+}
+
+// validRare checks the keywords of c that few schemas have.
+func (s *scanner) validRare(c *schemaCheck, t uint32) bool {
+	if c.cnst != nil && !s.inEnum(c.cnst, t) {
+		return false
+	}
+	if c.enum != nil && !s.inEnum(c.enum, t) {
+		return false
+	}
+	if c.ref != nil && !s.valid(c.ref, t) {
+		return false
 	}
 	if c.not != nil && s.valid(c.not, t) {
 		return false
@@ -561,21 +589,9 @@ func (s *scanner) valid(c *schemaCheck, t uint32) bool {
 	return true
 }
 
-func kindBit(k tokKind) uint8 {
-	switch k {
-	case kNull:
-		return tNull
-	case kTrue, kFalse:
-		return tBoolean
-	case kNumber:
-		return tNumber
-	case kString:
-		return tString
-	case kArray:
-		return tArray
-	}
-	return tObject
-}
+// kindBits is the type bit of each token kind.
+var kindBits = [...]uint8{kNull: tNull, kFalse: tBoolean, kTrue: tBoolean, kNumber: tNumber, kString: tString,
+	kArray: tArray, kObject: tObject}
 
 func (s *scanner) validObject(c *schemaCheck, t uint32) bool {
 	count := int(s.tape[t].end)
@@ -589,7 +605,15 @@ func (s *scanner) validObject(c *schemaCheck, t uint32) bool {
 		i = s.tape[val].next
 		name := s.str(&s.tape[key])
 		evaluated := false
-		if p := c.props[name]; p != nil {
+		var p *propCheck
+		if c.propTab != nil {
+			if k := c.propTab.find(name); k >= 0 {
+				p = c.propList[k]
+			}
+		} else {
+			p = c.props[name]
+		}
+		if p != nil {
 			have |= p.bit
 			if p.schema != nil {
 				evaluated = true
@@ -771,6 +795,9 @@ func (c *schemaCheck) validNumber(d decimal, text []byte) bool {
 func (s *scanner) inEnum(e *enumCheck, t uint32) bool {
 	tk := &s.tape[t]
 	if tk.kind == kString {
+		if e.strTab != nil {
+			return e.strTab.find(s.str(tk)) >= 0
+		}
 		_, ok := e.strs[s.str(tk)]
 		return ok
 	}

@@ -154,7 +154,8 @@ var (
 		"P1D", "PT", "P1W", "PT1H2M", "P1Y2M3DT4H5M6S", "P1M2Y", "http://x/y", "/rel", "ex.ample.com", "-bad.com",
 		"é", "\u00e9\u0301", "x\ny", "a\u0000b", "red", "green", "ab", "ABC", "abcd", "1.0.0", "~0/~1", "/a~2"}
 	fuzzPatterns = []string{"^[a-z0-9-]+$", "^[A-Z]{3}-[0-9]+$", "^a", "b$", "^[a-z]*[0-9]?$", "^.{2,3}$",
-		"^[^a]+$", "^\\d{3}$", "^(ab)+$", "^[a-z]+[a-z0-9]$", "^é+$", "^[a-zA-Z_]\\w*$", "a|b", "^x?$", "^$", "^\\S+$"}
+		"^[^a]+$", "^\\d{3}$", "^(ab)+$", "^[a-z]+[a-z0-9]$", "^é+$", "^[a-zA-Z_]\\w*$", "a|b", "^x?$", "^$", "^\\S+$",
+		"^[a-z_]+(,[a-z_]+)*$", "^(ab)*c$", "^([0-9]{3}-)+x$", "^(a[bc]?)*$", "^(x[0-9]+)*", "^(a+b?)*$", "^(é.)?$"}
 	fuzzFormats = []string{"date", "date-time", "time", "email", "hostname", "ipv4", "ipv6", "uuid", "duration",
 		"uri", "uri-reference", "json-pointer", "regex", "int32", "int64", "semver", "idn-email"}
 	fuzzKeys = []string{"a", "b", "c", "foo", "x-y", "é", "a\u0000"}

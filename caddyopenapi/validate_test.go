@@ -2,6 +2,7 @@ package caddyopenapi
 
 import (
 	"io"
+	"math/big"
 	"net/http/httptest"
 	"regexp"
 	"slices"
@@ -12,6 +13,39 @@ import (
 	"go.uber.org/zap"
 	"go.uber.org/zap/zaptest/observer"
 )
+
+// TestParseDecimal: a number of at most 19 digits (read as a uint64)
+// and one read digit by digit have the value big.Rat gives them, in
+// lowest terms (no trailing zero in the mantissa).
+func TestParseDecimal(t *testing.T) {
+	for _, s := range []string{"0", "-0", "0.0", "7", "-7", "10", "1200", "0.5", "-0.50", "1234.56", "199.99",
+		"0.01", "9999999999999999999", "999999999999999999", "-999999999999999999", "10000000000000000000",
+		"1.000000000000000000", "1e2", "-1.5E-3", "123456789012345678901234567890", "0.000000000000000001"} {
+		d := parseDecimal([]byte(s))
+		if !d.fits {
+			if len(s) < 20 {
+				t.Errorf("%s: does not fit", s)
+			}
+			continue
+		}
+		if d.mant != 0 && d.mant%10 == 0 {
+			t.Errorf("%s: mantissa %d has a trailing zero", s, d.mant)
+		}
+		got := new(big.Rat).SetInt(new(big.Int).SetUint64(d.mant))
+		p := new(big.Rat).SetInt(new(big.Int).Exp(big.NewInt(10), big.NewInt(max(d.exp, -d.exp)), nil))
+		if d.exp < 0 {
+			got.Quo(got, p)
+		} else {
+			got.Mul(got, p)
+		}
+		if d.neg {
+			got.Neg(got)
+		}
+		if want := ratOf([]byte(s)); got.Cmp(want) != 0 {
+			t.Errorf("%s: %s, want %s", s, got.RatString(), want.RatString())
+		}
+	}
+}
 
 // TestDecimals: numbers compare and divide exactly, where a float64
 // would not (0.15 is a multiple of 0.01; 0.1 + 0.2 is 0.3).
@@ -275,7 +309,9 @@ func FuzzClassPattern(f *testing.F) {
 // TestClassPatterns: which patterns are matched without regexp.
 func TestClassPatterns(t *testing.T) {
 	for p, want := range map[string]bool{
-		"^[a-z0-9-]+$": true, "^[A-Z]{3}-[0-9]+$": true, "^\\d{3}$": true, "^(ab)+$": false, "a|b": false,
+		"^[a-z0-9-]+$": true, "^[A-Z]{3}-[0-9]+$": true, "^\\d{3}$": true, "^(ab)+$": true, "a|b": false,
+		"^[a-z_]+(,[a-z_]+)*$": true, "^[a-z,]+(,[a-z]+)*$": false, "^(a+b?)*$": false, "^((ab)*c)*$": false,
+		"^(a[bc]?)*$": true, "^(a?b)*$": false,
 		"^[a-z]+[a-z0-9]$": false, "^[a-z]*[0-9]?$": true, "^x": true, "b$": false, "(?i)^a+$": false,
 	} {
 		_, got := fastPattern(regexp.MustCompile(p)).(*classPattern)
