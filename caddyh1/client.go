@@ -251,6 +251,10 @@ type Reuse struct {
 	body body
 	hdr  http.Header
 	vals []string
+	// names are the distinct field names of the head last parsed, in
+	// their order, when there were at most maxNames (nnames; -1: more)
+	names  [maxNames]string
+	nnames int
 
 	// Now, when set, is the caller's reading of the clock for this
 	// request (the fast path reads it once per request): the round trip
@@ -259,6 +263,34 @@ type Reuse struct {
 	// is at most the request's age behind: an idle connection looks that
 	// much older (closed that much sooner), a poll comes that much sooner.
 	Now time.Time
+}
+
+// maxNames is how many distinct field names of a response head Reuse
+// lists (Names).
+const maxNames = 16
+
+// Names returns the distinct field names of res's head, in the order they
+// came, when res is ru's response and its head had at most 16 distinct
+// names (ok false otherwise): a caller that must visit the header's
+// fields reads them here rather than iterating the map. Trailer and
+// Transfer-Encoding may be listed though not in res.Header (the transport
+// takes them).
+func (ru *Reuse) Names(res *http.Response) (names []string, ok bool) {
+	if ru == nil || res != &ru.res || ru.nnames < 0 {
+		return nil, false
+	}
+	return ru.names[:ru.nnames], true
+}
+
+// TakeHeader gives the caller res's header map (ru's: res must be ru's
+// response), which is the caller's from now on; ru takes h in exchange
+// and fills it with the next response's fields. res.Header stays the
+// taken map. Its values stay valid until the next response is read into
+// ru.
+func (ru *Reuse) TakeHeader(res *http.Response, h http.Header) http.Header {
+	taken := ru.hdr
+	ru.hdr = h
+	return taken
 }
 
 // now is the caller's clock reading, or the clock's.

@@ -122,6 +122,17 @@ func parseHead(b []byte, h *head, ru *Reuse) error {
 	}
 	var clSeen, teSeen bool
 	var teValue string
+	// the names met so far, for the first few: a name not among them is
+	// new, and goes into the map without a lookup first (a head's fields
+	// are mostly distinct; the lookup was 1.5% of a proxied request's
+	// instructions, callgrind)
+	var local [maxNames]string
+	seen := local[:]
+	if ru != nil {
+		seen = ru.names[:]
+		ru.nnames = -1 // (until the head is parsed whole)
+	}
+	nseen := 0
 	pos := eol + 2
 	for pos < len(s) {
 		eol = indexCRLF(s, pos)
@@ -133,20 +144,13 @@ func parseHead(b []byte, h *head, ru *Reuse) error {
 		if line[0] == ' ' || line[0] == '\t' {
 			return headErr("obs-fold (a line continued with whitespace)")
 		}
-		colon := -1
-		for i := 0; i < len(line); i++ {
-			if line[i] == ':' {
-				colon = i
-				break
-			}
-			if !h1wire.IsTokenByte(line[i]) {
-				return headErr("invalid byte %#x in field name %q", line[i], truncate(line))
-			}
+		key, colon, bad := h1wire.FieldName(line)
+		if bad >= 0 {
+			return headErr("invalid byte %#x in field name %q", line[bad], truncate(line))
 		}
 		if colon <= 0 {
 			return headErr("field line without a name and colon: %q", truncate(line))
 		}
-		key := h1wire.CanonicalKey(line[:colon])
 		value := h1wire.TrimOWS(line[colon+1:])
 
 		switch key {
@@ -177,8 +181,26 @@ func parseHead(b []byte, h *head, ru *Reuse) error {
 			}
 			continue // not forwarded as a field; http.Response.Trailer holds the names
 		}
-		if old, ok := h.header[key]; ok {
-			h.header[key] = append(old, value)
+		dup := false
+		if nseen < len(seen) {
+			for _, k := range seen[:nseen] {
+				if k == key {
+					dup = true
+					break
+				}
+			}
+			if !dup {
+				seen[nseen] = key
+				nseen++
+			}
+		} else {
+			_, dup = h.header[key]
+			if !dup {
+				nseen = len(seen) + 1 // more names than seen holds
+			}
+		}
+		if dup {
+			h.header[key] = append(h.header[key], value)
 			continue
 		}
 		vals[0] = value
@@ -186,6 +208,9 @@ func parseHead(b []byte, h *head, ru *Reuse) error {
 		vals = vals[1:]
 	}
 
+	if ru != nil && nseen <= len(seen) {
+		ru.nnames = nseen
+	}
 	if h.minor == 0 && h.header["Connection"] == nil {
 		h.close = true // HTTP/1.0 without keep-alive
 	}

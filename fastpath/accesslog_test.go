@@ -53,12 +53,25 @@ http://a.example:%[2]d, http://a.example:%[3]d {
 	log_skip /skip/*
 	log_append x_name {http.request.header.X-Name}
 	log_append @post early_body {http.request.body}
+	log_append up_conn {http.reverse_proxy.header.Connection}
+	log_append up_keepalive {http.reverse_proxy.header.Keep-Alive}
+	log_append up_altsvc {http.reverse_proxy.header.Alt-Svc}
+	log_append up_via {http.reverse_proxy.header.Via}
+	log_append up_x {http.reverse_proxy.header.X-Up}
+	log_append up_type {http.reverse_proxy.header.Content-Type}
 	log_name /renamed/* other
 	log_level /quiet/* DEBUG
 	@post method POST
 	handle /up/* {
 		reverse_proxy %[6]s {
 			transport h1
+		}
+	}
+	handle /down/* {
+		reverse_proxy %[6]s {
+			transport h1
+			header_down X-Up changed
+			header_down -Content-Type
 		}
 	}
 	handle /err/* {
@@ -121,6 +134,13 @@ func testAccessLog(t *testing.T, serverOpts string, client func() *http.Client) 
 		{Method: "HEAD", Path: "/hello", Header: a(nil)},
 		{Method: "POST", Path: "/up/echo", Header: a(http.Header{"Content-Type": {"text/plain"}}), Body: body("posted body"), Length: 11},
 		{Method: "POST", Path: "/up/chunked", Header: a(nil), Body: body("chunked body"), Length: -1},
+		// hop-by-hop fields and a Via from the upstream: the fast path
+		// hands the upstream's header map to the client's writer; the
+		// placeholders still read the upstream's head
+		{Method: "GET", Path: "/up/hop", Header: a(nil)},
+		// header_down changes the fields the client gets, not the
+		// placeholders
+		{Method: "GET", Path: "/down/hop", Header: a(nil)},
 		{Method: "GET", Path: "/err/x", Header: a(nil)},
 		{Method: "GET", Path: "/none/x", Header: a(nil)},
 		// (a body the handler does not read: the server drains it, which

@@ -137,7 +137,13 @@ func newEchoUpstream(t *testing.T) *echoUpstream {
 		out := strings.NewReplacer(fmt.Sprint(plainPort), "PORT", fmt.Sprint(fastPort), "PORT").Replace(b.String())
 		b.Reset()
 		b.WriteString(out)
-		return difftest.Reply(c, fmt.Sprintf("HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nContent-Length: %d\r\n\r\n%s", b.Len(), b.String()))
+		extra := ""
+		if strings.Contains(req.RequestURI, "/hop") {
+			// hop-by-hop fields (reverse_proxy's list) and a Via of its
+			// own: what the client gets, and what the placeholders say
+			extra = "Connection: keep-alive\r\nKeep-Alive: timeout=5\r\nAlt-Svc: h3=\":1\"\r\nVia: 1.1 up\r\nX-Up: 1\r\n"
+		}
+		return difftest.Reply(c, fmt.Sprintf("HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\n%sContent-Length: %d\r\n\r\n%s", extra, b.Len(), b.String()))
 	})
 	return e
 }

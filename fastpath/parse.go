@@ -272,26 +272,24 @@ func fieldLine(line string) (name, value string, bad *badRequest) {
 	if line[0] == ' ' || line[0] == '\t' {
 		return "", "", refuse("obs-fold (a field line continued with whitespace)")
 	}
-	colon, space := -1, false
-	for i := 0; i < len(line); i++ {
-		c := line[i]
-		if c == ':' {
-			colon = i
-			break
+	name, colon, at := h1wire.FieldName(line)
+	if at >= 0 {
+		// a space before the colon gets net/http's public words, unless
+		// another byte no token may hold comes before the colon
+		for i := at; i < len(line) && line[i] != ':'; i++ {
+			if c := line[i]; c != ' ' && !h1wire.IsTokenByte(c) {
+				return "", "", refuse("invalid header name")
+			}
 		}
-		if c == ' ' {
-			space = true // (net/http names this one)
-		} else if !h1wire.IsTokenByte(c) {
+		if strings.IndexByte(line, ':') < 0 {
 			return "", "", refuse("invalid header name")
 		}
+		return "", "", refusePublic("invalid header name")
 	}
 	if colon <= 0 {
 		return "", "", refuse("invalid header name")
 	}
-	if space {
-		return "", "", refusePublic("invalid header name")
-	}
-	return h1wire.CanonicalKey(line[:colon]), h1wire.TrimOWS(line[colon+1:]), nil
+	return name, h1wire.TrimOWS(line[colon+1:]), nil
 }
 
 // seenFields is what the fields of one head said about its framing.

@@ -112,6 +112,58 @@ func ParseDigits(v string) (int64, bool) {
 	return n, true
 }
 
+// the classes of a byte in a field line's name (nameClass)
+const (
+	nameBad   = iota // not a token byte
+	nameOther        // a token byte that is not a letter
+	nameLower
+	nameUpper
+	nameColon
+)
+
+var nameClass = func() (t [256]uint8) {
+	for c := range t {
+		switch {
+		case 'a' <= c && c <= 'z':
+			t[c] = nameLower
+		case 'A' <= c && c <= 'Z':
+			t[c] = nameUpper
+		case c == ':':
+			t[c] = nameColon
+		case tokenTable[c]:
+			t[c] = nameOther
+		}
+	}
+	return t
+}()
+
+// FieldName scans a field line up to its colon in one pass: it returns
+// the name (line up to the colon) in canonical form, as CanonicalKey
+// would, and the colon's index; or, at the first byte before any colon
+// that a token may not hold, bad as that byte's index (colon -1). colon
+// and bad are both -1 when the line has no colon and only token bytes.
+func FieldName(line string) (name string, colon, bad int) {
+	canonical, upper := true, true
+	for i := 0; i < len(line); i++ {
+		c := line[i]
+		switch nameClass[c] {
+		case nameColon:
+			if canonical {
+				return line[:i], i, -1
+			}
+			return canonicalSlow(line[:i]), i, -1
+		case nameBad:
+			return "", -1, i
+		case nameLower:
+			canonical = canonical && !upper
+		case nameUpper:
+			canonical = canonical && upper
+		}
+		upper = c == '-'
+	}
+	return "", -1, -1
+}
+
 // CanonicalKey returns the canonical form of a field name made of token
 // bytes, as textproto.CanonicalMIMEHeaderKey would, without allocating
 // when the name is already canonical or is a common one.

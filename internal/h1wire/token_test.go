@@ -1,6 +1,7 @@
 package h1wire
 
 import (
+	"net/textproto"
 	"strings"
 	"testing"
 
@@ -85,4 +86,35 @@ func BenchmarkValidFieldValue(b *testing.B) {
 	for b.Loop() {
 		ValidFieldValue("Mozilla/5.0 (X11; Linux x86_64) Gecko/20100101")
 	}
+}
+
+// FuzzFieldName checks FieldName's one pass against the two it replaces:
+// a byte loop to the colon with IsTokenByte, then net/textproto's
+// canonical form of the name.
+func FuzzFieldName(f *testing.F) {
+	for _, s := range []string{"Content-Type: a", "content-type:", "X-ABC-def: 1", "a b: c", "x\x00: y", ":v", "noColon", "ÄÖ: x", "x-:", "-a:", "Te:"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, line string) {
+		wantColon, wantBad := -1, -1
+		for i := 0; i < len(line); i++ {
+			if line[i] == ':' {
+				wantColon = i
+				break
+			}
+			if !IsTokenByte(line[i]) {
+				wantBad = i
+				break
+			}
+		}
+		name, colon, bad := FieldName(line)
+		if colon != wantColon || bad != wantBad {
+			t.Fatalf("FieldName(%q): colon %d bad %d, want %d %d", line, colon, bad, wantColon, wantBad)
+		}
+		if colon >= 0 {
+			if want := textproto.CanonicalMIMEHeaderKey(line[:colon]); name != want && colon > 0 {
+				t.Fatalf("FieldName(%q) = %q, want %q", line, name, want)
+			}
+		}
+	})
 }
