@@ -156,7 +156,9 @@ func TestCaddyfileExampleRuns(t *testing.T) {
 }
 
 // waitFor polls url (with token, if any) until it answers status.
-func waitFor(t testing.TB, url, token string, status int, within time.Duration, logs func() string) {
+// waitFor polls url until it answers status; it returns how many answers
+// (of any status) it got.
+func waitFor(t testing.TB, url, token string, status int, within time.Duration, logs func() string) (answers int) {
 	t.Helper()
 	deadline := time.Now().Add(within)
 	last := -1
@@ -170,8 +172,9 @@ func waitFor(t testing.TB, url, token string, status int, within time.Duration, 
 			io.Copy(io.Discard, resp.Body)
 			resp.Body.Close()
 			last = resp.StatusCode
+			answers++
 			if last == status {
-				return
+				return answers
 			}
 		}
 		if time.Now().After(deadline) {
