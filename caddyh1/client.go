@@ -326,6 +326,9 @@ func (c *Client) RoundTripReuse(req *http.Request, network, addr string, ru *Reu
 		if err == nil {
 			return res, nil
 		}
+		if rf, ok := err.(*refusedField); ok {
+			return nil, rf.err
+		}
 		// A kept-alive connection that the upstream closed before answering
 		// fails at once; send an idempotent request once more on a new one.
 		if attempt == 0 && cn.reused && cn.nothingReceived() && wr.replayable && !wr.bodyRead && ctx.Err() == nil {
@@ -658,6 +661,9 @@ func (cn *conn) roundTrip(req *http.Request, wr *writtenRequest, ru *Reuse) (*ht
 	}
 	if err := wr.write(cn.bw, req); err != nil {
 		cn.done(false)
+		if _, ok := err.(*refusedField); ok {
+			return nil, err
+		}
 		if ctxErr := ctx.Err(); ctxErr != nil {
 			return nil, ctxErr
 		}

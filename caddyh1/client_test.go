@@ -491,6 +491,27 @@ func TestRequestRefused(t *testing.T) {
 	if n := u.Requests.Load(); n != 0 {
 		t.Fatalf("the upstream received %d requests", n)
 	}
+	// a refused field on a kept-alive connection: refused once, not sent
+	// again on another connection
+	req, _ := http.NewRequest("GET", "http://"+u.Addr()+"/", nil)
+	res, err := c.RoundTrip(req, "tcp", u.Addr())
+	if err != nil {
+		t.Fatal(err)
+	}
+	io.Copy(io.Discard, res.Body)
+	res.Body.Close()
+	before := c.Stats()
+	req, _ = http.NewRequest("GET", "http://"+u.Addr()+"/", nil)
+	req.Header["X-A"] = []string{"a\r\nX-Injected: 1"}
+	if _, err := c.RoundTrip(req, "tcp", u.Addr()); err == nil || !strings.Contains(err.Error(), `invalid header field value for "X-A"`) {
+		t.Fatalf("error %v, want the field named", err)
+	}
+	if st := c.Stats(); st.Retries != before.Retries || st.Dials != before.Dials {
+		t.Fatalf("refused request: retries %d -> %d, dials %d -> %d", before.Retries, st.Retries, before.Dials, st.Dials)
+	}
+	if n := u.Requests.Load(); n != 1 {
+		t.Fatalf("the upstream received %d requests, want 1", n)
+	}
 }
 
 func TestInformationalResponses(t *testing.T) {

@@ -53,9 +53,8 @@ func (wr *writtenRequest) check(req *http.Request) error {
 			return fmt.Errorf("invalid byte %#x in the request's query", c)
 		}
 	}
-	if err := checkFields(req.Header, "header field"); err != nil {
-		return err
-	}
+	// (the header fields are checked as write writes them: one pass over
+	// the map, not two)
 	wr.hasBody = req.Body != nil && req.Body != http.NoBody && req.ContentLength != 0
 	switch {
 	case !wr.hasBody:
@@ -82,17 +81,32 @@ func (wr *writtenRequest) check(req *http.Request) error {
 	return nil
 }
 
+// refusedField is a header field write refused before sending the request:
+// the request is not sent again (RoundTripReuse returns err).
+type refusedField struct{ err error }
+
+func (e *refusedField) Error() string { return e.err.Error() }
+
+// checkField refuses a field name that is not a token, or a value with a
+// byte a field value cannot hold.
+func checkField(k string, vv []string, what string) error {
+	if !h1wire.ValidToken(k) {
+		return fmt.Errorf("invalid %s name %q", what, k)
+	}
+	for _, v := range vv {
+		if !h1wire.ValidFieldValue(v) {
+			return fmt.Errorf("invalid %s value for %q", what, k)
+		}
+	}
+	return nil
+}
+
 // checkFields refuses a name that is not a token, or a value with a byte
 // that could end the field (CR, LF, NUL or another control byte).
 func checkFields(h http.Header, what string) error {
 	for k, vv := range h {
-		if !h1wire.ValidToken(k) {
-			return fmt.Errorf("invalid %s name %q", what, k)
-		}
-		for _, v := range vv {
-			if !h1wire.ValidFieldValue(v) {
-				return fmt.Errorf("invalid %s value for %q", what, k)
-			}
+		if err := checkField(k, vv, what); err != nil {
+			return err
 		}
 	}
 	return nil
@@ -105,7 +119,10 @@ func headerValue(h http.Header, k string) string {
 	return ""
 }
 
-// write writes the request head and body to bw and flushes it.
+// write writes the request head and body to bw and flushes it. A header
+// field that checkField refuses ends it with a *refusedField before the
+// head is complete (a head longer than bw's buffer may have been partly
+// sent: the caller closes the connection).
 func (wr *writtenRequest) write(bw *bufio.Writer, req *http.Request) error {
 	bw.WriteString(wr.method)
 	bw.WriteByte(' ')
@@ -114,6 +131,9 @@ func (wr *writtenRequest) write(bw *bufio.Writer, req *http.Request) error {
 	bw.WriteString(wr.host)
 	bw.WriteString("\r\n")
 	for k, vv := range req.Header {
+		if err := checkField(k, vv, "header field"); err != nil {
+			return &refusedField{err}
+		}
 		switch k {
 		case "Host", "Content-Length", "Transfer-Encoding", "Trailer":
 			continue // the transport's own framing

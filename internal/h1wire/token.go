@@ -143,6 +143,56 @@ var nameClass = func() (t [256]uint8) {
 // that a token may not hold, bad as that byte's index (colon -1). colon
 // and bad are both -1 when the line has no colon and only token bytes.
 func FieldName(line string) (name string, colon, bad int) {
+	i := strings.IndexByte(line, ':')
+	if i < 0 {
+		return fieldNameSlow(line)
+	}
+	// one table load and two bit operations a byte: acc collects the
+	// bytes no token holds, a lower-case letter at a word's start (after
+	// the start or a '-') and an upper-case one elsewhere
+	acc, prev := uint8(0), uint8(nameBitDash)
+	for _, c := range []byte(line[:i]) {
+		t := nameBits[c]
+		acc |= t & (nameBitBad | nameBitUpper>>(prev>>3))
+		prev = t
+	}
+	switch {
+	case acc == 0:
+		return line[:i], i, -1
+	case acc&nameBitBad != 0:
+		return fieldNameSlow(line)
+	}
+	return canonicalSlow(line[:i]), i, -1
+}
+
+// the bits of a byte in a field name (nameBits): nameBitUpper>>1 is
+// nameBitLower, and nameBitDash is the highest
+const (
+	nameBitBad   = 1 << iota // not a token byte
+	nameBitLower             // a-z
+	nameBitUpper             // A-Z
+	nameBitDash              // '-'
+)
+
+var nameBits = func() (t [256]uint8) {
+	for c := range t {
+		switch {
+		case 'a' <= c && c <= 'z':
+			t[c] = nameBitLower
+		case 'A' <= c && c <= 'Z':
+			t[c] = nameBitUpper
+		case c == '-':
+			t[c] = nameBitDash
+		case !tokenTable[c]:
+			t[c] = nameBitBad
+		}
+	}
+	return t
+}()
+
+// fieldNameSlow is FieldName a byte at a time, for the lines with no
+// colon or with a byte no token holds before it.
+func fieldNameSlow(line string) (name string, colon, bad int) {
 	canonical, upper := true, true
 	for i := 0; i < len(line); i++ {
 		c := line[i]
