@@ -198,6 +198,8 @@ var framingCases = []framingCase{
 	{name: "Pragma: no-cache", raw: "GET /a HTTP/1.1\r\n" + h + "Pragma: no-cache\r\n\r\n"},
 	{name: "hop-by-hop fields", raw: "GET /a HTTP/1.1\r\n" + h + "Connection: X-Hop, keep-alive\r\nX-Hop: 1\r\nKeep-Alive: 5\r\nTe: trailers, gzip\r\nProxy-Authorization: x\r\n\r\n"},
 	{name: "X-Forwarded-* from the client", raw: "GET /a HTTP/1.1\r\n" + h + "X-Forwarded-For: 1.2.3.4\r\nX-Forwarded-Host: evil\r\nX-Forwarded-Proto: https\r\nVia: 1.1 other\r\n\r\n"},
+	{name: "Connection names X-Forwarded-For, Via and User-Agent", raw: "GET /a HTTP/1.1\r\n" + h + "Connection: X-Forwarded-For, via, User-Agent\r\nX-Forwarded-For: 1.2.3.4\r\nVia: 1.1 other\r\nUser-Agent: ua/1\r\n\r\n"},
+	{name: "User-Agent and one X-Forwarded field from the client", raw: "GET /a HTTP/1.1\r\n" + h + "User-Agent: ua/1\r\nX-Forwarded-Host: evil\r\n\r\n"},
 	{name: "empty field value", raw: "GET /a HTTP/1.1\r\n" + h + "X-Empty:\r\nX-Sp:   \r\n\r\n"},
 	{name: "obs-text in a value", raw: "GET /a HTTP/1.1\r\n" + h + "X-Latin: caf\xe9\r\n\r\n"},
 	{name: "query and escapes", raw: "GET /a%20b/%2F?q=%41&&x HTTP/1.1\r\n" + h + "\r\n"},
