@@ -173,6 +173,13 @@ func hammer(t testing.TB, gws []*gateway, p *Plan, consumer string, conc int, st
 // consumer, eight concurrent clients on each: together they admit exactly
 // the quota (the leases never grant more than is left, and what one
 // gateway does not use another gets), and the fleet's usage says so.
+//
+// The clients stop once every gateway has read the counts with the
+// window's tokens all taken and holds none (spent), not after a fixed
+// time: the last tokens go in leases of one or two (a lease is at most
+// half of a gateway's share of what is left), each after the others
+// read the one before, so on a loaded machine the last 50 took 2-3 s
+// where the rest took 0.1 s, and a 4 s run admitted 549.
 func TestFleetExact(t *testing.T) {
 	busyloop.Start(t)
 	c := natstest.StartCluster(t, 3)
@@ -188,8 +195,25 @@ func TestFleetExact(t *testing.T) {
 	}
 	p := mustPlan(t, "free", "600/day", "5000/month")
 	stop := make(chan struct{})
-	time.AfterFunc(4*time.Second, func() { close(stop) })
+	spent := make(chan string, 1)
+	go func() {
+		defer close(stop)
+		deadline := time.Now().Add(60 * time.Second)
+		for {
+			msg := windowSpent(gws, p, "alice", Day)
+			if msg == "" || time.Now().After(deadline) {
+				spent <- msg
+				return
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+	}()
+	began := time.Now()
 	got := hammer(t, gws, p, "alice", 8, stop)
+	t.Logf("admitted %v in %s", got, time.Since(began).Round(time.Millisecond))
+	if msg := <-spent; msg != "" {
+		t.Fatalf("the day's tokens not spent after 60 s (admitted %v = %d): %s", got, burst.Sum(got), msg)
+	}
 	if burst.Sum(got) != 600 {
 		t.Fatalf("admitted %v = %d, want exactly 600", got, burst.Sum(got))
 	}
@@ -205,6 +229,25 @@ func TestFleetExact(t *testing.T) {
 		}
 		return ""
 	})
+}
+
+// windowSpent reports why window u of consumer on p is not spent yet
+// ("" once it is): every gateway's last read found the fleet's tokens all
+// taken, and it holds none. No gateway can admit more of it then.
+func windowSpent(gws []*gateway, p *Plan, consumer string, u Unit) string {
+	for _, g := range gws {
+		sl := g.store.lookup(p.Name, consumer)
+		if sl == nil {
+			return "gateway " + g.name + " has no count yet"
+		}
+		sl.mu.Lock()
+		exhausted := sl.fl.known[u].exhausted
+		sl.mu.Unlock()
+		if left := g.store.lease(sl.idx, u).left.Load(); !exhausted || left > 0 {
+			return fmt.Sprintf("gateway %s: fleet exhausted as last read %v, tokens in hand %d", g.name, exhausted, left)
+		}
+	}
+	return ""
 }
 
 func waitFor(t testing.TB, what string, d time.Duration, cond func() string) {
