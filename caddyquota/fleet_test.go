@@ -180,6 +180,13 @@ func hammer(t testing.TB, gws []*gateway, p *Plan, consumer string, conc int, st
 // half of a gateway's share of what is left), each after the others
 // read the one before, so on a loaded machine the last 50 took 2-3 s
 // where the rest took 0.1 s, and a 4 s run admitted 549.
+//
+// Exactness is the claim while NATS answers. On a machine loaded enough
+// (load average 50 on 2 cores) an operation got no answer within its 2 s
+// and the gateway decided alone, as it must: fail_open then admitted on
+// (3.4 million). So the gateways are fail_closed, and a run in which a
+// gateway lost the counts is held to the outage bound instead, (gateways
+// - 1) x max_lease over the quota, and says so.
 func TestFleetExact(t *testing.T) {
 	busyloop.Start(t)
 	c := natstest.StartCluster(t, 3)
@@ -190,15 +197,19 @@ func TestFleetExact(t *testing.T) {
 		// fail_open then admits on: on a loaded machine a lease took more
 		// than 500 ms once and the fleet admitted 358,467. Exactness is a
 		// healthy fleet's, so the wait here is longer than any such stall.)
-		gws = append(gws, startGateway(t, c.URL(), name, t.TempDir(), fleetOpts{loc: loc, leaseWait: 10 * time.Second}))
+		gws = append(gws, startGateway(t, c.URL(), name, t.TempDir(), fleetOpts{loc: loc, leaseWait: 10 * time.Second, failClosed: true}))
 		gws[len(gws)-1].ready(t)
+	}
+	downBefore := make([]int64, len(gws))
+	for i, g := range gws {
+		downBefore[i] = g.fleet.lastDown.Load()
 	}
 	p := mustPlan(t, "free", "600/day", "5000/month")
 	stop := make(chan struct{})
 	spent := make(chan string, 1)
 	go func() {
 		defer close(stop)
-		deadline := time.Now().Add(60 * time.Second)
+		deadline := time.Now().Add(120 * time.Second)
 		for {
 			msg := windowSpent(gws, p, "alice", Day)
 			if msg == "" || time.Now().After(deadline) {
@@ -212,10 +223,22 @@ func TestFleetExact(t *testing.T) {
 	got := hammer(t, gws, p, "alice", 8, stop)
 	t.Logf("admitted %v in %s", got, time.Since(began).Round(time.Millisecond))
 	if msg := <-spent; msg != "" {
-		t.Fatalf("the day's tokens not spent after 60 s (admitted %v = %d): %s", got, burst.Sum(got), msg)
+		t.Fatalf("the day's tokens not spent after 120 s (admitted %v = %d): %s", got, burst.Sum(got), msg)
 	}
-	if burst.Sum(got) != 600 {
-		t.Fatalf("admitted %v = %d, want exactly 600", got, burst.Sum(got))
+	var lost []string
+	for i, g := range gws {
+		if g.fleet.lastDown.Load() != downBefore[i] {
+			lost = append(lost, g.name)
+		}
+	}
+	admitted := burst.Sum(got)
+	switch bound := int64(600 + (len(gws)-1)*50); {
+	case len(lost) > 0 && admitted > bound:
+		t.Fatalf("admitted %v = %d; gateways %v lost the counts meanwhile: over the outage bound %d", got, admitted, lost, bound)
+	case len(lost) > 0:
+		t.Logf("gateways %v lost the counts meanwhile (no answer in time): admitted %d, the outage bound %d applies, not exactness", lost, admitted, bound)
+	case admitted != 600:
+		t.Fatalf("admitted %v = %d, want exactly 600", got, admitted)
 	}
 	// every gateway reports the fleet's usage once it has written its own
 	today := gws[0].store.Calendar().Day(time.Now()).ID
@@ -224,7 +247,7 @@ func TestFleetExact(t *testing.T) {
 		if err != nil {
 			return err.Error()
 		}
-		if len(u) != 1 || u[0].Admitted != 600 || u[0].Refused == 0 {
+		if len(u) != 1 || u[0].Admitted != admitted || u[0].Refused == 0 {
 			return fmt.Sprintf("%+v", u)
 		}
 		return ""
