@@ -112,31 +112,6 @@ func ParseDigits(v string) (int64, bool) {
 	return n, true
 }
 
-// the classes of a byte in a field line's name (nameClass)
-const (
-	nameBad   = iota // not a token byte
-	nameOther        // a token byte that is not a letter
-	nameLower
-	nameUpper
-	nameColon
-)
-
-var nameClass = func() (t [256]uint8) {
-	for c := range t {
-		switch {
-		case 'a' <= c && c <= 'z':
-			t[c] = nameLower
-		case 'A' <= c && c <= 'Z':
-			t[c] = nameUpper
-		case c == ':':
-			t[c] = nameColon
-		case tokenTable[c]:
-			t[c] = nameOther
-		}
-	}
-	return t
-}()
-
 // FieldName scans a field line up to its colon in one pass: it returns
 // the name (line up to the colon) in canonical form, as CanonicalKey
 // would, and the colon's index; or, at the first byte before any colon
@@ -196,17 +171,18 @@ func fieldNameSlow(line string) (name string, colon, bad int) {
 	canonical, upper := true, true
 	for i := 0; i < len(line); i++ {
 		c := line[i]
-		switch nameClass[c] {
-		case nameColon:
+		if c == ':' {
 			if canonical {
 				return line[:i], i, -1
 			}
 			return canonicalSlow(line[:i]), i, -1
-		case nameBad:
+		}
+		switch nameBits[c] {
+		case nameBitBad:
 			return "", -1, i
-		case nameLower:
+		case nameBitLower:
 			canonical = canonical && !upper
-		case nameUpper:
+		case nameBitUpper:
 			canonical = canonical && upper
 		}
 		upper = c == '-'
