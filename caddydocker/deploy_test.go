@@ -383,7 +383,7 @@ func rollingRestart(t *testing.T, m rollMode, fast bool) {
 // Nothing else could drain it within the wait: the replica serves for
 // drain after SIGTERM (no die event), and the resync is 5m. The wait is
 // no time limit on the gateway: it counts from the `podman stop` command,
-// which takes seconds to signal on a loaded machine (0.4-8.3 s in 20 runs
+// which takes seconds to signal on a loaded machine (0.4-8.3 s in 18 runs
 // at a load average of 20-25; a 4 s limit here failed a CI run). The
 // gateway's own delay, from the replica's SIGTERM to its leaving the pool,
 // is logged: -0.5 to +0.8 s in those runs (negative: Podman marks the
