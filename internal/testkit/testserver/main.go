@@ -16,7 +16,10 @@
 // it exits at once. With DRAIN=<duration> in its environment it behaves as
 // docs/caddydocker.md advises a service to: it keeps serving for DRAIN (the
 // gateway takes it out of the pool meanwhile), then stops accepting,
-// finishes the requests in flight and exits.
+// finishes the requests in flight and exits. While it drains, its answers
+// carry X-Draining-Since: the time the signal arrived (RFC 3339, to the
+// nanosecond), so a test can tell when a stop really began (a `podman
+// stop` takes seconds to start on a loaded machine).
 package main
 
 import (
@@ -70,6 +73,7 @@ func main() {
 		delay = d
 	}
 	var sick atomic.Bool
+	var drainingSince atomic.Pointer[string]
 	mux := http.NewServeMux()
 	mux.Handle("/ws", websocket.Handler(func(c *websocket.Conn) {
 		for {
@@ -96,6 +100,9 @@ func main() {
 			time.Sleep(delay)
 		}
 		w.Header().Set("X-Served-By", name)
+		if since := drainingSince.Load(); since != nil {
+			w.Header().Set("X-Draining-Since", *since)
+		}
 		w.WriteHeader(status)
 		fmt.Fprintf(w, "%s %s", name, r.URL.Path)
 	})
@@ -107,6 +114,8 @@ func main() {
 		if drain <= 0 {
 			os.Exit(0)
 		}
+		since := time.Now().Format(time.RFC3339Nano)
+		drainingSince.Store(&since)
 		time.Sleep(drain)
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 		defer cancel()
