@@ -3,7 +3,6 @@ package fastpath
 import (
 	"bufio"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -42,10 +41,60 @@ func (r rawResult) String() string {
 	return b.String()
 }
 
-// rawExchange writes raw to 127.0.0.1:port, then reads responses (HEAD
-// requests are named in heads, in order) until the server closes or stays
-// quiet for quiet.
+// rawExchange writes raw to 127.0.0.1:port and reads what the server
+// answers by its framing, never by a quiet spell: a stall on a loaded
+// machine delays an answer but does not change it. raw holds
+// rawRequests(raw) requests (HEAD requests are named in heads, in the
+// order of the responses); it reads responses, with answerWait for each,
+// until every request has a final response or the server closes. Then,
+// if the connection is still open, a probe request tells whether the
+// server keeps it open (the probe is answered) or is closing it (the
+// probe meets the close); when the last response says it closes, it waits
+// for the close. A server that neither answers a request nor closes
+// within answerWait fails the test: a case whose server legitimately waits
+// for more of a request uses rawExchangeWaiting.
 func rawExchange(t *testing.T, port int, raw string, heads ...bool) rawResult {
+	t.Helper()
+	return rawExchangeFramed(t, port, raw, heads, false)
+}
+
+// rawExchangeWaiting is rawExchange for a raw whose last request is
+// incomplete (a body shorter than its Content-Length): a server that reads
+// it as sent answers nothing and waits for the rest, so only there does a
+// quiet spell of quietWait, with no answer and no close, stand for "holds
+// the connection open".
+func rawExchangeWaiting(t *testing.T, port int, raw string, heads ...bool) rawResult {
+	t.Helper()
+	return rawExchangeFramed(t, port, raw, heads, true)
+}
+
+const (
+	// answerWait: how long a server may take over one answer, or over a
+	// close it announced, on a loaded machine; only a failing case waits
+	// that long.
+	answerWait = 10 * time.Second
+	// quietWait: what rawExchangeWaiting takes for "holds the connection
+	// open without answering".
+	quietWait = 400 * time.Millisecond
+	// probeTarget: the request rawExchange sends once every request has
+	// its answer (the echo upstream's targets leave it out)
+	probeTarget = "/framing-probe"
+)
+
+// rawRequests counts the requests in raw: its request lines, the lines
+// with an HTTP version (" HTTP/", in any case). No request has an answer
+// without one, so a server answers at most that many (besides 1xx).
+func rawRequests(raw string) int {
+	n := 0
+	for _, line := range strings.Split(raw, "\n") {
+		if strings.Contains(strings.ToUpper(line), " HTTP/") {
+			n++
+		}
+	}
+	return n
+}
+
+func rawExchangeFramed(t *testing.T, port int, raw string, heads []bool, waits bool) rawResult {
 	t.Helper()
 	c, err := net.Dial("tcp", fmt.Sprintf("127.0.0.1:%d", port))
 	if err != nil {
@@ -57,54 +106,89 @@ func rawExchange(t *testing.T, port int, raw string, heads ...bool) rawResult {
 	}
 	br := bufio.NewReader(c)
 	var out rawResult
-	for i := 0; ; i++ {
-		c.SetReadDeadline(time.Now().Add(400 * time.Millisecond))
+	want := rawRequests(raw)
+	for final := 0; final < want || waits; {
+		wait := answerWait
+		if waits {
+			wait = quietWait
+		}
+		c.SetReadDeadline(time.Now().Add(wait))
 		method := "GET"
-		if i < len(heads) && heads[i] {
+		if i := len(out.Responses); i < len(heads) && heads[i] {
 			method = "HEAD"
 		}
 		res, err := http.ReadResponse(br, &http.Request{Method: method})
 		if err != nil {
-			var ne net.Error
-			switch {
-			case errors.As(err, &ne) && ne.Timeout():
-				out.Closed = false
-			default:
-				out.Closed = true // EOF or reset
+			if isTimeout(err) {
+				if waits {
+					return out // open, and no answer: what the case expects
+				}
+				t.Fatalf("port %d answered %d of %d requests, then neither answered nor closed within %v:%v", port, final, want, wait, out)
 			}
+			out.Closed = true // EOF or reset
 			return out
 		}
-		body, err := io.ReadAll(res.Body)
-		res.Body.Close()
-		if err != nil {
-			body = append(body, "<cut: "+err.Error()+">"...)
+		out.Responses = append(out.Responses, readRaw(res))
+		if res.StatusCode >= 200 {
+			final++
 		}
-		keys := make([]string, 0, len(res.Header))
-		for k := range res.Header {
-			if k != "Date" {
-				keys = append(keys, k)
-			}
-		}
-		sort.Strings(keys)
-		var h strings.Builder
-		for _, k := range keys {
-			fmt.Fprintf(&h, "%s=%q ", k, res.Header[k])
-		}
-		if res.ContentLength >= 0 && res.Header.Get("Content-Length") == "" && len(body) > 0 {
-			h.WriteString("(no Content-Length) ")
-		}
-		if len(res.TransferEncoding) > 0 {
-			fmt.Fprintf(&h, "TE=%q ", res.TransferEncoding)
-		}
-		out.Responses = append(out.Responses, rawResponse{Status: res.StatusCode, Header: h.String(), Body: string(body)})
 		if res.Close {
-			// the server said it closes: check that it did
-			c.SetReadDeadline(time.Now().Add(400 * time.Millisecond))
+			// the server said it closes: check that it does
+			c.SetReadDeadline(time.Now().Add(answerWait))
 			_, err := br.ReadByte()
 			out.Closed = err != nil && !isTimeout(err)
 			return out
 		}
 	}
+	// every request has its answer and the server did not say it closes:
+	// it keeps the connection open if it answers one more request
+	if _, err := io.WriteString(c, "GET "+probeTarget+" HTTP/1.1\r\n"+h+"\r\n"); err != nil {
+		out.Closed = true
+		return out
+	}
+	for {
+		c.SetReadDeadline(time.Now().Add(answerWait))
+		res, err := http.ReadResponse(br, &http.Request{Method: "GET"})
+		if err != nil {
+			if isTimeout(err) {
+				t.Fatalf("port %d neither answered the probe after its %d answers nor closed within %v:%v", port, want, answerWait, out)
+			}
+			out.Closed = true
+			return out
+		}
+		io.Copy(io.Discard, res.Body)
+		res.Body.Close()
+		if res.StatusCode >= 200 {
+			return out
+		}
+	}
+}
+
+// readRaw reads res, its body included, as a rawResponse.
+func readRaw(res *http.Response) rawResponse {
+	body, err := io.ReadAll(res.Body)
+	res.Body.Close()
+	if err != nil {
+		body = append(body, "<cut: "+err.Error()+">"...)
+	}
+	keys := make([]string, 0, len(res.Header))
+	for k := range res.Header {
+		if k != "Date" {
+			keys = append(keys, k)
+		}
+	}
+	sort.Strings(keys)
+	var h strings.Builder
+	for _, k := range keys {
+		fmt.Fprintf(&h, "%s=%q ", k, res.Header[k])
+	}
+	if res.ContentLength >= 0 && res.Header.Get("Content-Length") == "" && len(body) > 0 {
+		h.WriteString("(no Content-Length) ")
+	}
+	if len(res.TransferEncoding) > 0 {
+		fmt.Fprintf(&h, "TE=%q ", res.TransferEncoding)
+	}
+	return rawResponse{Status: res.StatusCode, Header: h.String(), Body: string(body)}
 }
 
 // echoUpstream answers every request with what it received (method,
@@ -119,9 +203,11 @@ type echoUpstream struct {
 func newEchoUpstream(t *testing.T) *echoUpstream {
 	e := &echoUpstream{}
 	e.Upstream = difftest.NewUpstream(t, func(c net.Conn, req *http.Request, body []byte, n int) bool {
-		e.mu.Lock()
-		e.targets = append(e.targets, req.RequestURI)
-		e.mu.Unlock()
+		if req.RequestURI != probeTarget {
+			e.mu.Lock()
+			e.targets = append(e.targets, req.RequestURI)
+			e.mu.Unlock()
+		}
 		keys := make([]string, 0, len(req.Header))
 		for k := range req.Header {
 			keys = append(keys, k)
@@ -169,6 +255,9 @@ type framingCase struct {
 	name  string
 	raw   string
 	heads []bool // which responses answer HEAD requests
+	// waits: the last request is incomplete, and a server that reads it as
+	// sent waits for the rest without answering (rawExchangeWaiting)
+	waits bool
 	// resetOK: Caddy's server may end the connection with a reset where the
 	// fast path closes it cleanly; the answers are compared without it.
 	resetOK bool
@@ -246,7 +335,7 @@ var framingCases = []framingCase{
 	{name: "bad chunk size", raw: "POST /a HTTP/1.1\r\n" + h + "Transfer-Encoding: chunked\r\n\r\nzz\r\nhello\r\n0\r\n\r\n"},
 	{name: "chunk size overflow", raw: "POST /a HTTP/1.1\r\n" + h + "Transfer-Encoding: chunked\r\n\r\nffffffffffffffffff\r\nhello\r\n0\r\n\r\n"},
 	{name: "chunk data longer than its size", raw: "POST /a HTTP/1.1\r\n" + h + "Transfer-Encoding: chunked\r\n\r\n2\r\nhello\r\n0\r\n\r\n"},
-	{name: "body shorter than Content-Length", raw: "POST /a HTTP/1.1\r\n" + h + "Content-Length: 10\r\n\r\nhello"},
+	{name: "body shorter than Content-Length", waits: true, raw: "POST /a HTTP/1.1\r\n" + h + "Content-Length: 10\r\n\r\nhello"},
 	{name: "absolute-form target", raw: "GET http://other.example/a HTTP/1.1\r\n" + h + "\r\n"},
 	{name: "asterisk target", raw: "OPTIONS * HTTP/1.1\r\n" + h + "\r\n"},
 	{name: "CONNECT", raw: "CONNECT example.com:443 HTTP/1.1\r\n" + h + "\r\n"},
@@ -286,9 +375,13 @@ func TestFraming(t *testing.T) {
 	for _, tc := range framingCases {
 		t.Run(tc.name, func(t *testing.T) {
 			up.reset()
-			plain := rawExchange(t, plainPort, tc.raw, tc.heads...)
+			send := rawExchange
+			if tc.waits {
+				send = rawExchangeWaiting
+			}
+			plain := send(t, plainPort, tc.raw, tc.heads...)
 			plainTargets := up.reset()
-			fast := rawExchange(t, fastPort, tc.raw, tc.heads...)
+			fast := send(t, fastPort, tc.raw, tc.heads...)
 			fastTargets := up.reset()
 			for _, tg := range fastTargets {
 				if strings.Contains(tg, "smuggled") {
