@@ -898,6 +898,8 @@ func (s *h2stream) readHeaders(f *http2.MetaHeadersFrame) error {
 		}
 	} else if h.method == "" || h.target == "" || scheme != "https" && scheme != "http" {
 		return protoErr
+	} else if h.target[0] != '/' && h.target != "*" {
+		return protoErr // absolute or authority form (RFC 9113 8.3.1; Go's "bad_path")
 	}
 	if f.Truncated {
 		s.tooLarge = true
