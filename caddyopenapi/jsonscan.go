@@ -234,7 +234,9 @@ func (s *scanner) scan(src []byte) bool {
 			top := s.open[n-1].kind
 			c := src[i]
 			if c == ',' {
-				i = skip(src, i+1)
+				if i++; i < len(src) && src[i] <= ' ' {
+					i = skip(src, i)
+				}
 				if top == kObject {
 					var ok bool
 					if i, ok = s.member(i); !ok {
@@ -289,6 +291,13 @@ func (s *scanner) member(i int) (int, bool) {
 			}
 		}
 		f.seen[fp>>6] |= 1 << (fp & 63)
+	}
+	// most texts have no white space around the colon: one test then
+	if i < len(s.src) && s.src[i] == ':' {
+		if i++; i < len(s.src) && s.src[i] > ' ' {
+			return i, true
+		}
+		return skip(s.src, i), true
 	}
 	i = skip(s.src, i)
 	if i >= len(s.src) {

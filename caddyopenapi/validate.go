@@ -508,8 +508,10 @@ func (s *scanner) valid(c *schemaCheck, t uint32) bool {
 			return false
 		}
 	case kNumber:
-		if c.numbers && !c.validNumber(parseDecimal(s.bytes(tk)), s.bytes(tk)) {
-			return false
+		if c.numbers {
+			if b := s.bytes(tk); !c.validNumber(parseDecimal(b), b) {
+				return false
+			}
 		}
 	}
 	return !c.rare || s.validRare(c, t)
