@@ -655,10 +655,14 @@ var scanners = sync.Pool{New: func() any { return new(scanner) }}
 
 const maxPooledTape = 1 << 16
 
+// maxPooledDepth: a scanner that read a text nested deeper (a frame is
+// 152 bytes) is left to the collector too.
+const maxPooledDepth = 1 << 10
+
 func getScanner() *scanner { return scanners.Get().(*scanner) }
 
 func putScanner(s *scanner) {
-	if cap(s.tape) > maxPooledTape || cap(s.dec) > 1<<20 {
+	if cap(s.tape) > maxPooledTape || cap(s.dec) > 1<<20 || cap(s.open) > maxPooledDepth {
 		return
 	}
 	s.reset(nil)
