@@ -74,12 +74,15 @@ func (c *compiler) noteFiles() {
 }
 
 // checkFormats fails on a schema, reached from sch, whose format the
-// gateway does not know.
+// gateway does not know: of several, the first in the document (the
+// walk meets properties in a map's order), so the load names the same
+// one every time.
 func (c *compiler) checkFormats(at node, sch *jsonschema.Schema) error {
-	var walk func(s *jsonschema.Schema) error
-	walk = func(s *jsonschema.Schema) error {
+	var first *DocError
+	var walk func(s *jsonschema.Schema)
+	walk = func(s *jsonschema.Schema) {
 		if c.formatsChecked[s] {
-			return nil
+			return
 		}
 		c.formatsChecked[s] = true
 		if s.Format != nil && c.unknown[s.Format.Name] {
@@ -88,16 +91,20 @@ func (c *compiler) checkFormats(at node, sch *jsonschema.Schema) error {
 				n = node{src: src, ptr: ptr}
 			}
 			n.ptr += "/format"
-			return n.errorf("unknown format %q: neither JSON Schema nor OpenAPI defines it, so its values would not be checked "+
+			e := n.errorf("unknown format %q: neither JSON Schema nor OpenAPI defines it, so its values would not be checked "+
 				"(a format of the document's own can be named in annotation_formats; known: %s)",
 				s.Format.Name, strings.Join(append(slices.Clone(assertedFormats), annotationFormats...), ", "))
-		}
-		for _, sub := range children(s, false) {
-			if err := walk(sub); err != nil {
-				return err
+			if first == nil || e.File < first.File || e.File == first.File && e.Line < first.Line {
+				first = e
 			}
 		}
+		for _, sub := range children(s, false) {
+			walk(sub)
+		}
+	}
+	walk(sch)
+	if first == nil {
 		return nil
 	}
-	return walk(sch)
+	return first
 }

@@ -97,7 +97,7 @@ func plainURI(s string) bool {
 				return false
 			}
 			fragment = true
-		case c < 128 && uriChars[c>>6]&(1<<(c&63)) != 0:
+		case uriChars[c]:
 		default:
 			return false
 		}
@@ -153,18 +153,18 @@ func intInRange(d decimal, size int) bool {
 	return cmpDec(d, lo) >= 0 && cmpDec(d, hi) <= 0
 }
 
-// byteSet is a set of bytes below 128.
-type byteSet [2]uint64
+// byteSet is a set of bytes, one entry per byte: a lookup is one load.
+type byteSet [256]bool
 
-func setOf(chars string) byteSet {
+func setOf(chars string) *byteSet {
 	var b byteSet
 	for i := 0; i < len(chars); i++ {
-		b[chars[i]>>6] |= 1 << (chars[i] & 63)
+		b[chars[i]] = true
 	}
-	return b
+	return &b
 }
 
-func (b *byteSet) has(c byte) bool { return c < 128 && b[c>>6]&(1<<(c&63)) != 0 }
+func (b *byteSet) has(c byte) bool { return b[c] }
 
 const alnum = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789"
 
@@ -174,6 +174,7 @@ var (
 	// atomChars: the characters of an email's dot-atom local part
 	atomChars = setOf(alnum + ".!#$%&'*+-/=?^_`{|}~")
 	hexChars  = setOf("0123456789abcdefABCDEF")
+	hostChars = setOf(alnum + "-")
 )
 
 func isAlpha(c byte) bool { return c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' }
@@ -193,14 +194,15 @@ func isDigits(s string) bool {
 
 // isUUID: five groups of 8, 4, 4, 4 and 12 hex digits, joined by dashes.
 func isUUID(s string) bool {
-	if len(s) != 36 {
+	if len(s) != 36 || s[8] != '-' || s[13] != '-' || s[18] != '-' || s[23] != '-' {
 		return false
 	}
-	if s[8] != '-' || s[13] != '-' || s[18] != '-' || s[23] != '-' {
-		return false
-	}
-	for i := 0; i < 36; i++ {
-		if !hexChars.has(s[i]) && i != 8 && i != 13 && i != 18 && i != 23 {
+	return isHexRun(s[:8]) && isHexRun(s[9:13]) && isHexRun(s[14:18]) && isHexRun(s[19:23]) && isHexRun(s[24:])
+}
+
+func isHexRun(s string) bool {
+	for i := 0; i < len(s); i++ {
+		if !hexChars.has(s[i]) {
 			return false
 		}
 	}
@@ -260,26 +262,29 @@ func atoi(s string) (n int, ok bool) {
 	return n, true
 }
 
+// twoDigits reads a field of two characters as the library does
+// (strconv.Atoi, then at least 0): two digits, or a sign and a digit.
+func twoDigits(s string) (int, bool) {
+	if isDigit(s[0]) && isDigit(s[1]) {
+		return int(s[0]-'0')*10 + int(s[1]-'0'), true
+	}
+	n, ok := atoi(s)
+	return n, ok && n >= 0
+}
+
 // isTime: RFC 3339's full-time, as the library reads it.
 func isTime(str string) bool {
 	if len(str) < 9 || str[2] != ':' || str[5] != ':' {
 		return false
 	}
-	var hms [3]int
-	rest := str[:8]
-	for k := 0; k < 3; k++ {
-		tok := rest
-		if k < 2 {
-			i := strings.IndexByte(rest, ':')
-			tok, rest = rest[:i], rest[i+1:]
-		}
-		n, ok := atoi(tok)
-		if !ok || n < 0 {
-			return false
-		}
-		hms[k] = n
+	// HH:MM:SS (a colon inside a field fails it, as the library's
+	// split at the first colon fails it)
+	h, ok1 := twoDigits(str[0:2])
+	m, ok2 := twoDigits(str[3:5])
+	sec, ok3 := twoDigits(str[6:8])
+	if !ok1 || !ok2 || !ok3 {
+		return false
 	}
-	h, m, sec := hms[0], hms[1], hms[2]
 	if h > 23 || m > 59 || sec > 60 {
 		return false
 	}
@@ -311,13 +316,12 @@ func isTime(str string) bool {
 		if str[2] != ':' {
 			return false
 		}
-		zhs, zms, _ := strings.Cut(str, ":")
-		zh, ok := atoi(zhs)
-		if !ok || zh < 0 {
+		zh, ok := twoDigits(str[:2])
+		if !ok {
 			return false
 		}
-		zm, ok := atoi(zms)
-		if !ok || zm < 0 {
+		zm, ok := twoDigits(str[3:])
+		if !ok {
 			return false
 		}
 		if zh > 23 || zm > 59 {
@@ -383,31 +387,34 @@ func isHostname(s string) bool {
 	if len(s) > 253 {
 		return false
 	}
-	for {
-		label, rest, more := strings.Cut(s, ".")
-		if len(label) < 1 || len(label) > 63 || label[0] == '-' || label[len(label)-1] == '-' {
-			return false
-		}
-		for i := 0; i < len(label); i++ {
-			c := label[i]
-			if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '-') {
+	start := 0
+	for i := 0; i <= len(s); i++ {
+		if i < len(s) && s[i] != '.' {
+			if !hostChars.has(s[i]) {
 				return false
 			}
+			continue
 		}
-		if !more {
-			return true
+		if n := i - start; n < 1 || n > 63 || s[start] == '-' || s[i-1] == '-' {
+			return false
 		}
-		s = rest
+		start = i + 1
 	}
+	return true
 }
 
-// isIPv4: four decimals 0-255 without leading zeros.
+// isIPv4: four decimals 0-255 without leading zeros (a sign the library
+// lets through: strconv.Atoi reads it).
 func isIPv4(s string) bool {
-	if strings.Count(s, ".") != 3 {
-		return false
-	}
-	for range 4 {
-		group, rest, _ := strings.Cut(s, ".")
+	groups, start := 0, 0
+	for i := 0; i <= len(s); i++ {
+		if i < len(s) && s[i] != '.' {
+			continue
+		}
+		if groups++; groups > 4 {
+			return false
+		}
+		group := s[start:i]
 		if len(group) > 1 && group[0] == '0' {
 			return false
 		}
@@ -415,18 +422,67 @@ func isIPv4(s string) bool {
 		if !ok || n < 0 || n > 255 {
 			return false
 		}
-		s = rest
+		start = i + 1
 	}
-	return true
+	return groups == 4
 }
 
 // isIPv6: an IPv6 address without a zone.
 func isIPv6(s string) bool {
+	if hexIPv6(s) {
+		return true
+	}
 	if strings.IndexByte(s, ':') < 0 {
 		return false
 	}
 	addr, err := netip.ParseAddr(s)
 	return err == nil && addr.Zone() == ""
+}
+
+// hexIPv6 accepts, without net/netip, the IPv6 addresses written in hex
+// groups only: eight groups of 1 to 4 hex digits joined by colons, or
+// fewer with one "::" standing for at least one group of zeros. Each is
+// an address netip.ParseAddr accepts; the other forms (an IPv4 tail, a
+// zone) and every string it refuses are netip's to decide.
+func hexIPv6(s string) bool {
+	groups, ellipsis, i := 0, false, 0
+	if strings.HasPrefix(s, "::") {
+		ellipsis, i = true, 2
+		if i == len(s) {
+			return true
+		}
+	}
+	for {
+		n := 0
+		for i < len(s) && n < 5 && hexChars.has(s[i]) {
+			i++
+			n++
+		}
+		if n == 0 || n > 4 {
+			return false
+		}
+		groups++
+		if i == len(s) {
+			break
+		}
+		if s[i] != ':' || i+1 == len(s) {
+			return false
+		}
+		i++
+		if s[i] == ':' {
+			if ellipsis {
+				return false
+			}
+			ellipsis = true
+			if i++; i == len(s) {
+				break
+			}
+		}
+	}
+	if ellipsis {
+		return groups <= 7
+	}
+	return groups == 8
 }
 
 // isDuration: RFC 3339's duration (P1Y2M3DT4H5M6S, P2W).

@@ -32,15 +32,15 @@ type classPattern struct {
 // repeated min to max times. A group's first class is repeated at least
 // once: each repetition reads a character.
 type classPart struct {
-	ascii    [2]uint64 // the class's characters below 128
-	ranges   []rune    // the class as lo, hi pairs (from regexp/syntax)
+	ascii    [utf8.RuneSelf]bool // the class's characters below 128: a lookup is one load
+	ranges   []rune              // the class as lo, hi pairs (from regexp/syntax)
 	min, max int
 	group    []classPart
 }
 
 func (p *classPart) has(r rune) bool {
 	if r < utf8.RuneSelf {
-		return p.ascii[r>>6]&(1<<(r&63)) != 0
+		return p.ascii[r]
 	}
 	for i := 0; i+1 < len(p.ranges); i += 2 {
 		if r < p.ranges[i] {
@@ -220,7 +220,7 @@ func newPart(ranges []rune, lo, hi int) classPart {
 	p := classPart{ranges: ranges, min: lo, max: hi}
 	for i := 0; i+1 < len(ranges); i += 2 {
 		for r := ranges[i]; r <= ranges[i+1] && r < utf8.RuneSelf; r++ {
-			p.ascii[r>>6] |= 1 << (r & 63)
+			p.ascii[r] = true
 		}
 	}
 	return p
@@ -270,7 +270,7 @@ func matchParts(parts []classPart, s string, i int) (int, bool) {
 		}
 		for n < part.max && i < len(s) {
 			if c := s[i]; c < utf8.RuneSelf {
-				if part.ascii[c>>6]&(1<<(c&63)) == 0 {
+				if !part.ascii[c] {
 					break
 				}
 				i++

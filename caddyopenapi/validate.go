@@ -508,8 +508,10 @@ func (s *scanner) valid(c *schemaCheck, t uint32) bool {
 			return false
 		}
 	case kNumber:
-		if c.numbers && !c.validNumber(parseDecimal(s.bytes(tk)), s.bytes(tk)) {
-			return false
+		if c.numbers {
+			if b := s.bytes(tk); !c.validNumber(parseDecimal(b), b) {
+				return false
+			}
 		}
 	}
 	return !c.rare || s.validRare(c, t)
@@ -518,7 +520,7 @@ func (s *scanner) valid(c *schemaCheck, t uint32) bool {
 // integral reports whether a value whose kind is not among c's types is
 // an integer c's "integer" takes (1.0 is one).
 func (c *schemaCheck) integral(s *scanner, tk *token) bool {
-	return tk.kind == kNumber && c.types&tInteger != 0 && parseDecimal(s.bytes(tk)).isInt()
+	return tk.kind == kNumber && c.types&tInteger != 0 && (tk.fp == plainInt || parseDecimal(s.bytes(tk)).isInt())
 }
 
 // validRef: $ref before 2019-09, with the keywords checked beside it.
