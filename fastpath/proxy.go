@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"iter"
 	"maps"
 	"mime"
 	"net"
@@ -196,7 +197,7 @@ func (ps *proxyState) prepare(r *http.Request, derived bool) *http.Request {
 	// the client's fields but the hop-by-hop ones, in one pass (the
 	// fields the Connection field names go after it, as reverse_proxy's
 	// removeConnectionHeaders then its hop-by-hop loop)
-	// The same switch notes the fields the steps below look up, so that
+	// The copy also notes the fields the steps below look up, so that
 	// an absent one costs no lookup (five lookups were ~600 instructions a
 	// request, callgrind).
 	hdr := ps.hdr
@@ -204,16 +205,18 @@ func (ps *proxyState) prepare(r *http.Request, derived bool) *http.Request {
 	var seen uint8
 	conn := false
 	for k, v := range r.Header {
-		switch k {
-		case "Alt-Svc", "Connection", "Proxy-Connection", "Keep-Alive", "Proxy-Authenticate",
-			"Proxy-Authorization", "Trailer", "Transfer-Encoding", "Upgrade": // isHopHeader
-			conn = conn || k == "Connection"
-			continue
-		case "Te":
-			if httpguts.HeaderValuesContainsToken(v, "trailers") {
-				hdr["Te"] = teTrailers
+		if isHopHeader(k) {
+			switch k {
+			case "Connection":
+				conn = true
+			case "Te":
+				if httpguts.HeaderValuesContainsToken(v, "trailers") {
+					hdr["Te"] = teTrailers
+				}
 			}
 			continue
+		}
+		switch k {
 		case "User-Agent":
 			seen |= seenUA
 		case "Via":
@@ -807,21 +810,9 @@ func (ph *phState) keepHead(up http.Header, whole bool) {
 // holdListed holds (holdHop) the fields up's Connection field names;
 // false when they are too many.
 func (ph *phState) holdListed(up http.Header) bool {
-	for _, f := range up["Connection"] {
-		for sf := range strings.SplitSeq(f, ",") {
-			switch sf = textproto.TrimString(sf); {
-			case sf == "":
-				continue
-			case strings.EqualFold(sf, "keep-alive"):
-				sf = "Keep-Alive"
-			case strings.EqualFold(sf, "close"):
-				sf = "Close"
-			default:
-				sf = textproto.CanonicalMIMEHeaderKey(sf)
-			}
-			if !ph.holdHop(up, sf) {
-				return false
-			}
+	for k := range listedFields(up["Connection"]) {
+		if !ph.holdHop(up, k) {
+			return false
 		}
 	}
 	return true
@@ -979,19 +970,33 @@ func removeConnectionHeaders(h http.Header) { removeListed(h, h["Connection"]) }
 // removeListed deletes from h the fields a Connection field's values
 // (conn) name.
 func removeListed(h http.Header, conn []string) {
-	for _, f := range conn {
-		for sf := range strings.SplitSeq(f, ",") {
-			switch sf = textproto.TrimString(sf); {
-			case sf == "":
-			case strings.EqualFold(sf, "keep-alive"):
-				// (the option most upstreams send: no
-				// canonicalisation, which was 1.6% of a bare
-				// request's instructions)
-				delete(h, "Keep-Alive")
-			case strings.EqualFold(sf, "close"):
-				delete(h, "Close")
-			default:
-				h.Del(sf)
+	for k := range listedFields(conn) {
+		delete(h, k)
+	}
+}
+
+// listedFields yields the canonical names of the fields a Connection
+// field's values (conn) name.
+func listedFields(conn []string) iter.Seq[string] {
+	return func(yield func(string) bool) {
+		for _, f := range conn {
+			for sf := range strings.SplitSeq(f, ",") {
+				switch sf = textproto.TrimString(sf); {
+				case sf == "":
+					continue
+				case strings.EqualFold(sf, "keep-alive"):
+					// (the option most upstreams send: no
+					// canonicalisation, which was 1.6% of a bare
+					// request's instructions)
+					sf = "Keep-Alive"
+				case strings.EqualFold(sf, "close"):
+					sf = "Close"
+				default:
+					sf = textproto.CanonicalMIMEHeaderKey(sf)
+				}
+				if !yield(sf) {
+					return
+				}
 			}
 		}
 	}
