@@ -101,11 +101,11 @@ func testChainRealRun(t *testing.T, p pathtest.Path, rec *pathtest.Recorder) {
 			t.Fatalf("no checkpoint in the trail after 10s (checkpoint_interval 100ms):\n%s", b)
 		}
 	}
-	p.Reload(t, tester, config("two"), "srv0")
+	p.Reload(t, config("two"), "srv0")
 	for i := 30; i < 60; i++ {
 		get(i)
 	}
-	p.Reload(t, tester, `{
+	p.Reload(t, `{
 	admin localhost:2904
 	http_port 19430
 	https_port 19431

@@ -58,7 +58,7 @@ func TestReloadKeepsAndDrainsQueues(t *testing.T) {
 	}
 	hook.down.Store(true)
 	send(20)
-	tester.InitServer(config(5), "caddyfile") // unchanged sink: same queue
+	caddytester.Load(t, 2904, config(5)) // unchanged sink: same queue
 	send(10)
 	go func() {
 		// Bring the receiver back while the changed config is loading:
@@ -66,7 +66,7 @@ func TestReloadKeepsAndDrainsQueues(t *testing.T) {
 		time.Sleep(200 * time.Millisecond)
 		hook.down.Store(false)
 	}()
-	tester.InitServer(config(7), "caddyfile") // changed sink: old one drained
+	caddytester.Load(t, 2904, config(7)) // changed sink: old one drained
 	send(10)
 	paths := make([]string, n)
 	for i := range paths {
@@ -121,7 +121,7 @@ func TestRequestOutlivingItsConfig(t *testing.T) {
 }
 `, hook.URL, batch, slow.Listener.Addr())
 	}
-	tester := caddytester.Load(t, 2904, config(3))
+	caddytester.Load(t, 2904, config(3))
 	run := fmt.Sprint(time.Now().UnixNano())
 	for i, batch := range []int{3, 4} { // same sink, then a changed one
 		path := fmt.Sprintf("/%s/outlive-%d", run, i)
@@ -139,7 +139,7 @@ func TestRequestOutlivingItsConfig(t *testing.T) {
 		case <-time.After(10 * time.Second):
 			t.Fatalf("reload %d: the request never reached the upstream", i)
 		}
-		tester.InitServer(config(batch), "caddyfile")
+		caddytester.Load(t, 2904, config(batch))
 		release <- struct{}{} // the old config is gone; now the request ends
 		<-done
 		if hook.missing([]string{path}, 10*time.Second) != 0 {

@@ -62,14 +62,14 @@ func TestSpoolAcrossGatewayRestart(t *testing.T) {
 		io.Copy(io.Discard, resp.Body)
 		resp.Body.Close()
 	}
-	tester.InitServer(without, "caddyfile") // the audit app stops: events go to disk
+	caddytester.Load(t, 2904, without) // the audit app stops: events go to disk
 	for _, s := range caddyaudit.Stats() {
 		if s.Name == "restart-hook" {
 			t.Fatal("sink still running after its config was removed")
 		}
 	}
 	hook.down.Store(false)
-	tester.InitServer(withAudit, "caddyfile") // starts again and replays the spool
+	caddytester.Load(t, 2904, withAudit) // starts again and replays the spool
 	paths := make([]string, n)
 	for i := range paths {
 		paths[i] = fmt.Sprintf("/%s/%d", run, i)

@@ -139,7 +139,7 @@ func TestPlacedHandlerWhileStarting(t *testing.T) {
 	}`
 	pathtest.Run(t, func(t *testing.T, p pathtest.Path, rec *pathtest.Recorder) {
 		stateFile := filepath.Join(t.TempDir(), "routes.json")
-		tester := p.Load(t, 2905, dockerConfig("unix:///nonexistent/docker.sock", stateFile, "debounce 100ms", site), "gateway")
+		p.Load(t, 2905, dockerConfig("unix:///nonexistent/docker.sock", stateFile, "debounce 100ms", site), "gateway")
 		check := func(t *testing.T, when, method, path string, status int, retry, body string) {
 			t.Helper()
 			got, gotRetry, gotBody := ask(t, method, path)
@@ -156,7 +156,7 @@ func TestPlacedHandlerWhileStarting(t *testing.T) {
 		check(t, starting, "GET", "/ready", 503, "1", `{"status":"starting","reason":"docker: discovered routes not loaded yet (no state file, engine not listed yet)"}`+"\n")
 
 		writeState(t, stateFile, hostContainer("orders", upPort, "/orders"))
-		p.Reload(t, tester, dockerConfig("unix:///nonexistent/docker.sock", stateFile, "debounce 150ms", site), "gateway")
+		p.Reload(t, dockerConfig("unix:///nonexistent/docker.sock", stateFile, "debounce 150ms", site), "gateway")
 		const known = "with a route set"
 		check(t, known, "GET", "/orders/1", 200, "", "orders GET /orders/1 order")
 		check(t, known, "POST", "/orders/1", 200, "", "orders POST /orders/1 order")

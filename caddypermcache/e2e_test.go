@@ -137,7 +137,7 @@ func testE2EReloadKeepsCache(t *testing.T, p pathtest.Path, rec *pathtest.Record
 	}
 
 	// reload: a changed config (the response) with the same permission settings
-	p.Reload(t, tester, e2eConfig(svc.URL+"/check", "v2"), "srv0")
+	p.Reload(t, e2eConfig(svc.URL+"/check", "v2"), "srv0")
 	get("/allow/orders/7", alice, 200, "v2 /allow/orders/7")
 	get("/admin", alice, 403, deniedBody)
 	get("/allow/orders/7", "", 200, "v2 /allow/orders/7")

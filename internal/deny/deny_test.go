@@ -99,7 +99,7 @@ http://127.0.0.1:%d {
 	metrics
 }
 `, metricsPort)
-	tester := p.Load(t, adminPort, config, "srv0", "srv1")
+	p.Load(t, adminPort, config, "srv0", "srv1")
 	names := []string{"gateway_jwt_verifications_total", "gateway_rbac_decisions_total", "gateway_audit_events_enqueued_total"}
 	start := scrape(t, names)
 
@@ -196,7 +196,7 @@ http://127.0.0.1:%d {
 			}
 		}
 		rec.Add(p, "counted by the requests", pathtest.Grew(start, before))
-		p.Reload(t, tester, strings.Replace(config, "grace_period 1ms", "grace_period 2ms", 1), "srv0", "srv1")
+		p.Reload(t, strings.Replace(config, "grace_period 1ms", "grace_period 2ms", 1), "srv0", "srv1")
 		after := scrape(t, names)
 		for _, n := range names {
 			if after[n] < before[n] {

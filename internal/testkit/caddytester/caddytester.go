@@ -1,21 +1,44 @@
-// Package caddytester loads a Caddyfile into the Caddy that runs inside a
-// test binary (Caddy's caddytest), for the modules' end-to-end tests.
+// Package caddytester loads a config into the Caddy that runs inside a
+// test binary, for the modules' end-to-end tests, and hands back Caddy's
+// caddytest.Tester for the requests.
 package caddytester
 
 import (
+	"bufio"
+	"encoding/json"
 	"fmt"
+	"os"
+	"strconv"
+	"strings"
+	"sync"
 	"testing"
 	"time"
 
 	"github.com/caddyserver/caddy/v2"
+	"github.com/caddyserver/caddy/v2/caddyconfig"
 	"github.com/caddyserver/caddy/v2/caddytest"
 )
 
-// Load loads config (a Caddyfile) with the admin API on adminPort and
-// returns a tester bound to t. caddytest skips the calling test when Caddy
-// cannot start or load the config (and the skip ends that goroutine, so a
-// check after it never runs); Load loads in a subtest and fails t instead:
-// a test that needs Caddy never passes as skipped.
+// Load loads config (a Caddyfile) into the test binary's Caddy and returns
+// a tester bound to t. The config must put the admin API on adminPort.
+//
+// It loads in process (caddy.Load) rather than through caddytest's
+// InitServer, for two reasons seen in CI:
+//   - InitServer first GETs /config/ to see whether Caddy runs. Every load
+//     replaces the admin server, and a GET that reaches the old one as it
+//     shuts down fails; InitServer then starts a second Caddy (caddycmd.Main
+//     with an admin-only config) whose load can land after the test's own
+//     and replace it (fastpath TestH2HPACKBomb: "POSTed configuration
+//     isn't active").
+//   - On Linux every load binds new SO_REUSEPORT sockets beside the old
+//     config's, and the kernel spreads new connections over both until the
+//     old ones close. A connection the old server accepted is dropped when
+//     it shuts down (net/http answers no request read after Shutdown
+//     began), and one queued on a closing socket is reset unless
+//     net.ipv4.tcp_migrate_req is set (internal/deny's reload test: EOF).
+//
+// So when Load returns, the config runs and every port it listens on
+// (the admin API's included) has exactly its own listening sockets left.
 func Load(t *testing.T, adminPort int, config string) *caddytest.Tester {
 	t.Helper()
 	return load(t, adminPort, config, "caddyfile")
@@ -29,29 +52,143 @@ func LoadJSON(t *testing.T, adminPort int, config string) *caddytest.Tester {
 
 func load(t *testing.T, adminPort int, config, adapter string) *caddytest.Tester {
 	t.Helper()
-	overrides := caddytest.Config{
+	js := []byte(config)
+	if adapter != "json" {
+		out, _, err := caddyconfig.GetAdapter(adapter).Adapt(js, nil)
+		if err != nil {
+			t.Fatalf("adapting the %s config: %v", adapter, err)
+		}
+		js = out
+	}
+	ports, err := listenPorts(js, adminPort)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := caddy.Load(js, true); err != nil {
+		t.Fatalf("loading the config: %v", err)
+	}
+	settle(t, ports)
+	return caddytest.NewTester(t).WithDefaultOverrides(caddytest.Config{
 		AdminPort:          adminPort,
 		LoadRequestTimeout: 30 * time.Second,
 		TestRequestTimeout: 30 * time.Second,
-	}
-	loaded := false
-	t.Run("load config", func(t *testing.T) {
-		caddytest.NewTester(t).WithDefaultOverrides(overrides).InitServer(config, adapter)
-		loaded = !t.Failed() && !t.Skipped()
 	})
-	if !loaded {
-		t.Fatal("caddy did not start or did not load the config")
+}
+
+// listenPorts returns, for each TCP port the config listens on (its admin
+// API and its HTTP servers), how many sockets it listens with there. It
+// refuses a config whose admin API is not on localhost:adminPort: the
+// default (2019) would be shared by the test binaries that run at once.
+func listenPorts(js []byte, adminPort int) (map[int]int, error) {
+	var cfg struct {
+		Admin *struct {
+			Disabled bool   `json:"disabled"`
+			Listen   string `json:"listen"`
+		} `json:"admin"`
+		Apps struct {
+			HTTP struct {
+				Servers map[string]struct {
+					Listen []string `json:"listen"`
+				} `json:"servers"`
+			} `json:"http"`
+		} `json:"apps"`
 	}
-	return caddytest.NewTester(t).WithDefaultOverrides(overrides)
+	if err := json.Unmarshal(js, &cfg); err != nil {
+		return nil, fmt.Errorf("reading the config: %v", err)
+	}
+	want := fmt.Sprintf("localhost:%d", adminPort)
+	if cfg.Admin == nil || (!cfg.Admin.Disabled && cfg.Admin.Listen != want) {
+		return nil, fmt.Errorf("the config's admin API is not on %s (admin: %+v)", want, cfg.Admin)
+	}
+	addrs := []string{}
+	if !cfg.Admin.Disabled {
+		addrs = append(addrs, cfg.Admin.Listen)
+	}
+	for _, s := range cfg.Apps.HTTP.Servers {
+		addrs = append(addrs, s.Listen...)
+	}
+	ports := map[int]int{}
+	for _, a := range addrs {
+		na, err := caddy.ParseNetworkAddress(a)
+		if err != nil {
+			return nil, fmt.Errorf("listen address %q: %v", a, err)
+		}
+		if na.IsUnixNetwork() || na.IsFdNetwork() || !strings.HasPrefix(na.Network, "tcp") {
+			continue
+		}
+		for p := na.StartPort; p <= na.EndPort; p++ {
+			ports[int(p)]++
+		}
+	}
+	return ports, nil
+}
+
+// waitListeners polls until each port has exactly the given number of
+// listening TCP sockets in this network namespace (the kernel's view, in
+// /proc/net/tcp and tcp6): the previous config's sockets are closed.
+func waitListeners(t testing.TB, ports map[int]int) {
+	t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		have, err := listening()
+		if err != nil {
+			t.Fatalf("reading the listening sockets: %v", err)
+		}
+		settled := true
+		for p, n := range ports {
+			if have[p] != n {
+				settled = false
+				if time.Now().After(deadline) {
+					t.Fatalf("port %d has %d listening sockets 30 s after the load, want %d (the previous config's servers still listen)", p, have[p], n)
+				}
+			}
+		}
+		if settled {
+			return
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+// listening counts the listening TCP sockets by local port.
+func listening() (map[int]int, error) {
+	out := map[int]int{}
+	for _, name := range []string{"/proc/net/tcp", "/proc/net/tcp6"} {
+		f, err := os.Open(name)
+		if os.IsNotExist(err) && name == "/proc/net/tcp6" {
+			continue // no IPv6 in this kernel
+		}
+		if err != nil {
+			return nil, err
+		}
+		sc := bufio.NewScanner(f)
+		sc.Scan() // header
+		for sc.Scan() {
+			// "  0: 0100007F:0B90 00000000:0000 0A ...": local address, remote, state
+			f := strings.Fields(sc.Text())
+			if len(f) < 4 || f[3] != "0A" {
+				continue
+			}
+			i := strings.LastIndexByte(f[1], ':')
+			port, err := strconv.ParseUint(f[1][i+1:], 16, 16)
+			if err != nil {
+				continue
+			}
+			out[int(port)]++
+		}
+		err = sc.Err()
+		f.Close()
+		if err != nil {
+			return nil, err
+		}
+	}
+	return out, nil
 }
 
 // StopServers stops the servers of the config loaded in this test binary
-// (if any), keeping the admin API on adminPort. On a reload to the same
-// ports Caddy's http app returns from Stop before its old servers finish
-// shutting down (with tests' short grace periods), and a connection one of
-// them accepts then gets EOF: a test that is not about reloads calls it
-// before Load (fastpath's TestHijack and TestIdleHoldsNoState saw it).
-// Not for tests of what outlives a reload (caddyh1's pools).
+// (if any), keeping the admin API on adminPort: a test whose config should
+// start on fresh servers calls it before Load. Not for tests of what
+// outlives a reload (caddyh1's pools).
 func StopServers(t *testing.T, adminPort int) {
 	t.Helper()
 	if caddy.ActiveContext().Context == nil {
@@ -60,4 +197,29 @@ func StopServers(t *testing.T, adminPort int) {
 	if err := caddy.Load([]byte(fmt.Sprintf(`{"admin":{"listen":"localhost:%d"}}`, adminPort)), true); err != nil {
 		t.Fatalf("stopping the previous config's servers: %v", err)
 	}
+	settle(t, map[int]int{adminPort: 1})
+}
+
+// lastPorts are the ports of the config Load or StopServers loaded last
+// in this test binary: a port the next config drops must close.
+var lastPorts struct {
+	sync.Mutex
+	ports map[int]int
+}
+
+// settle waits for ports, and for the previous config's other ports to
+// close, then remembers ports.
+func settle(t testing.TB, ports map[int]int) {
+	t.Helper()
+	lastPorts.Lock()
+	defer lastPorts.Unlock()
+	want := map[int]int{}
+	for p := range lastPorts.ports {
+		want[p] = 0
+	}
+	for p, n := range ports {
+		want[p] = n
+	}
+	waitListeners(t, want)
+	lastPorts.ports = ports
 }

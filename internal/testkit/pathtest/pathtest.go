@@ -94,12 +94,7 @@ var loadedAdmin atomic.Int32
 
 // stopServers stops the servers of the config the previous path loaded
 // (the admin API stays) before the next path loads its own on the same
-// ports. Without it, the next path's first request could land in a
-// server of the previous config: Caddy's http app returns from Stop once
-// its servers have begun to shut down, not once they stopped accepting,
-// and the tests' short grace period then cuts the connection (an EOF
-// instead of the answer, once in TestClaimsPlaceholdersPerRequest). The
-// next load's provisioning leaves them the time to close their listeners.
+// ports, so that no state of one path's servers carries into the other's.
 func stopServers(t *testing.T) {
 	t.Helper()
 	if port := loadedAdmin.Load(); port != 0 {
@@ -178,11 +173,12 @@ func (p Path) Load(t *testing.T, adminPort int, caddyfile string, servers ...str
 }
 
 // Reload loads another Caddyfile into the running test binary's Caddy
-// through tester, as Load does (on the fast path, each named server must
-// be served by it), for a test of what a reload keeps.
-func (p Path) Reload(t *testing.T, tester *caddytest.Tester, caddyfile string, servers ...string) {
+// (the admin API on the port Load was given), as Load does (on the fast
+// path, each named server must be served by it), for a test of what a
+// reload keeps.
+func (p Path) Reload(t *testing.T, caddyfile string, servers ...string) {
 	t.Helper()
-	tester.InitServer(string(p.JSON(t, caddyfile)), "json")
+	caddytester.LoadJSON(t, int(loadedAdmin.Load()), string(p.JSON(t, caddyfile)))
 	if p.Fast {
 		RequireFast(t, servers...)
 	}
