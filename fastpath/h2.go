@@ -1326,42 +1326,77 @@ var errStreamGone = errors.New("http2: stream closed")
 
 // writeHeaders writes a HEADERS frame (and CONTINUATIONs) for the stream.
 func (sc *h2conn) writeHeaders(s *h2stream, encode func(enc *hpack.Encoder), end bool) error {
-	if err := s.writable(); err != nil {
-		return err
+	_, err := sc.writeHeadersData(s, encode, end, nil, false)
+	return err
+}
+
+// writeHeadersData writes the stream's HEADERS (end: with END_STREAM) and,
+// when the send windows take all of p at once, p as one DATA frame
+// (dataEnd: with END_STREAM), under one hold of the write lock: a small
+// response is one write to the socket, not two (h2load, 10 connections of
+// 10 streams: 2.8 writes a request before, one of them the upstream's).
+// It reports whether it wrote p; when it did not, the caller sends p
+// through writeData, which waits for the windows.
+func (sc *h2conn) writeHeadersData(s *h2stream, encode func(enc *hpack.Encoder), end bool, p []byte, dataEnd bool) (wroteData bool, err error) {
+	sc.mu.Lock()
+	switch {
+	case sc.closed || sc.wfailed.Load():
+		sc.mu.Unlock()
+		return false, net.ErrClosed
+	case s.reset || s.localDone:
+		sc.mu.Unlock()
+		return false, errStreamGone
 	}
-	if end {
-		sc.mu.Lock()
+	n := int64(len(p))
+	withData := !end && n > 0 && n <= s.sendWin && n <= sc.sendWin && n <= int64(sc.peerMaxFrame)
+	if withData {
+		s.sendWin -= n
+		sc.sendWin -= n
+	}
+	if end || withData && dataEnd {
 		sc.endLocal(s)
-		sc.mu.Unlock()
 	}
-	err := sc.writeFrames(func() error {
-		sc.encBuf.Reset()
-		encode(sc.enc)
-		block := sc.encBuf.Bytes()
-		sc.mu.Lock()
-		max := int(sc.peerMaxFrame)
-		sc.mu.Unlock()
-		first := true
-		for first || len(block) > 0 {
-			frag := block
-			if len(frag) > max {
-				frag = frag[:max]
-			}
-			block = block[len(frag):]
-			var err error
-			if first {
-				err = sc.fr.WriteHeaders(http2.HeadersFrameParam{StreamID: s.id, BlockFragment: frag, EndStream: end, EndHeaders: len(block) == 0})
-			} else {
-				err = sc.fr.WriteContinuation(s.id, len(block) == 0, frag)
-			}
-			if err != nil {
-				return err
-			}
-			first = false
+	sc.mu.Unlock()
+	err = sc.writeFrames(func() error {
+		if err := sc.headerFrames(s, encode, end); err != nil {
+			return err
+		}
+		if withData {
+			return sc.fr.WriteData(s.id, dataEnd, p)
 		}
 		return nil
 	}, false)
-	return err
+	return withData, err
+}
+
+// headerFrames writes a HEADERS frame and the CONTINUATIONs its block
+// needs (under wmu).
+func (sc *h2conn) headerFrames(s *h2stream, encode func(enc *hpack.Encoder), end bool) error {
+	sc.encBuf.Reset()
+	encode(sc.enc)
+	block := sc.encBuf.Bytes()
+	sc.mu.Lock()
+	max := int(sc.peerMaxFrame)
+	sc.mu.Unlock()
+	first := true
+	for first || len(block) > 0 {
+		frag := block
+		if len(frag) > max {
+			frag = frag[:max]
+		}
+		block = block[len(frag):]
+		var err error
+		if first {
+			err = sc.fr.WriteHeaders(http2.HeadersFrameParam{StreamID: s.id, BlockFragment: frag, EndStream: end, EndHeaders: len(block) == 0})
+		} else {
+			err = sc.fr.WriteContinuation(s.id, len(block) == 0, frag)
+		}
+		if err != nil {
+			return err
+		}
+		first = false
+	}
+	return nil
 }
 
 // endLocal notes that the stream's last frame is being written (under mu):

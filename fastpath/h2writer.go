@@ -220,6 +220,7 @@ func (w *h2Writer) writeChunk(p []byte) (int, error) {
 	s := w.s
 	sc := s.sc
 	isHead := w.h != nil && w.h.method == http.MethodHead
+	dataSent := false
 	if !w.sentHeader {
 		w.sentHeader = true
 		var ctype, clen string
@@ -256,7 +257,9 @@ func (w *h2Writer) writeChunk(p []byte) (int, error) {
 		end := w.handlerFinish && !w.hasTrailers() && len(p) == 0 || isHead
 		status := w.status
 		snap := w.snapHeader
-		err := sc.writeHeaders(s, func(enc *hpack.Encoder) {
+		var err error
+		// (p goes in the same write when the windows allow)
+		dataSent, err = sc.writeHeadersData(s, func(enc *hpack.Encoder) {
 			enc.WriteField(hpack.HeaderField{Name: ":status", Value: statusString(status)})
 			w.encodeHeaders(enc, snap, nil)
 			if ctype != "" {
@@ -268,7 +271,7 @@ func (w *h2Writer) writeChunk(p []byte) (int, error) {
 			if date != nil {
 				enc.WriteField(hpack.HeaderField{Name: "date", Value: string(date)})
 			}
-		}, end)
+		}, end, p, w.handlerFinish && !w.hasNonemptyTrailers())
 		if err != nil {
 			return 0, err
 		}
@@ -284,7 +287,7 @@ func (w *h2Writer) writeChunk(p []byte) (int, error) {
 	}
 	nonEmptyTrailers := w.hasNonemptyTrailers()
 	end := w.handlerFinish && !nonEmptyTrailers
-	if len(p) > 0 || end {
+	if !dataSent && (len(p) > 0 || end) {
 		if err := sc.writeData(s, p, end); err != nil {
 			return 0, err
 		}
