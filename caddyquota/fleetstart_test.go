@@ -31,7 +31,13 @@ func TestFleetStartAdmits(t *testing.T) {
 	startGateway(t, c.URL(), "warm", t.TempDir(), fleetOpts{loc: loc}).ready(t)
 	p := mustPlan(t, "rl20", "20/1m")
 	for round := 0; round < 4; round++ {
-		o := fleetOpts{loc: loc, failClosed: true, leaseWait: time.Second, sync: 250 * time.Millisecond,
+		// lease_wait is the time the new stream has to elect its leader:
+		// a second was too short beside the busy loops of a loaded CI run
+		// (round 3 of a fresh-clone run: the bucket created 60 ms after
+		// its deadline, "no responders" until lease_wait ended). A gateway
+		// that takes the first error for an outage (the bug) refuses at
+		// once, whatever lease_wait.
+		o := fleetOpts{loc: loc, failClosed: true, leaseWait: 10 * time.Second, sync: 250 * time.Millisecond,
 			bucket: fmt.Sprintf("rate_limit_%d", round), replicas: 3}
 		var gws []*gateway
 		for _, name := range []string{"a", "b", "c"} {
