@@ -59,10 +59,15 @@ type h2conn struct {
 	fr  *http2.Framer
 
 	// the write side: bw, the Framer's writes, the HPACK encoder
-	wmu     sync.Mutex
-	wwait   atomic.Int32 // writers waiting for wmu (the last one flushes)
-	enc     *hpack.Encoder
-	encBuf  bytes.Buffer
+	wmu    sync.Mutex
+	wwait  atomic.Int32 // writers waiting for wmu (the last one flushes)
+	enc    *hpack.Encoder
+	encBuf bytes.Buffer
+
+	// the read side's HPACK decoder and the block it decodes (readBlock)
+	dec *hpack.Decoder
+	blk h2block
+
 	werr    error
 	wfailed atomic.Bool   // werr is set (read without wmu)
 	stallDL time.Duration // how long a write may wait for the peer
@@ -117,7 +122,6 @@ type h2stream struct {
 	readDL       time.Time // read_timeout's deadline
 	ownReadDL    bool      // a handler set it (http.ResponseController): read_body_idle no longer applies
 	fields       []field
-	gone         chan struct{} // closed when the stream ends
 }
 
 var h2streamPool = sync.Pool{New: func() any {
@@ -173,8 +177,7 @@ func (c *conn) serveH2(prefix []byte) {
 	sc.br = bufio.NewReaderSize(rd, 4096)
 	sc.bw = bufio.NewWriterSize(h2NetWriter{sc}, h2FrameBufferSize)
 	sc.fr = http2.NewFramer(sc.bw, sc.br)
-	sc.fr.ReadMetaHeaders = hpack.NewDecoder(h2HeaderTableSize, nil)
-	sc.fr.MaxHeaderListSize = sc.maxHeaderListSize()
+	sc.dec = hpack.NewDecoder(h2HeaderTableSize, sc.emitField) // (header blocks: readBlock)
 	sc.fr.SetReuseFrames()
 	sc.fr.SetMaxReadFrameSize(16384) // (the default SETTINGS_MAX_FRAME_SIZE: not raised)
 	sc.enc = hpack.NewEncoder(&sc.encBuf)
@@ -435,8 +438,12 @@ func (sc *h2conn) processFrame(f http2.Frame) error {
 	switch f := f.(type) {
 	case *http2.SettingsFrame:
 		return sc.onSettings(f)
-	case *http2.MetaHeadersFrame:
-		return sc.onHeaders(f)
+	case *http2.HeadersFrame:
+		b, err := sc.readBlock(f)
+		if err != nil {
+			return err
+		}
+		return sc.onHeaders(b)
 	case *http2.DataFrame:
 		return sc.onData(f)
 	case *http2.WindowUpdateFrame:
@@ -471,7 +478,7 @@ func (sc *h2conn) processFrame(f http2.Frame) error {
 	case *http2.PushPromiseFrame:
 		return http2.ConnectionError(http2.ErrCodeProtocol) // clients may not push
 	case *http2.ContinuationFrame:
-		return http2.ConnectionError(http2.ErrCodeProtocol) // (the Framer takes them with their HEADERS)
+		return http2.ConnectionError(http2.ErrCodeProtocol) // (readBlock takes them with their HEADERS)
 	default:
 		return nil // unknown frame types are ignored
 	}
@@ -725,8 +732,8 @@ func (sc *h2conn) sendUpdates(id uint32, stream, conn uint32) {
 }
 
 // onHeaders opens a stream (or ends one with trailers).
-func (sc *h2conn) onHeaders(f *http2.MetaHeadersFrame) error {
-	id := f.StreamID
+func (sc *h2conn) onHeaders(f *h2block) error {
+	id := f.id
 	if id%2 != 1 {
 		return http2.ConnectionError(http2.ErrCodeProtocol)
 	}
@@ -736,10 +743,10 @@ func (sc *h2conn) onHeaders(f *http2.MetaHeadersFrame) error {
 		if s.remoteDone {
 			return http2.StreamError{StreamID: id, Code: http2.ErrCodeStreamClosed}
 		}
-		if !f.StreamEnded() || len(f.PseudoFields()) > 0 {
+		if !f.ended || f.npseudo > 0 {
 			return http2.StreamError{StreamID: id, Code: http2.ErrCodeProtocol}
 		}
-		for _, hf := range f.RegularFields() {
+		for _, hf := range f.regular() {
 			k := canonicalH2(hf.Name)
 			if !httpguts.ValidTrailerHeader(k) {
 				return http2.StreamError{StreamID: id, Code: http2.ErrCodeProtocol}
@@ -772,7 +779,7 @@ func (sc *h2conn) onHeaders(f *http2.MetaHeadersFrame) error {
 		sc.mu.Unlock()
 		return http2.StreamError{StreamID: id, Code: http2.ErrCodeProtocol}
 	}
-	if f.HasPriority() && f.Priority.StreamDep == id {
+	if f.hasPriority && f.priority.StreamDep == id {
 		sc.mu.Unlock()
 		return http2.StreamError{StreamID: id, Code: http2.ErrCodeProtocol}
 	}
@@ -790,7 +797,7 @@ func (sc *h2conn) onHeaders(f *http2.MetaHeadersFrame) error {
 		s.free()
 		return io.EOF
 	}
-	s.remoteDone = f.StreamEnded()
+	s.remoteDone = f.ended
 	s.body.eof = s.remoteDone
 	s.sendWin = sc.peerInitWin
 	sc.streams[id] = s
@@ -822,7 +829,6 @@ func (s *h2stream) begin(sc *h2conn, id uint32) {
 	s.sendWin, s.recvWin, s.recvUnacked, s.received = 0, h2InitialWindow, 0, 0
 	s.tooLarge, s.needContinue = false, false
 	s.trailer, s.delegateReq = nil, nil
-	s.gone = make(chan struct{})
 	s.st.ex.gone.reset()
 	s.body.reset()
 	s.w.reset()
@@ -846,17 +852,11 @@ func (s *h2stream) free() {
 	h2streamPool.Put(s)
 }
 
-// cancel ends the stream's context: Err says so before gone closes, since
-// what gone wakes (afterGone's f: a derived context's cancel) reads Err
-// and panics on nil ("missing cancel error", seen in TestH2 runs).
-func (s *h2stream) cancel() {
-	s.st.ex.gone.cancel()
-	select {
-	case <-s.gone:
-	default:
-		close(s.gone)
-	}
-}
+// cancel ends the stream's context (the exchange's goneState: Err says
+// so in the same step as its channel closes, since what the channel wakes
+// (afterGone's f: a derived context's cancel) reads Err and panics on nil,
+// "missing cancel error", seen in TestH2 runs).
+func (s *h2stream) cancel() { s.st.ex.gone.cancel() }
 
 // connection-specific fields, which HTTP/2 requests may not carry
 // (RFC 9113, 8.2.2)
@@ -868,12 +868,12 @@ var h2ConnectionFields = map[string]bool{
 // readHeaders makes the stream's request head from its header block, as
 // Go's HTTP/2 server makes the request: a malformed one is a stream
 // error (PROTOCOL_ERROR).
-func (s *h2stream) readHeaders(f *http2.MetaHeadersFrame) error {
+func (s *h2stream) readHeaders(f *h2block) error {
 	protoErr := http2.StreamError{StreamID: s.id, Code: http2.ErrCodeProtocol}
 	h := &s.st.head
 	*h = reqHead{h2: true, proto: "HTTP/2.0", contentLength: -1}
 	var scheme, authority, protocol string
-	for _, hf := range f.PseudoFields() {
+	for _, hf := range f.pseudo() {
 		switch hf.Name {
 		case ":method":
 			h.method = hf.Value
@@ -901,12 +901,12 @@ func (s *h2stream) readHeaders(f *http2.MetaHeadersFrame) error {
 	} else if h.target[0] != '/' && h.target != "*" {
 		return protoErr // absolute or authority form (RFC 9113 8.3.1; Go's "bad_path")
 	}
-	if f.Truncated {
+	if f.truncated {
 		s.tooLarge = true
 	}
 	fields := s.fields[:0]
 	var cookies []string
-	for _, hf := range f.RegularFields() {
+	for _, hf := range f.regular() {
 		if h2ConnectionFields[hf.Name] {
 			return protoErr
 		}
@@ -960,7 +960,7 @@ func (s *h2stream) readHeaders(f *http2.MetaHeadersFrame) error {
 	if strings.IndexByte(authority, '@') >= 0 {
 		return protoErr // userinfo in :authority
 	}
-	if f.StreamEnded() {
+	if f.ended {
 		s.declLen = 0
 		if h.contentLength > 0 {
 			return protoErr // a Content-Length with no body
@@ -1144,7 +1144,7 @@ func (sc *h2conn) freeLater(s *h2stream) {
 // afterGone is the stream's context.AfterFunc: f runs when the stream is
 // reset or the connection ends, unless stop is called first.
 func (s *h2stream) afterGone(f func()) (stop func() bool) {
-	gone := s.gone
+	gone := s.st.ex.gone.channel()
 	stopc := make(chan struct{})
 	var once sync.Once
 	ran := false
