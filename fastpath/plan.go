@@ -3,6 +3,7 @@ package fastpath
 import (
 	"bufio"
 	"bytes"
+	"context"
 	"errors"
 	"fmt"
 	"io"
@@ -238,6 +239,9 @@ type exchange struct {
 	// of its providers before a request adds any
 	replKeep *caddy.Replacer
 	replBase int
+	// varsGone: vars went with a context that may outlive the request
+	// (escape); the next request gets a new map
+	varsGone bool
 	// rpPlaceholders is reverse_proxy's placeholder provider (made once)
 	rpPlaceholders caddy.ReplacerFunc
 	groupM         map[string]struct{}
@@ -298,13 +302,60 @@ func (ex *exchange) clear() {
 	ex.shadow = ex.tmpl
 	clear(ex.hdr)
 	clear(ex.vals[:cap(ex.vals)])
-	clear(ex.vars)
+	ex.resetVars()
 	ex.repl = nil
 	for _, k := range ex.conts[:ex.ncont] {
 		*k = cont{}
 	}
 	ex.ncont = 0
 	ex.px.end()
+}
+
+// resetVars empties vars for a new request, or makes a new map when the
+// last one escaped.
+func (ex *exchange) resetVars() {
+	if ex.varsGone {
+		ex.vars = make(map[string]any, 8)
+		ex.varsGone = false
+		return
+	}
+	clear(ex.vars)
+}
+
+// escapedCtx is the context of a request handed to a transport other than
+// h1 (Caddy's http transport): net/http dials in the background with it,
+// and the dial reads the request's vars and replacer (the proxy and
+// PROXY protocol vars, the TLS server name) when it runs, which can be
+// after the request ended and the exchange serves another (the race
+// detector caught the dial reading vars as the next request cleared them,
+// TestH2Spec on reverse_proxy with transport http). It answers them from
+// this request's own, which the exchange gives up (escape). Other values
+// are the exchange's.
+type escapedCtx struct {
+	context.Context
+	vars map[string]any
+	repl *caddy.Replacer
+}
+
+func (c *escapedCtx) Value(key any) any {
+	switch key {
+	case caddyhttp.VarsCtxKey:
+		return c.vars
+	case caddy.ReplacerCtxKey:
+		return c.repl
+	}
+	return c.Context.Value(key)
+}
+
+// escape binds the request's vars and replacer to a context derived from
+// parent, for a transport that may read it after the request: the
+// exchange's next request gets new ones (a map and a replacer more on
+// that path).
+func (ex *exchange) escape(parent context.Context) context.Context {
+	c := &escapedCtx{Context: parent, vars: ex.vars, repl: ex.replacer()}
+	ex.varsGone = true
+	ex.replKeep = nil // (ex.repl stays this request's)
+	return c
 }
 
 // replacer returns the request's replacer, made on first use: handlers add
@@ -420,7 +471,7 @@ func (ex *exchange) begin(now time.Time) {
 	o := &ex.orig
 	o.method, o.remoteAddr, o.requestURI, o.url = r.Method, r.RemoteAddr, r.RequestURI, ex.url
 
-	clear(ex.vars)
+	ex.resetVars()
 	if ex.plan.trusted {
 		// trusted_proxies: Caddy's own decision (prepareRequest's), from
 		// the request's headers, per request

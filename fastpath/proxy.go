@@ -611,7 +611,7 @@ func (p *proxyStep) roundTrip(ex *exchange, rw http.ResponseWriter, req *http.Re
 	if p.transport != nil {
 		res, err = p.transport.RoundTripReuse(req, di.network, di.address, &ex.px.reuse)
 	} else {
-		ctx := context.WithValue(req.Context(), dialInfoCtxKey, reverseproxy.DialInfo{
+		ctx := context.WithValue(ex.escape(req.Context()), dialInfoCtxKey, reverseproxy.DialInfo{
 			Upstream: upstream, Network: di.network, Address: di.address, Host: di.host, Port: di.port,
 		})
 		res, err = p.h.Transport.RoundTrip(req.WithContext(ctx))
