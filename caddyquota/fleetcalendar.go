@@ -46,6 +46,10 @@ type monthNode struct {
 	Leases  int64            `json:"leases,omitempty"`
 	Saw     map[string]int64 `json:"saw,omitempty"`
 	Passive bool             `json:"passive,omitempty"`
+	// Leasing says that the gateway took leases as it last wrote: it
+	// neither decided alone nor held after an outage (see othersPending;
+	// absent in an older gateway's entry, which is read as holding).
+	Leasing bool `json:"leasing,omitempty"`
 	// Seen is when the gateway last wrote (Unix ms).
 	Seen int64 `json:"seen"`
 }
@@ -106,6 +110,17 @@ func (doc *monthDoc) seenOthers(node string) iter.Seq[int64] {
 	}
 }
 
+// writesOthers yields each gateway's but node's last write.
+func (doc *monthDoc) writesOthers(node string) iter.Seq[otherWrite] {
+	return func(yield func(otherWrite) bool) {
+		for name, n := range doc.Nodes {
+			if name != node && !yield(otherWrite{seen: n.Seen, leasing: n.Leasing}) {
+				return
+			}
+		}
+	}
+}
+
 // calendarOthers is what the gateways but one hold of a month's document:
 // their tokens and admitted requests, of the day (today) and the month,
 // indexed by unit.
@@ -148,7 +163,7 @@ func (f *Fleet) processMonth(sl *slot, p *Plan, now time.Time, sn *calSnap) erro
 		me := doc.entry(sl.key.consumer, p.Name, sn.month.ID, f.o.Node)
 		seen := doc.seenOthers(f.o.Node)
 		f.countNodes(len(doc.Nodes), seen, now)
-		hold = f.othersPending(seen, now)
+		hold = f.othersPending(doc.writesOthers(f.o.Node), now)
 		others = doc.others(f.o.Node, dayOfMonth(sn.day.ID))
 		sl.mu.Lock()
 		defer sl.mu.Unlock()
@@ -164,6 +179,7 @@ func (f *Fleet) processMonth(sl *slot, p *Plan, now time.Time, sn *calSnap) erro
 			me.Saw = sawAll(doc.Nodes, f.o.Node)
 		}
 		me.Rate, me.Passive, me.Seen = sl.fl.rate, op.idle, now.UnixMilli()
+		me.Leasing = op.leasing && !hold
 	})
 	if err != nil {
 		// the write may have landed with its answer lost (NATS going

@@ -788,6 +788,7 @@ func (op *docOp) write(key string, doc any, change func()) error {
 	if err := op.f.casDoc(key, doc, change); err != nil {
 		return err
 	}
+	raiseTo(&op.f.lastRead, op.now.UnixNano())
 	op.interrupted = op.f.lastDown.Load() != op.downAt
 	return nil
 }
