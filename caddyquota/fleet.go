@@ -592,14 +592,15 @@ func (f *Fleet) leasing(now time.Time) bool {
 }
 
 // countNodes raises the count of gateways to those of a document that
-// wrote in the last minute (the heartbeats may not have seen them yet).
-func (f *Fleet) countNodes(n int, seen iter.Seq[int64], now time.Time) {
+// wrote in the last minute (n: its entries; others: the others' stamps;
+// the heartbeats may not have seen them yet).
+func (f *Fleet) countNodes(n int, others iter.Seq[*nodeStamp], now time.Time) {
 	if int64(n) <= f.nodes.Load() {
 		return
 	}
 	fresh := int64(1) // this gateway
-	for ms := range seen {
-		if now.UnixMilli()-ms < int64(time.Minute/time.Millisecond) {
+	for o := range others {
+		if now.UnixMilli()-o.Seen < int64(time.Minute/time.Millisecond) {
 			fresh++
 		}
 	}
@@ -610,14 +611,6 @@ func (f *Fleet) countNodes(n int, seen iter.Seq[int64], now time.Time) {
 // others' writes of what they admitted alone; one that has not written by
 // then is taken for gone (a gateway killed during the outage).
 const pendingFor = time.Minute
-
-// otherWrite is another gateway's last write of a document as the hold
-// after an outage reads it: when (Unix ms), and whether it took leases
-// then (not deciding alone nor holding after an outage).
-type otherWrite struct {
-	seen    int64
-	leasing bool
-}
 
 // othersPending reports whether this gateway, back from an outage, must
 // hold on (no lease, its share only) for another gateway's write of
@@ -639,8 +632,10 @@ type otherWrite struct {
 //
 // and not once another gateway has written taking leases since this one
 // is back: NATS answers the fleet and that one leases past the silent
-// ones, so holding here would keep nothing from the quota.
-func (f *Fleet) othersPending(others iter.Seq[otherWrite], now time.Time) bool {
+// ones, so holding here would keep nothing from the quota. (Seen is the
+// writer's clock: as for the ack window, the clocks must agree to well
+// within a sync interval.)
+func (f *Fleet) othersPending(others iter.Seq[*nodeStamp], now time.Time) bool {
 	down, up := f.lastDown.Load(), f.upSince.Load()
 	if down == 0 || up < down || now.UnixNano()-up > int64(pendingFor) {
 		return false
@@ -652,10 +647,10 @@ func (f *Fleet) othersPending(others iter.Seq[otherWrite], now time.Time) bool {
 	}
 	pending := false
 	for o := range others {
-		if o.seen >= upMs && o.leasing {
+		if o.Seen >= upMs && o.Leasing {
 			return false
 		}
-		if o.seen < upMs && ref-o.seen < silentFor {
+		if o.Seen < upMs && ref-o.Seen < silentFor {
 			pending = true
 		}
 	}
