@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"iter"
 	"math"
 	"sort"
 	"strconv"
@@ -32,29 +31,14 @@ type monthDoc struct {
 	Nodes    map[string]*monthNode `json:"nodes"`
 }
 
+// monthNode is a gateway's entry of a month's document.
 type monthNode struct {
 	// Take is the gateway's tokens of the month window.
 	Take int64 `json:"take,omitempty"`
 	// Days by day of the month ("01".."31").
 	Days map[string]*dayNode `json:"days,omitempty"`
-	// Rate is the gateway's requests per second of the consumer on the
-	// plan when it last wrote (the leases follow each gateway's share).
-	Rate float64 `json:"rate,omitempty"`
-	// Leases counts the leases the gateway was granted in the document,
-	// Saw the others' as it last read them, and Passive says that it
-	// held nothing as it last wrote (see mayLease).
-	Leases  int64            `json:"leases,omitempty"`
-	Saw     map[string]int64 `json:"saw,omitempty"`
-	Passive bool             `json:"passive,omitempty"`
-	// Seen is when the gateway last wrote (Unix ms).
-	Seen int64 `json:"seen"`
+	nodeStamp
 }
-
-func (n *monthNode) acks() (int64, int64, map[string]int64, bool) {
-	return n.Seen, n.Leases, n.Saw, n.Passive
-}
-
-func (n *monthNode) rate() (float64, int64) { return n.Rate, n.Seen }
 
 type dayNode struct {
 	Take     int64 `json:"take,omitempty"`
@@ -93,17 +77,6 @@ func (n *monthNode) day(dd string) *dayNode {
 		n.Days[dd] = dn
 	}
 	return dn
-}
-
-// seenOthers yields when each gateway but node last wrote (Unix ms).
-func (doc *monthDoc) seenOthers(node string) iter.Seq[int64] {
-	return func(yield func(int64) bool) {
-		for name, n := range doc.Nodes {
-			if name != node && !yield(n.Seen) {
-				return
-			}
-		}
-	}
 }
 
 // calendarOthers is what the gateways but one hold of a month's document:
@@ -146,24 +119,15 @@ func (f *Fleet) processMonth(sl *slot, p *Plan, now time.Time, sn *calSnap) erro
 	)
 	err := op.write(monthKey(sl.key.consumer, p.Name, sn.month.ID), &doc, func() {
 		me := doc.entry(sl.key.consumer, p.Name, sn.month.ID, f.o.Node)
-		seen := doc.seenOthers(f.o.Node)
-		f.countNodes(len(doc.Nodes), seen, now)
-		hold = f.othersPending(seen, now)
+		f.countNodes(len(doc.Nodes), othersStamps(doc.Nodes, f.o.Node), now)
+		hold = f.othersPending(othersStamps(doc.Nodes, f.o.Node), now)
 		others = doc.others(f.o.Node, dayOfMonth(sn.day.ID))
 		sl.mu.Lock()
 		defer sl.mu.Unlock()
 		f.writeDays(sl, me, sn)
-		share := f.trafficShare(sl.fl.rate, othersRates(doc.Nodes, f.o.Node), now)
-		var may bool
-		may, op.waitFor = mayLease(f, doc.Nodes, f.o.Node, me.Leases, now)
+		share, may := readStamps(op, sl, doc.Nodes, &me.nodeStamp)
 		grants, op.blocked = f.calendarGrants(op, sl, p, me, sn, others, share, hold, may)
-		if granted(grants) {
-			me.Leases++
-		}
-		if op.leasing && !hold {
-			me.Saw = sawAll(doc.Nodes, f.o.Node)
-		}
-		me.Rate, me.Passive, me.Seen = sl.fl.rate, op.idle, now.UnixMilli()
+		writeStamp(op, sl, doc.Nodes, &me.nodeStamp, grants, op.leasing && !hold)
 	})
 	if err != nil {
 		// the write may have landed with its answer lost (NATS going

@@ -609,33 +609,82 @@ func (f *Fleet) measureRate(sl *slot, now time.Time) {
 	}
 }
 
-// rateEntry is a gateway's entry of a document as the lease size reads
-// it: its rate (requests per second) and when it wrote it (Unix ms).
-type rateEntry interface{ rate() (float64, int64) }
+// nodeStamp is what a gateway's entry of either document (monthNode,
+// slideNode, which embed it) says of the gateway beside its tokens: its
+// rate, the leases it took and the others' it read, and when and how it
+// last wrote.
+type nodeStamp struct {
+	// Rate is the gateway's requests per second of the consumer on the
+	// plan when it last wrote (the leases follow each gateway's share).
+	Rate float64 `json:"rate,omitempty"`
+	// Leases counts the leases the gateway was granted in the document,
+	// Saw the others' as it last read them, and Passive says that it
+	// held nothing as it last wrote (see mayLease).
+	Leases  int64            `json:"leases,omitempty"`
+	Saw     map[string]int64 `json:"saw,omitempty"`
+	Passive bool             `json:"passive,omitempty"`
+	// Leasing says that the gateway took leases as it last wrote: it
+	// neither decided alone nor held after an outage (see othersPending;
+	// absent in an older gateway's entry, which is read as holding).
+	Leasing bool `json:"leasing,omitempty"`
+	// Seen is when the gateway last wrote (Unix ms).
+	Seen int64 `json:"seen"`
+}
 
-// othersRates yields every gateway's but me's rate and when it wrote it.
-func othersRates[N rateEntry](nodes map[string]N, me string) iter.Seq2[float64, int64] {
-	return func(yield func(float64, int64) bool) {
+// stamp returns the entry's stamp (promoted to the entries that embed
+// it).
+func (n *nodeStamp) stamp() *nodeStamp { return n }
+
+// stamped is a document's entry: it has a stamp.
+type stamped interface{ stamp() *nodeStamp }
+
+// othersStamps yields every gateway's stamp but me's.
+func othersStamps[N stamped](nodes map[string]N, me string) iter.Seq[*nodeStamp] {
+	return func(yield func(*nodeStamp) bool) {
 		for name, n := range nodes {
-			if name == me {
-				continue
-			}
-			if rate, seen := n.rate(); !yield(rate, seen) {
+			if name != me && !yield(n.stamp()) {
 				return
 			}
 		}
 	}
 }
 
+// readStamps is the step of an operation that reads the others' stamps
+// before deciding the grants: this gateway's share of the slot's traffic,
+// and whether it may take a new lease (else op.waitFor names the gateway
+// whose read it waits for). sl.mu is held.
+func readStamps[N stamped](op *docOp, sl *slot, nodes map[string]N, me *nodeStamp) (share float64, may bool) {
+	f := op.f
+	share = f.trafficShare(sl.fl.rate, othersStamps(nodes, f.o.Node), op.now)
+	may, op.waitFor = mayLease(f, nodes, f.o.Node, me.Leases, op.now)
+	return share, may
+}
+
+// writeStamp is the step of an operation that stamps this gateway's
+// entry once the grants are decided: a lease granted counts, the others'
+// leases are acknowledged when leasing (not deciding alone, nor holding
+// after an outage: its share stays fixed on the read before, so its
+// reads must not let the others lease on), and when and how it wrote.
+// sl.mu is held.
+func writeStamp[N stamped](op *docOp, sl *slot, nodes map[string]N, me *nodeStamp, grants []grant, leasing bool) {
+	if granted(grants) {
+		me.Leases++
+	}
+	if leasing {
+		me.Saw = sawAll(nodes, op.f.o.Node)
+	}
+	me.Rate, me.Passive, me.Seen = sl.fl.rate, op.idle, op.now.UnixMilli()
+	me.Leasing = leasing
+}
+
 // trafficShare is this gateway's share of the fleet's requests of a
 // slot: its rate over the rates every gateway wrote in the last minute
-// (others yields the others' rates and when they wrote them, Unix ms);
-// 1 / the gateways while no rate is known.
-func (f *Fleet) trafficShare(mine float64, others iter.Seq2[float64, int64], now time.Time) float64 {
+// (others: the others' stamps); 1 / the gateways while no rate is known.
+func (f *Fleet) trafficShare(mine float64, others iter.Seq[*nodeStamp], now time.Time) float64 {
 	total := mine
-	for rate, seen := range others {
-		if now.UnixMilli()-seen < int64(time.Minute/time.Millisecond) {
-			total += rate
+	for o := range others {
+		if now.UnixMilli()-o.Seen < int64(time.Minute/time.Millisecond) {
+			total += o.Rate
 		}
 	}
 	if total <= 0 {
@@ -698,15 +747,6 @@ func (f *Fleet) ackWindow() time.Duration {
 	return 2 * (f.o.LeaseWait + 2*f.o.SyncInterval)
 }
 
-// ackEntry is a gateway's entry of a document as the acknowledgment rule
-// reads it.
-type ackEntry interface {
-	// acks returns when the gateway last wrote (Unix ms), the leases it
-	// was granted in the document, the others' as it last read them,
-	// and whether its last write was passive (it holds nothing).
-	acks() (seen, leases int64, saw map[string]int64, passive bool)
-}
-
 // mayLease reports whether this gateway (me, granted mine leases so far)
 // may take a new lease in a document: only once every other gateway
 // that wrote it within the ack window and is not passive has read its
@@ -715,7 +755,7 @@ type ackEntry interface {
 // away is at most one lease (max_lease) of each other gateway: the bound
 // of an outage, (gateways - 1) x max_lease, holds at any rate of
 // requests. It names the gateway waited for.
-func mayLease[N ackEntry](f *Fleet, nodes map[string]N, me string, mine int64, now time.Time) (bool, string) {
+func mayLease[N stamped](f *Fleet, nodes map[string]N, me string, mine int64, now time.Time) (bool, string) {
 	if mine == 0 {
 		return true, ""
 	}
@@ -724,11 +764,11 @@ func mayLease[N ackEntry](f *Fleet, nodes map[string]N, me string, mine int64, n
 		if name == me {
 			continue
 		}
-		seen, _, saw, passive := n.acks()
-		if passive || now.UnixMilli()-seen >= window {
+		o := n.stamp()
+		if o.Passive || now.UnixMilli()-o.Seen >= window {
 			continue
 		}
-		if saw[me] < mine {
+		if o.Saw[me] < mine {
 			return false, name
 		}
 	}
@@ -736,13 +776,11 @@ func mayLease[N ackEntry](f *Fleet, nodes map[string]N, me string, mine int64, n
 }
 
 // sawAll returns every other gateway's leases, as this one reads them.
-func sawAll[N ackEntry](nodes map[string]N, me string) map[string]int64 {
+func sawAll[N stamped](nodes map[string]N, me string) map[string]int64 {
 	saw := make(map[string]int64, len(nodes))
 	for name, n := range nodes {
-		if name != me {
-			if _, leases, _, _ := n.acks(); leases > 0 {
-				saw[name] = leases
-			}
+		if leases := n.stamp().Leases; name != me && leases > 0 {
+			saw[name] = leases
 		}
 	}
 	return saw
@@ -788,6 +826,7 @@ func (op *docOp) write(key string, doc any, change func()) error {
 	if err := op.f.casDoc(key, doc, change); err != nil {
 		return err
 	}
+	raiseTo(&op.f.lastRead, op.now.UnixNano())
 	op.interrupted = op.f.lastDown.Load() != op.downAt
 	return nil
 }

@@ -31,6 +31,7 @@ type slideDoc struct {
 	Nodes    map[string]*slideNode `json:"nodes"`
 }
 
+// slideNode is a gateway's entry of a sliding windows' document.
 type slideNode struct {
 	// Minute and Hour are the tokens of the plan's shorter and longer
 	// sliding window by charged step (the step's number: Unix seconds
@@ -42,21 +43,8 @@ type slideNode struct {
 	// counts apart until the plans agree.
 	MinuteStep int64 `json:"minute_step,omitempty"`
 	HourStep   int64 `json:"hour_step,omitempty"`
-	// Rate is the gateway's requests per second of the consumer on the
-	// plan when it last wrote (the leases follow each gateway's share).
-	Rate float64 `json:"rate,omitempty"`
-	// Leases, Saw and Passive: as a month document's (see mayLease).
-	Leases  int64            `json:"leases,omitempty"`
-	Saw     map[string]int64 `json:"saw,omitempty"`
-	Passive bool             `json:"passive,omitempty"`
-	Seen    int64            `json:"seen"`
+	nodeStamp
 }
-
-func (n *slideNode) acks() (int64, int64, map[string]int64, bool) {
-	return n.Seen, n.Leases, n.Saw, n.Passive
-}
-
-func (n *slideNode) rate() (float64, int64) { return n.Rate, n.Seen }
 
 func (n *slideNode) steps(u Unit) map[string]int64 {
 	if u == Hour {
@@ -138,9 +126,7 @@ func (f *Fleet) processSliding(sl *slot, p *Plan, now time.Time) error {
 		me := doc.entry(sl.key.consumer, p.Name, f.o.Node)
 		sl.mu.Lock()
 		defer sl.mu.Unlock()
-		share := f.trafficShare(sl.fl.rate, othersRates(doc.Nodes, f.o.Node), now)
-		var may bool
-		may, op.waitFor = mayLease(f, doc.Nodes, f.o.Node, me.Leases, now)
+		share, may := readStamps(op, sl, doc.Nodes, &me.nodeStamp)
 		op.blocked = false
 		for _, l := range p.Limits {
 			if l.Unit.Calendar() {
@@ -150,13 +136,7 @@ func (f *Fleet) processSliding(sl *slot, p *Plan, now time.Time) error {
 			reads[l.Unit], op.blocked = read, op.blocked || g.blocked
 			grants = append(grants, g)
 		}
-		if granted(grants) {
-			me.Leases++
-		}
-		if op.leasing {
-			me.Saw = sawAll(doc.Nodes, f.o.Node)
-		}
-		me.Rate, me.Passive, me.Seen = sl.fl.rate, op.idle, now.UnixMilli()
+		writeStamp(op, sl, doc.Nodes, &me.nodeStamp, grants, op.leasing)
 	})
 	if err != nil {
 		// the write may have landed with its answer lost (noteRead)

@@ -1,0 +1,161 @@
+package caddyquota
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/apigate/gateway/internal/testkit/busyloop"
+	"github.com/apigate/gateway/internal/testkit/natstest"
+)
+
+// TestFleetHoldAfterKill: a gateway killed (c, stopped with no last
+// write, as a SIGKILL leaves it) never writes again. A survivor whose own
+// NATS connection then drops for a moment holds after it, waiting for the
+// others' writes of what they admitted alone (othersPending); c's is not
+// one to wait for, and the survivors lease the rest of the quota at once,
+// not after pendingFor (a minute). Before the fix the survivors held for
+// the minute and the fleet admitted nothing more with tokens left: 8 of
+// 50 TestQuotaFleetKill runs beside busy loops stopped there.
+//
+//   - "outage at the kill": a's connection drops at once, while c's last
+//     write is recent; b never loses NATS and leases on, so a's hold
+//     protects nothing (b already leases from the counts that would lack
+//     what c might admit alone).
+//   - "fleet outage an ack window after the kill": a and b serve on,
+//     and their connections drop together once c's last write is older
+//     than the ack window (they already lease without c's reads): neither
+//     waits for c when they are back.
+func TestFleetHoldAfterKill(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		// cutB: b's connection drops with a's
+		cutB bool
+		// afterAck: the outage begins once c's last write is older than
+		// the ack window
+		afterAck bool
+	}{
+		{name: "outage at the kill"},
+		{name: "fleet outage an ack window after the kill", cutB: true, afterAck: true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			busyloop.Start(t)
+			c := natstest.StartCluster(t, 1)
+			aGate, bGate := newGate(t, c.URLs[0]), newGate(t, c.URLs[0])
+			p := mustPlan(t, "free", "1000/day")
+			o := fleetOpts{loc: farFromMidnight(t), failClosed: true}
+			gws := []*gateway{
+				startGateway(t, aGate.URL(), "a", t.TempDir(), o),
+				startGateway(t, bGate.URL(), "b", t.TempDir(), o),
+				startGateway(t, c.URL(), "c", t.TempDir(), o),
+			}
+			for _, g := range gws {
+				g.ready(t)
+			}
+			total, _ := admitAndWrite(t, gws, p, "dana", 300)
+			cSeen := lastWrite(t, gws[0], p, "dana", "c")
+			gws[2].stop()
+			survivors := gws[:2]
+			if tc.afterAck {
+				// the survivors serve dana meanwhile (their leases wait
+				// for c's read until then)
+				waitFor(t, "c's last write an ack window old", 10*time.Second, func() string {
+					for _, g := range survivors {
+						if d, _ := g.store.AcquireAt(p, "dana", time.Now(), false); d.Admitted {
+							total++
+						}
+					}
+					if age := time.Since(cSeen); age <= gws[0].fleet.ackWindow()+100*time.Millisecond {
+						return fmt.Sprintf("c wrote %s ago", age)
+					}
+					return ""
+				})
+			}
+			cut := []*gate{aGate}
+			if tc.cutB {
+				cut = append(cut, bGate)
+			}
+			for _, g := range cut {
+				g.set(false)
+			}
+			waitFor(t, "the cut gateways deciding alone", 10*time.Second, func() string {
+				for i := range cut {
+					if d, _ := survivors[i].store.AcquireAt(p, "dana", time.Now(), false); d.Admitted {
+						total++
+					}
+					if survivors[i].fleet.Available() {
+						return survivors[i].name + " still counts on the fleet"
+					}
+				}
+				return ""
+			})
+			for _, g := range cut {
+				g.set(true)
+			}
+			// both survivors serve dana: a leases again well before
+			// pendingFor, and the fleet admits the rest of the quota
+			var fromLease [2]int64
+			waitFor(t, "the survivors leasing the rest of the quota", 20*time.Second, func() string {
+				for i, g := range survivors {
+					d, err := g.store.AcquireAt(p, "dana", time.Now(), false)
+					if err != nil {
+						return err.Error()
+					}
+					if d.Admitted {
+						total++
+						if !d.Share {
+							fromLease[i]++
+						}
+					}
+				}
+				for _, g := range survivors {
+					if !g.fleet.leasing(time.Now()) {
+						return fmt.Sprintf("%s holds (no lease, its share only); %d admitted, %v from leases since the outage (a, b)", g.name, total, fromLease)
+					}
+				}
+				// c holds at most a lease and half the one before
+				if total < 1000-75 {
+					return fmt.Sprintf("%d admitted, %v of them from leases since the outage (a, b)", total, fromLease)
+				}
+				return ""
+			})
+			t.Logf("%d admitted, %v from leases after the outage (a, b)", total, fromLease)
+			if total > 1000 {
+				t.Errorf("%d admitted, over the quota 1000 (NATS answered b throughout)", total)
+			}
+		})
+	}
+}
+
+// lastWrite is when gateway node last wrote consumer's month document, as
+// g reads it.
+func lastWrite(t *testing.T, g *gateway, p *Plan, consumer, node string) time.Time {
+	t.Helper()
+	var seen time.Time
+	waitFor(t, node+"'s entry in the month's document", 10*time.Second, func() string {
+		month := g.store.Calendar().Month(time.Now()).ID
+		ctx, cancel := context.WithTimeout(context.Background(), opTimeout)
+		defer cancel()
+		kv, err := g.fleet.bucket(ctx)
+		if err != nil {
+			return err.Error()
+		}
+		e, err := kv.Get(ctx, monthKey(consumer, p.Name, month))
+		if err != nil {
+			return err.Error()
+		}
+		var doc monthDoc
+		if err := json.Unmarshal(e.Value(), &doc); err != nil {
+			return err.Error()
+		}
+		n := doc.Nodes[node]
+		if n == nil {
+			return "no entry"
+		}
+		seen = time.UnixMilli(n.Seen)
+		return ""
+	})
+	return seen
+}
