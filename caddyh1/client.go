@@ -263,6 +263,21 @@ type Reuse struct {
 	// is at most the request's age behind: an idle connection looks that
 	// much older (closed that much sooner), a poll comes that much sooner.
 	Now time.Time
+
+	// Fields, when set, writes the request's header fields in place of
+	// req.Header's (the fast path writes a client's fields from the head
+	// it parsed, with its own additions, instead of building a map for
+	// them). It writes valid fields only (names that are tokens, values
+	// without CR, LF or NUL), and none of Host, Content-Length,
+	// Transfer-Encoding, Trailer or Connection, which the transport
+	// writes itself; req.Header still decides the framing and the
+	// replay rules (Connection, Idempotency-Key).
+	Fields FieldWriter
+}
+
+// FieldWriter writes a request's header fields (Reuse.Fields).
+type FieldWriter interface {
+	WriteFields(bw *bufio.Writer)
 }
 
 // maxNames is how many distinct field names of a response head Reuse
@@ -659,7 +674,11 @@ func (cn *conn) roundTrip(req *http.Request, wr *writtenRequest, ru *Reuse) (*ht
 	if wr.hasBody {
 		cn.watch() // writing the body can block on the client or on the upstream
 	}
-	if err := wr.write(cn.bw, req); err != nil {
+	var fw FieldWriter
+	if ru != nil {
+		fw = ru.Fields
+	}
+	if err := wr.write(cn.bw, req, fw); err != nil {
 		cn.done(false)
 		if _, ok := err.(*refusedField); ok {
 			return nil, err

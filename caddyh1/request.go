@@ -122,32 +122,19 @@ func headerValue(h http.Header, k string) string {
 // write writes the request head and body to bw and flushes it. A header
 // field that checkField refuses ends it with a *refusedField before the
 // head is complete (a head longer than bw's buffer may have been partly
-// sent: the caller closes the connection).
-func (wr *writtenRequest) write(bw *bufio.Writer, req *http.Request) error {
+// sent: the caller closes the connection). fw, when set, writes the header
+// fields instead of req.Header (Reuse.Fields).
+func (wr *writtenRequest) write(bw *bufio.Writer, req *http.Request, fw FieldWriter) error {
 	bw.WriteString(wr.method)
 	bw.WriteByte(' ')
 	writeRequestURI(bw, req)
 	bw.WriteString(" HTTP/1.1\r\nHost: ")
 	bw.WriteString(wr.host)
 	bw.WriteString("\r\n")
-	for k, vv := range req.Header {
-		if err := checkField(k, vv, "header field"); err != nil {
-			return &refusedField{err}
-		}
-		switch k {
-		case "Host", "Content-Length", "Transfer-Encoding", "Trailer":
-			continue // the transport's own framing
-		case "User-Agent":
-			// As net/http: the first value; an empty one (Caddy sets it
-			// when the client sent none) sends none.
-			if len(vv) > 0 && vv[0] != "" {
-				writeField(bw, k, vv[0])
-			}
-			continue
-		}
-		for _, v := range vv {
-			writeField(bw, k, v)
-		}
+	if fw != nil {
+		fw.WriteFields(bw)
+	} else if err := writeHeader(bw, req.Header); err != nil {
+		return err
 	}
 	switch {
 	case wr.chunked:
@@ -188,6 +175,31 @@ func (wr *writtenRequest) write(bw *bufio.Writer, req *http.Request) error {
 		}
 	}
 	return bw.Flush()
+}
+
+// writeHeader writes h's fields but the transport's own (Host and the
+// framing fields), refusing an invalid one with a *refusedField.
+func writeHeader(bw *bufio.Writer, h http.Header) error {
+	for k, vv := range h {
+		if err := checkField(k, vv, "header field"); err != nil {
+			return &refusedField{err}
+		}
+		switch k {
+		case "Host", "Content-Length", "Transfer-Encoding", "Trailer":
+			continue // the transport's own framing
+		case "User-Agent":
+			// As net/http: the first value; an empty one (Caddy sets it
+			// when the client sent none) sends none.
+			if len(vv) > 0 && vv[0] != "" {
+				writeField(bw, k, vv[0])
+			}
+			continue
+		}
+		for _, v := range vv {
+			writeField(bw, k, v)
+		}
+	}
+	return nil
 }
 
 func writeField(bw *bufio.Writer, k, v string) {

@@ -81,12 +81,43 @@ func compileServer(ctx caddy.Context, srv *caddyhttp.Server, app *caddyhttp.App,
 			return nil, reason + " (in handle_errors)"
 		}
 	}
+	p.pureMatchers = !c.foreignMatcher
 	return p, ""
+}
+
+// readOnlyMatchers reports whether every matcher of sets is one of
+// Caddy's own, which read the request and never change its header.
+func readOnlyMatchers(sets caddyhttp.MatcherSets) bool {
+	for _, set := range sets {
+		for _, m := range set {
+			switch m := m.(type) {
+			case *caddyhttp.MatchNot:
+				if !readOnlyMatchers(m.MatcherSets) {
+					return false
+				}
+				continue
+			case caddy.Module:
+				switch m.CaddyModule().ID {
+				case "http.matchers.host", "http.matchers.path", "http.matchers.path_regexp",
+					"http.matchers.method", "http.matchers.query", "http.matchers.header",
+					"http.matchers.header_regexp", "http.matchers.protocol", "http.matchers.remote_ip",
+					"http.matchers.client_ip", "http.matchers.expression", "http.matchers.tls",
+					"http.matchers.vars", "http.matchers.vars_regexp", "http.matchers.file":
+					continue
+				}
+			}
+			return false
+		}
+	}
+	return true
 }
 
 type compiler struct {
 	ctx    caddy.Context
 	logger *zap.Logger
+	// foreignMatcher: a route has a matcher that is not one of Caddy's
+	// (which read a request, never change it): see plan.pureMatchers
+	foreignMatcher bool
 }
 
 func (c *compiler) routes(list caddyhttp.RouteList) ([]*route, string) {
@@ -94,6 +125,9 @@ func (c *compiler) routes(list caddyhttp.RouteList) ([]*route, string) {
 	for i := range list {
 		r := &list[i]
 		rt := &route{group: r.Group, sets: r.MatcherSets, terminal: r.Terminal}
+		if !readOnlyMatchers(r.MatcherSets) {
+			c.foreignMatcher = true
+		}
 		for _, h := range r.Handlers {
 			s, reason := c.handler(h)
 			if reason != "" {
@@ -199,12 +233,15 @@ func (c *compiler) proxy(h *reverseproxy.Handler) (step, string) {
 		p.reqOps = h.Headers.Request
 		p.respOps = h.Headers.Response
 	}
+	_, headerPolicy := h.LoadBalancing.SelectionPolicy.(*reverseproxy.HeaderHashSelection)
+	p.plain = t != nil && p.reqOps == nil && !headerPolicy && len(h.LoadBalancing.RetryMatch) == 0
 	if tph, ok := h.Transport.(reverseproxy.RequestHeaderOpsTransport); ok {
 		if ops := tph.RequestHeaderOps(); ops != nil {
 			if err := ops.Provision(c.ctx); err != nil {
 				return caddyProxy(h, "reverse_proxy transport header operations: "+err.Error()), ""
 			}
 			p.transOps = ops
+			p.plain = false
 		}
 	}
 	return p, ""

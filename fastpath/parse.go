@@ -53,6 +53,10 @@ type reqHead struct {
 	keepAlive10   bool // HTTP/1.0 with "Connection: keep-alive"
 	expect100     bool // Expect: 100-continue
 	pragmaNoCache bool // net/http adds "Cache-Control: no-cache" for it
+	// reworked: a field reverse_proxy changes on the way upstream (a
+	// hop-by-hop one, Via, X-Forwarded-*, Pragma), so the proxy cannot
+	// send the fields as they came with its own added (proxyState.plain)
+	reworked bool
 
 	// handoff, when set, names why Caddy's server takes this connection
 	// from this request on (the request is well-formed): the protocol
@@ -323,6 +327,7 @@ func (h *reqHead) field(name, value string, fields []field, seen *seenFields) *b
 		}
 		seen.te, seen.teValue = true, value
 	case "Connection":
+		h.reworked = true
 		if h1wire.HasToken(value, "close") {
 			h.close = true
 		}
@@ -343,7 +348,11 @@ func (h *reqHead) field(name, value string, fields []field, seen *seenFields) *b
 		if h.handoff == "" {
 			h.handoff = "request trailers"
 		}
+	case "Te", "Keep-Alive", "Proxy-Connection", "Proxy-Authenticate", "Proxy-Authorization", "Alt-Svc",
+		"Via", "X-Forwarded-For", "X-Forwarded-Proto", "X-Forwarded-Host":
+		h.reworked = true
 	case "Pragma":
+		h.reworked = true
 		if value == "no-cache" && !h.pragmaNoCache && !hasField(fields, "Pragma") {
 			h.pragmaNoCache = true
 		}

@@ -37,6 +37,9 @@ type plan struct {
 	strictSNI bool
 	altSvc    []string // HTTP/3 advertisement; nil when HTTP/3 is off
 	trusted   bool     // trusted_proxies (or trusted_proxies_unix) is set
+	// pureMatchers: every matcher of the server's routes is one of
+	// Caddy's, which never change a request (the proxy's plain lane)
+	pureMatchers bool
 
 	errLogger *zap.Logger // http.log.error
 	access    *accessLog  // the server's access logs; nil without

@@ -1,6 +1,7 @@
 package fastpath
 
 import (
+	"bufio"
 	"context"
 	"errors"
 	"fmt"
@@ -27,6 +28,7 @@ import (
 	"golang.org/x/net/http/httpguts"
 
 	"github.com/apigate/gateway/caddyh1"
+	"github.com/apigate/gateway/internal/h1wire"
 )
 
 // proxyStep is Caddy's reverse_proxy handler run on the plan, with its
@@ -50,7 +52,12 @@ type proxyStep struct {
 	passive   *reverseproxy.PassiveHealthChecks
 	reqOps    *headers.HeaderOps
 	respOps   *headers.RespHeaderOps
-	logger    *zap.Logger
+	// plain: the step may send a client's fields as they came (no
+	// header_up, no transport header operations, a selection policy and
+	// retry matchers that read no field the proxy adds), prepare's plain
+	// lane
+	plain  bool
+	logger *zap.Logger
 
 	static map[*reverseproxy.Upstream]dialInfo
 	dials  sync.Map // dial address -> dialInfo, for dynamic upstreams
@@ -120,6 +127,20 @@ type proxyState struct {
 	// reuse holds the h1 transport's response (with its header map and
 	// body reader) for the request in hand: none made per request
 	reuse caddyh1.Reuse
+	// plainHead is the head whose fields WriteFields writes upstream
+	// (the plain lane, prepare), with the fields addForwarded would add
+	plainHead *reqHead
+	fwd       forwarded
+}
+
+// forwarded is what addForwarded adds to a request that has no
+// X-Forwarded-* field (the plain lane writes them itself).
+type forwarded struct {
+	on      bool   // X-Forwarded-Proto and -Host are added
+	xff     string // X-Forwarded-For ("": none)
+	proto   string
+	host    string
+	viaBody string // Via
 }
 
 var (
@@ -169,8 +190,11 @@ func (ps *proxyState) got1xx(code int, header textproto.MIMEHeader) error {
 }
 
 // prepare makes the request for the upstream from r, as reverse_proxy's
-// cloneRequest and prepareRequest do.
-func (ps *proxyState) prepare(r *http.Request, derived bool) *http.Request {
+// cloneRequest and prepareRequest do. With plain (the plain lane), the
+// client's fields go upstream as they came (WriteFields), not through a
+// copy of the header map: the caller vouches that r's header is the one
+// begin made from the head and that nothing reads or changes the copy.
+func (ps *proxyState) prepare(r *http.Request, derived, plain bool) *http.Request {
 	var out *http.Request
 	if derived { // a request a handler made: its own context, with the trace
 		out = r.WithContext(httptrace.WithClientTrace(r.Context(), &ps.trace))
@@ -194,6 +218,10 @@ func (ps *proxyState) prepare(r *http.Request, derived bool) *http.Request {
 		ps.url.User = &u
 	}
 	out.URL = &ps.url
+	if plain && ps.preparePlain(r, out) {
+		return out
+	}
+	ps.reuse.Fields = nil
 	// the client's fields but the hop-by-hop ones, in one pass (the
 	// fields the Connection field names go after it, as reverse_proxy's
 	// removeConnectionHeaders then its hop-by-hop loop)
@@ -255,6 +283,85 @@ func (ps *proxyState) prepare(r *http.Request, derived bool) *http.Request {
 		hdr["Via"] = via10
 	}
 	return out
+}
+
+// preparePlain is prepare's plain lane: for a request from the head in
+// hand whose fields reverse_proxy would send unchanged (no hop-by-hop
+// field, no Via, X-Forwarded-* or Pragma: reqHead.reworked), the
+// upstream request shares the client's header map (read, never written:
+// the selection policy, the transport's framing and replay rules) and
+// the transport writes the fields from the head (WriteFields), with the
+// ones reverse_proxy adds. It reports false for another head.
+func (ps *proxyState) preparePlain(r *http.Request, out *http.Request) bool {
+	h := &ps.ex.st.head
+	if h.reworked || h.h2 || h.pragmaNoCache {
+		return false
+	}
+	out.Header = r.Header
+	out.Trailer = nil
+	if out.ContentLength == 0 {
+		out.Body = nil
+	}
+	out.Close = false
+	// addForwarded, for a request without X-Forwarded-* fields
+	c := ps.ex.st.c
+	trusted, _ := ps.ex.vars[caddyhttp.TrustedProxyVarKey].(bool)
+	unix := out.RemoteAddr == "@"
+	f := &ps.fwd
+	*f = forwarded{viaBody: viaResponse1}
+	if out.ProtoMinor == 0 {
+		f.viaBody = viaResponse0
+	}
+	if !(unix && !trusted || !unix && !c.ipOK) {
+		f.on = true
+		if !unix {
+			f.xff = c.xff[0]
+		}
+		f.proto, f.host = "http", out.Host
+		if out.TLS != nil {
+			f.proto = "https"
+		}
+	}
+	ps.plainHead = h
+	ps.reuse.Fields = ps
+	return true
+}
+
+// WriteFields writes the plain lane's fields upstream (caddyh1.FieldWriter):
+// the client's, as prepare's copy and the transport's write would (Host
+// and the framing fields are the transport's, the first User-Agent only,
+// no name with "_" or "." as Caddy's server drops them), then
+// X-Forwarded-For, -Proto, -Host and Via.
+func (ps *proxyState) WriteFields(bw *bufio.Writer) {
+	ua := false
+	for i := range ps.plainHead.fields {
+		f := &ps.plainHead.fields[i]
+		switch f.name {
+		case "Host", "Content-Length", "Transfer-Encoding":
+			continue
+		case "User-Agent":
+			if ua {
+				continue
+			}
+			ua = true
+			if f.value == "" {
+				continue
+			}
+		}
+		if strings.IndexByte(f.name, '_') >= 0 || strings.IndexByte(f.name, '.') >= 0 {
+			continue
+		}
+		h1wire.WriteField(bw, f.name, h1wire.TrimOWS(f.value))
+	}
+	fw := &ps.fwd
+	if fw.xff != "" {
+		h1wire.WriteField(bw, "X-Forwarded-For", fw.xff)
+	}
+	if fw.on {
+		h1wire.WriteField(bw, "X-Forwarded-Proto", fw.proto)
+		h1wire.WriteField(bw, "X-Forwarded-Host", fw.host)
+	}
+	h1wire.WriteField(bw, "Via", fw.viaBody)
 }
 
 // the fields of the client's request prepare looks up (seen: present,
@@ -339,7 +446,10 @@ func (p *proxyStep) module() caddyhttp.MiddlewareHandler { return p.h }
 func (p *proxyStep) serve(ex *exchange, w http.ResponseWriter, next *cont) error {
 	r := ex.req
 	ps := &ex.px
-	out := ps.prepare(r, r != &ex.shadow)
+	derived := r != &ex.shadow
+	// the plain lane: nothing but the plan's own steps and matchers that
+	// change no request ran, so r's header is the head's
+	out := ps.prepare(r, derived, p.plain && !derived && !ex.delegatedRan && ex.plan.pureMatchers)
 	reqHost, reqHeader := out.Host, out.Header
 	incremental := isIncremental(reqHeader)
 	ps.curW = w
