@@ -180,6 +180,9 @@ func (wr *writtenRequest) write(bw *bufio.Writer, req *http.Request, fw FieldWri
 // writeHeader writes h's fields but the transport's own (Host and the
 // framing fields), refusing an invalid one with a *refusedField.
 func writeHeader(bw *bufio.Writer, h http.Header) error {
+	var out h1wire.Fields
+	out.Start(bw)
+	defer out.Done()
 	for k, vv := range h {
 		if err := checkField(k, vv, "header field"); err != nil {
 			return &refusedField{err}
@@ -191,19 +194,19 @@ func writeHeader(bw *bufio.Writer, h http.Header) error {
 			// As net/http: the first value; an empty one (Caddy sets it
 			// when the client sent none) sends none.
 			if len(vv) > 0 && vv[0] != "" {
-				writeField(bw, k, vv[0])
+				writeField(&out, k, vv[0])
 			}
 			continue
 		}
 		for _, v := range vv {
-			writeField(bw, k, v)
+			writeField(&out, k, v)
 		}
 	}
 	return nil
 }
 
-func writeField(bw *bufio.Writer, k, v string) {
-	h1wire.WriteField(bw, k, h1wire.TrimOWS(v))
+func writeField(out *h1wire.Fields, k, v string) {
+	out.Add(k, h1wire.TrimOWS(v))
 }
 
 func writeRequestURI(bw *bufio.Writer, req *http.Request) {
@@ -296,7 +299,7 @@ func writeChunked(bw *bufio.Writer, req *http.Request) error {
 	}
 	for k, vv := range req.Trailer {
 		for _, v := range vv {
-			writeField(bw, k, v)
+			h1wire.WriteField(bw, k, h1wire.TrimOWS(v))
 		}
 	}
 	bw.WriteString("\r\n")

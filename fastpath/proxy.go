@@ -333,6 +333,8 @@ func (ps *proxyState) preparePlain(r *http.Request, out *http.Request) bool {
 // no name with "_" or "." as Caddy's server drops them), then
 // X-Forwarded-For, -Proto, -Host and Via.
 func (ps *proxyState) WriteFields(bw *bufio.Writer) {
+	var out h1wire.Fields
+	out.Start(bw)
 	ua := false
 	for i := range ps.plainHead.fields {
 		f := &ps.plainHead.fields[i]
@@ -351,17 +353,18 @@ func (ps *proxyState) WriteFields(bw *bufio.Writer) {
 		if strings.IndexByte(f.name, '_') >= 0 || strings.IndexByte(f.name, '.') >= 0 {
 			continue
 		}
-		h1wire.WriteField(bw, f.name, h1wire.TrimOWS(f.value))
+		out.Add(f.name, h1wire.TrimOWS(f.value))
 	}
 	fw := &ps.fwd
 	if fw.xff != "" {
-		h1wire.WriteField(bw, "X-Forwarded-For", fw.xff)
+		out.Add("X-Forwarded-For", fw.xff)
 	}
 	if fw.on {
-		h1wire.WriteField(bw, "X-Forwarded-Proto", fw.proto)
-		h1wire.WriteField(bw, "X-Forwarded-Host", fw.host)
+		out.Add("X-Forwarded-Proto", fw.proto)
+		out.Add("X-Forwarded-Host", fw.host)
 	}
-	h1wire.WriteField(bw, "Via", fw.viaBody)
+	out.Add("Via", fw.viaBody)
+	out.Done()
 }
 
 // the fields of the client's request prepare looks up (seen: present,

@@ -717,11 +717,13 @@ func (w *respWriter) writeFields(bw *bufio.Writer, exclude map[string]bool) {
 		slices.SortFunc(fields, func(a, b namedValues) int { return strings.Compare(a.name, b.name) })
 	} else { // (the usual few: an insertion sort, no comparison calls)
 		for i := 1; i < len(fields); i++ {
-			for j := i; j > 0 && fields[j].name < fields[j-1].name; j-- {
+			for j := i; j > 0 && nameLess(fields[j].name, fields[j-1].name); j-- {
 				fields[j], fields[j-1] = fields[j-1], fields[j]
 			}
 		}
 	}
+	var out h1wire.Fields
+	out.Start(bw)
 	for _, f := range fields {
 		if exclude != nil && exclude[f.name] || !h1wire.ValidToken(f.name) {
 			continue
@@ -732,11 +734,22 @@ func (w *respWriter) writeFields(bw *bufio.Writer, exclude map[string]bool) {
 			if strings.IndexByte(v, '\r') >= 0 || strings.IndexByte(v, '\n') >= 0 {
 				v = headerNewlineToSpace.Replace(v)
 			}
-			h1wire.WriteField(bw, f.name, textproto.TrimString(v))
+			out.Add(f.name, textproto.TrimString(v))
 		}
 	}
+	out.Done()
 	clear(fields)
 	w.fields = fields[:0]
+}
+
+// nameLess is a < b for field names, deciding on the first byte where
+// it differs without a call (names mostly begin differently: the sort's
+// string comparisons were ~600 instructions a proxied request, callgrind).
+func nameLess(a, b string) bool {
+	if a != "" && b != "" && a[0] != b[0] {
+		return a[0] < b[0]
+	}
+	return a < b
 }
 
 // namedValues is a header field's name and values.
