@@ -25,6 +25,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/apigate/gateway/identity"
+	"github.com/apigate/gateway/internal/fieldedits"
 	"github.com/apigate/gateway/internal/natsconn"
 
 	"github.com/apigate/gateway/internal/urls"
@@ -620,6 +621,10 @@ func (h *Handler) Provision(ctx caddy.Context) error {
 	return nil
 }
 
+// RequestFieldEdits reports that ServeHTTP changes no request header field
+// (fieldedits.Declarer): it only reads them.
+func (h *Handler) RequestFieldEdits() []string { return nil }
+
 // ServeHTTP runs the chain, then records the event.
 func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyhttp.Handler) error {
 	if h.app.rejects {
@@ -872,4 +877,5 @@ var (
 	_ caddy.CleanerUpper          = (*App)(nil)
 	_ caddy.Provisioner           = (*Handler)(nil)
 	_ caddyhttp.MiddlewareHandler = (*Handler)(nil)
+	_ fieldedits.Declarer         = (*Handler)(nil)
 )

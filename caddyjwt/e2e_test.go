@@ -171,6 +171,21 @@ func testEndToEnd(t *testing.T, path pathtest.Path, rec *pathtest.Recorder) {
 		}
 		reverse_proxy %[4]s
 	}
+	route /h1api/* {
+		jwt_auth {
+			jwks_url %[3]s
+			jwks_cooldown 100ms
+			algorithms RS256
+			issuer https://idp.test
+			audience orders-api
+			forward_claim sub X-User-Id
+			forward_claim realm_access.roles X-Roles
+			strip_token
+		}
+		reverse_proxy %[4]s {
+			transport h1
+		}
+	}
 	route /whoami {
 		jwt_auth {
 			jwks_url %[3]s
@@ -264,6 +279,27 @@ func testEndToEnd(t *testing.T, path pathtest.Path, rec *pathtest.Recorder) {
 		}
 		if h.Get("Authorization") != "" {
 			t.Fatal("token not stripped before proxying")
+		}
+	})
+	// with the h1 transport, the fast path writes the client's fields
+	// from its head (the plain lane) and jwt_auth's from the map: the
+	// client's X-User-Id, X-Roles and token must not go along
+	t.Run("h1 transport: forwarded claims replace the client's, token stripped", func(t *testing.T) {
+		resp, body := get("/h1api/orders?x=1", t1, "X-User-Id", "spoofed-admin", "X-Roles", "root", "X-Other", "kept")
+		expect("valid h1", resp, body, 200, "upstream ok")
+		recordUpstream("valid h1: upstream")
+		h, _ := up.seen()
+		if v := h.Values("X-User-Id"); len(v) != 1 || v[0] != "user-1" {
+			t.Fatalf("upstream saw X-User-Id %q", v)
+		}
+		if v := h.Values("X-Roles"); len(v) != 1 || v[0] != "admin,editor" {
+			t.Fatalf("upstream saw X-Roles %q", v)
+		}
+		if v := h.Values("Authorization"); len(v) != 0 {
+			t.Fatalf("token not stripped before proxying: %q", v)
+		}
+		if h.Get("X-Other") != "kept" {
+			t.Fatalf("upstream saw X-Other %q", h.Get("X-Other"))
 		}
 	})
 	t.Run("missing token", func(t *testing.T) {

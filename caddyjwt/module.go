@@ -8,6 +8,7 @@ import (
 	"hash"
 	"net/http"
 	"os"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -19,6 +20,7 @@ import (
 	"github.com/apigate/gateway/identity"
 	"github.com/apigate/gateway/internal/credential"
 	"github.com/apigate/gateway/internal/deny"
+	"github.com/apigate/gateway/internal/fieldedits"
 
 	"github.com/apigate/gateway/internal/urls"
 )
@@ -603,6 +605,21 @@ func (j *JWTAuth) Cleanup() error {
 	return nil
 }
 
+// RequestFieldEdits names the request header fields ServeHTTP may change
+// (fieldedits.Declarer): the forwarded claims' headers, and with
+// strip_token the token's header fields (and Cookie for a cookie source).
+func (j *JWTAuth) RequestFieldEdits() []string {
+	names := j.forward.Headers()
+	if j.StripToken {
+		for _, n := range credential.StrippedFields(j.sources) {
+			if !slices.Contains(names, n) {
+				names = append(names, n)
+			}
+		}
+	}
+	return names
+}
+
 // Verifier returns the provisioned verifier (nil before Provision).
 func (j *JWTAuth) Verifier() *Verifier { return j.verifier }
 
@@ -696,4 +713,5 @@ var (
 	_ caddy.Validator             = (*JWTAuth)(nil)
 	_ caddy.CleanerUpper          = (*JWTAuth)(nil)
 	_ caddyhttp.MiddlewareHandler = (*JWTAuth)(nil)
+	_ fieldedits.Declarer         = (*JWTAuth)(nil)
 )

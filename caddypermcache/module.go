@@ -22,6 +22,7 @@ import (
 
 	"github.com/apigate/gateway/identity"
 	"github.com/apigate/gateway/internal/deny"
+	"github.com/apigate/gateway/internal/fieldedits"
 	"github.com/apigate/gateway/internal/natsconn"
 
 	"github.com/apigate/gateway/internal/urls"
@@ -310,6 +311,10 @@ func (h *Handler) Cleanup() error {
 // keyBufSize is the stack buffer for building keys; longer keys allocate.
 const keyBufSize = 256
 
+// RequestFieldEdits reports that ServeHTTP changes no request header field
+// (fieldedits.Declarer): it only reads them.
+func (h *Handler) RequestFieldEdits() []string { return nil }
+
 // ServeHTTP checks the request's permission.
 func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyhttp.Handler) error {
 	id, _ := identity.FromRequest(r)
@@ -510,5 +515,6 @@ var (
 	_ caddy.Validator             = (*Handler)(nil)
 	_ caddy.CleanerUpper          = (*Handler)(nil)
 	_ caddyhttp.MiddlewareHandler = (*Handler)(nil)
+	_ fieldedits.Declarer         = (*Handler)(nil)
 	_ caddy.Destructor            = (*shared)(nil)
 )

@@ -19,6 +19,7 @@ import (
 
 	"github.com/apigate/gateway/identity"
 	"github.com/apigate/gateway/internal/deny"
+	"github.com/apigate/gateway/internal/fieldedits"
 )
 
 func init() {
@@ -225,6 +226,10 @@ func (h *RBAC) Validate() error {
 	return h.compile()
 }
 
+// RequestFieldEdits reports that ServeHTTP changes no request header field
+// (fieldedits.Declarer): it only reads them.
+func (h *RBAC) RequestFieldEdits() []string { return nil }
+
 // ServeHTTP allows the request or answers 401/403.
 func (h *RBAC) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyhttp.Handler) error {
 	repl, _ := r.Context().Value(caddy.ReplacerCtxKey).(*caddy.Replacer)
@@ -290,5 +295,6 @@ var (
 	_ caddy.Provisioner           = (*RBAC)(nil)
 	_ caddy.Validator             = (*RBAC)(nil)
 	_ caddyhttp.MiddlewareHandler = (*RBAC)(nil)
+	_ fieldedits.Declarer         = (*RBAC)(nil)
 	_ fmt.Stringer                = joinedRoles(nil)
 )

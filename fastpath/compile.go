@@ -2,6 +2,7 @@ package fastpath
 
 import (
 	"fmt"
+	"net/textproto"
 	"slices"
 	"strings"
 
@@ -11,6 +12,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/apigate/gateway/caddyh1"
+	"github.com/apigate/gateway/internal/fieldedits"
 )
 
 // serverReasons are the server's options the plan does not honour, named
@@ -160,7 +162,24 @@ func (c *compiler) handler(h caddyhttp.MiddlewareHandler) (step, string) {
 	// Any other handler module runs as Caddy's route chain calls it: its
 	// provisioned instance, on the request as Caddy's server prepares one,
 	// with the plan's writer and a "next" that goes on with the plan.
-	return &delegated{h: h}, ""
+	return declaredEdits(&delegated{h: h}), ""
+}
+
+// declaredEdits notes the request header fields d's module may change,
+// when it says (fieldedits.Declarer) or is known to change none.
+func declaredEdits(d *delegated) *delegated {
+	switch m := d.h.(type) {
+	case fieldedits.Declarer:
+		d.declared = true
+		for _, n := range m.RequestFieldEdits() {
+			d.edits = append(d.edits, textproto.CanonicalMIMEHeaderKey(n))
+		}
+	default:
+		// caddy-ratelimit (v0.1.0) reads the request's fields and
+		// changes none
+		d.declared = moduleID(d.h) == "http.handlers.rate_limit"
+	}
+	return d
 }
 
 // proxy compiles a reverse_proxy handler: the plan's own proxy step for

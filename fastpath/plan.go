@@ -208,12 +208,22 @@ func (s *subroute) serve(ex *exchange, w http.ResponseWriter, next *cont) error 
 type delegated struct {
 	h   caddyhttp.MiddlewareHandler
 	why string // why the plan has no step of its own for it ("": none needed)
+	// declared: the module names the request header fields it may change
+	// (edits; none: it only reads them), so that the proxy's plain lane
+	// stays open after it (fieldedits)
+	declared bool
+	edits    []string
 }
 
 func (d *delegated) module() caddyhttp.MiddlewareHandler { return d.h }
 
 func (d *delegated) serve(ex *exchange, w http.ResponseWriter, next *cont) error {
 	ex.delegatedRan = true
+	if !d.declared {
+		ex.fieldsChanged = true
+	} else if len(d.edits) > 0 {
+		ex.edits = append(ex.edits, d.edits...)
+	}
 	return d.h.ServeHTTP(w, ex.req, next)
 }
 
@@ -282,6 +292,11 @@ type exchange struct {
 	// delegatedRan: a handler module ran before the step in hand (the
 	// proxy then reads the clock for its own start)
 	delegatedRan bool
+	// fieldsChanged: a handler module that may change any request
+	// header field ran; edits: the fields the modules that ran named
+	// (fieldedits). The proxy's plain lane reads them.
+	fieldsChanged bool
+	edits         []string
 
 	px proxyState
 }
@@ -442,6 +457,7 @@ func (ex *exchange) begin(now time.Time) {
 	h := &ex.st.head
 	ex.plan = c.l.plan
 	ex.start, ex.clock, ex.delegatedRan = now, now, false
+	ex.fieldsChanged, ex.edits = false, ex.edits[:0]
 	ex.err, ex.inErrors, ex.extra = nil, false, nil
 	ex.groups = ex.groups[:0]
 	clear(ex.groupM)

@@ -14,6 +14,7 @@ import (
 	"net/http/httptrace"
 	"net/textproto"
 	"net/url"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -292,10 +293,15 @@ func (ps *proxyState) prepare(r *http.Request, derived, plain bool) *http.Reques
 // the selection policy, the transport's framing and replay rules) and
 // the transport writes the fields from the head (WriteFields), with the
 // ones reverse_proxy adds. It reports false for another head.
-func (ps *proxyState) preparePlain(r *http.Request, out *http.Request) bool {
+func (ps *proxyState) preparePlain(r, out *http.Request) bool {
 	h := &ps.ex.st.head
 	if h.reworked || h.h2 || h.pragmaNoCache {
 		return false
+	}
+	for _, name := range ps.ex.edits {
+		if !plainEdit(name, r.Header[name]) {
+			return false
+		}
 	}
 	out.Header = r.Header
 	out.Trailer = nil
@@ -327,17 +333,45 @@ func (ps *proxyState) preparePlain(r *http.Request, out *http.Request) bool {
 	return true
 }
 
+// plainEdit reports whether the plain lane can write a field a handler
+// changed (fieldedits) from the request's map: one reverse_proxy or the
+// transport does not treat apart, with a valid name and values (the map's
+// copy refuses an invalid one).
+func plainEdit(name string, values []string) bool {
+	switch name {
+	case "Host", "Content-Length", "Transfer-Encoding", "Trailer", "Upgrade", "User-Agent", "Cache-Control":
+		return false
+	}
+	if isHopHeader(name) || !h1wire.ValidToken(name) {
+		return false
+	}
+	if strings.HasPrefix(name, "X-Forwarded-") || name == "Via" || name == "Pragma" {
+		return false
+	}
+	for _, v := range values {
+		if !h1wire.ValidFieldValue(v) {
+			return false
+		}
+	}
+	return true
+}
+
 // WriteFields writes the plain lane's fields upstream (caddyh1.FieldWriter):
 // the client's, as prepare's copy and the transport's write would (Host
 // and the framing fields are the transport's, the first User-Agent only,
-// no name with "_" or "." as Caddy's server drops them), then
-// X-Forwarded-For, -Proto, -Host and Via.
+// no name with "_" or "." as Caddy's server drops them) but those a
+// handler changed, then those as the handler left them in the request's
+// map, then X-Forwarded-For, -Proto, -Host and Via.
 func (ps *proxyState) WriteFields(bw *bufio.Writer) {
 	var out h1wire.Fields
 	out.Start(bw)
 	ua := false
+	edits := ps.ex.edits
 	for i := range ps.plainHead.fields {
 		f := &ps.plainHead.fields[i]
+		if len(edits) > 0 && slices.Contains(edits, f.name) {
+			continue
+		}
 		switch f.name {
 		case "Host", "Content-Length", "Transfer-Encoding":
 			continue
@@ -354,6 +388,15 @@ func (ps *proxyState) WriteFields(bw *bufio.Writer) {
 			continue
 		}
 		out.Add(f.name, h1wire.TrimOWS(f.value))
+	}
+	hdr := ps.ex.shadow.Header
+	for i, name := range edits {
+		if slices.Contains(edits[:i], name) {
+			continue
+		}
+		for _, v := range hdr[name] {
+			out.Add(name, h1wire.TrimOWS(v))
+		}
 	}
 	fw := &ps.fwd
 	if fw.xff != "" {
@@ -450,9 +493,10 @@ func (p *proxyStep) serve(ex *exchange, w http.ResponseWriter, next *cont) error
 	r := ex.req
 	ps := &ex.px
 	derived := r != &ex.shadow
-	// the plain lane: nothing but the plan's own steps and matchers that
-	// change no request ran, so r's header is the head's
-	out := ps.prepare(r, derived, p.plain && !derived && !ex.delegatedRan && ex.plan.pureMatchers)
+	// the plain lane: nothing but the plan's own steps, matchers that
+	// change no request and handlers that name the fields they change
+	// ran, so r's header is the head's but for those
+	out := ps.prepare(r, derived, p.plain && !derived && !ex.fieldsChanged && ex.plan.pureMatchers)
 	reqHost, reqHeader := out.Host, out.Header
 	incremental := isIncremental(reqHeader)
 	ps.curW = w

@@ -79,6 +79,18 @@ func NewClaimHeaders(fcs []ForwardClaim) (*ClaimHeaders, error) {
 	return c, nil
 }
 
+// Headers returns the names of the headers Apply sets (canonical).
+func (c *ClaimHeaders) Headers() []string {
+	if c == nil {
+		return nil
+	}
+	names := make([]string, len(c.rules))
+	for i, r := range c.rules {
+		names[i] = r.header
+	}
+	return names
+}
+
 // Apply sets the forwarded headers of h from id: each header is removed
 // first, so a client never chooses what the upstream believes came from a
 // credential, then set from id's claim when id has it (nil id: anonymous,

@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"net/textproto"
 	"net/url"
+	"slices"
 	"strings"
 )
 
@@ -180,6 +181,7 @@ func removeQueryParam(raw, name string) (string, bool) {
 // StripToken removes the credential of every source from r, so that it is
 // not forwarded upstream.
 func StripToken(r *http.Request, sources []TokenSource) {
+	// (StrippedFields names the header fields this may change)
 	for _, src := range sources {
 		switch src.Kind {
 		case FromHeader:
@@ -202,6 +204,26 @@ func StripToken(r *http.Request, sources []TokenSource) {
 			}
 		}
 	}
+}
+
+// StrippedFields returns the names of the request header fields
+// StripToken may change for sources (canonical): the token's header
+// fields, and Cookie for a cookie source.
+func StrippedFields(sources []TokenSource) []string {
+	var names []string
+	for _, src := range sources {
+		name := ""
+		switch src.Kind {
+		case FromHeader:
+			name = textproto.CanonicalMIMEHeaderKey(src.Name)
+		case FromCookie:
+			name = "Cookie"
+		}
+		if name != "" && !slices.Contains(names, name) {
+			names = append(names, name)
+		}
+	}
+	return names
 }
 
 func removeCookie(h http.Header, name string) {
