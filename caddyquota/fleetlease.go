@@ -164,6 +164,28 @@ func (f *Fleet) acquire(s *Store, sl *slot, p *Plan, now time.Time, sn *calSnap,
 		f.setAvailable(false, errors.New("NATS connection lost"))
 		alone = true
 	}
+	if !alone || f.startHoldLeft(now) <= 0 {
+		// the usual request: decided from the tokens in hand (or the
+		// share), with no wait to prepare; one that needs a lease goes
+		// on to wait for it (its decide, which changed nothing, runs
+		// again there)
+		sl.mu.Lock()
+		d, need, prefetch := f.decide(s, sl, p, now, sn, dt, dry, alone, false)
+		sl.mu.Unlock()
+		if !need {
+			if prefetch {
+				f.enqueue(sl)
+			}
+			return d, nil
+		}
+	}
+	return f.acquireWaiting(s, sl, p, now, sn, dt, dry, alone)
+}
+
+// acquireWaiting decides a request that waits: for a lease, or for the
+// hold after the link's first answer. Its wait is timed from here (the
+// request's decide before it took no time worth counting).
+func (f *Fleet) acquireWaiting(s *Store, sl *slot, p *Plan, now time.Time, sn *calSnap, dt *table, dry, alone bool) (Decision, error) {
 	// late: the wait for a lease ended while it waits for another
 	// gateway's read (the counts answer): the windows that need one
 	// refuse; a share is only for a gateway that cannot reach the
@@ -284,9 +306,13 @@ func (f *Fleet) decide(s *Store, sl *slot, p *Plan, now time.Time, sn *calSnap, 
 	d = Decision{N: len(p.Limits), Binding: -1}
 	var how [MaxLimits]int
 	var full [MaxLimits]bool
+	// each window's instance at now (a sliding window's step: one
+	// division, read by source, count and windowState)
+	var inst [MaxLimits]int64
 	for i, l := range p.Limits {
+		inst[i] = instOf(l, now, sn)
 		var low bool
-		how[i], low = f.source(s, sl, l, now, sn, decideAlone)
+		how[i], low = f.source(s, sl, l, inst[i], now, decideAlone)
 		prefetch = prefetch || low
 		switch how[i] {
 		case fromNothing:
@@ -308,12 +334,12 @@ func (f *Fleet) decide(s *Store, sl *slot, p *Plan, now time.Time, sn *calSnap, 
 		return d, true, false
 	}
 	if !over || dry {
-		f.count(s, sl, p, now, dt, how)
+		f.count(s, sl, p, dt, how, &inst)
 	} else {
 		atomic.AddUint64(dt.word(sl.idx, 1), 1)
 	}
 	for i, l := range p.Limits {
-		d.Windows[i] = f.windowState(s, sl, l, now, sn, full[i])
+		d.Windows[i] = f.windowState(s, sl, l, inst[i], now, sn, full[i])
 		if how[i] == noLease {
 			// a moment, not the window's end: the next lease may come
 			// with the next operation
@@ -329,10 +355,9 @@ func (f *Fleet) decide(s *Store, sl *slot, p *Plan, now time.Time, sn *calSnap, 
 // (low: it runs low, the next lease should be asked for now), from the
 // share while deciding alone, or not at all (a lease is needed, or the
 // window is full). Deciding alone, it fixes the share the first time.
-// sl.mu is held.
-func (f *Fleet) source(s *Store, sl *slot, l Limit, now time.Time, sn *calSnap, decideAlone bool) (how int, low bool) {
+// inst is the window's instance at now (instOf). sl.mu is held.
+func (f *Fleet) source(s *Store, sl *slot, l Limit, inst int64, now time.Time, decideAlone bool) (how int, low bool) {
 	u := l.Unit
-	inst := instOf(l, now, sn)
 	k := &sl.fl.known[u]
 	lease := s.lease(sl.idx, u)
 	li, left := lease.inst.Load(), lease.left.Load()
@@ -459,8 +484,8 @@ func (f *Fleet) readFresh(k *knownWindow, now time.Time) bool {
 }
 
 // count counts an admitted request in every window, from where each
-// decided it (how). sl.mu is held.
-func (f *Fleet) count(s *Store, sl *slot, p *Plan, now time.Time, dt *table, how [MaxLimits]int) {
+// decided it (how), in its instance at now (inst). sl.mu is held.
+func (f *Fleet) count(s *Store, sl *slot, p *Plan, dt *table, how [MaxLimits]int, inst *[MaxLimits]int64) {
 	atomic.AddUint64(dt.word(sl.idx, 0), 1)
 	sl.month++
 	for i, l := range p.Limits {
@@ -476,20 +501,20 @@ func (f *Fleet) count(s *Store, sl *slot, p *Plan, now time.Time, dt *table, how
 			}
 		}
 		if !u.Calendar() {
-			s.ringAdd(sl.idx, l, now)
+			s.ringAddStep(sl.idx, l, inst[i])
 		}
 	}
 }
 
-// windowState is window l's state after the request (full: it refused).
-// sl.mu is held.
-func (f *Fleet) windowState(s *Store, sl *slot, l Limit, now time.Time, sn *calSnap, full bool) WindowState {
+// windowState is window l's state after the request (full: it refused;
+// inst: the window's instance at now). sl.mu is held.
+func (f *Fleet) windowState(s *Store, sl *slot, l Limit, inst int64, now time.Time, sn *calSnap, full bool) WindowState {
 	u := l.Unit
 	k := &sl.fl.known[u]
 	lease := s.lease(sl.idx, u)
 	take, left := lease.take.Load(), lease.left.Load()
 	var others int64
-	if leaseValid(u, k.inst, instOf(l, now, sn)) || k.inst == lease.inst.Load() {
+	if leaseValid(u, k.inst, inst) || k.inst == lease.inst.Load() {
 		others = k.others
 	}
 	w := WindowState{Remaining: max(l.N-others-take+left, 0)}
@@ -505,7 +530,7 @@ func (f *Fleet) windowState(s *Store, sl *slot, l Limit, now time.Time, sn *calS
 		if full && k.reset > now.UnixNano() {
 			w.Reset = k.reset
 		} else {
-			w.Reset = ringResetEmpty(l, now)
+			w.Reset = ringResetEmptyStep(l, inst)
 		}
 	}
 	return w

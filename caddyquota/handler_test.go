@@ -2,6 +2,7 @@ package caddyquota
 
 import (
 	"context"
+	"crypto/tls"
 	"encoding/json"
 	"net/http"
 	"net/http/httptest"
@@ -151,6 +152,86 @@ func TestServeHTTPCounts(t *testing.T) {
 	}
 	if st, _ := a.store(); st.Consumers() != 1 {
 		t.Errorf("%d consumers counted, want 1", st.Consumers())
+	}
+}
+
+// TestPlanPlaceholder: {http.quota.plan} names the plan a request was
+// counted on, admitted or refused, for a handler with a plan of its own
+// (answered by the handler's provider) as for the consumer's plan.
+func TestPlanPlaceholder(t *testing.T) {
+	a, h := testApp(t, "1/day")
+	forced := &Handler{Key: DefaultKey, Plan: "free", forced: a.plans["free"], app: a, decider: h.decider,
+		logger: zap.NewNop(), lastErr: new(errorLog), counters: h.counters, none: h.none}
+	forced.compileKey()
+	forced.setForced()
+	for _, tc := range []struct {
+		name     string
+		h        *Handler
+		consumer string
+	}{{"the consumer's plan", h, "alice"}, {"the handler's plan", forced, "bob"}} {
+		t.Run(tc.name, func(t *testing.T) {
+			for i, want := range []int{200, 429} {
+				w, r := httptest.NewRecorder(), consumerRequest(tc.consumer)
+				if err := tc.h.ServeHTTP(w, r, &nextHandler{}); err != nil || w.Code != want {
+					t.Fatalf("request %d: %v, status %d, want %d", i+1, err, w.Code, want)
+				}
+				repl := r.Context().Value(caddy.ReplacerCtxKey).(*caddy.Replacer)
+				if got := repl.ReplaceAll("{http.quota.plan}", "-"); got != "free" {
+					t.Errorf("request %d: {http.quota.plan} = %q, want free", i+1, got)
+				}
+			}
+		})
+	}
+}
+
+// TestConsumerKeyDirect: the keys consumerKey reads without the
+// replacer ({http.request.remote.host}, {http.vars.*}) are what the
+// replacer of a request Caddy's server prepared answers, for every
+// kind of remote address and var; and without a finished TLS handshake
+// the remote host is empty, as Caddy's.
+func TestConsumerKeyDirect(t *testing.T) {
+	vars := map[string]any{"client_ip": "198.51.100.7", "n": 42, "nothing": nil, "id": identity.NewPlanLabel("x")}
+	cases := []struct{ name, key, remote string }{
+		{"ipv4", "{http.request.remote.host}", "192.0.2.1:5000"},
+		{"ipv6", "{http.request.remote.host}", "[2001:db8::1]:443"},
+		{"unix socket", "{http.request.remote.host}", "@"},
+		{"no port", "{http.request.remote.host}", "192.0.2.1"},
+		{"var string", "{http.vars.client_ip}", "192.0.2.1:5000"},
+		{"var int", "{http.vars.n}", "192.0.2.1:5000"},
+		{"var nil", "{http.vars.nothing}", "192.0.2.1:5000"},
+		{"var unset", "{http.vars.missing}", "192.0.2.1:5000"},
+		{"var Stringer", "{http.vars.id}", "192.0.2.1:5000"},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			h := &Handler{Key: tc.key}
+			h.compileKey()
+			if h.keyFrom == keyReplacer {
+				t.Fatalf("key %s read through the replacer", tc.key)
+			}
+			r := httptest.NewRequest("GET", "/", nil)
+			r.RemoteAddr = tc.remote
+			repl := caddy.NewReplacer()
+			r = caddyhttp.PrepareRequest(r, repl, httptest.NewRecorder(), nil)
+			for k, v := range vars {
+				caddyhttp.SetVar(r.Context(), k, v)
+			}
+			want, _ := repl.GetString(tc.key[1 : len(tc.key)-1])
+			if got := h.consumerKey(r, repl); got != want {
+				t.Errorf("key %s of %s: %q, the replacer's %q", tc.key, tc.remote, got, want)
+			}
+			if tc.name == "ipv4" {
+				r.TLS = &tls.ConnectionState{}
+				want, _ := repl.GetString(tc.key[1 : len(tc.key)-1])
+				if got := h.consumerKey(r, repl); got != want || got != "" {
+					t.Errorf("before the handshake ends: %q, the replacer's %q (want both empty)", got, want)
+				}
+			}
+		})
+	}
+	h := &Handler{Key: "{http.auth.user.id}"}
+	if h.compileKey(); h.keyFrom != keyReplacer || h.keyName != "http.auth.user.id" {
+		t.Errorf("{http.auth.user.id}: read from %d as %q, want the replacer's", h.keyFrom, h.keyName)
 	}
 }
 

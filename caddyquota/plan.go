@@ -6,6 +6,7 @@ import (
 	"strconv"
 	"sync/atomic"
 	"time"
+	"unsafe"
 
 	"github.com/apigate/gateway/internal/planname"
 )
@@ -28,6 +29,11 @@ type Plan struct {
 	// nameValue is Name as an interface value, made once: the replacer's
 	// http.quota.plan without an allocation per request.
 	nameValue any
+
+	// rateLimitPrefix is, per limit, what its part of the RateLimit
+	// field has before the number of requests left: `"free-day";r=`
+	// (with ", " before all but the first)
+	rateLimitPrefix []string
 }
 
 type policyField struct {
@@ -80,7 +86,15 @@ func NewPlan(name string, limits []Limit) (*Plan, error) {
 			return nil, fmt.Errorf("plan %s: two limits per %s (%s and %s): give one", name, ls[i].WindowName(), ls[i-1], ls[i])
 		}
 	}
-	return &Plan{Name: name, Limits: ls, nameValue: name}, nil
+	p := &Plan{Name: name, Limits: ls, nameValue: name}
+	for i := range ls {
+		sep := ""
+		if i > 0 {
+			sep = ", "
+		}
+		p.rateLimitPrefix = append(p.rateLimitPrefix, sep+`"`+p.policyName(i)+`";r=`)
+	}
+	return p, nil
 }
 
 // Limit returns the plan's limit for a unit, if it has one.
@@ -203,19 +217,43 @@ func (p *Plan) PolicyField(day, month Period) []string {
 // up).
 func (p *Plan) AppendRateLimitField(b []byte, d *Decision, now time.Time) []byte {
 	for i := 0; i < d.N && i < len(p.Limits); i++ {
-		if i > 0 {
-			b = append(b, ", "...)
+		if i < len(p.rateLimitPrefix) {
+			b = append(b, p.rateLimitPrefix[i]...)
+		} else { // a Plan not made by NewPlan
+			if i > 0 {
+				b = append(b, ", "...)
+			}
+			b = append(b, '"')
+			b = append(b, p.policyName(i)...)
+			b = append(b, `";r=`...)
 		}
-		b = append(b, '"')
-		b = append(b, p.Name...)
-		b = append(b, '-')
-		b = append(b, p.Limits[i].WindowName()...)
-		b = append(b, `";r=`...)
 		b = strconv.AppendInt(b, d.Windows[i].Remaining, 10)
 		b = append(b, ";t="...)
 		b = strconv.AppendInt(b, secondsUntil(d.Windows[i].Reset, now), 10)
 	}
 	return b
+}
+
+// rateLimitValue is a RateLimit field's value with the bytes it is made
+// of, in one allocation: the header map's one-element slice and the
+// string, whose bytes are buf's (never written after).
+type rateLimitValue struct {
+	values [1]string
+	buf    [112]byte
+}
+
+// RateLimitField returns the RateLimit field's value for a decision at
+// now (AppendRateLimitField) as a header map's value, in one allocation
+// for the usual plan (two for a value longer than 112 bytes).
+func (p *Plan) RateLimitField(d *Decision, now time.Time) []string {
+	v := new(rateLimitValue)
+	b := p.AppendRateLimitField(v.buf[:0], d, now)
+	if len(b) > 0 && unsafe.SliceData(b) == &v.buf[0] {
+		v.values[0] = unsafe.String(&v.buf[0], len(b))
+	} else {
+		v.values[0] = string(b)
+	}
+	return v.values[:]
 }
 
 // secondsUntil is the whole seconds from now until the Unix nanosecond

@@ -582,12 +582,21 @@ func (s *Store) ringCount(idx uint32, l Limit, now time.Time) (used, reset int64
 // ringResetEmpty is when a window that counts only the request just made
 // next admits more: when that request's step leaves it.
 func ringResetEmpty(l Limit, now time.Time) int64 {
-	return (l.stepAt(now) + ringSteps + 1) * int64(l.step())
+	return ringResetEmptyStep(l, l.stepAt(now))
+}
+
+// ringResetEmptyStep is ringResetEmpty at step (l.stepAt(now)).
+func ringResetEmptyStep(l Limit, step int64) int64 {
+	return (step + ringSteps + 1) * int64(l.step())
 }
 
 // ringAdd counts one request in the current step.
 func (s *Store) ringAdd(idx uint32, l Limit, now time.Time) {
-	step := l.stepAt(now)
+	s.ringAddStep(idx, l, l.stepAt(now))
+}
+
+// ringAddStep counts one request in step (l.stepAt(now)).
+func (s *Store) ringAddStep(idx uint32, l Limit, step int64) {
 	w := s.rings.word(idx, ringBase(l.Unit)+int(uint64(step)%ringSize))
 	v := atomic.LoadUint64(w)
 	if uint32(v>>32) != uint32(step) {

@@ -1,6 +1,7 @@
 package caddyquota
 
 import (
+	"strings"
 	"testing"
 	"time"
 )
@@ -208,6 +209,18 @@ func TestPolicyAndRateLimitFields(t *testing.T) {
 	want = `"pro-minute";r=99;t=60, "pro-day";r=99999;t=43200, "pro-month";r=1999999;t=216000`
 	if field != want {
 		t.Errorf("RateLimit = %s\nwant %s", field, want)
+	}
+	// the header map's value: the same, in its buffer (this one) or
+	// beyond it (a long plan name), and for a Plan not made by NewPlan
+	long, err := NewPlan(strings.Repeat("p", 60), p.Limits)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, pl := range []*Plan{p, long, {Name: "pro", Limits: p.Limits}} {
+		want := string(pl.AppendRateLimitField(nil, &d, now))
+		if got := pl.RateLimitField(&d, now); len(got) != 1 || got[0] != want {
+			t.Errorf("plan %.10s...: RateLimitField = %q\nwant [%s]", pl.Name, got, want)
+		}
 	}
 	var full [MaxLimits]bool
 	full[0], full[1] = true, true
