@@ -190,6 +190,11 @@ func TestBenchDocument(t *testing.T) {
 		if m.checks == nil {
 			t.Fatalf("%s: the body's schema is not compiled: %s", target, m.fallback)
 		}
+		// the bench body is accepted on its first read (onepass.go), not
+		// left to the tape
+		if sc := getScanner(); !m.onePass || !sc.accepts(m.checks, body) {
+			t.Errorf("%s: the one-pass check does not accept the body (covered: %v)", target, m.onePass)
+		}
 		if n := testing.AllocsPerRun(50, func() { m.checkBytes(body, "body", nil) }); n != 0 {
 			t.Errorf("%s: %v allocations for a valid body", target, n)
 		}

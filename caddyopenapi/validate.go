@@ -87,6 +87,9 @@ type schemaCheck struct {
 	oneOf              []*schemaCheck
 	ifS, thenS, elseS  *schemaCheck
 	draft2019Dependent bool // dependentSchemas/dependentRequired apply (draft >= 7)
+
+	// via: the schema this one is only a $ref to (onepass.go)
+	via *schemaCheck
 }
 
 type propCheck struct {
@@ -119,6 +122,16 @@ type enumCheck struct {
 	strs   map[string]struct{}
 	strTab *nameTable // strs without hashing, when it has one
 	others []*scanner // each a tape of one value
+	// scalars are the numbers, true, false and null of others, for the
+	// one-pass check; scalarsOnly when others has nothing else (no
+	// array, no object, no number of more than 19 digits)
+	scalars     []scalarValue
+	scalarsOnly bool
+}
+
+type scalarValue struct {
+	kind tokKind
+	d    decimal // a number's value
 }
 
 // compileChecks compiles a library schema; reason says why it cannot be
@@ -337,6 +350,7 @@ func (cc *checkCompiler) compile(s *jsonschema.Schema) *schemaCheck {
 	c.rare = c.cnst != nil || c.enum != nil || c.ref != nil || c.not != nil || len(c.allOf) > 0 ||
 		len(c.anyOf) > 0 || len(c.oneOf) > 0 || c.ifS != nil
 	c.refOnly = c.ref != nil && c.draft < 2019
+	c.via = passVia(c)
 	return c
 }
 
@@ -348,7 +362,7 @@ func boundOf(r *big.Rat) *bound {
 }
 
 func (cc *checkCompiler) enum(vals []any) *enumCheck {
-	e := &enumCheck{}
+	e := &enumCheck{scalarsOnly: true}
 	for _, v := range vals {
 		if s, ok := v.(string); ok {
 			if e.strs == nil {
@@ -368,6 +382,16 @@ func (cc *checkCompiler) enum(vals []any) *enumCheck {
 			continue
 		}
 		e.others = append(e.others, sc)
+		switch tk := &sc.tape[0]; tk.kind {
+		case kNumber:
+			d := parseDecimal(sc.bytes(tk))
+			e.scalars = append(e.scalars, scalarValue{kind: kNumber, d: d})
+			e.scalarsOnly = e.scalarsOnly && d.fits
+		case kTrue, kFalse, kNull:
+			e.scalars = append(e.scalars, scalarValue{kind: tk.kind})
+		default:
+			e.scalarsOnly = false
+		}
 	}
 	if e.strs != nil {
 		e.strTab = newNameTable(slices.Collect(maps.Keys(e.strs)))
