@@ -1,6 +1,10 @@
 package caddyopenapi
 
-import "bytes"
+import (
+	"bytes"
+	"encoding/binary"
+	"math/bits"
+)
 
 // The one-pass check reads a JSON body and checks it against its
 // schema's compiled checks at the same time: no tape, each member's
@@ -109,16 +113,9 @@ func (s *scanner) passValue(c *schemaCheck, i, depth int) (int, bool) {
 	}
 	switch ch := src[i]; {
 	case ch == '"':
-		j, start, end, dec, ok := s.readString(i)
-		if !ok {
-			return j, false
-		}
-		if c == nil {
-			return j, true
-		}
-		v := src[start:end]
-		if dec {
-			v = s.dec[start:end]
+		j, v, ok := s.passString(i)
+		if !ok || c == nil {
+			return j, ok
 		}
 		return j, c.passString(unsafeString(v))
 	case ch == '{':
@@ -147,6 +144,26 @@ func (s *scanner) passValue(c *schemaCheck, i, depth int) (int, bool) {
 	return i, false
 }
 
+// passString reads the string at i: where it ends and its content. A
+// string of plain ASCII (no escape) that ends eight bytes or more before
+// the text does is read here; readString reads the others.
+func (s *scanner) passString(i int) (int, []byte, bool) {
+	src := s.src
+	for k := i + 1; k+8 <= len(src); k += 8 {
+		if m := specialBytes(binary.LittleEndian.Uint64(src[k:])); m != 0 {
+			if k += bits.TrailingZeros64(m) >> 3; src[k] == '"' {
+				return k + 1, src[i+1 : k], true
+			}
+			break
+		}
+	}
+	j, start, end, dec, ok := s.readString(i)
+	if dec {
+		return j, s.dec[start:end], ok
+	}
+	return j, src[start:end], ok
+}
+
 func (c *schemaCheck) passString(v string) bool {
 	if c.types != 0 && c.types&tString == 0 {
 		return false
@@ -168,6 +185,24 @@ func (c *schemaCheck) passString(v string) bool {
 }
 
 func (c *schemaCheck) passNumber(b []byte, integer bool) bool {
+	if integer && c.numbers && c.ints && len(b) <= 18 && c.cnst == nil && c.enum == nil &&
+		(c.fmt == nil || c.fmt.int == 0) {
+		// an integer within int64 (type integer and type number both
+		// take it) against bounds that are integers
+		digits := b
+		if b[0] == '-' {
+			digits = b[1:]
+		}
+		v := int64(0)
+		for _, d := range digits {
+			v = v*10 + int64(d-'0')
+		}
+		if b[0] == '-' {
+			v = -v
+		}
+		return (c.types == 0 || c.types&(tNumber|tInteger) != 0) &&
+			v >= c.lo && v <= c.hi && (c.mulInt == 0 || v%c.mulInt == 0)
+	}
 	if c.types != 0 && c.types&tNumber == 0 &&
 		(c.types&tInteger == 0 || !integer && !parseDecimal(b).isInt()) {
 		return false
@@ -229,13 +264,9 @@ func (s *scanner) passObject(c *schemaCheck, i, depth int) (int, bool) {
 		if i >= len(src) || src[i] != '"' {
 			return i, false
 		}
-		j, start, end, dec, ok := s.readString(i)
+		j, name, ok := s.passString(i)
 		if !ok {
 			return j, false
-		}
-		name := src[start:end]
-		if dec {
-			name = s.dec[start:end]
 		}
 		count++
 		var sub *schemaCheck // nil: any value

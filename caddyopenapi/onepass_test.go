@@ -27,6 +27,8 @@ func TestOnePass(t *testing.T) {
 			"pair": {"type": "array", "prefixItems": [{"type": "integer"}, {"type": "string"}], "items": false},
 			"meta": {"type": "object", "maxProperties": 2, "additionalProperties": {"type": "string", "maxLength": 3}},
 			"any": true,
+			"even": {"type": "integer", "multipleOf": 2, "exclusiveMinimum": 0, "exclusiveMaximum": 100},
+			"neg": {"type": "number", "minimum": -5},
 			"ref": {"$ref": "#/$defs/code"}
 		},
 		"$defs": {"code": {"type": "string", "minLength": 2}}
@@ -58,6 +60,14 @@ func TestOnePass(t *testing.T) {
 		{"escaped name and value", `{"\u0069d":"3f6c2a9e-8b1d-4c7a-9e2f-5d4b3a2c1e0f","n":1,"ref":"\u00e9\ud83d\ude00"}`, true},
 		{"integer written 2.0", `{` + id + `,"n":2.0}`, true},
 		{"enum number written 1.0", `{` + id + `,"n":1,"level":1.0}`, true},
+		{"integer bounds", `{` + id + `,"n":1,"even":98,"neg":-5}`, true},
+		{"long plain string", `{` + id + `,"n":1,"meta":{"ab":""},"any":"` + strings.Repeat("x", 100) + `"}`, true},
+		{"odd", `{` + id + `,"n":1,"even":3}`, false},
+		{"exclusive minimum", `{` + id + `,"n":1,"even":0}`, false},
+		{"exclusive maximum", `{` + id + `,"n":1,"even":100}`, false},
+		{"negative minimum", `{` + id + `,"n":1,"neg":-6}`, false},
+		{"negative integer", `{` + id + `,"n":-1}`, false},
+		{"control character", "{" + id + ",\"n\":1,\"ref\":\"a\x01b\"}", false},
 		{"required missing", `{"n":1}`, false},
 		{"declared member twice", `{` + id + `,"n":1,"n":2}`, false},
 		{"declared member twice, escaped", `{` + id + `,"n":1,"\u006e":2}`, false},

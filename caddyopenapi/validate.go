@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"hash/maphash"
 	"maps"
+	"math"
 	"math/big"
 	"slices"
 	"strings"
@@ -90,6 +91,60 @@ type schemaCheck struct {
 
 	// via: the schema this one is only a $ref to (onepass.go)
 	via *schemaCheck
+	// ints: every number keyword is an integer of at most 18 digits, so
+	// that an integer of at most 18 digits is checked as an int64 against
+	// lo..hi and (mulInt > 0) multipleOf mulInt (onepass.go)
+	ints   bool
+	lo, hi int64
+	mulInt int64
+}
+
+// intBounds sets ints, lo, hi and mulInt when c's number keywords allow.
+func (c *schemaCheck) intBounds() {
+	c.ints, c.lo, c.hi = true, math.MinInt64, math.MaxInt64
+	at := func(b *bound) (int64, bool) {
+		if b == nil {
+			return 0, false
+		}
+		v, ok := smallInt(b.d)
+		c.ints = c.ints && ok
+		return v, ok
+	}
+	if v, ok := at(c.min); ok {
+		c.lo = max(c.lo, v)
+	}
+	if v, ok := at(c.exMin); ok {
+		c.lo = max(c.lo, v+1)
+	}
+	if v, ok := at(c.max); ok {
+		c.hi = min(c.hi, v)
+	}
+	if v, ok := at(c.exMax); ok {
+		c.hi = min(c.hi, v-1)
+	}
+	if v, ok := at(c.mul); ok {
+		c.mulInt = v
+		c.ints = c.ints && v > 0
+	}
+}
+
+// smallInt returns d as an int64 when it is an integer of at most 18
+// digits.
+func smallInt(d decimal) (int64, bool) {
+	if !d.fits || d.exp < 0 || d.exp > 18 {
+		return 0, false
+	}
+	m := d.mant
+	for range d.exp {
+		m *= 10
+	}
+	if m >= 1e18 {
+		return 0, false
+	}
+	if d.neg {
+		return -int64(m), true
+	}
+	return int64(m), true
 }
 
 type propCheck struct {
@@ -335,6 +390,7 @@ func (cc *checkCompiler) compile(s *jsonschema.Schema) *schemaCheck {
 	c.exMin, c.exMax = boundOf(s.ExclusiveMinimum), boundOf(s.ExclusiveMaximum)
 	c.mul = boundOf(s.MultipleOf)
 	c.numbers = c.min != nil || c.max != nil || c.exMin != nil || c.exMax != nil || c.mul != nil
+	c.intBounds()
 
 	c.not = cc.compile(s.Not)
 	for _, sch := range s.AllOf {
