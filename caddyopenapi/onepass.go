@@ -307,7 +307,14 @@ func (s *scanner) passObject(c *schemaCheck, i, depth int) (int, bool) {
 			}
 			j++
 		}
-		if i, ok = s.passValue(sub, skip(src, j), depth+1); !ok {
+		// a string value with a schema of its own (most members) is
+		// checked here, without passValue's look at the first byte
+		if j = skip(src, j); j < len(src) && src[j] == '"' && sub != nil && sub.via == nil && sub.always == 0 {
+			var v []byte
+			if i, v, ok = s.passString(j); !ok || !sub.passString(unsafeString(v)) {
+				return i, false
+			}
+		} else if i, ok = s.passValue(sub, j, depth+1); !ok {
 			return i, false
 		}
 		if i < len(src) && src[i] <= ' ' {
