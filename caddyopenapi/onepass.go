@@ -185,23 +185,14 @@ func (c *schemaCheck) passString(v string) bool {
 }
 
 func (c *schemaCheck) passNumber(b []byte, integer bool) bool {
-	if integer && c.numbers && c.ints && len(b) <= 18 && c.cnst == nil && c.enum == nil &&
-		(c.fmt == nil || c.fmt.int == 0) {
-		// an integer within int64 (type integer and type number both
-		// take it) against bounds that are integers
-		digits := b
-		if b[0] == '-' {
-			digits = b[1:]
+	if c.numbers && c.ints && c.cnst == nil && c.enum == nil && (c.fmt == nil || c.fmt.int == 0) &&
+		(integer || c.types == 0 || c.types&tNumber != 0) {
+		// a number of at most scale decimals (type integer and type
+		// number both take an integer) against bounds in the same units
+		if v, ok := unitsOf(b, c.scale); ok {
+			return (c.types == 0 || c.types&(tNumber|tInteger) != 0) &&
+				v >= c.lo && v <= c.hi && (c.mulInt == 0 || v%c.mulInt == 0)
 		}
-		v := int64(0)
-		for _, d := range digits {
-			v = v*10 + int64(d-'0')
-		}
-		if b[0] == '-' {
-			v = -v
-		}
-		return (c.types == 0 || c.types&(tNumber|tInteger) != 0) &&
-			v >= c.lo && v <= c.hi && (c.mulInt == 0 || v%c.mulInt == 0)
 	}
 	if c.types != 0 && c.types&tNumber == 0 &&
 		(c.types&tInteger == 0 || !integer && !parseDecimal(b).isInt()) {
@@ -218,6 +209,49 @@ func (c *schemaCheck) passNumber(b []byte, integer bool) bool {
 	}
 	d := parseDecimal(b)
 	return d.fits && (c.cnst == nil || c.cnst.hasScalar(kNumber, d)) && (c.enum == nil || c.enum.hasScalar(kNumber, d))
+}
+
+// unitsOf reads the text of a JSON number as units of 10^-scale: false
+// for an exponent, more decimals than scale (but zeros), or 10^17
+// units or more.
+func unitsOf(b []byte, scale int) (int64, bool) {
+	i := 0
+	if b[0] == '-' {
+		i++
+	}
+	var v int64
+	digits, decimals, point := 0, 0, false
+	for ; i < len(b); i++ {
+		d := b[i]
+		switch {
+		case d == '.':
+			point = true
+			continue
+		case d < '0' || d > '9':
+			return 0, false // an exponent
+		case point && decimals == scale:
+			if d != '0' {
+				return 0, false
+			}
+			continue
+		}
+		if point {
+			decimals++
+		}
+		if v = v*10 + int64(d-'0'); v != 0 {
+			digits++
+		}
+	}
+	if digits+scale-decimals >= 17 {
+		return 0, false
+	}
+	for ; decimals < scale; decimals++ {
+		v *= 10
+	}
+	if b[0] == '-' {
+		v = -v
+	}
+	return v, true
 }
 
 func (c *schemaCheck) passLiteral(k tokKind) bool {

@@ -29,6 +29,7 @@ func TestOnePass(t *testing.T) {
 			"any": true,
 			"even": {"type": "integer", "multipleOf": 2, "exclusiveMinimum": 0, "exclusiveMaximum": 100},
 			"neg": {"type": "number", "minimum": -5},
+			"amount": {"type": "number", "minimum": -1.5, "exclusiveMaximum": 10.25, "multipleOf": 0.25},
 			"ref": {"$ref": "#/$defs/code"}
 		},
 		"$defs": {"code": {"type": "string", "minLength": 2}}
@@ -62,6 +63,13 @@ func TestOnePass(t *testing.T) {
 		{"enum number written 1.0", `{` + id + `,"n":1,"level":1.0}`, true},
 		{"integer bounds", `{` + id + `,"n":1,"even":98,"neg":-5}`, true},
 		{"long plain string", `{` + id + `,"n":1,"meta":{"ab":""},"any":"` + strings.Repeat("x", 100) + `"}`, true},
+		{"decimal bounds", `{` + id + `,"n":1,"amount":-1.5,"price":0.150}`, true},
+		{"decimal below the maximum", `{` + id + `,"n":1,"amount":10.00}`, true},
+		{"decimal multiple", `{` + id + `,"n":1,"amount":2.5}`, true},
+		{"decimal below minimum", `{` + id + `,"n":1,"amount":-1.75}`, false},
+		{"decimal exclusive maximum", `{` + id + `,"n":1,"amount":10.25}`, false},
+		{"decimal that wraps an int64 to 0", `{` + id + `,"n":1,"amount":184467440737095516.16}`, false},
+		{"decimal not a multiple", `{` + id + `,"n":1,"amount":0.3}`, false},
 		{"odd", `{` + id + `,"n":1,"even":3}`, false},
 		{"exclusive minimum", `{` + id + `,"n":1,"even":0}`, false},
 		{"exclusive maximum", `{` + id + `,"n":1,"even":100}`, false},

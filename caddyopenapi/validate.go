@@ -91,22 +91,37 @@ type schemaCheck struct {
 
 	// via: the schema this one is only a $ref to (onepass.go)
 	via *schemaCheck
-	// ints: every number keyword is an integer of at most 18 digits, so
-	// that an integer of at most 18 digits is checked as an int64 against
-	// lo..hi and (mulInt > 0) multipleOf mulInt (onepass.go)
+	// ints: every number keyword is a whole number of units of
+	// 10^-scale (scale 0 to 6) below 10^17 units, so that a number written
+	// with at most scale decimals is checked as an int64 of those units
+	// against lo..hi and (mulInt > 0) multipleOf mulInt (onepass.go)
 	ints   bool
+	scale  int
 	lo, hi int64
 	mulInt int64
 }
 
-// intBounds sets ints, lo, hi and mulInt when c's number keywords allow.
+// intBounds sets ints, scale, lo, hi and mulInt when c's number
+// keywords allow: the smallest scale at which they are all whole units.
 func (c *schemaCheck) intBounds() {
-	c.ints, c.lo, c.hi = true, math.MinInt64, math.MaxInt64
+	for scale := 0; scale <= maxScale; scale++ {
+		if c.boundsAt(scale) {
+			return
+		}
+	}
+	c.ints = false
+}
+
+// maxScale: the most decimals a bound may have for the int64 check.
+const maxScale = 6
+
+func (c *schemaCheck) boundsAt(scale int) bool {
+	c.ints, c.scale, c.lo, c.hi, c.mulInt = true, scale, math.MinInt64, math.MaxInt64, 0
 	at := func(b *bound) (int64, bool) {
 		if b == nil {
 			return 0, false
 		}
-		v, ok := smallInt(b.d)
+		v, ok := scaledInt(b.d, scale)
 		c.ints = c.ints && ok
 		return v, ok
 	}
@@ -126,19 +141,21 @@ func (c *schemaCheck) intBounds() {
 		c.mulInt = v
 		c.ints = c.ints && v > 0
 	}
+	return c.ints
 }
 
-// smallInt returns d as an int64 when it is an integer of at most 18
-// digits.
-func smallInt(d decimal) (int64, bool) {
-	if !d.fits || d.exp < 0 || d.exp > 18 {
+// scaledInt returns d in units of 10^-scale when it is a whole number of
+// them below 10^17.
+func scaledInt(d decimal, scale int) (int64, bool) {
+	e := d.exp + int64(scale)
+	if !d.fits || e < 0 || e > 17 {
 		return 0, false
 	}
 	m := d.mant
-	for range d.exp {
+	for range e {
 		m *= 10
 	}
-	if m >= 1e18 {
+	if m >= 1e17 {
 		return 0, false
 	}
 	if d.neg {
