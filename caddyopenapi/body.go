@@ -29,6 +29,7 @@ type media struct {
 	schema   *jsonschema.Schema // nil: the content is not checked
 	checks   *schemaCheck       // schema compiled for the tape; nil: the library's alone
 	fallback string             // why checks is nil when schema is not
+	onePass  bool               // checks has the one-pass check (onepass.go)
 	shape    *shape
 	disc     *discriminator // nil: none beside a oneOf/anyOf of $refs
 }
@@ -104,6 +105,7 @@ func (c *compiler) compileContent(n node) (content, error) {
 			}
 			m.shape = c.shapeOf(sn, 0)
 			m.checks, m.fallback = compileChecks(m.schema)
+			m.onePass = m.kind == mediaJSON && onePass(m.checks)
 			if m.disc, err = c.discriminatorOf(sn); err != nil {
 				return content{}, err
 			}
@@ -190,6 +192,9 @@ func (m *media) read(s *scanner, body []byte, loc string) *Violation {
 func (m *media) checkBytes(body []byte, loc string, out []Violation) (verdict, []Violation) {
 	s := getScanner()
 	defer putScanner(s)
+	if m.onePass && s.accepts(m.checks, body) {
+		return verdictPass, out
+	}
 	if viol := m.read(s, body, loc); viol != nil {
 		return verdictInvalid, append(out, *viol)
 	}

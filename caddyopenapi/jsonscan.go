@@ -369,10 +369,21 @@ func fingerprint(b []byte) uint16 {
 
 // string reads the string at i (its opening quote) as a token.
 func (s *scanner) string(i int) (int, bool) {
-	src := s.src
 	idx := uint32(len(s.tape))
-	start := i + 1
-	j := start
+	j, start, end, dec, ok := s.readString(i)
+	if ok {
+		s.tape = append(s.tape, token{kind: kString, start: uint32(start), end: uint32(end), next: idx + 1, dec: dec})
+	}
+	return j, ok
+}
+
+// readString reads the string at i (its opening quote): it returns where
+// the string ends and where its content is: src[start:end], or
+// dec[start:end] when dec (the string had an escape, decoded there).
+func (s *scanner) readString(i int) (j, start, end int, dec, ok bool) {
+	src := s.src
+	start = i + 1
+	j = start
 	for j < len(src) {
 		// eight bytes at a time while none needs a look: a quote, a
 		// backslash, a control character or a byte of a multi-byte
@@ -390,41 +401,38 @@ func (s *scanner) string(i int) (int, bool) {
 		c := src[j]
 		switch {
 		case c == '"':
-			s.tape = append(s.tape, token{kind: kString, start: uint32(start), end: uint32(j), next: idx + 1})
-			return j + 1, true
+			return j + 1, start, j, false, true
 		case c == '\\':
 			return s.escaped(start, j)
 		case c < 0x20:
-			return j, s.fail(scanSyntax, j)
+			return j, 0, 0, false, s.fail(scanSyntax, j)
 		case c < utf8.RuneSelf:
 			j++
 		default:
 			r, size := utf8.DecodeRune(src[j:])
 			if r == utf8.RuneError && size <= 1 {
-				return j, s.fail(scanUTF8, j)
+				return j, 0, 0, false, s.fail(scanUTF8, j)
 			}
 			j += size
 		}
 	}
-	return j, s.fail(scanEnd, j)
+	return j, 0, 0, false, s.fail(scanEnd, j)
 }
 
 // escaped reads the rest of a string that has an escape at j, decoding
 // it into dec.
-func (s *scanner) escaped(start, j int) (int, bool) {
+func (s *scanner) escaped(start, j int) (int, int, int, bool, bool) {
 	src := s.src
-	idx := uint32(len(s.tape))
 	d0 := len(s.dec)
 	s.dec = append(s.dec, src[start:j]...)
 	for j < len(src) {
 		c := src[j]
 		switch {
 		case c == '"':
-			s.tape = append(s.tape, token{kind: kString, start: uint32(d0), end: uint32(len(s.dec)), next: idx + 1, dec: true})
-			return j + 1, true
+			return j + 1, d0, len(s.dec), true, true
 		case c == '\\':
 			if j+1 >= len(src) {
-				return j, s.fail(scanEnd, j)
+				return j, 0, 0, false, s.fail(scanEnd, j)
 			}
 			switch e := src[j+1]; e {
 			case '"', '\\', '/':
@@ -442,19 +450,19 @@ func (s *scanner) escaped(start, j int) (int, bool) {
 			case 'u':
 				r, ok := hex4(src, j+2)
 				if !ok {
-					return j, s.fail(scanSyntax, j)
+					return j, 0, 0, false, s.fail(scanSyntax, j)
 				}
 				j += 6
 				switch {
 				case r >= 0xDC00 && r < 0xE000:
-					return j, s.fail(scanSurrogate, j-6)
+					return j, 0, 0, false, s.fail(scanSurrogate, j-6)
 				case r >= 0xD800 && r < 0xDC00:
 					lo, ok := rune(0), false
 					if j+1 < len(src) && src[j] == '\\' && src[j+1] == 'u' {
 						lo, ok = hex4(src, j+2)
 					}
 					if !ok || lo < 0xDC00 || lo >= 0xE000 {
-						return j, s.fail(scanSurrogate, j-6)
+						return j, 0, 0, false, s.fail(scanSurrogate, j-6)
 					}
 					r = 0x10000 + (r-0xD800)<<10 + (lo - 0xDC00)
 					j += 6
@@ -462,24 +470,24 @@ func (s *scanner) escaped(start, j int) (int, bool) {
 				s.dec = utf8.AppendRune(s.dec, r)
 				continue
 			default:
-				return j, s.fail(scanSyntax, j)
+				return j, 0, 0, false, s.fail(scanSyntax, j)
 			}
 			j += 2
 		case c < 0x20:
-			return j, s.fail(scanSyntax, j)
+			return j, 0, 0, false, s.fail(scanSyntax, j)
 		case c < utf8.RuneSelf:
 			s.dec = append(s.dec, c)
 			j++
 		default:
 			r, size := utf8.DecodeRune(src[j:])
 			if r == utf8.RuneError && size <= 1 {
-				return j, s.fail(scanUTF8, j)
+				return j, 0, 0, false, s.fail(scanUTF8, j)
 			}
 			s.dec = append(s.dec, src[j:j+size]...)
 			j += size
 		}
 	}
-	return j, s.fail(scanEnd, j)
+	return j, 0, 0, false, s.fail(scanEnd, j)
 }
 
 // specialBytes marks (with its high bit) each of the eight bytes of x

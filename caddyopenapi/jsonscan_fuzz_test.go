@@ -32,6 +32,11 @@ func FuzzScan(f *testing.F) {
 		if got != want {
 			t.Fatalf("scan(%q) = %v (%v), encoding/json and I-JSON say %v", text, got, s.violation("body"), want)
 		}
+		// the one-pass check with no schema accepts only I-JSON
+		var p scanner
+		if acc := p.accepts(nil, text); acc && !want {
+			t.Fatalf("the one-pass check accepts %q, encoding/json and I-JSON refuse it", text)
+		}
 		if !got {
 			return
 		}

@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"hash/maphash"
 	"maps"
+	"math"
 	"math/big"
 	"slices"
 	"strings"
@@ -87,6 +88,80 @@ type schemaCheck struct {
 	oneOf              []*schemaCheck
 	ifS, thenS, elseS  *schemaCheck
 	draft2019Dependent bool // dependentSchemas/dependentRequired apply (draft >= 7)
+
+	// via: the schema this one is only a $ref to (onepass.go)
+	via *schemaCheck
+	// ints: every number keyword is a whole number of units of
+	// 10^-scale (scale 0 to 6) below 10^17 units, so that a number written
+	// with at most scale decimals is checked as an int64 of those units
+	// against lo..hi and (mulInt > 0) multipleOf mulInt (onepass.go)
+	ints   bool
+	scale  int
+	lo, hi int64
+	mulInt int64
+}
+
+// intBounds sets ints, scale, lo, hi and mulInt when c's number
+// keywords allow: the smallest scale at which they are all whole units.
+func (c *schemaCheck) intBounds() {
+	for scale := 0; scale <= maxScale; scale++ {
+		if c.boundsAt(scale) {
+			return
+		}
+	}
+	c.ints = false
+}
+
+// maxScale: the most decimals a bound may have for the int64 check.
+const maxScale = 6
+
+func (c *schemaCheck) boundsAt(scale int) bool {
+	c.ints, c.scale, c.lo, c.hi, c.mulInt = true, scale, math.MinInt64, math.MaxInt64, 0
+	at := func(b *bound) (int64, bool) {
+		if b == nil {
+			return 0, false
+		}
+		v, ok := scaledInt(b.d, scale)
+		c.ints = c.ints && ok
+		return v, ok
+	}
+	if v, ok := at(c.min); ok {
+		c.lo = max(c.lo, v)
+	}
+	if v, ok := at(c.exMin); ok {
+		c.lo = max(c.lo, v+1)
+	}
+	if v, ok := at(c.max); ok {
+		c.hi = min(c.hi, v)
+	}
+	if v, ok := at(c.exMax); ok {
+		c.hi = min(c.hi, v-1)
+	}
+	if v, ok := at(c.mul); ok {
+		c.mulInt = v
+		c.ints = c.ints && v > 0
+	}
+	return c.ints
+}
+
+// scaledInt returns d in units of 10^-scale when it is a whole number of
+// them below 10^17.
+func scaledInt(d decimal, scale int) (int64, bool) {
+	e := d.exp + int64(scale)
+	if !d.fits || e < 0 || e > 17 {
+		return 0, false
+	}
+	m := d.mant
+	for range e {
+		m *= 10
+	}
+	if m >= 1e17 {
+		return 0, false
+	}
+	if d.neg {
+		return -int64(m), true
+	}
+	return int64(m), true
 }
 
 type propCheck struct {
@@ -119,6 +194,16 @@ type enumCheck struct {
 	strs   map[string]struct{}
 	strTab *nameTable // strs without hashing, when it has one
 	others []*scanner // each a tape of one value
+	// scalars are the numbers, true, false and null of others, for the
+	// one-pass check; scalarsOnly when others has nothing else (no
+	// array, no object, no number of more than 19 digits)
+	scalars     []scalarValue
+	scalarsOnly bool
+}
+
+type scalarValue struct {
+	kind tokKind
+	d    decimal // a number's value
 }
 
 // compileChecks compiles a library schema; reason says why it cannot be
@@ -322,6 +407,7 @@ func (cc *checkCompiler) compile(s *jsonschema.Schema) *schemaCheck {
 	c.exMin, c.exMax = boundOf(s.ExclusiveMinimum), boundOf(s.ExclusiveMaximum)
 	c.mul = boundOf(s.MultipleOf)
 	c.numbers = c.min != nil || c.max != nil || c.exMin != nil || c.exMax != nil || c.mul != nil
+	c.intBounds()
 
 	c.not = cc.compile(s.Not)
 	for _, sch := range s.AllOf {
@@ -337,6 +423,7 @@ func (cc *checkCompiler) compile(s *jsonschema.Schema) *schemaCheck {
 	c.rare = c.cnst != nil || c.enum != nil || c.ref != nil || c.not != nil || len(c.allOf) > 0 ||
 		len(c.anyOf) > 0 || len(c.oneOf) > 0 || c.ifS != nil
 	c.refOnly = c.ref != nil && c.draft < 2019
+	c.via = passVia(c)
 	return c
 }
 
@@ -348,7 +435,7 @@ func boundOf(r *big.Rat) *bound {
 }
 
 func (cc *checkCompiler) enum(vals []any) *enumCheck {
-	e := &enumCheck{}
+	e := &enumCheck{scalarsOnly: true}
 	for _, v := range vals {
 		if s, ok := v.(string); ok {
 			if e.strs == nil {
@@ -368,6 +455,16 @@ func (cc *checkCompiler) enum(vals []any) *enumCheck {
 			continue
 		}
 		e.others = append(e.others, sc)
+		switch tk := &sc.tape[0]; tk.kind {
+		case kNumber:
+			d := parseDecimal(sc.bytes(tk))
+			e.scalars = append(e.scalars, scalarValue{kind: kNumber, d: d})
+			e.scalarsOnly = e.scalarsOnly && d.fits
+		case kTrue, kFalse, kNull:
+			e.scalars = append(e.scalars, scalarValue{kind: tk.kind})
+		default:
+			e.scalarsOnly = false
+		}
 	}
 	if e.strs != nil {
 		e.strTab = newNameTable(slices.Collect(maps.Keys(e.strs)))

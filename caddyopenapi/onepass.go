@@ -1,0 +1,440 @@
+package caddyopenapi
+
+import (
+	"bytes"
+	"encoding/binary"
+	"math/bits"
+)
+
+// The one-pass check reads a JSON body and checks it against its
+// schema's compiled checks at the same time: no tape, each member's
+// value checked by its property's schema as it is read, property names
+// found by the schema's nameTable, required members and repeated
+// declared members counted in bit sets. It only ever accepts: a body it
+// does not accept, because the body is invalid or because the one-pass
+// check does not decide it (a format the library decides, a number of
+// more than 19 digits, a string with an escape in a uniqueItems array,
+// two undeclared member names with one fingerprint, ...), is read onto
+// the tape and checked there (checkBytes), so the verdict and the
+// violations stay those of the tape and the library. Only schemas whose
+// keywords it covers get it (onePass); FuzzCompiledValidator holds it to
+// the library: it must never accept what the library refuses.
+
+// onePassDepth bounds the nesting the one-pass check follows; a deeper
+// body goes to the tape.
+const onePassDepth = 256
+
+// onePassUnique bounds the items of a uniqueItems array the one-pass
+// check compares; a longer array goes to the tape.
+const onePassUnique = 16
+
+// accepts reports whether src is one I-JSON value that c accepts. False
+// says nothing: the tape decides.
+func (s *scanner) accepts(c *schemaCheck, src []byte) bool {
+	s.reset(src)
+	i, ok := s.passValue(c, skip(src, 0), 0)
+	return ok && skip(src, i) == len(src)
+}
+
+// onePass reports whether the one-pass check covers c and every schema
+// it applies to a value inside its own.
+func onePass(c *schemaCheck) bool {
+	return c != nil && passable(c, map[*schemaCheck]bool{})
+}
+
+func passable(c *schemaCheck, seen map[*schemaCheck]bool) bool {
+	if c == nil || c.always != 0 {
+		return true
+	}
+	if ok, done := seen[c]; done {
+		return ok // true while c is being looked at: a loop through a value
+	}
+	seen[c] = true
+	ok := passableHere(c)
+	if ok && c.via != nil {
+		ok = passable(c.via, seen)
+	}
+	for _, p := range c.propList {
+		ok = ok && passable(p.schema, seen)
+	}
+	for _, sub := range c.prefix {
+		ok = ok && passable(sub, seen)
+	}
+	ok = ok && passable(c.addlSchema, seen) && passable(c.items, seen) && passable(c.addlItemsSc, seen)
+	seen[c] = ok
+	return ok
+}
+
+// passableHere reports whether the one-pass check covers c's own
+// keywords (not the schemas it applies to what it holds).
+func passableHere(c *schemaCheck) bool {
+	if c.via != nil {
+		return true
+	}
+	if c.refOnly || c.ref != nil || c.not != nil || len(c.allOf) > 0 || len(c.anyOf) > 0 ||
+		len(c.oneOf) > 0 || c.ifS != nil {
+		return false
+	}
+	if c.cnst != nil && !c.cnst.scalarsOnly || c.enum != nil && !c.enum.scalarsOnly {
+		return false
+	}
+	if len(c.patProps) > 0 || len(c.deps) > 0 || c.propertyNames != nil || len(c.reqMore) > 0 ||
+		c.props != nil && (c.propTab == nil || len(c.propList) > 64) {
+		return false
+	}
+	return c.contains == nil
+}
+
+// passVia is the schema a schema that is only a $ref stands for; nil
+// when it has other keywords.
+func passVia(c *schemaCheck) *schemaCheck {
+	if c.ref == nil || c.types != 0 || c.fmt != nil || c.cnst != nil || c.enum != nil ||
+		c.objects || c.arrays || c.strings || c.numbers ||
+		c.not != nil || len(c.allOf) > 0 || len(c.anyOf) > 0 || len(c.oneOf) > 0 || c.ifS != nil {
+		return nil
+	}
+	return c.ref
+}
+
+// passValue checks the value at i against c (nil: any value).
+func (s *scanner) passValue(c *schemaCheck, i, depth int) (int, bool) {
+	for c != nil && c.via != nil {
+		c = c.via
+	}
+	if c != nil && c.always != 0 {
+		if c.always < 0 {
+			return i, false
+		}
+		c = nil
+	}
+	src := s.src
+	if i >= len(src) {
+		return i, false
+	}
+	switch ch := src[i]; {
+	case ch == '"':
+		j, v, ok := s.passString(i)
+		if !ok || c == nil {
+			return j, ok
+		}
+		return j, c.passString(unsafeString(v))
+	case ch == '{':
+		if depth >= onePassDepth || c != nil && (c.types != 0 && c.types&tObject == 0 || c.cnst != nil || c.enum != nil) {
+			return i, false
+		}
+		return s.passObject(c, i, depth)
+	case ch == '[':
+		if depth >= onePassDepth || c != nil && (c.types != 0 && c.types&tArray == 0 || c.cnst != nil || c.enum != nil) {
+			return i, false
+		}
+		return s.passArray(c, i, depth)
+	case ch == '-' || ch >= '0' && ch <= '9':
+		j, integer, ok := s.number(i)
+		if !ok {
+			return j, false
+		}
+		return j, c == nil || c.passNumber(src[i:j], integer == plainInt)
+	case ch == 't' && len(src)-i >= 4 && string(src[i:i+4]) == "true":
+		return i + 4, c == nil || c.passLiteral(kTrue)
+	case ch == 'f' && len(src)-i >= 5 && string(src[i:i+5]) == "false":
+		return i + 5, c == nil || c.passLiteral(kFalse)
+	case ch == 'n' && len(src)-i >= 4 && string(src[i:i+4]) == "null":
+		return i + 4, c == nil || c.passLiteral(kNull)
+	}
+	return i, false
+}
+
+// passString reads the string at i: where it ends and its content. A
+// string of plain ASCII (no escape) that ends eight bytes or more before
+// the text does is read here; readString reads the others.
+func (s *scanner) passString(i int) (int, []byte, bool) {
+	src := s.src
+	for k := i + 1; k+8 <= len(src); k += 8 {
+		if m := specialBytes(binary.LittleEndian.Uint64(src[k:])); m != 0 {
+			if k += bits.TrailingZeros64(m) >> 3; src[k] == '"' {
+				return k + 1, src[i+1 : k], true
+			}
+			break
+		}
+	}
+	j, start, end, dec, ok := s.readString(i)
+	if dec {
+		return j, s.dec[start:end], ok
+	}
+	return j, src[start:end], ok
+}
+
+func (c *schemaCheck) passString(v string) bool {
+	if c.types != 0 && c.types&tString == 0 {
+		return false
+	}
+	if f := c.fmt; f != nil && f.int == 0 {
+		switch {
+		case f.str != nil:
+			if !f.str(v) {
+				return false
+			}
+		case f.fast == nil || !f.fast(v):
+			return false // the library decides: on the tape
+		}
+	}
+	if c.strings && !c.validString(v) {
+		return false
+	}
+	return (c.cnst == nil || c.cnst.hasString(v)) && (c.enum == nil || c.enum.hasString(v))
+}
+
+func (c *schemaCheck) passNumber(b []byte, integer bool) bool {
+	if c.numbers && c.ints && c.cnst == nil && c.enum == nil && (c.fmt == nil || c.fmt.int == 0) &&
+		(integer || c.types == 0 || c.types&tNumber != 0) {
+		// a number of at most scale decimals (type integer and type
+		// number both take an integer) against bounds in the same units
+		if v, ok := unitsOf(b, c.scale); ok {
+			return (c.types == 0 || c.types&(tNumber|tInteger) != 0) &&
+				v >= c.lo && v <= c.hi && (c.mulInt == 0 || v%c.mulInt == 0)
+		}
+	}
+	if c.types != 0 && c.types&tNumber == 0 &&
+		(c.types&tInteger == 0 || !integer && !parseDecimal(b).isInt()) {
+		return false
+	}
+	if c.fmt != nil && c.fmt.int != 0 && !intInRange(parseDecimal(b), c.fmt.int) {
+		return false
+	}
+	if c.numbers && !c.validNumber(parseDecimal(b), b) {
+		return false
+	}
+	if c.cnst == nil && c.enum == nil {
+		return true
+	}
+	d := parseDecimal(b)
+	return d.fits && (c.cnst == nil || c.cnst.hasScalar(kNumber, d)) && (c.enum == nil || c.enum.hasScalar(kNumber, d))
+}
+
+// unitsOf reads the text of a JSON number as units of 10^-scale: false
+// for an exponent, more decimals than scale (but zeros), or 10^17
+// units or more.
+func unitsOf(b []byte, scale int) (int64, bool) {
+	i := 0
+	if b[0] == '-' {
+		i++
+	}
+	var v int64
+	digits, decimals, point := 0, 0, false
+	for ; i < len(b); i++ {
+		d := b[i]
+		switch {
+		case d == '.':
+			point = true
+			continue
+		case d < '0' || d > '9':
+			return 0, false // an exponent
+		case point && decimals == scale:
+			if d != '0' {
+				return 0, false
+			}
+			continue
+		}
+		if point {
+			decimals++
+		}
+		if v = v*10 + int64(d-'0'); v != 0 {
+			digits++
+		}
+	}
+	if digits+scale-decimals >= 17 {
+		return 0, false
+	}
+	for ; decimals < scale; decimals++ {
+		v *= 10
+	}
+	if b[0] == '-' {
+		v = -v
+	}
+	return v, true
+}
+
+func (c *schemaCheck) passLiteral(k tokKind) bool {
+	if c.types != 0 && c.types&kindBits[k] == 0 {
+		return false
+	}
+	return (c.cnst == nil || c.cnst.hasScalar(k, decimal{})) && (c.enum == nil || c.enum.hasScalar(k, decimal{}))
+}
+
+func (e *enumCheck) hasString(v string) bool {
+	if e.strTab != nil {
+		return e.strTab.find(v) >= 0
+	}
+	_, ok := e.strs[v]
+	return ok
+}
+
+// hasScalar: a number (d) or true, false, null among the enum's values.
+func (e *enumCheck) hasScalar(k tokKind, d decimal) bool {
+	for _, sc := range e.scalars {
+		if sc.kind == k && (k != kNumber || sc.d == d) {
+			return true
+		}
+	}
+	return false
+}
+
+// passObject checks the object at i. A declared member's bit in seen
+// finds it twice; an undeclared member's name has its fingerprint in
+// other, and a name whose fingerprint is there already sends the body
+// to the tape, which compares the names.
+func (s *scanner) passObject(c *schemaCheck, i, depth int) (int, bool) {
+	src := s.src
+	var (
+		seen, have uint64
+		other      [16]uint64
+		count      int
+	)
+	i = skip(src, i+1)
+	if i < len(src) && src[i] == '}' {
+		return i + 1, c == nil || c.passMembers(0, 0)
+	}
+	for {
+		if i >= len(src) || src[i] != '"' {
+			return i, false
+		}
+		j, name, ok := s.passString(i)
+		if !ok {
+			return j, false
+		}
+		count++
+		var sub *schemaCheck // nil: any value
+		declared, evaluated := false, false
+		if c != nil && c.propTab != nil {
+			if k := c.propTab.find(unsafeString(name)); k >= 0 {
+				bit := uint64(1) << k
+				if seen&bit != 0 {
+					return j, false // a duplicate
+				}
+				seen |= bit
+				p := c.propList[k]
+				have |= p.bit
+				sub, declared, evaluated = p.schema, true, p.schema != nil
+			}
+		}
+		if !declared {
+			fp := fingerprint(name)
+			if other[fp>>6]&(1<<(fp&63)) != 0 {
+				return j, false
+			}
+			other[fp>>6] |= 1 << (fp & 63)
+		}
+		if !evaluated && c != nil {
+			switch c.addl {
+			case 1:
+				return j, false
+			case 2:
+				sub = c.addlSchema
+			}
+		}
+		// the colon, most often with no white space around it
+		if j < len(src) && src[j] == ':' {
+			j++
+		} else {
+			if j = skip(src, j); j >= len(src) || src[j] != ':' {
+				return j, false
+			}
+			j++
+		}
+		// a string value with a schema of its own (most members) is
+		// checked here, without passValue's look at the first byte
+		if j = skip(src, j); j < len(src) && src[j] == '"' && sub != nil && sub.via == nil && sub.always == 0 {
+			var v []byte
+			if i, v, ok = s.passString(j); !ok || !sub.passString(unsafeString(v)) {
+				return i, false
+			}
+		} else if i, ok = s.passValue(sub, j, depth+1); !ok {
+			return i, false
+		}
+		if i < len(src) && src[i] <= ' ' {
+			i = skip(src, i)
+		}
+		if i >= len(src) {
+			return i, false
+		}
+		switch src[i] {
+		case ',':
+			i = skip(src, i+1)
+			continue
+		case '}':
+			return i + 1, c == nil || c.passMembers(count, have)
+		}
+		return i, false
+	}
+}
+
+// passMembers: the object's size and required members.
+func (c *schemaCheck) passMembers(count int, have uint64) bool {
+	return have&c.reqMask == c.reqMask &&
+		(c.minProps < 0 || count >= c.minProps) && (c.maxProps < 0 || count <= c.maxProps)
+}
+
+// passArray checks the array at i. Items of a uniqueItems array are
+// compared as text: only strings without an escape (distinct texts are
+// distinct strings); any other item sends the body to the tape.
+func (s *scanner) passArray(c *schemaCheck, i, depth int) (int, bool) {
+	src := s.src
+	var texts [onePassUnique][]byte
+	count := 0
+	i = skip(src, i+1)
+	if i < len(src) && src[i] == ']' {
+		return i + 1, c == nil || c.passItems(0)
+	}
+	for {
+		var sub *schemaCheck
+		if c != nil {
+			switch {
+			case count < len(c.prefix):
+				sub = c.prefix[count]
+			case c.items != nil:
+				sub = c.items
+			case c.addlItems == 1:
+				return i, false
+			case c.addlItems == 2:
+				sub = c.addlItemsSc
+			}
+		}
+		start := i
+		var ok bool
+		if i, ok = s.passValue(sub, i, depth+1); !ok {
+			return i, false
+		}
+		if c != nil && c.unique {
+			t := src[start:i]
+			if count >= onePassUnique || t[0] != '"' || bytes.IndexByte(t, '\\') >= 0 {
+				return i, false
+			}
+			for _, u := range texts[:count] {
+				if string(u) == string(t) {
+					return i, false
+				}
+			}
+			texts[count] = t
+		}
+		count++
+		if i < len(src) && src[i] <= ' ' {
+			i = skip(src, i)
+		}
+		if i >= len(src) {
+			return i, false
+		}
+		switch src[i] {
+		case ',':
+			i = skip(src, i+1)
+			continue
+		case ']':
+			return i + 1, c == nil || c.passItems(count)
+		}
+		return i, false
+	}
+}
+
+// passItems: the array's size.
+func (c *schemaCheck) passItems(count int) bool {
+	return (c.minItems < 0 || count >= c.minItems) && (c.maxItems < 0 || count <= c.maxItems)
+}

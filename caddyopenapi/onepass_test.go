@@ -1,0 +1,117 @@
+package caddyopenapi
+
+import (
+	"strings"
+	"testing"
+
+	"github.com/santhosh-tekuri/jsonschema/v6"
+)
+
+// TestOnePass holds the one-pass check to what it must refuse (each
+// keyword it covers, and texts that are not I-JSON) and to what it must
+// accept on its own (a valid body that went to the tape would only cost
+// time, which no other test sees).
+func TestOnePass(t *testing.T) {
+	const schema = `{
+		"type": "object",
+		"additionalProperties": false,
+		"required": ["id", "n"],
+		"properties": {
+			"id": {"type": "string", "format": "uuid"},
+			"n": {"type": "integer", "minimum": 1, "maximum": 10},
+			"price": {"type": "number", "multipleOf": 0.01},
+			"kind": {"enum": ["a", "b"]},
+			"level": {"enum": [1, 2, null]},
+			"on": {"type": "boolean"},
+			"tags": {"type": "array", "uniqueItems": true, "maxItems": 3, "items": {"type": "string", "pattern": "^[a-z]+$"}},
+			"pair": {"type": "array", "prefixItems": [{"type": "integer"}, {"type": "string"}], "items": false},
+			"meta": {"type": "object", "maxProperties": 2, "additionalProperties": {"type": "string", "maxLength": 3}},
+			"any": true,
+			"even": {"type": "integer", "multipleOf": 2, "exclusiveMinimum": 0, "exclusiveMaximum": 100},
+			"neg": {"type": "number", "minimum": -5},
+			"amount": {"type": "number", "minimum": -1.5, "exclusiveMaximum": 10.25, "multipleOf": 0.25},
+			"ref": {"$ref": "#/$defs/code"}
+		},
+		"$defs": {"code": {"type": "string", "minLength": 2}}
+	}`
+	c := jsonschema.NewCompiler()
+	c.AssertFormat()
+	doc, err := jsonschema.UnmarshalJSON(strings.NewReader(schema))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := c.AddResource("mem:///s.json", doc); err != nil {
+		t.Fatal(err)
+	}
+	sch, err := c.Compile("mem:///s.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	checks, reason := compileChecks(sch)
+	if checks == nil || !onePass(checks) {
+		t.Fatalf("the schema is not covered by the one-pass check (%s)", reason)
+	}
+	const id = `"id":"3f6c2a9e-8b1d-4c7a-9e2f-5d4b3a2c1e0f"`
+	for _, tc := range []struct {
+		name, text string
+		want       bool
+	}{
+		{"minimal", `{` + id + `,"n":1}`, true},
+		{"every property", ` { ` + id + ` , "n" : 10, "price": 0.15, "kind": "b", "level": null, "on": true, "tags": ["x", "y"], "pair": [1, "a"], "meta": {"a": "abc", "b": ""}, "any": [{"x": [1]}], "ref": "ab"} `, true},
+		{"escaped name and value", `{"\u0069d":"3f6c2a9e-8b1d-4c7a-9e2f-5d4b3a2c1e0f","n":1,"ref":"\u00e9\ud83d\ude00"}`, true},
+		{"integer written 2.0", `{` + id + `,"n":2.0}`, true},
+		{"enum number written 1.0", `{` + id + `,"n":1,"level":1.0}`, true},
+		{"integer bounds", `{` + id + `,"n":1,"even":98,"neg":-5}`, true},
+		{"long plain string", `{` + id + `,"n":1,"meta":{"ab":""},"any":"` + strings.Repeat("x", 100) + `"}`, true},
+		{"decimal bounds", `{` + id + `,"n":1,"amount":-1.5,"price":0.150}`, true},
+		{"decimal below the maximum", `{` + id + `,"n":1,"amount":10.00}`, true},
+		{"decimal multiple", `{` + id + `,"n":1,"amount":2.5}`, true},
+		{"decimal below minimum", `{` + id + `,"n":1,"amount":-1.75}`, false},
+		{"decimal exclusive maximum", `{` + id + `,"n":1,"amount":10.25}`, false},
+		{"decimal that wraps an int64 to 0", `{` + id + `,"n":1,"amount":184467440737095516.16}`, false},
+		{"decimal not a multiple", `{` + id + `,"n":1,"amount":0.3}`, false},
+		{"odd", `{` + id + `,"n":1,"even":3}`, false},
+		{"exclusive minimum", `{` + id + `,"n":1,"even":0}`, false},
+		{"exclusive maximum", `{` + id + `,"n":1,"even":100}`, false},
+		{"negative minimum", `{` + id + `,"n":1,"neg":-6}`, false},
+		{"negative integer", `{` + id + `,"n":-1}`, false},
+		{"control character", "{" + id + ",\"n\":1,\"ref\":\"a\x01b\"}", false},
+		{"required missing", `{"n":1}`, false},
+		{"declared member twice", `{` + id + `,"n":1,"n":2}`, false},
+		{"declared member twice, escaped", `{` + id + `,"n":1,"\u006e":2}`, false},
+		{"undeclared member twice", `{` + id + `,"n":1,"meta":{"a":"x","a":"y"}}`, false},
+		{"member twice deep in any", `{` + id + `,"n":1,"any":{"k":[{"x":1,"x":1}]}}`, false},
+		{"additional property", `{` + id + `,"n":1,"x":1}`, false},
+		{"wrong type", `{` + id + `,"n":"1"}`, false},
+		{"not an integer", `{` + id + `,"n":1.5}`, false},
+		{"below minimum", `{` + id + `,"n":0}`, false},
+		{"above maximum", `{` + id + `,"n":11}`, false},
+		{"not a multiple", `{` + id + `,"n":1,"price":0.155}`, false},
+		{"bad format", `{"id":"3f6c2a9e","n":1}`, false},
+		{"string not in enum", `{` + id + `,"n":1,"kind":"c"}`, false},
+		{"number not in enum", `{` + id + `,"n":1,"level":3}`, false},
+		{"literal not in enum", `{` + id + `,"n":1,"level":true}`, false},
+		{"boolean", `{` + id + `,"n":1,"on":null}`, false},
+		{"pattern", `{` + id + `,"n":1,"tags":["A"]}`, false},
+		{"items repeated", `{` + id + `,"n":1,"tags":["a","a"]}`, false},
+		{"too many items", `{` + id + `,"n":1,"tags":["a","b","c","d"]}`, false},
+		{"prefix item", `{` + id + `,"n":1,"pair":["1","a"]}`, false},
+		{"items false", `{` + id + `,"n":1,"pair":[1,"a",2]}`, false},
+		{"too many properties", `{` + id + `,"n":1,"meta":{"a":"","b":"","c":""}}`, false},
+		{"additional schema", `{` + id + `,"n":1,"meta":{"a":"abcd"}}`, false},
+		{"ref", `{` + id + `,"n":1,"ref":"a"}`, false},
+		{"invalid UTF-8", "{" + id + ",\"n\":1,\"ref\":\"R\xffx\"}", false},
+		{"lone surrogate", `{` + id + `,"n":1,"ref":"R\ud800x"}`, false},
+		{"trailing comma", `{` + id + `,"n":1,}`, false},
+		{"two values", `{` + id + `,"n":1} {}`, false},
+		{"cut short", `{` + id + `,"n":1`, false},
+		{"not an object", `[]`, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var s scanner
+			if got := s.accepts(checks, []byte(tc.text)); got != tc.want {
+				t.Errorf("accepts(%s) = %v, want %v", tc.text, got, tc.want)
+			}
+		})
+	}
+}
