@@ -52,10 +52,9 @@ type h2conn struct {
 	fr  *http2.Framer
 
 	// the write side: bw, the Framer's writes, the HPACK encoder
-	wmu    sync.Mutex
-	wwait  atomic.Int32 // writers waiting for wmu (the last one flushes)
-	enc    *hpack.Encoder
-	encBuf bytes.Buffer
+	wmu   sync.Mutex
+	wwait atomic.Int32 // writers waiting for wmu (the last one flushes)
+	enc   h2Encoder
 
 	// the read side's HPACK decoder and the block it decodes (readBlock)
 	dec *hpack.Decoder
@@ -134,7 +133,7 @@ func (c *conn) serveH2(prefix []byte) {
 	sc.dec = hpack.NewDecoder(h2HeaderTableSize, sc.emitField) // (header blocks: readBlock)
 	sc.fr.SetReuseFrames()
 	sc.fr.SetMaxReadFrameSize(16384) // (the default SETTINGS_MAX_FRAME_SIZE: not raised)
-	sc.enc = hpack.NewEncoder(&sc.encBuf)
+	sc.enc.init()
 	sc.stallDL = h2DefaultStall
 	switch {
 	case l.writeTimeout > 0:
@@ -452,7 +451,7 @@ func (sc *h2conn) onSettings(f *http2.SettingsFrame) error {
 		switch s.ID {
 		case http2.SettingHeaderTableSize:
 			sc.wmu.Lock()
-			sc.enc.SetMaxDynamicTableSize(s.Val)
+			sc.enc.setMaxSize(s.Val)
 			sc.wmu.Unlock()
 		case http2.SettingInitialWindowSize:
 			sc.mu.Lock()
@@ -841,7 +840,7 @@ func (sc *h2conn) freeLater(s *h2stream) {
 var errStreamGone = errors.New("http2: stream closed")
 
 // writeHeaders writes a HEADERS frame (and CONTINUATIONs) for the stream.
-func (sc *h2conn) writeHeaders(s *h2stream, encode func(enc *hpack.Encoder), end bool) error {
+func (sc *h2conn) writeHeaders(s *h2stream, encode func(enc *h2Encoder), end bool) error {
 	_, err := sc.writeHeadersData(s, encode, end, nil, false)
 	return err
 }
@@ -853,7 +852,7 @@ func (sc *h2conn) writeHeaders(s *h2stream, encode func(enc *hpack.Encoder), end
 // 10 streams: 2.8 writes a request before, one of them the upstream's).
 // It reports whether it wrote p; when it did not, the caller sends p
 // through writeData, which waits for the windows.
-func (sc *h2conn) writeHeadersData(s *h2stream, encode func(enc *hpack.Encoder), end bool, p []byte, dataEnd bool) (wroteData bool, err error) {
+func (sc *h2conn) writeHeadersData(s *h2stream, encode func(enc *h2Encoder), end bool, p []byte, dataEnd bool) (wroteData bool, err error) {
 	sc.mu.Lock()
 	switch {
 	case sc.closed || sc.wfailed.Load():
@@ -887,10 +886,10 @@ func (sc *h2conn) writeHeadersData(s *h2stream, encode func(enc *hpack.Encoder),
 
 // headerFrames writes a HEADERS frame and the CONTINUATIONs its block
 // needs (under wmu).
-func (sc *h2conn) headerFrames(s *h2stream, encode func(enc *hpack.Encoder), end bool) error {
-	sc.encBuf.Reset()
-	encode(sc.enc)
-	block := sc.encBuf.Bytes()
+func (sc *h2conn) headerFrames(s *h2stream, encode func(enc *h2Encoder), end bool) error {
+	sc.enc.begin()
+	encode(&sc.enc)
+	block := sc.enc.buf
 	sc.mu.Lock()
 	max := int(sc.peerMaxFrame)
 	sc.mu.Unlock()

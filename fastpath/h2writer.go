@@ -12,7 +12,6 @@ import (
 	"time"
 
 	"golang.org/x/net/http/httpguts"
-	"golang.org/x/net/http2/hpack"
 
 	"github.com/apigate/gateway/internal/h1wire"
 )
@@ -91,8 +90,8 @@ func (w *h2Writer) WriteHeader(code int) {
 			delete(h, "Content-Length")
 			delete(h, "Transfer-Encoding")
 		}
-		w.s.sc.writeHeaders(w.s, func(enc *hpack.Encoder) {
-			enc.WriteField(hpack.HeaderField{Name: ":status", Value: strconv.Itoa(code)})
+		w.s.sc.writeHeaders(w.s, func(enc *h2Encoder) {
+			enc.status(code)
 			w.encodeHeaders(enc, h, nil)
 		}, false)
 		return
@@ -161,9 +160,7 @@ func (w *h2Writer) EnableFullDuplex() error { return nil }
 
 // writeContinue answers Expect: 100-continue before the first body read.
 func (w *h2Writer) writeContinue() {
-	w.s.sc.writeHeaders(w.s, func(enc *hpack.Encoder) {
-		enc.WriteField(hpack.HeaderField{Name: ":status", Value: "100"})
-	}, false)
+	w.s.sc.writeHeaders(w.s, func(enc *h2Encoder) { enc.status(100) }, false)
 }
 
 // handlerDone ends the response after the handler returned.
@@ -258,17 +255,17 @@ func (w *h2Writer) writeChunk(p []byte) (int, error) {
 		snap := w.snapHeader
 		var err error
 		// (p goes in the same write when the windows allow)
-		dataSent, err = sc.writeHeadersData(s, func(enc *hpack.Encoder) {
-			enc.WriteField(hpack.HeaderField{Name: ":status", Value: statusString(status)})
+		dataSent, err = sc.writeHeadersData(s, func(enc *h2Encoder) {
+			enc.status(status)
 			w.encodeHeaders(enc, snap, nil)
 			if ctype != "" {
-				enc.WriteField(hpack.HeaderField{Name: "content-type", Value: ctype})
+				enc.field(h2NameContentType, ctype)
 			}
 			if clen != "" {
-				enc.WriteField(hpack.HeaderField{Name: "content-length", Value: clen})
+				enc.field(h2NameContentLength, clen)
 			}
 			if date != nil {
-				enc.WriteField(hpack.HeaderField{Name: "date", Value: string(date)})
+				enc.field(h2NameDate, string(date))
 			}
 		}, end, p, w.handlerFinish && !w.hasNonemptyTrailers())
 		if err != nil {
@@ -293,7 +290,7 @@ func (w *h2Writer) writeChunk(p []byte) (int, error) {
 	}
 	if w.handlerFinish && nonEmptyTrailers {
 		hh, keys := w.handlerHeader, w.trailers
-		return len(p), sc.writeHeaders(s, func(enc *hpack.Encoder) {
+		return len(p), sc.writeHeaders(s, func(enc *h2Encoder) {
 			w.encodeHeaders(enc, hh, keys)
 		}, true)
 	}
@@ -303,7 +300,7 @@ func (w *h2Writer) writeChunk(p []byte) (int, error) {
 // encodeHeaders is Go's encodeHeaders: h's fields (or only keys), sorted,
 // lower-case, without invalid names and values, Transfer-Encoding only as
 // "trailers".
-func (w *h2Writer) encodeHeaders(enc *hpack.Encoder, h http.Header, keys []string) {
+func (w *h2Writer) encodeHeaders(enc *h2Encoder, h http.Header, keys []string) {
 	if keys == nil {
 		keys = w.keys[:0]
 		for k := range h {
@@ -314,45 +311,19 @@ func (w *h2Writer) encodeHeaders(enc *hpack.Encoder, h http.Header, keys []strin
 	}
 	for _, k := range keys {
 		vv := h[k]
-		lk, ok := lowerASCII(k)
-		if !ok || !validWireName(lk) {
+		n, ok := h2FieldName(k)
+		if !ok {
 			continue
 		}
-		isTE := lk == "transfer-encoding"
+		isTE := n.static == h2StaticTransferEncoding
 		for _, v := range vv {
 			if !h1wire.ValidFieldValue(v) || isTE && v != "trailers" {
 				continue
 			}
-			enc.WriteField(hpack.HeaderField{Name: lk, Value: v})
+			enc.field(n, v)
 		}
 	}
 }
-
-func lowerASCII(s string) (string, bool) {
-	if l, ok := commonLower[s]; ok {
-		return l, true
-	}
-	for i := 0; i < len(s); i++ {
-		if s[i] >= 0x80 {
-			return "", false
-		}
-	}
-	return strings.ToLower(s), true
-}
-
-var commonLower = func() map[string]string {
-	m := map[string]string{}
-	for lower, canon := range commonCanonical {
-		m[canon] = lower
-	}
-	for _, k := range []string{"Server", "Alt-Svc", "Content-Security-Policy", "Strict-Transport-Security",
-		"Set-Cookie", "Vary", "Location", "Last-Modified", "Www-Authenticate", "Access-Control-Allow-Origin",
-		"X-Content-Type-Options", "X-Frame-Options", "Retry-After", "Ratelimit-Limit", "Ratelimit-Remaining",
-		"Ratelimit-Reset", "Expires", "Age", "Link"} {
-		m[k] = strings.ToLower(k)
-	}
-	return m
-}()
 
 // validWireName is http2's validWireHeaderFieldName: a token, lower case.
 func validWireName(v string) bool {
