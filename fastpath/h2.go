@@ -687,7 +687,7 @@ func (sc *h2conn) onHeaders(f *h2block) error {
 			return http2.StreamError{StreamID: id, Code: http2.ErrCodeProtocol}
 		}
 		for _, hf := range f.regular() {
-			k := canonicalH2(hf.Name)
+			k, _ := canonicalH2(hf.Name)
 			if !httpguts.ValidTrailerHeader(k) {
 				return http2.StreamError{StreamID: id, Code: http2.ErrCodeProtocol}
 			}

@@ -442,8 +442,8 @@ func validWireName(v string) bool {
 	if v == "" {
 		return false
 	}
-	for _, r := range v {
-		if !httpguts.IsTokenRune(r) || 'A' <= r && r <= 'Z' {
+	for i := 0; i < len(v); i++ {
+		if c := v[i]; !h1wire.IsTokenByte(c) || 'A' <= c && c <= 'Z' {
 			return false
 		}
 	}
