@@ -4,6 +4,8 @@ import (
 	"strings"
 
 	"golang.org/x/net/http2/hpack"
+
+	"github.com/apigate/gateway/internal/h1wire"
 )
 
 // The HTTP/2 engine's HPACK encoder (RFC 7541) for the header blocks it
@@ -142,7 +144,9 @@ func (e *h2Encoder) status(code int) {
 	e.buf = append(e.buf, 0x80|i)
 }
 
-// field encodes one field (n.lower: a valid lower-case name).
+// field encodes one field (n.lower: a valid lower-case name), unless its
+// value is not a valid field value (Go's encodeHeaders leaves those
+// out). A value equal to its slot's was checked when it was inserted.
 func (e *h2Encoder) field(n h2Name, v string) {
 	if n.slot >= 0 && e.maxSize > 0 {
 		s := &e.slots[n.slot]
@@ -150,6 +154,12 @@ func (e *h2Encoder) field(n h2Name, v string) {
 			e.buf = appendH2Int(e.buf, 0x80, 7, 62+e.inserted-s.seq)
 			return
 		}
+	}
+	if !h1wire.ValidFieldValue(v) {
+		return
+	}
+	if n.slot >= 0 && e.maxSize > 0 {
+		s := &e.slots[n.slot]
 		if size := uint32(len(n.lower) + len(v) + 32); len(v) <= h2SlotValueMax && size <= e.maxSize {
 			e.evict(size)
 			e.ents[(e.head+e.n)%h2EncMaxEntries] = size

@@ -410,10 +410,10 @@ func encodePairs(enc *h2Encoder, ps []h2Pair) {
 		}
 		isTE := n.static == h2StaticTransferEncoding
 		for _, v := range p.vv {
-			if !h1wire.ValidFieldValue(v) || isTE && v != "trailers" {
+			if isTE && v != "trailers" {
 				continue
 			}
-			enc.field(n, v)
+			enc.field(n, v) // (which leaves out an invalid value)
 		}
 	}
 }
