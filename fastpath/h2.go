@@ -63,6 +63,8 @@ type h2conn struct {
 	werr    error
 	wfailed atomic.Bool   // werr is set (read without wmu)
 	stallDL time.Duration // how long a write may wait for the peer
+	sockWDL time.Time     // the socket's write deadline as h2NetWriter set it (under wmu)
+	wdlOwn  bool          // shutdown set its own: h2NetWriter leaves it (under wmu)
 
 	mu        sync.Mutex
 	cond      sync.Cond // window, body data, stream and connection state changed
@@ -331,6 +333,7 @@ func (sc *h2conn) shutdown() {
 	sc.mu.Unlock()
 	sc.wmu.Lock()
 	if sc.werr == nil {
+		sc.wdlOwn = true
 		sc.nc.SetWriteDeadline(time.Now().Add(time.Second))
 		sc.bw.Flush()
 		sc.werr = net.ErrClosed
@@ -377,12 +380,20 @@ func (sc *h2conn) flushIfBuffered() {
 }
 
 // h2NetWriter writes the connection's buffer to the socket, each write
-// within the stall deadline: a peer that stops reading is cut.
+// within the stall deadline: a peer that stops reading is cut. The
+// deadline is set with slack, as the HTTP/1.1 engine's timeouts that
+// reset on progress are: a write has between 1 and 1.5 times stallDL,
+// and the deadline moves only when less than stallDL is left, not at
+// every write (setting it takes the poller's lock and its timer: about
+// 250 instructions a write, callgrind).
 type h2NetWriter struct{ sc *h2conn }
 
 func (w h2NetWriter) Write(p []byte) (int, error) {
 	sc := w.sc
-	sc.nc.SetWriteDeadline(time.Now().Add(sc.stallDL))
+	if now := time.Now(); !sc.wdlOwn && sc.sockWDL.Sub(now) < sc.stallDL {
+		sc.sockWDL = now.Add(sc.stallDL + sc.stallDL/2)
+		sc.nc.SetWriteDeadline(sc.sockWDL)
+	}
 	return sc.nc.Write(p)
 }
 
