@@ -52,10 +52,9 @@ type h2conn struct {
 	fr  *http2.Framer
 
 	// the write side: bw, the Framer's writes, the HPACK encoder
-	wmu    sync.Mutex
-	wwait  atomic.Int32 // writers waiting for wmu (the last one flushes)
-	enc    *hpack.Encoder
-	encBuf bytes.Buffer
+	wmu   sync.Mutex
+	wwait atomic.Int32 // writers waiting for wmu (the last one flushes)
+	enc   h2Encoder
 
 	// the read side's HPACK decoder and the block it decodes (readBlock)
 	dec *hpack.Decoder
@@ -64,6 +63,8 @@ type h2conn struct {
 	werr    error
 	wfailed atomic.Bool   // werr is set (read without wmu)
 	stallDL time.Duration // how long a write may wait for the peer
+	sockWDL time.Time     // the socket's write deadline as h2NetWriter set it (under wmu)
+	wdlOwn  bool          // shutdown set its own: h2NetWriter leaves it (under wmu)
 
 	mu        sync.Mutex
 	cond      sync.Cond // window, body data, stream and connection state changed
@@ -134,7 +135,7 @@ func (c *conn) serveH2(prefix []byte) {
 	sc.dec = hpack.NewDecoder(h2HeaderTableSize, sc.emitField) // (header blocks: readBlock)
 	sc.fr.SetReuseFrames()
 	sc.fr.SetMaxReadFrameSize(16384) // (the default SETTINGS_MAX_FRAME_SIZE: not raised)
-	sc.enc = hpack.NewEncoder(&sc.encBuf)
+	sc.enc.init()
 	sc.stallDL = h2DefaultStall
 	switch {
 	case l.writeTimeout > 0:
@@ -332,6 +333,7 @@ func (sc *h2conn) shutdown() {
 	sc.mu.Unlock()
 	sc.wmu.Lock()
 	if sc.werr == nil {
+		sc.wdlOwn = true
 		sc.nc.SetWriteDeadline(time.Now().Add(time.Second))
 		sc.bw.Flush()
 		sc.werr = net.ErrClosed
@@ -378,12 +380,20 @@ func (sc *h2conn) flushIfBuffered() {
 }
 
 // h2NetWriter writes the connection's buffer to the socket, each write
-// within the stall deadline: a peer that stops reading is cut.
+// within the stall deadline: a peer that stops reading is cut. The
+// deadline is set with slack, as the HTTP/1.1 engine's timeouts that
+// reset on progress are: a write has between 1 and 1.5 times stallDL,
+// and the deadline moves only when less than stallDL is left, not at
+// every write (setting it takes the poller's lock and its timer: about
+// 250 instructions a write, callgrind).
 type h2NetWriter struct{ sc *h2conn }
 
 func (w h2NetWriter) Write(p []byte) (int, error) {
 	sc := w.sc
-	sc.nc.SetWriteDeadline(time.Now().Add(sc.stallDL))
+	if now := time.Now(); !sc.wdlOwn && sc.sockWDL.Sub(now) < sc.stallDL {
+		sc.sockWDL = now.Add(sc.stallDL + sc.stallDL/2)
+		sc.nc.SetWriteDeadline(sc.sockWDL)
+	}
 	return sc.nc.Write(p)
 }
 
@@ -452,7 +462,7 @@ func (sc *h2conn) onSettings(f *http2.SettingsFrame) error {
 		switch s.ID {
 		case http2.SettingHeaderTableSize:
 			sc.wmu.Lock()
-			sc.enc.SetMaxDynamicTableSize(s.Val)
+			sc.enc.setMaxSize(s.Val)
 			sc.wmu.Unlock()
 		case http2.SettingInitialWindowSize:
 			sc.mu.Lock()
@@ -688,7 +698,7 @@ func (sc *h2conn) onHeaders(f *h2block) error {
 			return http2.StreamError{StreamID: id, Code: http2.ErrCodeProtocol}
 		}
 		for _, hf := range f.regular() {
-			k := canonicalH2(hf.Name)
+			k, _ := canonicalH2(hf.Name)
 			if !httpguts.ValidTrailerHeader(k) {
 				return http2.StreamError{StreamID: id, Code: http2.ErrCodeProtocol}
 			}
@@ -841,7 +851,7 @@ func (sc *h2conn) freeLater(s *h2stream) {
 var errStreamGone = errors.New("http2: stream closed")
 
 // writeHeaders writes a HEADERS frame (and CONTINUATIONs) for the stream.
-func (sc *h2conn) writeHeaders(s *h2stream, encode func(enc *hpack.Encoder), end bool) error {
+func (sc *h2conn) writeHeaders(s *h2stream, encode func(enc *h2Encoder), end bool) error {
 	_, err := sc.writeHeadersData(s, encode, end, nil, false)
 	return err
 }
@@ -853,7 +863,7 @@ func (sc *h2conn) writeHeaders(s *h2stream, encode func(enc *hpack.Encoder), end
 // 10 streams: 2.8 writes a request before, one of them the upstream's).
 // It reports whether it wrote p; when it did not, the caller sends p
 // through writeData, which waits for the windows.
-func (sc *h2conn) writeHeadersData(s *h2stream, encode func(enc *hpack.Encoder), end bool, p []byte, dataEnd bool) (wroteData bool, err error) {
+func (sc *h2conn) writeHeadersData(s *h2stream, encode func(enc *h2Encoder), end bool, p []byte, dataEnd bool) (wroteData bool, err error) {
 	sc.mu.Lock()
 	switch {
 	case sc.closed || sc.wfailed.Load():
@@ -887,10 +897,10 @@ func (sc *h2conn) writeHeadersData(s *h2stream, encode func(enc *hpack.Encoder),
 
 // headerFrames writes a HEADERS frame and the CONTINUATIONs its block
 // needs (under wmu).
-func (sc *h2conn) headerFrames(s *h2stream, encode func(enc *hpack.Encoder), end bool) error {
-	sc.encBuf.Reset()
-	encode(sc.enc)
-	block := sc.encBuf.Bytes()
+func (sc *h2conn) headerFrames(s *h2stream, encode func(enc *h2Encoder), end bool) error {
+	sc.enc.begin()
+	encode(&sc.enc)
+	block := sc.enc.buf
 	sc.mu.Lock()
 	max := int(sc.peerMaxFrame)
 	sc.mu.Unlock()

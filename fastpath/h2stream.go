@@ -115,13 +115,6 @@ func (s *h2stream) free() {
 // "missing cancel error", seen in TestH2 runs).
 func (s *h2stream) cancel() { s.st.ex.gone.cancel() }
 
-// connection-specific fields, which HTTP/2 requests may not carry
-// (RFC 9113, 8.2.2)
-var h2ConnectionFields = map[string]bool{
-	"connection": true, "proxy-connection": true, "keep-alive": true,
-	"transfer-encoding": true, "upgrade": true,
-}
-
 // readHeaders makes the stream's request head from its header block, as
 // Go's HTTP/2 server makes the request: a malformed one is a stream
 // error (PROTOCOL_ERROR).
@@ -164,13 +157,10 @@ func (s *h2stream) readHeaders(f *h2block) error {
 	fields := s.fields[:0]
 	var cookies []string
 	for _, hf := range f.regular() {
-		if h2ConnectionFields[hf.Name] {
+		name, connSpecific := canonicalH2(hf.Name)
+		if connSpecific || name == "Te" && hf.Value != "trailers" {
 			return protoErr
 		}
-		if hf.Name == "te" && hf.Value != "trailers" {
-			return protoErr
-		}
-		name := canonicalH2(hf.Name)
 		switch name {
 		case "Cookie":
 			cookies = append(cookies, hf.Value)
@@ -520,30 +510,135 @@ func (s *h2stream) writable() error {
 }
 
 // canonicalH2 is the canonical form of a (lower-case) HTTP/2 field name,
-// without an allocation for the common ones.
-func canonicalH2(name string) string {
-	if c, ok := commonCanonical[name]; ok {
-		return c
+// without an allocation for the common ones; conn says it is a
+// connection-specific field, which HTTP/2 requests may not carry (RFC
+// 9113, 8.2.2). A switch, not a map: no hash of the name.
+func canonicalH2(name string) (canon string, conn bool) {
+	switch name {
+	case "accept":
+		return "Accept", false
+	case "accept-charset":
+		return "Accept-Charset", false
+	case "accept-encoding":
+		return "Accept-Encoding", false
+	case "accept-language":
+		return "Accept-Language", false
+	case "accept-ranges":
+		return "Accept-Ranges", false
+	case "authorization":
+		return "Authorization", false
+	case "cache-control":
+		return "Cache-Control", false
+	case "content-disposition":
+		return "Content-Disposition", false
+	case "content-encoding":
+		return "Content-Encoding", false
+	case "content-language":
+		return "Content-Language", false
+	case "content-length":
+		return "Content-Length", false
+	case "content-location":
+		return "Content-Location", false
+	case "content-range":
+		return "Content-Range", false
+	case "content-type":
+		return "Content-Type", false
+	case "cookie":
+		return "Cookie", false
+	case "date":
+		return "Date", false
+	case "etag":
+		return "Etag", false
+	case "expect":
+		return "Expect", false
+	case "forwarded":
+		return "Forwarded", false
+	case "from":
+		return "From", false
+	case "host":
+		return "Host", false
+	case "if-match":
+		return "If-Match", false
+	case "if-modified-since":
+		return "If-Modified-Since", false
+	case "if-none-match":
+		return "If-None-Match", false
+	case "if-range":
+		return "If-Range", false
+	case "if-unmodified-since":
+		return "If-Unmodified-Since", false
+	case "origin":
+		return "Origin", false
+	case "pragma":
+		return "Pragma", false
+	case "range":
+		return "Range", false
+	case "referer":
+		return "Referer", false
+	case "te":
+		return "Te", false
+	case "trailer":
+		return "Trailer", false
+	case "user-agent":
+		return "User-Agent", false
+	case "via":
+		return "Via", false
+	case "x-forwarded-for":
+		return "X-Forwarded-For", false
+	case "x-forwarded-host":
+		return "X-Forwarded-Host", false
+	case "x-forwarded-proto":
+		return "X-Forwarded-Proto", false
+	case "x-request-id":
+		return "X-Request-Id", false
+	case "x-real-ip":
+		return "X-Real-Ip", false
+	case "upgrade-insecure-requests":
+		return "Upgrade-Insecure-Requests", false
+	case "sec-fetch-dest":
+		return "Sec-Fetch-Dest", false
+	case "sec-fetch-mode":
+		return "Sec-Fetch-Mode", false
+	case "sec-fetch-site":
+		return "Sec-Fetch-Site", false
+	case "sec-fetch-user":
+		return "Sec-Fetch-User", false
+	case "sec-ch-ua":
+		return "Sec-Ch-Ua", false
+	case "sec-ch-ua-mobile":
+		return "Sec-Ch-Ua-Mobile", false
+	case "sec-ch-ua-platform":
+		return "Sec-Ch-Ua-Platform", false
+	case "priority":
+		return "Priority", false
+	case "dnt":
+		return "Dnt", false
+	case "api-key":
+		return "Api-Key", false
+	case "x-api-key":
+		return "X-Api-Key", false
+	case "grpc-timeout":
+		return "Grpc-Timeout", false
+	case "grpc-encoding":
+		return "Grpc-Encoding", false
+	case "grpc-accept-encoding":
+		return "Grpc-Accept-Encoding", false
+	case "baggage":
+		return "Baggage", false
+	case "traceparent":
+		return "Traceparent", false
+	case "tracestate":
+		return "Tracestate", false
+	case "connection":
+		return "Connection", true
+	case "proxy-connection":
+		return "Proxy-Connection", true
+	case "keep-alive":
+		return "Keep-Alive", true
+	case "transfer-encoding":
+		return "Transfer-Encoding", true
+	case "upgrade":
+		return "Upgrade", true
 	}
-	return textproto.CanonicalMIMEHeaderKey(name)
+	return textproto.CanonicalMIMEHeaderKey(name), false
 }
-
-var commonCanonical = func() map[string]string {
-	m := map[string]string{}
-	for _, v := range []string{
-		"Accept", "Accept-Charset", "Accept-Encoding", "Accept-Language", "Accept-Ranges",
-		"Authorization", "Cache-Control", "Content-Disposition", "Content-Encoding",
-		"Content-Language", "Content-Length", "Content-Location", "Content-Range",
-		"Content-Type", "Cookie", "Date", "Etag", "Expect", "Forwarded", "From", "Host",
-		"If-Match", "If-Modified-Since", "If-None-Match", "If-Range", "If-Unmodified-Since",
-		"Origin", "Pragma", "Range", "Referer", "Te", "Trailer", "User-Agent", "Via",
-		"X-Forwarded-For", "X-Forwarded-Host", "X-Forwarded-Proto", "X-Request-Id",
-		"X-Real-Ip", "Upgrade-Insecure-Requests", "Sec-Fetch-Dest", "Sec-Fetch-Mode",
-		"Sec-Fetch-Site", "Sec-Fetch-User", "Sec-Ch-Ua", "Sec-Ch-Ua-Mobile", "Sec-Ch-Ua-Platform",
-		"Priority", "Dnt", "Api-Key", "X-Api-Key", "Grpc-Timeout", "Grpc-Encoding",
-		"Grpc-Accept-Encoding", "Baggage", "Traceparent", "Tracestate",
-	} {
-		m[strings.ToLower(v)] = v
-	}
-	return m
-}()

@@ -12,7 +12,6 @@ import (
 	"time"
 
 	"golang.org/x/net/http/httpguts"
-	"golang.org/x/net/http2/hpack"
 
 	"github.com/apigate/gateway/internal/h1wire"
 )
@@ -31,9 +30,18 @@ type h2Writer struct {
 	bw *bufio.Writer // to h2ChunkWriter
 	h  *reqHead
 
-	handlerHeader  http.Header
-	snapHeader     http.Header // the header at WriteHeader: nil or snapStore
-	snapStore      http.Header // the stream's map for it, kept across requests
+	handlerHeader http.Header
+	// The header as it was at WriteHeader is what is sent. It is copied
+	// (snapStore, the stream's map, kept across requests) only when it
+	// could change before the HEADERS go out: at WriteHeader when a
+	// handler holds the map (calledHeader) and the proxy step did not
+	// promise to leave it alone (headerStable), or at a Header call
+	// between WriteHeader and the HEADERS; otherwise handlerHeader is
+	// sent as it is (respWriter's rule).
+	snapStore      http.Header
+	snapTaken      bool
+	calledHeader   bool
+	headerStable   bool
 	trailers       []string
 	status         int
 	wroteHeader    bool
@@ -45,7 +53,13 @@ type h2Writer struct {
 	// what Caddy's access log recorder sees
 	logStatus int
 	size      int64
-	keys      []string
+	pairs     []h2Pair // the fields being encoded (sorted by key)
+}
+
+// h2Pair is a header field's key and values, as encodeHeaders sorts them.
+type h2Pair struct {
+	k  string
+	vv []string
 }
 
 type h2ChunkWriter struct{ w *h2Writer }
@@ -60,10 +74,10 @@ func (w *h2Writer) reset() {
 		clear(hh)
 	}
 	snap := w.snapStore
-	if snap != nil {
+	if w.snapTaken {
 		clear(snap)
 	}
-	*w = h2Writer{s: w.s, bw: w.bw, handlerHeader: hh, snapStore: snap, trailers: w.trailers[:0], keys: w.keys[:0]}
+	*w = h2Writer{s: w.s, bw: w.bw, handlerHeader: hh, snapStore: snap, trailers: w.trailers[:0], pairs: w.pairs[:0]}
 	w.bw.Reset(h2ChunkWriter{w})
 }
 
@@ -72,7 +86,29 @@ func (w *h2Writer) start(h *reqHead) { w.h = h }
 func (w *h2Writer) handlerHdr() http.Header          { return w.handlerHeader }
 func (w *h2Writer) logged() (status int, size int64) { return w.logStatus, w.size }
 
-func (w *h2Writer) Header() http.Header { return w.handlerHeader }
+func (w *h2Writer) Header() http.Header {
+	if w.wroteHeader && !w.sentHeader && !w.snapTaken {
+		// first called between WriteHeader and the HEADERS: what is
+		// sent is the header as it is now
+		w.takeSnapshot()
+	}
+	w.calledHeader = true
+	return w.handlerHeader
+}
+
+// stableHeader says that nothing changes the header between WriteHeader
+// and the HEADERS (the proxy step's promise): no snapshot copy.
+func (w *h2Writer) stableHeader() { w.headerStable = true }
+
+// takeSnapshot copies the header (shallow, as respWriter's: no
+// allocation once the stream's map has grown).
+func (w *h2Writer) takeSnapshot() {
+	if w.snapStore == nil {
+		w.snapStore = make(http.Header, len(w.handlerHeader))
+	}
+	maps.Copy(w.snapStore, w.handlerHeader)
+	w.snapTaken = true
+}
 
 func (w *h2Writer) WriteHeader(code int) {
 	if w.wroteHeader {
@@ -91,20 +127,16 @@ func (w *h2Writer) WriteHeader(code int) {
 			delete(h, "Content-Length")
 			delete(h, "Transfer-Encoding")
 		}
-		w.s.sc.writeHeaders(w.s, func(enc *hpack.Encoder) {
-			enc.WriteField(hpack.HeaderField{Name: ":status", Value: strconv.Itoa(code)})
+		w.s.sc.writeHeaders(w.s, func(enc *h2Encoder) {
+			enc.status(code)
 			w.encodeHeaders(enc, h, nil)
 		}, false)
 		return
 	}
 	w.wroteHeader = true
 	w.status = code
-	if len(w.handlerHeader) > 0 { // (a shallow copy, as respWriter's takeSnapshot: no allocation)
-		if w.snapStore == nil {
-			w.snapStore = make(http.Header, len(w.handlerHeader))
-		}
-		maps.Copy(w.snapStore, w.handlerHeader)
-		w.snapHeader = w.snapStore
+	if w.calledHeader && !w.snapTaken && !w.headerStable {
+		w.takeSnapshot()
 	}
 }
 
@@ -161,9 +193,7 @@ func (w *h2Writer) EnableFullDuplex() error { return nil }
 
 // writeContinue answers Expect: 100-continue before the first body read.
 func (w *h2Writer) writeContinue() {
-	w.s.sc.writeHeaders(w.s, func(enc *hpack.Encoder) {
-		enc.WriteField(hpack.HeaderField{Name: ":status", Value: "100"})
-	}, false)
+	w.s.sc.writeHeaders(w.s, func(enc *h2Encoder) { enc.status(100) }, false)
 }
 
 // handlerDone ends the response after the handler returned.
@@ -213,7 +243,18 @@ func (w *h2Writer) writeChunk(p []byte) (int, error) {
 	if !w.wroteHeader {
 		w.WriteHeader(http.StatusOK)
 	}
-	if w.handlerFinish {
+	var hf h2HeadFields
+	if !w.sentHeader {
+		snap := w.handlerHeader
+		if w.snapTaken {
+			snap = w.snapStore
+		}
+		hf = w.collect(snap)
+		if w.snapTaken {
+			hf.prefixed = true // (the handler's map may have others: promote looks)
+		}
+	}
+	if w.handlerFinish && (w.sentHeader || hf.prefixed) {
 		w.promoteUndeclaredTrailers()
 	}
 	s := w.s
@@ -223,54 +264,54 @@ func (w *h2Writer) writeChunk(p []byte) (int, error) {
 	if !w.sentHeader {
 		w.sentHeader = true
 		var ctype, clen string
-		if clen = headerGet(w.snapHeader, "Content-Length"); clen != "" {
-			delete(w.snapHeader, "Content-Length")
+		hasCL := hf.clPresent
+		if len(hf.cl) > 0 && hf.cl[0] != "" {
+			// (sent as clen, not among the fields: Go's writer
+			// deletes it from its snapshot)
+			hasCL = false
+			clen = hf.cl[0]
 			if cl, err := strconv.ParseUint(clen, 10, 63); err == nil {
 				w.sentContentLen = int64(cl)
 			} else {
 				clen = ""
 			}
 		}
-		_, hasCL := w.snapHeader["Content-Length"]
 		if !hasCL && clen == "" && w.handlerFinish && bodyAllowedForStatus(w.status) && (len(p) > 0 || !isHead) {
 			clen = strconv.Itoa(len(p))
 		}
-		_, hasCT := w.snapHeader["Content-Type"]
-		if headerGet(w.snapHeader, "Content-Encoding") == "" && !hasCT && bodyAllowedForStatus(w.status) && len(p) > 0 {
+		if (len(hf.ce) == 0 || hf.ce[0] == "") && !hf.hasCT && bodyAllowedForStatus(w.status) && len(p) > 0 {
 			ctype = http.DetectContentType(p)
 		}
 		var date []byte
-		if _, ok := w.snapHeader["Date"]; !ok {
+		if !hf.hasDate {
 			date = sc.l.date(s.st.ex.clock)
 		}
-		for _, v := range w.snapHeader["Trailer"] {
+		for _, v := range hf.trailer {
 			foreachHeaderElement(v, w.declareTrailer)
 		}
-		if _, ok := w.snapHeader["Connection"]; ok {
-			v := headerGet(w.snapHeader, "Connection")
-			delete(w.snapHeader, "Connection")
-			if v == "close" {
-				go sc.drain()
-			}
+		if hf.hasConn && len(hf.conn) > 0 && hf.conn[0] == "close" {
+			go sc.drain()
 		}
 		end := w.handlerFinish && !w.hasTrailers() && len(p) == 0 || isHead
 		status := w.status
-		snap := w.snapHeader
+		pairs := w.pairs
 		var err error
 		// (p goes in the same write when the windows allow)
-		dataSent, err = sc.writeHeadersData(s, func(enc *hpack.Encoder) {
-			enc.WriteField(hpack.HeaderField{Name: ":status", Value: statusString(status)})
-			w.encodeHeaders(enc, snap, nil)
+		dataSent, err = sc.writeHeadersData(s, func(enc *h2Encoder) {
+			enc.status(status)
+			encodePairs(enc, pairs)
 			if ctype != "" {
-				enc.WriteField(hpack.HeaderField{Name: "content-type", Value: ctype})
+				enc.field(h2NameContentType, ctype)
 			}
 			if clen != "" {
-				enc.WriteField(hpack.HeaderField{Name: "content-length", Value: clen})
+				enc.field(h2NameContentLength, clen)
 			}
 			if date != nil {
-				enc.WriteField(hpack.HeaderField{Name: "date", Value: string(date)})
+				enc.field(h2NameDate, string(date))
 			}
 		}, end, p, w.handlerFinish && !w.hasNonemptyTrailers())
+		clear(pairs)
+		w.pairs = pairs[:0]
 		if err != nil {
 			return 0, err
 		}
@@ -293,74 +334,116 @@ func (w *h2Writer) writeChunk(p []byte) (int, error) {
 	}
 	if w.handlerFinish && nonEmptyTrailers {
 		hh, keys := w.handlerHeader, w.trailers
-		return len(p), sc.writeHeaders(s, func(enc *hpack.Encoder) {
+		return len(p), sc.writeHeaders(s, func(enc *h2Encoder) {
 			w.encodeHeaders(enc, hh, keys)
 		}, true)
 	}
 	return len(p), nil
 }
 
-// encodeHeaders is Go's encodeHeaders: h's fields (or only keys), sorted,
-// lower-case, without invalid names and values, Transfer-Encoding only as
-// "trailers".
-func (w *h2Writer) encodeHeaders(enc *hpack.Encoder, h http.Header, keys []string) {
-	if keys == nil {
-		keys = w.keys[:0]
-		for k := range h {
-			keys = append(keys, k)
-		}
-		slices.Sort(keys)
-		defer func() { clear(keys); w.keys = keys[:0] }()
-	}
-	for _, k := range keys {
-		vv := h[k]
-		lk, ok := lowerASCII(k)
-		if !ok || !validWireName(lk) {
-			continue
-		}
-		isTE := lk == "transfer-encoding"
-		for _, v := range vv {
-			if !h1wire.ValidFieldValue(v) || isTE && v != "trailers" {
+// h2HeadFields is what writeChunk needs to know of the header it sends,
+// found in the one pass that collects its fields (collect).
+type h2HeadFields struct {
+	cl, ce, trailer, conn []string // Content-Length, Content-Encoding, Trailer, Connection
+	clPresent, hasCT      bool
+	hasDate, hasConn      bool
+	prefixed              bool // a key with http.TrailerPrefix
+}
+
+// collect puts h's fields in w.pairs, sorted, but Connection and a
+// Content-Length with a value (which writeChunk sends itself, as Go's
+// writer deletes them from its snapshot), and notes the fields
+// writeChunk looks at: one pass over the map instead of a lookup each.
+func (w *h2Writer) collect(h http.Header) (hf h2HeadFields) {
+	ps := w.pairs[:0]
+	for k, vv := range h {
+		switch k {
+		case "Content-Length":
+			hf.cl, hf.clPresent = vv, true
+			if len(vv) > 0 && vv[0] != "" {
 				continue
 			}
-			enc.WriteField(hpack.HeaderField{Name: lk, Value: v})
+		case "Content-Type":
+			hf.hasCT = true
+		case "Content-Encoding":
+			hf.ce = vv
+		case "Date":
+			hf.hasDate = true
+		case "Trailer":
+			hf.trailer = vv
+		case "Connection":
+			hf.conn, hf.hasConn = vv, true
+			continue
+		default:
+			if strings.HasPrefix(k, http.TrailerPrefix) {
+				hf.prefixed = true
+			}
+		}
+		ps = append(ps, h2Pair{k, vv})
+	}
+	sortPairs(ps)
+	w.pairs = ps
+	return hf
+}
+
+// sortPairs sorts by key (an insertion sort for the usual few fields).
+func sortPairs(ps []h2Pair) {
+	if len(ps) > 12 {
+		slices.SortFunc(ps, func(a, b h2Pair) int { return strings.Compare(a.k, b.k) })
+		return
+	}
+	for i := 1; i < len(ps); i++ {
+		for j := i; j > 0 && ps[j].k < ps[j-1].k; j-- {
+			ps[j], ps[j-1] = ps[j-1], ps[j]
 		}
 	}
 }
 
-func lowerASCII(s string) (string, bool) {
-	if l, ok := commonLower[s]; ok {
-		return l, true
-	}
-	for i := 0; i < len(s); i++ {
-		if s[i] >= 0x80 {
-			return "", false
+// encodePairs is Go's encodeHeaders for sorted fields: lower-case names,
+// without invalid names and values, Transfer-Encoding only as
+// "trailers".
+func encodePairs(enc *h2Encoder, ps []h2Pair) {
+	for _, p := range ps {
+		n, ok := h2FieldName(p.k)
+		if !ok {
+			continue
+		}
+		isTE := n.static == h2StaticTransferEncoding
+		for _, v := range p.vv {
+			if isTE && v != "trailers" {
+				continue
+			}
+			enc.field(n, v) // (which leaves out an invalid value)
 		}
 	}
-	return strings.ToLower(s), true
 }
 
-var commonLower = func() map[string]string {
-	m := map[string]string{}
-	for lower, canon := range commonCanonical {
-		m[canon] = lower
+// encodeHeaders encodes h's fields (or only keys'), sorted, as Go's
+// encodeHeaders does (1xx responses, trailers).
+func (w *h2Writer) encodeHeaders(enc *h2Encoder, h http.Header, keys []string) {
+	ps := w.pairs[:0]
+	if keys == nil {
+		for k, vv := range h {
+			ps = append(ps, h2Pair{k, vv})
+		}
+		sortPairs(ps)
+	} else {
+		for _, k := range keys {
+			ps = append(ps, h2Pair{k, h[k]})
+		}
 	}
-	for _, k := range []string{"Server", "Alt-Svc", "Content-Security-Policy", "Strict-Transport-Security",
-		"Set-Cookie", "Vary", "Location", "Last-Modified", "Www-Authenticate", "Access-Control-Allow-Origin",
-		"X-Content-Type-Options", "X-Frame-Options", "Retry-After", "Ratelimit-Limit", "Ratelimit-Remaining",
-		"Ratelimit-Reset", "Expires", "Age", "Link"} {
-		m[k] = strings.ToLower(k)
-	}
-	return m
-}()
+	encodePairs(enc, ps)
+	clear(ps)
+	w.pairs = ps[:0]
+}
 
 // validWireName is http2's validWireHeaderFieldName: a token, lower case.
 func validWireName(v string) bool {
 	if v == "" {
 		return false
 	}
-	for _, r := range v {
-		if !httpguts.IsTokenRune(r) || 'A' <= r && r <= 'Z' {
+	for i := 0; i < len(v); i++ {
+		if c := v[i]; !h1wire.IsTokenByte(c) || 'A' <= c && c <= 'Z' {
 			return false
 		}
 	}

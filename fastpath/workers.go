@@ -10,14 +10,22 @@ import (
 
 // workerPool runs HTTP/2 streams' requests on reused goroutines (the idea
 // of fasthttp's workerpool): a stream's request takes an idle worker, or
-// starts one when none is idle; a worker idle for workerIdle exits. The
-// number running is bounded per connection (h2MaxStreams handlers).
+// starts one when none is idle; a worker idle for workerIdle (to twice
+// that) exits. The number running is bounded per connection
+// (h2MaxStreams handlers).
 type workerPool struct {
 	mu   sync.Mutex
 	idle []*worker
 }
 
-type worker struct{ ch chan *h2stream }
+type worker struct {
+	ch chan *h2stream
+	// used says the worker served a stream since its idle timer was
+	// set: the timer is not reset per stream (a timer reset was about
+	// 350 instructions a request, callgrind), it is looked at when it
+	// fires
+	used bool
+}
 
 const workerIdle = 10 * time.Second
 
@@ -46,11 +54,16 @@ func (w *worker) loop(p *workerPool) {
 		select {
 		case s := <-w.ch:
 			s.serveStream()
+			w.used = true
 			p.mu.Lock()
 			p.idle = append(p.idle, w)
 			p.mu.Unlock()
-			t.Reset(workerIdle)
 		case <-t.C:
+			if w.used { // not idle for all of workerIdle: look again after another
+				w.used = false
+				t.Reset(workerIdle)
+				continue
+			}
 			p.mu.Lock()
 			i := slices.Index(p.idle, w)
 			if i >= 0 {
