@@ -16,6 +16,7 @@ import (
 
 	"github.com/apigate/gateway/identity"
 	"github.com/apigate/gateway/internal/deny"
+	"github.com/apigate/gateway/internal/fieldedits"
 )
 
 // DefaultKey is the consumer key of a quota handler without one: the
@@ -336,6 +337,11 @@ func remoteHost(addr string) string {
 	return host
 }
 
+// RequestFieldEdits reports that ServeHTTP changes no request header field
+// (fieldedits.Declarer): it reads the consumer's key and writes response
+// fields only.
+func (h *Handler) RequestFieldEdits() []string { return nil }
+
 // ServeHTTP counts the request and admits or refuses it.
 func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyhttp.Handler) error {
 	repl, _ := r.Context().Value(caddy.ReplacerCtxKey).(*caddy.Replacer)
@@ -490,4 +496,5 @@ var (
 	_ caddy.Validator             = (*Handler)(nil)
 	_ caddy.CleanerUpper          = (*Handler)(nil)
 	_ caddyhttp.MiddlewareHandler = (*Handler)(nil)
+	_ fieldedits.Declarer         = (*Handler)(nil)
 )

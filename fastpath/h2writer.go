@@ -83,7 +83,15 @@ func (w *h2Writer) reset() {
 
 func (w *h2Writer) start(h *reqHead) { w.h = h }
 
-func (w *h2Writer) handlerHdr() http.Header          { return w.handlerHeader }
+func (w *h2Writer) handlerHdr() http.Header { return w.handlerHeader }
+
+// heldHeader is the stream's header map for takeHeader (headerHolder).
+func (w *h2Writer) heldHeader() *http.Header {
+	if w.snapTaken || w.wroteHeader {
+		return nil
+	}
+	return &w.handlerHeader
+}
 func (w *h2Writer) logged() (status int, size int64) { return w.logStatus, w.size }
 
 func (w *h2Writer) Header() http.Header {

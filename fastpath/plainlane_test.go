@@ -4,8 +4,12 @@ import (
 	"bufio"
 	"fmt"
 	"net"
+	"net/http"
+	"reflect"
 	"strings"
 	"testing"
+
+	"github.com/apigate/gateway/internal/testkit/difftest"
 )
 
 // headUpstream answers every request with the field lines of its head,
@@ -91,5 +95,41 @@ func TestFieldsInClientOrder(t *testing.T) {
 	got := res.Responses[0].Body
 	if strings.Contains(got, "X-Hop") || strings.Contains(got, "Connection") || !strings.Contains(got, "X-Kept: 2\r\n") || !strings.Contains(got, "Via: 1.1 Caddy\r\n") {
 		t.Fatalf("the upstream got\n%s", got)
+	}
+}
+
+// TestHandlerFieldsWithUpstreams: fields a handler put in the response
+// header before the proxy (here Caddy's header directive, as quota's
+// RateLimit fields) come out with the upstream's as reverse_proxy's copy
+// gives them (the handler's values first, then the upstream's; the
+// upstream's hop-by-hop fields gone; Via first among the upstream's),
+// on Caddy's path and the fast path alike: the fast path takes the
+// upstream's map and adds the handler's fields to it (takeHeader).
+func TestHandlerFieldsWithUpstreams(t *testing.T) {
+	up := difftest.NewUpstream(t, func(c net.Conn, req *http.Request, body []byte, n int) bool {
+		return difftest.Reply(c, "HTTP/1.1 200 OK\r\nX-Both: up\r\nVia: 1.1 up\r\nX-Up: 1\r\nKeep-Alive: timeout=5\r\nConnection: X-Gone\r\nX-Gone: 1\r\nContent-Length: 2\r\n\r\nok")
+	})
+	loadTwin(t, "", fmt.Sprintf(`	header X-Both handler
+	header +X-Handler h1
+	header +X-Handler h2
+	header Via "1.0 handler"
+	reverse_proxy %s {
+		transport h1
+	}`, up.Addr()))
+	raw := "GET /a HTTP/1.1\r\n" + h + "\r\n"
+	for round := range 2 { // (the second on a connection whose maps were swapped once)
+		plain := rawExchange(t, plainPort, raw+raw)
+		fast := rawExchange(t, fastPort, raw+raw)
+		if !reflect.DeepEqual(plain, fast) {
+			t.Fatalf("round %d: results differ\nCaddy's path:%v\nfast path:   %v", round, plain, fast)
+		}
+		for _, want := range []string{`X-Both=["handler" "up"]`, `X-Handler=["h1" "h2"]`, `Via=["1.0 handler" "1.1 Caddy" "1.1 up"]`, `X-Up=["1"]`} {
+			if len(fast.Responses) != 2 || !strings.Contains(fast.Responses[1].Header, want) {
+				t.Fatalf("round %d: no %s in%v", round, want, fast)
+			}
+		}
+		if h := fast.Responses[1].Header; strings.Contains(h, "Keep-Alive") || strings.Contains(h, "X-Gone") {
+			t.Fatalf("round %d: a hop-by-hop field went to the client:%v", round, fast)
+		}
 	}
 }

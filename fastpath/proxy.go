@@ -816,7 +816,7 @@ func (p *proxyStep) finalize(ex *exchange, rw http.ResponseWriter, req *http.Req
 			via = viaResponse0
 		}
 	}
-	if p.respOps != nil || len(rwHeader) > 0 || len(res.Trailer) > 0 || !ex.px.takeHeader(rw, res, via) {
+	if p.respOps != nil || len(res.Trailer) > 0 || !ex.px.takeHeader(rw, rwHeader, res, via) {
 		if p.respOps == nil { // (the copy skips the others: one pass fewer)
 			ex.px.ph.keepHead(res.Header, false)
 			removeConnectionHeaders(res.Header)
@@ -906,20 +906,27 @@ func (p *proxyStep) copyHeader(rwHeader http.Header, res *http.Response, req *ht
 // for takeHeader to take it.
 const maxHopTaken = 4
 
-// takeHeader makes the upstream's header map the client's when nothing
-// else is in the client's (the handler's map is empty, no header_down, no
-// trailers): the h1 transport's response (caddyh1.Reuse) gives its map to
-// the connection's writer for the writer's empty one, instead of a copy
-// field by field (the copy and its lookups were 4% of a bare proxied
-// request's instructions, callgrind). It removes the hop-by-hop fields
-// and those the Connection field names, keeping them for the
-// placeholders ({http.reverse_proxy.header.*} name the upstream's head as
-// it came, as reverse_proxy sets them before finalizing), and puts the
-// Via field first, as the copy would have. It reports false, taking
-// nothing, for any other writer, transport or head.
-func (ps *proxyState) takeHeader(rw http.ResponseWriter, res *http.Response, via string) bool {
-	w, ok := rw.(*respWriter)
-	if !ok || w.snapTaken || w.wroteHeader {
+// takeHeader makes the upstream's header map the client's when no
+// header_down or trailers ask for the copy: the h1 transport's response
+// (caddyh1.Reuse) gives its map to the connection's or stream's writer
+// for the writer's, instead of a copy field by field (the copy and its
+// lookups were 4% of a bare proxied request's instructions, callgrind;
+// with a handler's two fields in the client's header, ~4,000
+// instructions, the fleet rate limit's profile). It removes the
+// hop-by-hop fields and those the Connection field names, keeping them
+// for the placeholders ({http.reverse_proxy.header.*} name the upstream's
+// head as it came, as reverse_proxy sets them before finalizing), puts
+// the Via field first, and then the fields a handler put in the client's
+// header (rwHeader) before the upstream's of the same name, as the copy
+// would have. It reports false, taking nothing, for any other writer,
+// transport or head.
+func (ps *proxyState) takeHeader(rw http.ResponseWriter, rwHeader http.Header, res *http.Response, via string) bool {
+	w, ok := rw.(headerHolder)
+	if !ok {
+		return false
+	}
+	held := w.heldHeader()
+	if held == nil {
 		return false
 	}
 	names, ok := ps.reuse.Names(res)
@@ -947,8 +954,30 @@ func (ps *proxyState) takeHeader(rw http.ResponseWriter, res *http.Response, via
 		up["Via"] = []string{via}
 	}
 	ph.viaOwn = true
-	w.handlerHeader = ps.reuse.TakeHeader(res, w.handlerHeader)
+	for k, vv := range rwHeader {
+		if old, ok := up[k]; ok {
+			up[k] = append(vv[:len(vv):len(vv)], old...)
+		} else {
+			up[k] = vv
+		}
+	}
+	*held = ps.reuse.TakeHeader(res, *held)
 	return true
+}
+
+// headerHolder is a response writer whose header map takeHeader may
+// replace with the upstream's.
+type headerHolder interface {
+	// heldHeader is the writer's map, or nil when it is no longer the
+	// writer's to give (after WriteHeader, or with a snapshot taken)
+	heldHeader() *http.Header
+}
+
+func (w *respWriter) heldHeader() *http.Header {
+	if w.snapTaken || w.wroteHeader {
+		return nil
+	}
+	return &w.handlerHeader
 }
 
 // keepHead keeps the upstream's head as it came for the placeholders
