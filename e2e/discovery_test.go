@@ -9,7 +9,6 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
-	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -112,21 +111,17 @@ func testDiscovery(t *testing.T, v variant, rec *pathtest.Recorder) {
 			{"rate 3", "/limited/3", reader, want{200, "allow"}, "orders /3"},
 			{"rate exceeded", "/limited/4", reader, want{429, "deny"}, ""},
 		}
-		// The api router's RateLimit remaining counts every request the
-		// route served, waitRoute's polls among them, and how many polls
-		// it served depends on timing (a CI run had 99,996 on one path
-		// and 99,998 on the other): the record has it relative to a
-		// request just before the cases.
-		resp, _ := do(t, "GET", "/orders/42", reader, nil)
-		before, ok := remaining(resp.Header)
-		if !ok {
-			t.Fatalf("no RateLimit remaining on the api router: %q", resp.Header.Values("Ratelimit"))
-		}
+		// The api router's RateLimit remaining count is a sliding
+		// minute's: it counts waitRoute's polls, as many as timing made,
+		// and rises as requests from a minute before leave the window
+		// (one CI run had a case at the baseline's +2 on one path and +1
+		// on the other): the record names it without its value, which
+		// an admitted request's answer must have.
 		for _, tc := range cases {
 			resp, body := do(t, "GET", tc.path, tc.token, nil)
 			saw := clientSaw(resp, body)
-			if strings.HasPrefix(tc.path, "/orders/") {
-				relativeRemaining(saw["header"].(http.Header), before)
+			if !maskRemaining(saw["header"].(http.Header)) && strings.HasPrefix(tc.path, "/orders/") && tc.want.status == 200 {
+				t.Errorf("%s: no RateLimit remaining count on the api router: %q", tc.name, resp.Header.Values("Ratelimit"))
 			}
 			rec.AddNamed(v.name, tc.path, saw)
 			if resp.StatusCode != tc.want.status {
@@ -406,23 +401,15 @@ func dialWS(t testing.TB, token string) *websocket.Conn {
 
 var remainingRe = regexp.MustCompile(`;r=(\d+)`)
 
-// remaining is a RateLimit field's remaining count (r).
-func remaining(h http.Header) (int, bool) {
-	m := remainingRe.FindStringSubmatch(h.Get("Ratelimit"))
-	if m == nil {
-		return 0, false
-	}
-	n, err := strconv.Atoi(m[1])
-	return n, err == nil
-}
-
-// relativeRemaining writes a RateLimit field's remaining count as its
-// difference from before's ("r=<before-1>": the request took one).
-func relativeRemaining(h http.Header, before int) {
+// maskRemaining writes a RateLimit field's remaining count (r) as
+// "r=<n>", reporting whether there was one.
+func maskRemaining(h http.Header) bool {
+	found := false
 	for i, v := range h["Ratelimit"] {
-		h["Ratelimit"][i] = remainingRe.ReplaceAllStringFunc(v, func(m string) string {
-			n, _ := strconv.Atoi(m[3:])
-			return fmt.Sprintf(";r=<before%+d>", n-before)
+		h["Ratelimit"][i] = remainingRe.ReplaceAllStringFunc(v, func(string) string {
+			found = true
+			return ";r=<n>"
 		})
 	}
+	return found
 }
