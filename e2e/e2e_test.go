@@ -23,15 +23,16 @@ import (
 // each denial, and checks that every request produced exactly one audit
 // event, with the right decision, in both the webhook and NATS sinks.
 //
-// It runs in every variant and compares, request by request, what the
-// client got and the audit event between the fast path and Caddy's path
-// (with the same transport).
+// It runs in every variant, and on the fast path in its map mode, and
+// compares, request by request, what the client got and the audit event
+// between each fast run and Caddy's path (with the same transport).
 func TestDutyChain(t *testing.T) {
 	rec := &pathtest.Recorder{}
-	for _, v := range variants {
+	for _, v := range append(variants, mapsOnlyVariant) {
 		t.Run(v.name, func(t *testing.T) { testDutyChain(t, v, rec) })
 	}
 	rec.CompareNamed(t, "transport h1", "fast path")
+	rec.CompareNamed(t, "transport h1", mapsOnlyVariant.name)
 }
 
 func testDutyChain(t *testing.T, v variant, rec *pathtest.Recorder) {

@@ -236,9 +236,13 @@ type stack struct {
 	durability string
 	// fast puts the gateway server on the fast path (the apigate listener
 	// wrapper, docs/fastpath.md); start checks that it is on.
-	fast   bool
-	logs   *bytes.Buffer
-	logsMu sync.Mutex
+	fast bool
+	// mapsOnly runs the fast path in its map mode, with its lanes off
+	// (APIGATE_TEST_MAPS_ONLY, docs/testing.md "The map mode"); start
+	// checks the log says so.
+	mapsOnly bool
+	logs     *bytes.Buffer
+	logsMu   sync.Mutex
 }
 
 func newStack(t *testing.T) *stack {
@@ -497,6 +501,7 @@ type variant struct {
 	name      string
 	transport string
 	fast      bool
+	mapsOnly  bool
 }
 
 // variants are the ways the end-to-end tests run: Caddy's path with each
@@ -510,7 +515,11 @@ var variants = []variant{
 }
 
 // use sets the stack up for v.
-func (s *stack) use(v variant) { s.transport, s.fast = v.transport, v.fast }
+func (s *stack) use(v variant) { s.transport, s.fast, s.mapsOnly = v.transport, v.fast, v.mapsOnly }
+
+// mapsOnlyVariant is the fast path in its map mode: TestDutyChain runs in
+// it too, as every duty's requests take the fast path's lanes.
+var mapsOnlyVariant = variant{name: "fast path, maps only", transport: "h1", fast: true, mapsOnly: true}
 
 // start runs bin/caddy on the stack's Caddyfile and waits for it to serve.
 func (s *stack) start() {
@@ -525,6 +534,9 @@ func (s *stack) start() {
 	s.logsMu.Unlock()
 	cmd := exec.Command(caddyBin(t), "run", "--config", cfg, "--adapter", "caddyfile")
 	cmd.Env = append(os.Environ(), "HOME="+s.dir, "XDG_DATA_HOME="+s.dir+"/xdg", "XDG_CONFIG_HOME="+s.dir+"/xdg")
+	if s.mapsOnly {
+		cmd.Env = append(cmd.Env, "APIGATE_TEST_MAPS_ONLY=1")
+	}
 	cmd.Stdout = &lockedWriter{mu: &s.logsMu, w: func() io.Writer { return s.logs }}
 	cmd.Stderr = cmd.Stdout
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
@@ -566,6 +578,9 @@ func (s *stack) requireFast() {
 		for _, line := range strings.Split(logs, "\n") {
 			if strings.Contains(line, `"server":"gateway"`) {
 				if strings.Contains(line, `"msg":"fast path on"`) {
+					if lanes := `"lanes":"off"`; s.mapsOnly != strings.Contains(line, lanes) {
+						t.Fatalf("the fast path's map mode is not %v: %s", s.mapsOnly, line)
+					}
 					return
 				}
 				if strings.Contains(line, `"msg":"fast path off"`) {

@@ -154,25 +154,14 @@ func testAccessLog(t *testing.T, serverOpts string, client func() *http.Client) 
 	}
 	before := servedCount(t, "fast")
 	compareSeqWith(t, seq, client)
-	if n := servedCount(t, "fast") - before; int(n) != len(seq) {
-		t.Errorf("the fast path served %v of %d requests", n, len(seq))
+	if n := servedCount(t, "fast") - before; int(n) != fastRuns*len(seq) {
+		t.Errorf("the fast path served %v of %d requests", n, fastRuns*len(seq))
 	}
 	for _, file := range []string{logA, logB} {
-		plain, fast := readAccessLog(t, file)
-		if len(plain) == 0 {
-			t.Fatalf("%s: no records", file)
-		}
-		if len(plain) != len(fast) {
-			t.Errorf("%s: %d records from Caddy's path, %d from the fast path", file, len(plain), len(fast))
-		}
-		if len(fast) > 0 && client != nil {
-			if req, _ := fast[0].Values["request"].(map[string]any); req["proto"] != "HTTP/2.0" {
+		runs := compareAccessLog(t, file, nil)
+		if client != nil {
+			if req, _ := runs[1][0].Values["request"].(map[string]any); req["proto"] != "HTTP/2.0" {
 				t.Errorf("%s: the request was not HTTP/2: %v", file, req["proto"])
-			}
-		}
-		for i := 0; i < min(len(plain), len(fast)); i++ {
-			if !reflect.DeepEqual(plain[i], fast[i]) {
-				t.Errorf("%s: record %d differs\nCaddy's path: %v\nfast path:    %v", file, i, plain[i], fast[i])
 			}
 		}
 	}
@@ -186,9 +175,10 @@ type logRecord struct {
 }
 
 // readAccessLog reads a JSON access log file (waiting for the writes of
-// both servers), split by server: compareSeq sends its requests to Caddy's
-// path first, and each record is written before its response is sent.
-func readAccessLog(t *testing.T, file string) (plain, fast []logRecord) {
+// every run), split by run (diffRuns, in their order): compareSeq sends a
+// run's requests after the previous run's, and each record is written
+// before its response is sent.
+func readAccessLog(t *testing.T, file string) [][]logRecord {
 	t.Helper()
 	deadline := time.Now().Add(5 * time.Second)
 	for {
@@ -202,12 +192,44 @@ func readAccessLog(t *testing.T, file string) (plain, fast []logRecord) {
 			}
 			f.Close()
 		}
-		if len(all) > 0 && len(all)%2 == 0 || time.Now().After(deadline) {
-			return all[:len(all)/2], all[len(all)/2:]
+		if len(all) > 0 && len(all)%len(diffRuns) == 0 || time.Now().After(deadline) {
+			n := len(all) / len(diffRuns)
+			runs := make([][]logRecord, len(diffRuns))
+			for i := range runs {
+				runs[i] = all[i*n : (i+1)*n]
+			}
+			return runs
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
 }
+
+// compareAccessLog reads an access log file (readAccessLog) and checks
+// that each fast run wrote the records Caddy's path wrote; norm, when not
+// nil, normalizes each record first. It returns the records by run.
+func compareAccessLog(t *testing.T, file string, norm func(*logRecord)) [][]logRecord {
+	t.Helper()
+	runs := readAccessLog(t, file)
+	if len(runs[0]) == 0 {
+		t.Fatalf("%s: no records", file)
+	}
+	for i := range runs[0] {
+		for r := range runs {
+			if norm != nil {
+				norm(&runs[r][i])
+			}
+		}
+		for r := 1; r < len(runs); r++ {
+			if !reflect.DeepEqual(runs[0][i], runs[r][i]) {
+				t.Errorf("%s: record %d differs\n%s: %v\n%s: %v", file, i, diffRuns[0].name, runs[0][i], diffRuns[r].name, runs[r][i])
+			}
+		}
+	}
+	return runs
+}
+
+// fastRuns is how many of the differential runs go to the fast path.
+var fastRuns = len(diffRuns) - 1
 
 var loggerIndex = regexp.MustCompile(`\.log[0-9]+$`)
 

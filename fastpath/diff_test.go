@@ -117,6 +117,7 @@ func TestDifferential(t *testing.T) {
 		}
 	}`, u.Addr()))
 	before := servedCount(t, "fast")
+	lanes := lanesCounted(t)
 	for _, tc := range difftest.Cases() {
 		t.Run(tc.Name, func(t *testing.T) {
 			compareSeq(t, tc.Seq)
@@ -126,6 +127,11 @@ func TestDifferential(t *testing.T) {
 	t.Logf("fast path served %v requests", after-before)
 	if after <= before {
 		t.Fatalf("the fast path served no request (%v before, %v after)", before, after)
+	}
+	// the comparison with the map mode means something only if the
+	// other fast run took the lanes
+	if plain, take := lanes(); plain == 0 || take == 0 {
+		t.Fatalf("the fast path took the plain lane %d times and the upstream's header %d times: the map mode compared nothing", plain, take)
 	}
 }
 
@@ -138,25 +144,61 @@ func compareSeq(t *testing.T, seq []difftest.Request) {
 // compareSeqWith is compareSeq with clients newClient makes (nil: HTTP/1.1).
 func compareSeqWith(t *testing.T, seq []difftest.Request, newClient func() *http.Client) {
 	t.Helper()
-	var got [2][]difftest.ClientResult
-	for i, port := range []int{plainPort, fastPort} {
+	got := make([][]difftest.ClientResult, len(diffRuns))
+	for i, run := range diffRuns {
 		client := &http.Client{Transport: &http.Transport{DisableCompression: true}, Timeout: 20 * time.Second}
 		if newClient != nil {
 			client = newClient()
 		}
-		for _, rq := range seq {
-			got[i] = append(got[i], difftest.Do(client, port, rq))
-		}
+		run.do(func() {
+			for _, rq := range seq {
+				got[i] = append(got[i], difftest.Do(client, run.port, rq))
+			}
+		})
 		client.CloseIdleConnections()
 	}
 	for j := range seq {
 		normPorts(&got[0][j])
-		normPorts(&got[1][j])
-		if !reflect.DeepEqual(got[0][j], got[1][j]) {
-			t.Errorf("request %d (%s %s) differs\nCaddy's path: %v\nfast path:    %v",
-				j, seq[j].Method, seq[j].Path, got[0][j], got[1][j])
+		for i := 1; i < len(diffRuns); i++ {
+			normPorts(&got[i][j])
+			if !reflect.DeepEqual(got[0][j], got[i][j]) {
+				t.Errorf("request %d (%s %s) differs\n%s: %v\n%s: %v",
+					j, seq[j].Method, seq[j].Path, diffRuns[0].name, got[0][j], diffRuns[i].name, got[i][j])
+			}
 		}
 	}
+}
+
+// diffRun is one way a differential test sends its requests: to Caddy's
+// path, to the fast path, or to the fast path in the map mode, with its
+// lanes off (lanes.go): a case a lane misses shows as a difference from
+// both of the others.
+type diffRun struct {
+	name     string
+	port     int
+	mapsOnly bool
+}
+
+var diffRuns = []diffRun{
+	{"Caddy's path", plainPort, false},
+	{"fast path", fastPort, false},
+	{"fast path, maps only", fastPort, true},
+}
+
+// do runs fn in the run's mode.
+func (r diffRun) do(fn func()) {
+	prev := mapsOnly.Swap(r.mapsOnly)
+	defer mapsOnly.Store(prev)
+	fn()
+}
+
+// lanesCounted counts, for the rest of the test, the requests that take
+// each lane, and returns a function that reads the counts since the call.
+func lanesCounted(t *testing.T) func() (plain, take int64) {
+	countLanes.Store(true)
+	t.Cleanup(func() { countLanes.Store(false) })
+	p0, t0 := lanesTaken.plain.Load(), lanesTaken.take.Load()
+	return func() (int64, int64) { return lanesTaken.plain.Load() - p0, lanesTaken.take.Load() - t0 }
 }
 
 func servedCount(t *testing.T, server string) float64 {

@@ -77,7 +77,7 @@ func (lw *ListenerWrapper) Provision(ctx caddy.Context) error {
 		lw.logger.Warn("fast path off", zap.String("server", name), zap.String("reason", lw.reason), zap.Strings("reasons", r))
 		return nil
 	}
-	lw.logger.Info("fast path on", zap.String("server", name), zap.Int("routes", len(srv.Routes)))
+	lw.logger.Info("fast path on", zap.String("server", name), zap.Int("routes", len(srv.Routes)), zap.String("lanes", lanesLog()))
 	// (the status is set when the server listens: a config that fails to
 	// load must not replace the running one's)
 	return nil

@@ -220,6 +220,7 @@ func (ps *proxyState) prepare(r *http.Request, derived, plain bool) *http.Reques
 	}
 	out.URL = &ps.url
 	if plain && ps.preparePlain(r, out) {
+		tookPlain()
 		return out
 	}
 	ps.reuse.Fields = nil
@@ -496,7 +497,7 @@ func (p *proxyStep) serve(ex *exchange, w http.ResponseWriter, next *cont) error
 	// the plain lane: nothing but the plan's own steps, matchers that
 	// change no request and handlers that name the fields they change
 	// ran, so r's header is the head's but for those
-	out := ps.prepare(r, derived, p.plain && !derived && !ex.fieldsChanged && ex.plan.pureMatchers)
+	out := ps.prepare(r, derived, plainLane(p.plain && !derived && !ex.fieldsChanged && ex.plan.pureMatchers))
 	reqHost, reqHeader := out.Host, out.Header
 	incremental := isIncremental(reqHeader)
 	ps.curW = w
@@ -816,7 +817,7 @@ func (p *proxyStep) finalize(ex *exchange, rw http.ResponseWriter, req *http.Req
 			via = viaResponse0
 		}
 	}
-	if p.respOps != nil || len(res.Trailer) > 0 || !ex.px.takeHeader(rw, rwHeader, res, via) {
+	if p.respOps != nil || len(res.Trailer) > 0 || !mayTakeHeader() || !ex.px.takeHeader(rw, rwHeader, res, via) {
 		if p.respOps == nil { // (the copy skips the others: one pass fewer)
 			ex.px.ph.keepHead(res.Header, false)
 			removeConnectionHeaders(res.Header)
@@ -962,6 +963,7 @@ func (ps *proxyState) takeHeader(rw http.ResponseWriter, rwHeader http.Header, r
 		}
 	}
 	*held = ps.reuse.TakeHeader(res, *held)
+	tookHeader()
 	return true
 }
 

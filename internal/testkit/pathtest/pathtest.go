@@ -44,10 +44,17 @@ type Path struct {
 	// the tester's client speaks it (prior knowledge): the test runs over
 	// HTTP/2 (RunH2)
 	H2 bool
+	// MapsOnly: the fast path in its map mode, with its lanes off
+	// (fastpath.SetMapsOnly, docs/testing.md "The map mode")
+	MapsOnly bool
 }
 
 // Both are the two paths, Caddy's first.
 var Both = []Path{{Name: "caddy"}, {Name: "fastpath", Fast: true}}
+
+// MapsOnly is the fast path in its map mode: Run runs a test on it too
+// when the test's requests took a lane on the fast path.
+var MapsOnly = Path{Name: "fastpath-maps-only", Fast: true, MapsOnly: true}
 
 // RunH2 is Run over HTTP/2: each path's servers take h2c, and the
 // tester's client (caddytest.Tester.Client, from Load) speaks HTTP/2 with
@@ -70,7 +77,9 @@ func H2CTransport() *http2.Transport {
 
 // Run runs test once on each path, as a subtest named after the path
 // (Caddy's first: one after the other, on the same ports), then compares
-// what the two recorded in rec.
+// what the two recorded in rec. When the fast path's run took a lane (a
+// header map it skips), the test runs a third time, on MapsOnly, which
+// rec compares with Caddy's path too.
 func Run(t *testing.T, test func(t *testing.T, p Path, rec *Recorder)) {
 	t.Helper()
 	run(t, false, test)
@@ -79,14 +88,27 @@ func Run(t *testing.T, test func(t *testing.T, p Path, rec *Recorder)) {
 func run(t *testing.T, h2 bool, test func(t *testing.T, p Path, rec *Recorder)) {
 	t.Helper()
 	rec := &Recorder{}
-	for i, p := range Both {
+	paths := Both
+	taken, stop := fastpath.CountLanes()
+	defer stop()
+	for i := 0; i < len(paths); i++ {
+		p := paths[i]
 		if i > 0 {
 			stopServers(t)
 		}
 		p.H2 = h2
+		was := fastpath.SetMapsOnly(p.MapsOnly)
 		t.Run(p.Name, func(t *testing.T) { test(t, p, rec) })
+		fastpath.SetMapsOnly(was)
+		if p.Fast && !p.MapsOnly && taken() > 0 {
+			// the fast path skipped a map Caddy builds: the same test
+			// with the maps, compared with Caddy's path as well
+			paths = append(paths[:len(paths):len(paths)], MapsOnly)
+		}
 	}
-	rec.Compare(t)
+	for _, p := range paths[1:] {
+		rec.CompareNamed(t, paths[0].Name, p.Name)
+	}
 }
 
 // loadedAdmin is the admin port of the last config Load loaded.
