@@ -1,4 +1,7 @@
-package main
+// Package testoutput keeps what a CI log shows of a failed test's output
+// (`go test -json` output events): testsummary prints it for every failed
+// test of the module, caddysuite for every failed test of Caddy's suite.
+package testoutput
 
 import (
 	"fmt"
@@ -6,29 +9,26 @@ import (
 	"strings"
 )
 
-// Sizes of what a testOutput keeps of one test's output.
-const (
-	headMax = 64 << 10  // the beginning, whole
-	tailMax = 32 << 10  // the end, whole
-	whyMax  = 256 << 10 // the lines that say why, from between the two
-	// panicLines is how many lines after "panic: " (or "fatal error: ")
-	// count as saying why: the panicking goroutine's stack.
-	panicLines = 100
-)
+// panicLines is how many lines after "panic: " (or "fatal error: ") count
+// as saying why: the panicking goroutine's stack.
+const panicLines = 100
 
 // testLine is a line the testing package writes for t.Log, t.Error and
 // t.Fatal ("    file_test.go:12: message"); the lines after it indented
 // by eight spaces or more continue its message.
 var testLine = regexp.MustCompile(`^ +[\w.-]+\.go:\d+: `)
 
-// testOutput is what summarize prints of one test's (or package's)
-// output. A failing test's output can be megabytes of logs (Caddy's and
-// the gateway processes'): all of it up to headMax, then only the lines
-// that say why it failed (its own t.Log/t.Error/t.Fatal lines, `--- FAIL`
-// lines, a panic and its stack), with a count of the lines left out, and
-// the last tailMax bytes whole. So the reason is in the CI log however
-// long the output, and the log stays readable.
-type testOutput struct {
+// Output is what a log shows of one test's (or package's) output. A failing
+// test's output can be megabytes of logs (Caddy's and the gateway
+// processes'): all of it up to HeadMax bytes, then only the lines that say
+// why it failed (its own t.Log/t.Error/t.Fatal lines, `--- FAIL` lines, a
+// panic and its stack; WhyMax bytes at most), with a count of the lines
+// left out, and the last TailMax bytes whole. So the reason is in the CI
+// log however long the output, and the log stays readable. The zero
+// Output keeps 64 KiB, 32 KiB and 256 KiB.
+type Output struct {
+	HeadMax, TailMax, WhyMax int
+
 	head strings.Builder
 	// mid holds the why-lines that fell out of the tail, in order, and
 	// markers of how many lines were left out between them.
@@ -50,8 +50,23 @@ type outLine struct {
 	why  bool
 }
 
-// add takes one output event's text (usually one line).
-func (o *testOutput) add(s string) {
+func (o *Output) limits() (head, tail, why int) {
+	head, tail, why = o.HeadMax, o.TailMax, o.WhyMax
+	if head <= 0 {
+		head = 64 << 10
+	}
+	if tail <= 0 {
+		tail = 32 << 10
+	}
+	if why <= 0 {
+		why = 256 << 10
+	}
+	return head, tail, why
+}
+
+// Add takes one output event's text (usually one line).
+func (o *Output) Add(s string) {
+	headMax, tailMax, whyMax := o.limits()
 	why := o.classify(s)
 	if o.tail == nil && o.head.Len()+len(s) <= headMax {
 		o.head.WriteString(s)
@@ -80,7 +95,7 @@ func (o *testOutput) add(s string) {
 
 // classify reports whether s says why a test failed, following the
 // lines before it.
-func (o *testOutput) classify(s string) bool {
+func (o *Output) classify(s string) bool {
 	// a line written in parts: its parts after the first take its class
 	cont := o.partial
 	o.partial = !strings.HasSuffix(s, "\n")
@@ -108,14 +123,15 @@ func (o *testOutput) classify(s string) bool {
 	return false
 }
 
-func (o *testOutput) flushLeft() {
+func (o *Output) flushLeft() {
 	if o.left > 0 {
 		o.mid = append(o.mid, fmt.Sprintf("[... %d lines left out ...]\n", o.left))
 		o.left = 0
 	}
 }
 
-func (o *testOutput) String() string {
+func (o *Output) String() string {
+	headMax, tailMax, _ := o.limits()
 	var b strings.Builder
 	b.WriteString(o.head.String())
 	if len(o.mid) > 0 || o.left > 0 {
