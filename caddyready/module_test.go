@@ -13,7 +13,7 @@ import (
 	"github.com/caddyserver/caddy/v2/caddyconfig/caddyfile"
 
 	_ "github.com/apigate/gateway/fastpath" // the apigate listener wrapper
-	"github.com/apigate/gateway/internal/testkit/natstest"
+	"github.com/apigate/gateway/internal/testkit/freeport"
 )
 
 type fakeApp struct{ ok bool }
@@ -93,7 +93,7 @@ func TestCaddyfile(t *testing.T) {
 func TestStartingUntilTheConfigStarted(t *testing.T) {
 	for _, wrapper := range []bool{false, true} {
 		t.Run(fmt.Sprintf("apigate wrapper %v", wrapper), func(t *testing.T) {
-			ports := natstest.FreePorts(t, 2)
+			ports := freeport.Ports(t, 2)
 			cfg := config(ports[0], ports[1], wrapper, "readytest_hold")
 			held.entered, held.release, held.config = make(chan struct{}), make(chan struct{}), cfg
 			loaded := make(chan error, 1)
@@ -168,7 +168,7 @@ func init() { caddy.RegisterModule(holdLoader{}) }
 func TestShuttingDownOnReload(t *testing.T) {
 	for _, wrapper := range []bool{false, true} {
 		t.Run(fmt.Sprintf("apigate wrapper %v", wrapper), func(t *testing.T) {
-			ports := natstest.FreePorts(t, 3)
+			ports := freeport.Ports(t, 3)
 			old := config(ports[0], ports[1], wrapper, "")
 			if err := caddy.Load(old, true); err != nil {
 				t.Fatal(err)

@@ -28,6 +28,7 @@ import (
 
 	_ "github.com/apigate/gateway" // every module of the gateway binary
 	"github.com/apigate/gateway/fastpath"
+	"github.com/apigate/gateway/internal/testkit/freeport"
 	"github.com/apigate/gateway/internal/testkit/testoutput"
 )
 
@@ -141,7 +142,7 @@ func suiteProxy(t *testing.T) *adminProxy {
 		}
 		t.Skip("!!! SKIPPING CADDY'S INTEGRATION SUITE: " + msg)
 	}
-	realAdmin := freeAddr(t)
+	realAdmin := fmt.Sprintf("127.0.0.1:%d", freeport.Port(t))
 	if err := caddy.Load([]byte(fmt.Sprintf(`{"admin":{"listen":%q}}`, realAdmin)), true); err != nil {
 		t.Fatal(err)
 	}
@@ -507,16 +508,6 @@ func tail(s string, n int) string {
 		return s[len(s)-n:]
 	}
 	return s
-}
-
-func freeAddr(t *testing.T) string {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	return ln.Addr().String()
 }
 
 // TestOutcomes: the suite's result per test, and a failed test's own

@@ -19,6 +19,7 @@ import (
 	"github.com/apigate/gateway/caddyquota/quotausage"
 	"github.com/apigate/gateway/internal/testkit/burst"
 	"github.com/apigate/gateway/internal/testkit/busyloop"
+	"github.com/apigate/gateway/internal/testkit/freeport"
 	"github.com/apigate/gateway/internal/testkit/natstest"
 	"github.com/apigate/gateway/internal/testkit/pathtest"
 	"github.com/apigate/gateway/internal/testkit/podmantest"
@@ -374,7 +375,7 @@ func startQuotaFleet(t *testing.T) (*natstest.Cluster, []*quotaGateway, string) 
 	t.Helper()
 	bin := gatewayBinary(t)
 	c := natstest.StartCluster(t, 3)
-	ports := natstest.FreePorts(t, 6)
+	ports := freeport.Ports(t, 6)
 	var gws []*quotaGateway
 	for i, name := range []string{"gw-a", "gw-b", "gw-c"} {
 		g := &quotaGateway{name: name, admin: ports[2*i], http: ports[2*i+1], home: t.TempDir()}
