@@ -310,24 +310,13 @@ func (e *dockerEngine) Events(ctx context.Context, subscribed func(), fn func(Ev
 	}
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	// The client returns once the engine answered the request's head (or
-	// the request failed: then errs holds the error, or will at once, and
-	// subscribed costs one list more).
+	// The client returns once the engine answered the request's head;
+	// when the request failed instead, errs holds the error (the loop
+	// below returns it) and subscribed costs one list more.
 	msgs, errs := e.cli.Events(ctx, events.ListOptions{
 		Filters: filters.NewArgs(filters.Arg("type", string(events.ContainerEventType))),
 	})
-	select {
-	case err := <-errs:
-		if ctx.Err() != nil {
-			return nil
-		}
-		if err == nil {
-			err = errors.New("event stream closed")
-		}
-		return err
-	default:
-		subscribed()
-	}
+	subscribed()
 	for {
 		select {
 		case <-ctx.Done():
