@@ -123,6 +123,13 @@ func (o *Output) classify(s string) bool {
 	return false
 }
 
+func size(n int) string {
+	if n >= 1<<10 && n%(1<<10) == 0 {
+		return fmt.Sprintf("%d KiB", n>>10)
+	}
+	return fmt.Sprintf("%d bytes", n)
+}
+
 func (o *Output) flushLeft() {
 	if o.left > 0 {
 		o.mid = append(o.mid, fmt.Sprintf("[... %d lines left out ...]\n", o.left))
@@ -130,12 +137,14 @@ func (o *Output) flushLeft() {
 	}
 }
 
+// String is what to print: the head, the lines that say why with counts
+// of the lines left out between them, and the tail.
 func (o *Output) String() string {
 	headMax, tailMax, _ := o.limits()
 	var b strings.Builder
 	b.WriteString(o.head.String())
 	if len(o.mid) > 0 || o.left > 0 {
-		fmt.Fprintf(&b, "[... past %d KiB of output: the test's own lines, panics and --- FAIL lines, then the last %d KiB ...]\n", headMax>>10, tailMax>>10)
+		fmt.Fprintf(&b, "[... past %s of output: the test's own lines, panics and --- FAIL lines, then the last %s ...]\n", size(headMax), size(tailMax))
 	}
 	for _, l := range o.mid {
 		b.WriteString(l)
