@@ -14,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/apigate/gateway/internal/testkit/freeport"
 	"go.uber.org/zap"
 	"go.uber.org/zap/zaptest/observer"
 )
@@ -306,12 +307,7 @@ func (f *flakyListener) down() {
 }
 
 func newFlaky(t *testing.T) (*flakyListener, string) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr := ln.Addr().String()
-	ln.Close()
+	addr := fmt.Sprintf("127.0.0.1:%d", freeport.Port(t))
 	f := &flakyListener{addr: addr, rc: &receiver{}}
 	t.Cleanup(f.down)
 	return f, "http://" + addr + "/hook"

@@ -10,6 +10,7 @@ import (
 	"github.com/caddyserver/caddy/v2"
 	"github.com/caddyserver/caddy/v2/caddyconfig"
 
+	"github.com/apigate/gateway/internal/testkit/freeport"
 	"github.com/apigate/gateway/internal/testkit/podmantest"
 )
 
@@ -29,7 +30,7 @@ func TestFollowsConfigAdmin(t *testing.T) {
 	startGateway(t, moved)
 	t.Cleanup(func() { stopGateway(t) })
 
-	pn := port(t)
+	pn := freeport.Port(t)
 	if err := p.Run("moved", pn, labels("moved", pn, "/moved")); err != nil {
 		t.Fatal(err)
 	}

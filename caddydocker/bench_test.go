@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/apigate/gateway/internal/testkit/freeport"
 	"github.com/apigate/gateway/internal/testkit/podmantest"
 )
 
@@ -55,7 +56,7 @@ func discoveryLatency(t *testing.B) {
 	for i := 0; i < n; i++ {
 		name := fmt.Sprintf("bench%d", i)
 		path := "/" + name
-		pt := port(t)
+		pt := freeport.Port(t)
 		if err := p.Run(name, pt, labels(name, pt, path)); err != nil {
 			t.Fatal(err)
 		}
@@ -91,7 +92,7 @@ func discoveryLatency(t *testing.B) {
 	// Replicas of one service: a pool change, no reload. A base replica
 	// stays; each new one is measured until it answers, then (stopped)
 	// until 8 answers in a row come from the base.
-	pb := port(t)
+	pb := freeport.Port(t)
 	if err := p.Run("rep-base", pb, labels("rep", pb, "/rep")); err != nil {
 		t.Fatal(err)
 	}
@@ -101,7 +102,7 @@ func discoveryLatency(t *testing.B) {
 	var repAdd, repGone []time.Duration
 	for i := 0; i < n/2; i++ {
 		name := fmt.Sprintf("rep%d", i)
-		pt := port(t)
+		pt := freeport.Port(t)
 		if err := p.Run(name, pt, labels("rep", pt, "/rep")); err != nil {
 			t.Fatal(err)
 		}

@@ -16,6 +16,7 @@ import (
 
 	_ "github.com/apigate/gateway/caddyaudit"
 	"github.com/apigate/gateway/fastpath"
+	"github.com/apigate/gateway/internal/testkit/freeport"
 	"github.com/apigate/gateway/internal/testkit/podmantest"
 )
 
@@ -118,13 +119,13 @@ func deployCanary(t *testing.T, p *podmantest.Podman, svc string, auth bool, run
 	t.Helper()
 	var ports []int
 	for _, v := range []string{"v1a", "v1b"} {
-		pt := port(t)
+		pt := freeport.Port(t)
 		if err := p.Run(svc+"-"+v, pt, canaryLabels(svc, "v1", pt, auth)); err != nil {
 			t.Fatal(err)
 		}
 		ports = append(ports, pt)
 	}
-	pt := port(t)
+	pt := freeport.Port(t)
 	if err := p.RunOpts(svc+"-v2", pt, canaryLabels(svc, "v2", pt, auth, canaryExtra...), runOpts...); err != nil {
 		t.Fatal(err)
 	}
@@ -517,7 +518,7 @@ func canaryOnPath(t *testing.T, p *podmantest.Podman, dir string, fast bool, tag
 
 	step("bad canary labels: skipped, with the label named", func(t *testing.T) {
 		svc := "cb-" + tag
-		pt := port(t)
+		pt := freeport.Port(t)
 		if err := p.Run(svc+"-v2", pt, canaryLabels(svc, "v2", pt, false, "gateway.canary.weight", "150")); err != nil {
 			t.Fatal(err)
 		}

@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/apigate/gateway/fastpath"
+	"github.com/apigate/gateway/internal/testkit/freeport"
 	"github.com/apigate/gateway/internal/testkit/podmantest"
 )
 
@@ -102,7 +103,7 @@ func podmanHealth(t *testing.T, fast bool) {
 		return "not discovered"
 	}
 
-	ph := port(t)
+	ph := freeport.Port(t)
 	step("starting: 503 no_healthy_upstream", func(t *testing.T) {
 		if err := p.RunOpts("hc", ph, labels("hc", ph, "/hc"), podmantest.HealthArgs(ph)...); err != nil {
 			t.Fatal(err)
@@ -138,7 +139,7 @@ func podmanHealth(t *testing.T, fast bool) {
 		}
 	})
 
-	pi := port(t)
+	pi := freeport.Port(t)
 	step("gateway.health=ignore: routed beside the unhealthy one", func(t *testing.T) {
 		err := p.RunOpts("hc-ignore", pi, labels("hc", pi, "/hc", "gateway.health", "ignore"), podmantest.HealthArgs(pi)...)
 		if err != nil {
@@ -217,10 +218,11 @@ func rollingRestart(t *testing.T, m rollMode, fast bool) {
 		opts = []string{"--env", "DRAIN=" + m.drain}
 	}
 	start := func(name string) error { // no t.Fatal: it runs in goroutines
-		pn, err := podmantest.FreePort()
+		ps, err := freeport.Get(1)
 		if err != nil {
 			return err
 		}
+		pn := ps[0]
 		return p.RunOpts(name, pn, labels("roll", pn, "/roll"), opts...)
 	}
 	run := func(name string) {
@@ -398,7 +400,7 @@ func TestPodmanStopDrains(t *testing.T) {
 	// only after the stop's grace. The test kills it once it has seen
 	// the drain, so neither is waited for.
 	const drain, grace, wait = time.Minute, 2 * time.Minute, 45 * time.Second
-	ps, po := port(t), port(t)
+	ps, po := freeport.Port(t), freeport.Port(t)
 	if err := p.RunOpts("stopped", ps, labels("drn", ps, "/drn"), "--env", "DRAIN="+drain.String()); err != nil {
 		t.Fatal(err)
 	}

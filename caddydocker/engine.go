@@ -24,9 +24,11 @@ type Engine interface {
 	// List returns the running containers that carry a gateway.enable label.
 	List(ctx context.Context) ([]Container, error)
 	// Events streams container events until ctx ends or the stream breaks;
-	// it calls fn for every event that may change the route set and returns
-	// the error that ended the stream (nil when ctx ended).
-	Events(ctx context.Context, fn func(Event)) error
+	// it calls subscribed once the engine has answered the subscription
+	// (events from then on reach fn), fn for every event that may change
+	// the route set, and returns the error that ended the stream (nil when
+	// ctx ended).
+	Events(ctx context.Context, subscribed func(), fn func(Event)) error
 	// Close releases the client.
 	Close() error
 	// StopsUnannounced reports whether the engine begins stopping a
@@ -302,15 +304,19 @@ func Relevant(action string) bool {
 	return relevantActions[action]
 }
 
-func (e *dockerEngine) Events(ctx context.Context, fn func(Event)) error {
+func (e *dockerEngine) Events(ctx context.Context, subscribed func(), fn func(Event)) error {
 	if err := e.ready(ctx); err != nil {
 		return err
 	}
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
+	// The client returns once the engine answered the request's head;
+	// when the request failed instead, errs holds the error (the loop
+	// below returns it) and subscribed costs one list more.
 	msgs, errs := e.cli.Events(ctx, events.ListOptions{
 		Filters: filters.NewArgs(filters.Arg("type", string(events.ContainerEventType))),
 	})
+	subscribed()
 	for {
 		select {
 		case <-ctx.Done():

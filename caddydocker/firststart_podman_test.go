@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/apigate/gateway/internal/testkit/freeport"
 	"github.com/apigate/gateway/internal/testkit/podmantest"
 )
 
@@ -19,7 +20,7 @@ import (
 func TestFirstStartRunsListedRoutes(t *testing.T) {
 	p := getPodman(t)
 	t.Cleanup(p.RemoveAll)
-	pf := port(t)
+	pf := freeport.Port(t)
 	if err := p.Run("first", pf, labels("first", pf, "/first")); err != nil {
 		t.Fatal(err)
 	}

@@ -19,6 +19,7 @@ import (
 	"go.uber.org/zap/zaptest/observer"
 
 	"github.com/apigate/gateway/internal/natsconn"
+	"github.com/apigate/gateway/internal/testkit/freeport"
 	"github.com/apigate/gateway/internal/testkit/natstest"
 )
 
@@ -839,7 +840,7 @@ func TestFleetConfig(t *testing.T) {
 // Publish, Remote, Status and Stop return at once (config load must never
 // wait on NATS), and Stop leaves no goroutine behind.
 func TestFleetNeverBlocksOnNATS(t *testing.T) {
-	port := natstest.FreePorts(t, 1)[0] // nobody listens
+	port := freeport.Ports(t, 1)[0] // nobody listens
 	conn, release, err := natsconn.Get(natsconn.Options{Servers: []string{fmt.Sprintf("nats://127.0.0.1:%d", port)},
 		Name: "fleet-test-nonats"})
 	if err != nil {

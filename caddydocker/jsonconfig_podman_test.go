@@ -9,6 +9,7 @@ import (
 	"github.com/caddyserver/caddy/v2"
 	"github.com/caddyserver/caddy/v2/caddyconfig"
 
+	"github.com/apigate/gateway/internal/testkit/freeport"
 	"github.com/apigate/gateway/internal/testkit/podmantest"
 )
 
@@ -42,7 +43,7 @@ func TestJSONConfigWithoutHandlers(t *testing.T) {
 	}
 	t.Cleanup(func() { stopGateway(t) })
 
-	pn := port(t)
+	pn := freeport.Port(t)
 	if err := p.Run("json", pn, labels("json", pn, "/json")); err != nil {
 		t.Fatal(err)
 	}

@@ -18,6 +18,7 @@ import (
 	"github.com/golang-jwt/jwt/v5"
 	dto "github.com/prometheus/client_model/go"
 
+	"github.com/apigate/gateway/internal/testkit/freeport"
 	"github.com/apigate/gateway/internal/testkit/podmantest"
 )
 
@@ -167,15 +168,6 @@ func labels(name string, port int, path string, extra ...string) map[string]stri
 	return m
 }
 
-func port(t testing.TB) int {
-	t.Helper()
-	p, err := podmantest.FreePort()
-	if err != nil {
-		t.Fatal(err)
-	}
-	return p
-}
-
 func snapshot(t testing.TB) Snapshot {
 	t.Helper()
 	s, ok := Current("gateway")
@@ -206,7 +198,7 @@ func TestPodman(t *testing.T) {
 		podmantest.Eventually(t, "no_route", 10*time.Second, expect("/nothing/here", 404, answerBody("no_route", "/nothing/here")))
 	})
 
-	p1 := port(t)
+	p1 := freeport.Port(t)
 	step("start a container: routed", func(t *testing.T) {
 		if err := p.Run("one", p1, labels("one", p1, "/one")); err != nil {
 			t.Fatal(err)
@@ -217,7 +209,7 @@ func TestPodman(t *testing.T) {
 		podmantest.Eventually(t, "own route", 5*time.Second, expect("/own", 200, "own route"))
 	})
 
-	p2, pb := port(t), port(t)
+	p2, pb := freeport.Port(t), freeport.Port(t)
 	step("bad labels beside a good one", func(t *testing.T) {
 		if err := p.Run("bad", pb, labels("bad", pb, "/bad", "gateway.port", "http", "gateway.router.api.rate_limit", "lots")); err != nil {
 			t.Fatal(err)
@@ -245,7 +237,7 @@ func TestPodman(t *testing.T) {
 		})
 	})
 
-	pa, pc := port(t), port(t)
+	pa, pc := freeport.Port(t), freeport.Port(t)
 	step("two containers, one name: both get traffic", func(t *testing.T) {
 		if err := p.Run("pair-a", pa, labels("pair", pa, "/pair")); err != nil {
 			t.Fatal(err)
@@ -280,7 +272,7 @@ func TestPodman(t *testing.T) {
 		t0 := time.Now()
 		// A container without gateway labels: events arrive, a re-list
 		// runs, the route set is unchanged.
-		if err := p.Run("unrelated", port(t), map[string]string{"other": "x"}); err != nil {
+		if err := p.Run("unrelated", freeport.Port(t), map[string]string{"other": "x"}); err != nil {
 			t.Fatal(err)
 		}
 		podmantest.Eventually(t, "a re-list after the event", 20*time.Second, func() string {
@@ -323,7 +315,7 @@ func TestPodman(t *testing.T) {
 		}
 	})
 
-	ps := port(t)
+	ps := freeport.Port(t)
 	step("auth chain from labels: jwt_auth, rbac, rate_limit, audit", func(t *testing.T) {
 		err := p.Run("secure", ps, map[string]string{
 			"gateway.enable":                    "true",

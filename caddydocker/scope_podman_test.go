@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/apigate/gateway/internal/testkit/freeport"
 	"github.com/apigate/gateway/internal/testkit/podmantest"
 )
 
@@ -20,7 +21,7 @@ func TestScopePodman(t *testing.T) {
 	startGateway(t, cfg)
 	t.Cleanup(func() { stopGateway(t) })
 
-	mine, theirs := port(t), port(t)
+	mine, theirs := freeport.Port(t), freeport.Port(t)
 	if err := p.Run("mine", mine, labels("mine", mine, "/mine", "gateway.instance", "edge")); err != nil {
 		t.Fatal(err)
 	}

@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/apigate/gateway/internal/testkit/freeport"
 	"github.com/apigate/gateway/internal/testkit/podmantest"
 )
 
@@ -31,7 +32,7 @@ func TestVanishedServiceAnswersNoRoute(t *testing.T) {
 	t.Cleanup(func() { stopGateway(t) })
 	noRoute := answerBody("no_route", "/gone/x")
 
-	pn := port(t)
+	pn := freeport.Port(t)
 	if err := p.Run("gone", pn, labels("gone", pn, "/gone")); err != nil {
 		t.Fatal(err)
 	}

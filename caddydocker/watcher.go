@@ -444,7 +444,11 @@ func (w *Watcher) events() {
 	failing := false
 	for w.ctx.Err() == nil {
 		began := time.Now()
-		err := w.engine.Events(w.ctx, func(ev Event) {
+		// A container that starts between a list and the subscription
+		// is in neither: list again once the engine has the subscription
+		// (the loop's first list and Prime's run before it, and so does
+		// the list after a reconnect's backoff).
+		err := w.engine.Events(w.ctx, w.trigger, func(ev Event) {
 			w.m.events.Inc()
 			w.noteEvent(ev)
 			if ce := w.log.Check(zap.DebugLevel, "container event"); ce != nil {

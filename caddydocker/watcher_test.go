@@ -20,6 +20,9 @@ type fakeEngine struct {
 	err        error
 	lists      int
 	events     chan [2]string
+	// subscribe, when not nil, holds each event subscription until it
+	// is closed: the engine answers the subscription late.
+	subscribe chan struct{}
 }
 
 func newFakeEngine(cs ...Container) *fakeEngine {
@@ -48,7 +51,15 @@ func (f *fakeEngine) List(ctx context.Context) ([]Container, error) {
 	return append([]Container(nil), f.containers...), nil
 }
 
-func (f *fakeEngine) Events(ctx context.Context, fn func(Event)) error {
+func (f *fakeEngine) Events(ctx context.Context, subscribed func(), fn func(Event)) error {
+	if f.subscribe != nil {
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-f.subscribe:
+		}
+	}
+	subscribed()
 	for {
 		select {
 		case <-ctx.Done():
@@ -143,6 +154,30 @@ func TestWatcher(t *testing.T) {
 		e.set(nil, good, other)
 		e.events <- [2]string{"start", other.ID}
 		wait(t, "other added", func() string {
+			if liveIDs(a) == "docker:gateway:other:api docker:gateway:good:api " {
+				return ""
+			}
+			return "live: " + liveIDs(a)
+		})
+	})
+
+	// A container that starts after the first list and before the engine
+	// has the event subscription is in neither; the list made once the
+	// subscription is up finds it (Resync is an hour here).
+	t.Run("a container started before the subscription is up is routed", func(t *testing.T) {
+		e, a := newFakeEngine(good), &fakeApplier{}
+		e.subscribe = make(chan struct{})
+		w := newTestWatcher(t, e, a, "", time.Millisecond)
+		w.Start()
+		wait(t, "the first list applied", func() string {
+			if liveIDs(a) == "docker:gateway:good:api " {
+				return ""
+			}
+			return "live: " + liveIDs(a)
+		})
+		e.set(nil, good, other) // started in the gap: no event for it
+		close(e.subscribe)
+		wait(t, "other routed", func() string {
 			if liveIDs(a) == "docker:gateway:other:api docker:gateway:good:api " {
 				return ""
 			}

@@ -22,7 +22,7 @@ import (
 
 	"github.com/apigate/gateway/caddyaudit"
 	_ "github.com/apigate/gateway/caddyjwt"
-	"github.com/apigate/gateway/internal/testkit/natstest"
+	"github.com/apigate/gateway/internal/testkit/freeport"
 	"github.com/apigate/gateway/internal/testkit/pathtest"
 	"github.com/apigate/gateway/internal/testkit/problemtest"
 )
@@ -40,7 +40,7 @@ var ports = struct {
 
 func freePorts(t *testing.T) {
 	ports.once.Do(func() {
-		p := natstest.FreePorts(t, 5)
+		p := freeport.Ports(t, 5)
 		ports.admin, ports.site, ports.metrics, ports.http, ports.https = p[0], p[1], p[2], p[3], p[4]
 	})
 }

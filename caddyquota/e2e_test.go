@@ -23,7 +23,7 @@ import (
 	_ "github.com/apigate/gateway/caddyjwt"
 	"github.com/apigate/gateway/caddyquota"
 	"github.com/apigate/gateway/caddyquota/quotausage"
-	"github.com/apigate/gateway/internal/testkit/natstest"
+	"github.com/apigate/gateway/internal/testkit/freeport"
 	"github.com/apigate/gateway/internal/testkit/pathtest"
 )
 
@@ -31,7 +31,7 @@ const jwtSecret = "caddyquota-e2e-secret-0123456789abcdef0123456789"
 
 // ports are this package's test ports, free when the test binary starts
 // (both paths of a pathtest run use the same).
-var ports = natstest.FreePorts(nopTB{}, 6)
+var ports = freeport.Ports(nopTB{}, 6)
 
 type nopTB struct{ testing.TB }
 
@@ -447,7 +447,7 @@ func TestDocExample(t *testing.T) {
 	if !strings.Contains(string(doc), "```caddyfile\n"+string(raw)+"```\n") {
 		t.Fatal("docs/caddyquota.md does not show testdata/example.Caddyfile verbatim in a ```caddyfile block")
 	}
-	pp := natstest.FreePorts(t, 2)
+	pp := freeport.Ports(t, 2)
 	pathtest.Run(t, func(t *testing.T, p pathtest.Path, rec *pathtest.Recorder) {
 		dir := t.TempDir()
 		alice, aliceLine := newKey(t, "alice-key", "alice", "")

@@ -10,6 +10,7 @@ import (
 	dto "github.com/prometheus/client_model/go"
 
 	"github.com/apigate/gateway/internal/testkit/busyloop"
+	"github.com/apigate/gateway/internal/testkit/freeport"
 	"github.com/apigate/gateway/internal/testkit/natstest"
 )
 
@@ -94,7 +95,7 @@ func TestFleetStartCountsUnreachable(t *testing.T) {
 		return d, leaseTimeoutsNow(t) > before
 	}
 	t.Run("nats-unreachable", func(t *testing.T) {
-		url := fmt.Sprintf("nats://127.0.0.1:%d", natstest.FreePorts(t, 1)[0])
+		url := fmt.Sprintf("nats://127.0.0.1:%d", freeport.Ports(t, 1)[0])
 		g := startGateway(t, url, "a", t.TempDir(), o)
 		for i := 0; i < 2; i++ {
 			if d, waited := decide(t, g); d.Admitted || !d.Share || waited {

@@ -12,6 +12,7 @@ import (
 	"github.com/caddyserver/caddy/v2"
 	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
 
+	"github.com/apigate/gateway/internal/testkit/freeport"
 	"github.com/apigate/gateway/internal/testkit/natstest"
 )
 
@@ -60,7 +61,7 @@ func TestCountsThroughReload(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Setenv("XDG_DATA_HOME", t.TempDir())
-			ports := natstest.FreePorts(t, 1)
+			ports := freeport.Ports(t, 1)
 			dir := filepath.Join(t.TempDir(), "counts")
 			base := fmt.Sprintf("http://127.0.0.1:%d", ports[0])
 			config := func(body string, limited bool) []byte {

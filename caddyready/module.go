@@ -9,10 +9,13 @@ import (
 	"math"
 	"net/http"
 	"strconv"
+	"sync/atomic"
 	"time"
 
 	"github.com/caddyserver/caddy/v2"
 	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
+
+	"github.com/apigate/gateway/internal/runningconfig"
 )
 
 func init() {
@@ -32,9 +35,15 @@ var appsAsked = []string{"docker"}
 // Ready is the `gateway_ready` handler. It answers 200 {"status":"ready"}
 // while the gateway is ready, and 503 with Retry-After while it is not:
 //
-//   - starting: an app of the config is not ready yet (the docker app
-//     until its discovered routes are loaded: the state file's, or the
-//     engine's first listing);
+//   - starting: the config has not finished starting, or an app of it is
+//     not ready yet (the docker app until its discovered routes are
+//     loaded: the state file's, or the engine's first listing). Caddy
+//     starts a config's apps one by one, in no fixed order, and a server
+//     takes requests as soon as the http app has started: until every app
+//     has started (the tls app manages its certificates, the other
+//     servers listen) and Caddy runs the config, the answer is 503. At a
+//     reload, the new config's servers answer so until it replaces the
+//     old one;
 //   - shutting down: from the moment the process begins to exit (SIGTERM,
 //     `caddy stop`), and while a server's listener is closing after a
 //     reload, for the whole of Caddy's `shutdown_delay`, during which the
@@ -46,6 +55,10 @@ var appsAsked = []string{"docker"}
 // or {"status":"shutting_down"}; a HEAD request gets the status alone.
 type Ready struct {
 	readiers []namedReadier
+	// started reports whether this handler's config has started: Caddy
+	// ran it (every app of it started) at some point, so that it stays
+	// started after a reload replaced it, while its servers close.
+	started func() bool
 }
 
 type namedReadier struct {
@@ -63,6 +76,14 @@ func (Ready) CaddyModule() caddy.ModuleInfo {
 
 // Provision finds the apps of this config that hold readiness back.
 func (h *Ready) Provision(ctx caddy.Context) error {
+	running := runningconfig.Check(ctx)
+	var started atomic.Bool
+	h.started = func() bool {
+		if !started.Load() && running() {
+			started.Store(true)
+		}
+		return started.Load()
+	}
 	for _, name := range appsAsked {
 		app, err := ctx.AppIfConfigured(name)
 		if errors.Is(err, caddy.ErrNotConfigured) {
@@ -122,6 +143,9 @@ func (h *Ready) state(r *http.Request) state {
 			left, _ := repl.Get("http.time_until_shutdown")
 			return state{Status: statusShuttingDown, Reason: "the listener closes after shutdown_delay", retryAfter: retrySeconds(left)}
 		}
+	}
+	if !h.started() {
+		return state{Status: statusStarting, Reason: "the config has not finished starting", retryAfter: 1}
 	}
 	for _, nr := range h.readiers {
 		if ok, why := nr.r.Ready(); !ok {

@@ -6,6 +6,7 @@ import (
 	"io"
 	"net/http"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -13,7 +14,7 @@ import (
 	"github.com/caddyserver/caddy/v2/caddyconfig/caddyfile"
 
 	_ "github.com/apigate/gateway/fastpath" // the apigate listener wrapper
-	"github.com/apigate/gateway/internal/testkit/natstest"
+	"github.com/apigate/gateway/internal/testkit/freeport"
 )
 
 type fakeApp struct{ ok bool }
@@ -23,19 +24,21 @@ func (f fakeApp) Ready() (bool, string) { return f.ok, "routes not loaded" }
 func TestAnswers(t *testing.T) {
 	for _, tc := range []struct {
 		name       string
+		notStarted bool
 		readiers   []namedReadier
 		head       bool
 		code       int
 		retryAfter string
 		body       string
 	}{
-		{"no app to ask: ready", nil, false, 200, "", `{"status":"ready"}` + "\n"},
-		{"every app ready", []namedReadier{{"docker", fakeApp{true}}}, false, 200, "", `{"status":"ready"}` + "\n"},
-		{"an app not ready: starting", []namedReadier{{"docker", fakeApp{false}}}, false, 503, "1", `{"status":"starting","reason":"docker: routes not loaded"}` + "\n"},
-		{"HEAD: the status alone", []namedReadier{{"docker", fakeApp{false}}}, true, 503, "1", ""},
+		{"no app to ask: ready", false, nil, false, 200, "", `{"status":"ready"}` + "\n"},
+		{"every app ready", false, []namedReadier{{"docker", fakeApp{true}}}, false, 200, "", `{"status":"ready"}` + "\n"},
+		{"an app not ready: starting", false, []namedReadier{{"docker", fakeApp{false}}}, false, 503, "1", `{"status":"starting","reason":"docker: routes not loaded"}` + "\n"},
+		{"the config not started: starting", true, []namedReadier{{"docker", fakeApp{true}}}, false, 503, "1", `{"status":"starting","reason":"the config has not finished starting"}` + "\n"},
+		{"HEAD: the status alone", false, []namedReadier{{"docker", fakeApp{false}}}, true, 503, "1", ""},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			h := &Ready{readiers: tc.readiers}
+			h := &Ready{readiers: tc.readiers, started: func() bool { return !tc.notStarted }}
 			method := http.MethodGet
 			if tc.head {
 				method = http.MethodHead
@@ -81,6 +84,75 @@ func TestCaddyfile(t *testing.T) {
 	}
 }
 
+// TestStartingUntilTheConfigStarted: a server takes requests as soon as
+// its http app has started, before Caddy has started the config's other
+// apps and made it the running config; until then the readiness route
+// answers 503 starting, then 200. The test holds the config there with a
+// config loader (admin.config.load), which Caddy runs after every app has
+// started and before the config becomes the running one. On Caddy's path
+// and on the fast path.
+func TestStartingUntilTheConfigStarted(t *testing.T) {
+	for _, wrapper := range []bool{false, true} {
+		t.Run(fmt.Sprintf("apigate wrapper %v", wrapper), func(t *testing.T) {
+			ports := freeport.Ports(t, 2)
+			cfg := config(ports[0], ports[1], wrapper, "readytest_hold")
+			held.entered, held.release = make(chan struct{}), make(chan struct{})
+			var loadErr error
+			loaded := make(chan struct{})
+			go func() { loadErr = caddy.Load(cfg, true); close(loaded) }()
+			release := sync.OnceFunc(func() { close(held.release) })
+			t.Cleanup(func() { release(); <-loaded; _ = caddy.Stop() })
+			select {
+			case <-held.entered:
+			case <-loaded:
+				t.Fatalf("the config loaded (%v) without running its config loader", loadErr)
+			case <-time.After(30 * time.Second):
+				t.Fatal("the config's apps did not start within 30s")
+			}
+			base := fmt.Sprintf("http://127.0.0.1:%d", ports[1])
+			want := `{"status":"starting","reason":"the config has not finished starting"}` + "\n"
+			if code, retry, body := get(t, base+"/ready"); code != 503 || retry != "1" || body != want {
+				t.Errorf("while the config starts: /ready %d Retry-After %q %q, want 503 %q", code, retry, body, want)
+			}
+			if code, _, body := get(t, base+"/api"); code != 200 || body != "api" {
+				t.Errorf("while the config starts: /api %d %q, want the server serving", code, body)
+			}
+			release()
+			<-loaded
+			if loadErr != nil {
+				t.Fatal(loadErr)
+			}
+			if code, _, body := get(t, base+"/ready"); code != 200 || body != `{"status":"ready"}`+"\n" {
+				t.Errorf("once the config runs: /ready %d %q, want 200 ready", code, body)
+			}
+		})
+	}
+}
+
+// held is the state of the readytest_hold config loader of the running
+// test: it closes entered and waits for release.
+var held struct{ entered, release chan struct{} }
+
+type holdLoader struct{}
+
+func (holdLoader) CaddyModule() caddy.ModuleInfo {
+	return caddy.ModuleInfo{
+		ID:  "caddy.config_loaders.readytest_hold",
+		New: func() caddy.Module { return new(holdLoader) },
+	}
+}
+
+// LoadConfig returns what is not JSON: Caddy applies a loaded config in a
+// goroutine of its own, which then fails before it changes anything,
+// whenever it runs (an error would fail the config's start instead).
+func (holdLoader) LoadConfig(caddy.Context) ([]byte, error) {
+	close(held.entered)
+	<-held.release
+	return []byte("not a config: the test only holds the start"), nil
+}
+
+func init() { caddy.RegisterModule(holdLoader{}) }
+
 // TestShuttingDownOnReload: a config reload that closes a server's
 // listener, with shutdown_delay, keeps that server serving for the delay
 // while its readiness route answers 503 shutting_down (with Retry-After),
@@ -90,8 +162,8 @@ func TestCaddyfile(t *testing.T) {
 func TestShuttingDownOnReload(t *testing.T) {
 	for _, wrapper := range []bool{false, true} {
 		t.Run(fmt.Sprintf("apigate wrapper %v", wrapper), func(t *testing.T) {
-			ports := natstest.FreePorts(t, 3)
-			old := config(ports[0], ports[1], wrapper)
+			ports := freeport.Ports(t, 3)
+			old := config(ports[0], ports[1], wrapper, "")
 			if err := caddy.Load(old, true); err != nil {
 				t.Fatal(err)
 			}
@@ -102,7 +174,7 @@ func TestShuttingDownOnReload(t *testing.T) {
 			}
 			// The next config has no server on that port: the old server's
 			// listener closes after the delay.
-			next := config(ports[0], ports[2], wrapper)
+			next := config(ports[0], ports[2], wrapper, "")
 			loaded := make(chan error, 1)
 			reloadAt := time.Now()
 			go func() { loaded <- caddy.Load(next, true) }()
@@ -152,14 +224,19 @@ func TestShuttingDownOnReload(t *testing.T) {
 }
 
 // config is a JSON config with the admin API on admin and one server on
-// port with a readiness route and /api, with a 1.5 s shutdown_delay.
-func config(admin, port int, wrapper bool) []byte {
+// port with a readiness route and /api, with a 1.5 s shutdown_delay;
+// loader, if not empty, is the module of the admin API's config loader.
+func config(admin, port int, wrapper bool, loader string) []byte {
 	wrappers := ""
 	if wrapper {
 		wrappers = `"listener_wrappers": [{"wrapper": "apigate"}],`
 	}
+	load := ""
+	if loader != "" {
+		load = fmt.Sprintf(`, "config": {"load": {"module": %q}}`, loader)
+	}
 	return fmt.Appendf(nil, `{
-	"admin": {"listen": "127.0.0.1:%d"},
+	"admin": {"listen": "127.0.0.1:%d"%s},
 	"apps": {"http": {
 		"shutdown_delay": "1500ms",
 		"grace_period": "2s",
@@ -171,7 +248,7 @@ func config(admin, port int, wrapper bool) []byte {
 			]
 		}}
 	}}
-}`, admin, port, port, wrappers)
+}`, admin, load, port, port, wrappers)
 }
 
 // get sends GET url on a new connection; code 0 when it failed.

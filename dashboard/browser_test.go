@@ -15,6 +15,7 @@ import (
 	"github.com/chromedp/chromedp"
 
 	"github.com/apigate/gateway/internal/testkit/chromium"
+	"github.com/apigate/gateway/internal/testkit/freeport"
 	"github.com/apigate/gateway/internal/testkit/podmantest"
 )
 
@@ -251,10 +252,7 @@ func TestGateway(t *testing.T) {
 	})
 
 	step("a container started with a label typo shows up with its reason", func(t *testing.T) {
-		port, err := podmantest.FreePort()
-		if err != nil {
-			t.Fatal(err)
-		}
+		port := freeport.Port(t)
 		labels := map[string]string{
 			"gateway.enable": "true", "gateway.port": strconv.Itoa(port),
 			"gateway.router.web.path_prefix": "/late", "gateway.router.web.auth.requierd": "false",
@@ -301,10 +299,7 @@ func TestGateway(t *testing.T) {
 
 	step("a canary release: a line per side with share, error rate and P99", func(t *testing.T) {
 		for _, v := range []struct{ name, version string }{{"rel-v1", "v1"}, {"rel-v2", "v2"}} {
-			port, err := podmantest.FreePort()
-			if err != nil {
-				t.Fatal(err)
-			}
+			port := freeport.Port(t)
 			labels := map[string]string{
 				"gateway.enable": "true", "gateway.name": "rel", "gateway.port": strconv.Itoa(port),
 				"gateway.version": v.version, "gateway.router.api.path_prefix": "/rel",

@@ -24,6 +24,7 @@ import (
 	"github.com/apigate/gateway/caddydocker"
 	_ "github.com/apigate/gateway/caddyjwt"
 	_ "github.com/apigate/gateway/caddyrbac"
+	"github.com/apigate/gateway/internal/testkit/freeport"
 	"github.com/apigate/gateway/internal/testkit/podmantest"
 	_ "github.com/apigate/gateway/natsstore" // (fleet rate_limit labels count through it, as in the binary)
 )
@@ -223,10 +224,7 @@ func startWithContainers(t *testing.T) *gateway {
 	p := getPodman(t)
 	t.Cleanup(p.RemoveAll)
 	for _, name := range []string{"good", "typo"} {
-		port, err := podmantest.FreePort()
-		if err != nil {
-			t.Fatal(err)
-		}
+		port := freeport.Port(t)
 		if err := p.Run(name, port, containerLabels(name, port)); err != nil {
 			t.Fatal(err)
 		}

@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/apigate/gateway/internal/testkit/freeport"
 	"github.com/apigate/gateway/internal/testkit/podmantest"
 )
 
@@ -49,10 +50,7 @@ func TestCanaryWorkedExample(t *testing.T) {
 	}
 	var ports []string
 	for range 3 {
-		p, err := podmantest.FreePort()
-		if err != nil {
-			t.Fatal(err)
-		}
+		p := freeport.Port(t)
 		ports = append(ports, strconv.Itoa(p))
 	}
 	const gw = "19661"

@@ -15,8 +15,8 @@ import (
 
 	"golang.org/x/net/websocket"
 
+	"github.com/apigate/gateway/internal/testkit/freeport"
 	"github.com/apigate/gateway/internal/testkit/pathtest"
-	"github.com/apigate/gateway/internal/testkit/podmantest"
 )
 
 // TestDiscovery runs the built gateway against a real (private) Podman:
@@ -64,10 +64,7 @@ func testDiscovery(t *testing.T, v variant, rec *pathtest.Recorder) {
 	s.permDeny.Store("carol", true)
 	s.start()
 
-	ordersPort, err := podmantest.FreePort()
-	if err != nil {
-		t.Fatal(err)
-	}
+	ordersPort := freeport.Port(t)
 	if err := pm.Run("orders", ordersPort, map[string]string{
 		"gateway.enable":                      "true",
 		"gateway.name":                        "orders",
@@ -216,10 +213,7 @@ func testDiscovery(t *testing.T, v variant, rec *pathtest.Recorder) {
 		changes := 0
 		for i := 0; i < 3; i++ {
 			name := fmt.Sprintf("billing%d", i)
-			port, err := podmantest.FreePort()
-			if err != nil {
-				t.Fatal(err)
-			}
+			port := freeport.Port(t)
 			if err := pm.Run(name, port, map[string]string{
 				"gateway.enable": "true", "gateway.name": name, "gateway.port": fmt.Sprint(port),
 				"gateway.router.b.path_prefix": "/" + name, "gateway.router.b.auth.required": "false",
@@ -304,10 +298,7 @@ func testDiscovery(t *testing.T, v variant, rec *pathtest.Recorder) {
 			t.Fatalf("with the Podman service down: %d %s", resp.StatusCode, body)
 		}
 		echo(t, "podman down")
-		port, err := podmantest.FreePort()
-		if err != nil {
-			t.Fatal(err)
-		}
+		port := freeport.Port(t)
 		// podman runs containers without its API service
 		if err := pm.Run("late", port, map[string]string{
 			"gateway.enable": "true", "gateway.name": "late", "gateway.port": fmt.Sprint(port),

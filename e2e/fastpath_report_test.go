@@ -14,7 +14,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/apigate/gateway/internal/testkit/natstest"
+	"github.com/apigate/gateway/internal/testkit/freeport"
 )
 
 // TestFastPathReport: an operator sees whether the fast path serves each
@@ -24,7 +24,7 @@ import (
 func TestFastPathReport(t *testing.T) {
 	bin := caddyBin(t)
 	dir := t.TempDir()
-	ports := natstest.FreePorts(t, 3)
+	ports := freeport.Ports(t, 3)
 	admin, on, off := ports[0], ports[1], ports[2]
 	cfg := filepath.Join(dir, "Caddyfile")
 	os.WriteFile(cfg, []byte(fmt.Sprintf(`{

@@ -14,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/apigate/gateway/internal/testkit/freeport"
 	"github.com/apigate/gateway/internal/testkit/pathtest"
 	"github.com/apigate/gateway/internal/testkit/podmantest"
 )
@@ -38,10 +39,7 @@ func testRestart(t *testing.T, v variant, rec *pathtest.Recorder) {
 	s, pm, stateFile := discoveryStack(t, v, func(*stack) string { return "" })
 	s.start()
 
-	port, err := podmantest.FreePort()
-	if err != nil {
-		t.Fatal(err)
-	}
+	port := freeport.Port(t)
 	if err := pm.Run("svc", port, map[string]string{
 		"gateway.enable": "true", "gateway.name": "svc", "gateway.port": fmt.Sprint(port),
 		"gateway.router.api.path_prefix": "/svc", "gateway.router.api.auth.required": "false",

@@ -16,6 +16,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/apigate/gateway/internal/natsconn"
+	"github.com/apigate/gateway/internal/runningconfig"
 )
 
 func init() {
@@ -151,22 +152,11 @@ func (s *Storage) Provision(ctx caddy.Context) error {
 	}
 	// Modules of this config without NATS servers of their own (permission
 	// invalidation, the docker fleet) use this cluster and share this
-	// connection (NATSOptions).
-	s.store = newConfigStorage(v.(*local), opts, runningConfig(ctx), ctx.Done(), s.logger)
+	// connection (NATSOptions). `caddy validate` and a config being
+	// loaded are not the running one (TestValidateWritesNothing fails when
+	// the check answers true for them).
+	s.store = newConfigStorage(v.(*local), opts, runningconfig.Check(ctx), ctx.Done(), s.logger)
 	return nil
-}
-
-// runningConfig returns the check of whether ctx's config is the one Caddy
-// runs: its context is the active one. Module contexts are Caddy's config
-// context with values added (caddy.Context.WithValue), so they share its
-// Done channel; `caddy validate` and a config being loaded are not active
-// (TestValidateWritesNothing fails when this answers true for them).
-func runningConfig(ctx caddy.Context) func() bool {
-	done := ctx.Done()
-	return func() bool {
-		ac := caddy.ActiveContext()
-		return ac.Context != nil && ac.Done() == done
-	}
 }
 
 // Validate checks the configuration.

@@ -9,13 +9,12 @@ import (
 	"testing"
 	"time"
 
+	"github.com/apigate/gateway/internal/testkit/freeport"
 	"github.com/caddyserver/caddy/v2"
 	"github.com/caddyserver/caddy/v2/caddyconfig"
 	natsserver "github.com/nats-io/nats-server/v2/test"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
-
-	"github.com/apigate/gateway/internal/testkit/natstest"
 )
 
 // storageConfig is a config whose `tls internal` site makes Caddy's pki
@@ -24,7 +23,7 @@ import (
 // more connection settings (a tls block).
 func storageConfig(t *testing.T, url, localCopy, conn string) []byte {
 	t.Helper()
-	ports := natstest.FreePorts(t, 2)
+	ports := freeport.Ports(t, 2)
 	cf := fmt.Sprintf(`{
 	admin off
 	http_port %d

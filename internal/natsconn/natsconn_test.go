@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/apigate/gateway/internal/testkit/freeport"
 	natstest "github.com/nats-io/nats-server/v2/test"
 	"github.com/prometheus/client_golang/prometheus"
 )
@@ -174,12 +175,7 @@ func TestMetrics(t *testing.T) {
 // up later: that first connect runs the OnReconnect callbacks too (a
 // sender waiting to retry goes at once), and a connect at Get does not.
 func TestOnReconnectAfterLateStart(t *testing.T) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	port := l.Addr().(*net.TCPAddr).Port
-	l.Close()
+	port := freeport.Port(t)
 	c, rel, err := Get(Options{Servers: []string{"nats://127.0.0.1:" + fmt.Sprint(port)}, ReconnectWait: 20 * time.Millisecond})
 	if err != nil {
 		t.Fatal(err)

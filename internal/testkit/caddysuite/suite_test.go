@@ -28,6 +28,8 @@ import (
 
 	_ "github.com/apigate/gateway" // every module of the gateway binary
 	"github.com/apigate/gateway/fastpath"
+	"github.com/apigate/gateway/internal/testkit/freeport"
+	"github.com/apigate/gateway/internal/testkit/testoutput"
 )
 
 // suiteTests are the tests of Caddy's integration suite the fast path must
@@ -140,7 +142,7 @@ func suiteProxy(t *testing.T) *adminProxy {
 		}
 		t.Skip("!!! SKIPPING CADDY'S INTEGRATION SUITE: " + msg)
 	}
-	realAdmin := freeAddr(t)
+	realAdmin := fmt.Sprintf("127.0.0.1:%d", freeport.Port(t))
 	if err := caddy.Load([]byte(fmt.Sprintf(`{"admin":{"listen":%q}}`, realAdmin)), true); err != nil {
 		t.Fatal(err)
 	}
@@ -440,49 +442,65 @@ func (p *adminProxy) runTests(t *testing.T, wrap bool, run string, names []strin
 	if f := os.Getenv("CADDYSUITE_OUT"); f != "" {
 		os.WriteFile(fmt.Sprintf("%s.%v", f, wrap), out.Bytes(), 0o644)
 	}
-	res := map[string]string{}
-	failOut := map[string]*strings.Builder{}
-	for _, line := range strings.Split(out.String(), "\n") {
-		var ev struct{ Action, Test, Output string }
-		if json.Unmarshal([]byte(line), &ev) != nil || ev.Test == "" {
-			continue
-		}
-		top, sub, _ := strings.Cut(ev.Test, "/")
-		if sub != "" {
-			if ev.Action == "output" {
-				if b := failOut[top]; b != nil && b.Len() < 8000 {
-					b.WriteString(ev.Output)
-				}
-			}
-			continue
-		}
-		switch ev.Action {
-		case "pass", "fail", "skip":
-			res[ev.Test] = ev.Action
-		case "output":
-			b := failOut[ev.Test]
-			if b == nil {
-				b = new(strings.Builder)
-				failOut[ev.Test] = b
-			}
-			if b.Len() < 8000 {
-				b.WriteString(ev.Output)
-			}
-		}
-	}
+	res, outs := outcomes(out.Bytes())
 	if len(res) == 0 {
 		t.Fatalf("the integration suite did not run:\n%s", tail(out.String(), 4000))
 	}
+	p.mu.Lock()
+	how := "on Caddy's path"
+	if wrap {
+		how = "with the wrapper"
+		if p.guard {
+			how = "with the wrapper and path_guard"
+		}
+	}
+	p.mu.Unlock()
+	notRun := false
 	for _, name := range names {
 		if res[name] == "" {
 			res[name] = "not run"
+			notRun = true
 		}
-		if wrap && res[name] == "fail" && failOut[name] != nil || os.Getenv("CADDYSUITE_RUN") != "" && failOut[name] != nil {
-			t.Logf("with the wrapper, %s failed:\n%s", name, tail(failOut[name].String(), 3000))
+		if o := outs[name]; o != nil && (res[name] == "fail" || os.Getenv("CADDYSUITE_RUN") != "") {
+			t.Logf("%s, %s: %s; its output:\n%s", how, name, res[name], o)
 		}
+	}
+	if o := outs[""]; notRun && o != nil {
+		t.Logf("%s, tests did not run; the suite's output outside its tests:\n%s", how, o)
 	}
 	t.Logf("suite run (wrapper %v) took %v", wrap, time.Since(start).Round(time.Second))
 	return res
+}
+
+// outcomes reads the suite's `go test -json` output: each top-level
+// test's result (pass, fail or skip) and what a log shows of its output,
+// its subtests' included (testoutput: a failed test's own lines and panic
+// however long Caddy's logs around them); key "" holds the output outside
+// the tests.
+func outcomes(jsonOut []byte) (map[string]string, map[string]*testoutput.Output) {
+	res := map[string]string{}
+	outs := map[string]*testoutput.Output{}
+	for _, line := range bytes.Split(jsonOut, []byte("\n")) {
+		var ev struct{ Action, Test, Output string }
+		if json.Unmarshal(line, &ev) != nil {
+			continue
+		}
+		top, sub, _ := strings.Cut(ev.Test, "/")
+		switch ev.Action {
+		case "pass", "fail", "skip":
+			if sub == "" && top != "" {
+				res[top] = ev.Action
+			}
+		case "output":
+			o := outs[top]
+			if o == nil {
+				o = &testoutput.Output{HeadMax: 4 << 10, TailMax: 4 << 10, WhyMax: 32 << 10}
+				outs[top] = o
+			}
+			o.Add(ev.Output)
+		}
+	}
+	return res, outs
 }
 
 func tail(s string, n int) string {
@@ -492,14 +510,62 @@ func tail(s string, n int) string {
 	return s
 }
 
-func freeAddr(t *testing.T) string {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
+// TestOutcomes: the suite's result per test, and a failed test's own
+// lines (its subtests' too) and panic in what is logged of it, however
+// long Caddy's logs before and after them.
+func TestOutcomes(t *testing.T) {
+	var in bytes.Buffer
+	ev := func(action, test, output string) {
+		b, _ := json.Marshal(map[string]string{"Action": action, "Test": test, "Output": output})
+		in.Write(append(b, '\n'))
 	}
-	defer ln.Close()
-	return ln.Addr().String()
+	logs := func(test string) {
+		for i := 0; i < 500; i++ {
+			ev("output", test, fmt.Sprintf(`{"level":"info","logger":"http.log","msg":"caddy log line %d"}`+"\n", i))
+		}
+	}
+	ev("output", "TestRespond", "=== RUN   TestRespond\n")
+	ev("pass", "TestRespond", "")
+	ev("output", "TestMap", "=== RUN   TestMap\n")
+	logs("TestMap")
+	ev("output", "TestMap", "    caddyfile_test.go:50: requesting \"http://localhost:9080/\" expected status code: 200 but got 502\n")
+	logs("TestMap")
+	ev("output", "TestMap/sub", "    map_test.go:77: sub: body \"a\" want \"b\"\n")
+	logs("TestMap/sub")
+	ev("fail", "TestMap/sub", "")
+	ev("fail", "TestMap", "")
+	ev("output", "TestIntercept", "=== RUN   TestIntercept\n")
+	logs("TestIntercept")
+	ev("output", "TestIntercept", "panic: runtime error: invalid memory address or nil pointer dereference\n")
+	ev("output", "TestIntercept", "goroutine 9 [running]:\n")
+	logs("TestIntercept")
+	ev("fail", "TestIntercept", "")
+	ev("output", "", "FAIL\tgithub.com/caddyserver/caddy/v2/caddytest/integration\t1.0s\n")
+
+	res, outs := outcomes(in.Bytes())
+	if got := fmt.Sprint(res); got != "map[TestIntercept:fail TestMap:fail TestRespond:pass]" {
+		t.Errorf("results %s", got)
+	}
+	for name, want := range map[string][]string{
+		"TestMap":       {"caddyfile_test.go:50: requesting", "map_test.go:77: sub:"},
+		"TestIntercept": {"panic: runtime error", "goroutine 9 [running]:"},
+		"":              {"FAIL\tgithub.com/caddyserver/caddy/v2/caddytest/integration"},
+	} {
+		o := outs[name]
+		if o == nil {
+			t.Errorf("%q: no output kept", name)
+			continue
+		}
+		s := o.String()
+		for _, w := range want {
+			if !strings.Contains(s, w) {
+				t.Errorf("%q: the output logged lacks %q", name, w)
+			}
+		}
+		if len(s) > 64<<10 {
+			t.Errorf("%q: %d bytes logged", name, len(s))
+		}
+	}
 }
 
 // TestTimingSensitiveListed: each test given a second run is one of the

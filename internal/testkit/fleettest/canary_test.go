@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/apigate/gateway/internal/testkit/freeport"
 	"github.com/apigate/gateway/internal/testkit/natstest"
 	"github.com/apigate/gateway/internal/testkit/podmantest"
 )
@@ -141,18 +142,12 @@ func TestCanaryAcrossFleet(t *testing.T) {
 
 	runStep(t, "both gateways run the release of A's canary", func(t *testing.T) {
 		for _, v := range []string{"v1a", "v1b"} {
-			p, err := podmantest.FreePort()
-			if err != nil {
-				t.Fatal(err)
-			}
+			p := freeport.Port(t)
 			if err := a.pod.Run(svc+"-"+v, p, labels("v1", p)); err != nil {
 				t.Fatal(err)
 			}
 		}
-		p, err := podmantest.FreePort()
-		if err != nil {
-			t.Fatal(err)
-		}
+		p := freeport.Port(t)
 		if err := a.pod.RunOpts(svc+"-v2", p, labels("v2", p, "gateway.canary.weight", "20",
 			"gateway.canary.sticky", "none", "gateway.canary.min_requests", "50"), "--env", "STATUS=500"); err != nil {
 			t.Fatal(err)

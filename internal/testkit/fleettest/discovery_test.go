@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/apigate/gateway/internal/testkit/freeport"
 	"github.com/apigate/gateway/internal/testkit/natstest"
 	"github.com/apigate/gateway/internal/testkit/podmantest"
 )
@@ -76,7 +77,7 @@ func TestDiscoveryAcrossHosts(t *testing.T) {
 	b.start(t, bin, nats.URL())
 
 	step := func(name string, fn func(t *testing.T)) { runStep(t, name, fn) }
-	port := func() int { return freePort(t) }
+	port := func() int { return freeport.Port(t) }
 
 	pOnlyA, pSharedA, pSharedB := port(), port(), port()
 	step("a container on A is served through B", func(t *testing.T) {

@@ -11,7 +11,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/apigate/gateway/internal/testkit/natstest"
+	"github.com/apigate/gateway/internal/testkit/freeport"
 	"github.com/apigate/gateway/internal/testkit/podmantest"
 )
 
@@ -73,7 +73,7 @@ func TestDrainOnSIGTERM(t *testing.T) {
 	const delay = 2 * time.Second
 	for _, wrapper := range []bool{false, true} {
 		t.Run(fmt.Sprintf("apigate wrapper %v", wrapper), func(t *testing.T) {
-			ports := natstest.FreePorts(t, 2)
+			ports := freeport.Ports(t, 2)
 			base := fmt.Sprintf("http://127.0.0.1:%d", ports[1])
 			p := runGateway(t, bin, "drain", drainConfig(ports[0], ports[1], delay, wrapper, ""), base+"/ready")
 			api := startRate(base+"/api", 100, false, func(code int, body string) bool { return code == 200 && body == "api" })
@@ -172,7 +172,7 @@ func TestShutdownFinishesRequests(t *testing.T) {
 					close(release)
 				}
 			}()
-			ports := natstest.FreePorts(t, 2)
+			ports := freeport.Ports(t, 2)
 			base := fmt.Sprintf("http://127.0.0.1:%d", ports[1])
 			// (no shutdown_delay: the listener closes at SIGTERM)
 			p := runGateway(t, bin, "shutdown", drainConfigAPI(ports[0], ports[1], 0, wrapper, "", "reverse_proxy "+up.Listener.Addr().String()), base+"/ready")

@@ -13,7 +13,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/apigate/gateway/internal/testkit/natstest"
+	"github.com/apigate/gateway/internal/testkit/freeport"
 	"github.com/apigate/gateway/internal/testkit/podmantest"
 )
 
@@ -127,7 +127,7 @@ func TestRollingRestartBehindHAProxy(t *testing.T) {
 	hap := haproxyBinary(t)
 	bin := gatewayBinary(t)
 	// reserved at once, so the two runs' ports differ
-	ports := natstest.FreePorts(t, 16)
+	ports := freeport.Ports(t, 16)
 	for i, wrapper := range []bool{false, true} {
 		t.Run(fmt.Sprintf("apigate wrapper %v", wrapper), func(t *testing.T) {
 			t.Parallel()

@@ -10,7 +10,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/apigate/gateway/internal/testkit/natstest"
+	"github.com/apigate/gateway/internal/testkit/freeport"
 )
 
 // The in-place restart method docs/operations.md documents: the
@@ -55,7 +55,7 @@ func testInPlace(t *testing.T, bin, upgraded string, wrapper bool) {
 	}
 	defer sock.Close()
 	port := ln.Addr().(*net.TCPAddr).Port
-	admin := natstest.FreePorts(t, 1)[0]
+	admin := freeport.Ports(t, 1)[0]
 	base := fmt.Sprintf("http://127.0.0.1:%d", port)
 	home := t.TempDir()
 	start := func(bin string) *gatewayProc {

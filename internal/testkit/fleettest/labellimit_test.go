@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/apigate/gateway/internal/testkit/busyloop"
+	"github.com/apigate/gateway/internal/testkit/freeport"
 	"github.com/apigate/gateway/internal/testkit/natstest"
 	"github.com/apigate/gateway/internal/testkit/podmantest"
 )
@@ -31,7 +32,7 @@ func TestFleetLabelRateLimit(t *testing.T) {
 	a, b := newRefHost(t, "a", pods[0]), newRefHost(t, "b", pods[1])
 	a.start(t, bin, cluster.URL())
 	b.start(t, bin, cluster.URL())
-	p := freePort(t)
+	p := freeport.Port(t)
 	labels := refLabels("limited", p)
 	labels["gateway.router.api.rate_limit"] = "20/1m"
 	labels["gateway.router.b100.path_prefix"] = "/b100"

@@ -15,6 +15,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/apigate/gateway/internal/testkit/freeport"
 	"github.com/apigate/gateway/internal/testkit/natstest"
 	"github.com/apigate/gateway/internal/testkit/podmantest"
 )
@@ -40,7 +41,7 @@ func hostConfig(_ *fleetHost, _, _ string) string {
 // and a data directory kept across its gateway's restarts.
 func newRefHost(t *testing.T, name string, pod *podmantest.Podman) *fleetHost {
 	t.Helper()
-	ports := natstest.FreePorts(t, 3)
+	ports := freeport.Ports(t, 3)
 	h := &fleetHost{name: name, pod: pod, admin: ports[0], http: ports[1], config: hostConfig, home: t.TempDir()}
 	https := ports[2]
 	h.env = func(h *fleetHost, nats string) []string {
@@ -200,7 +201,7 @@ func TestFleetNATSOutage(t *testing.T) {
 	var audited sent
 
 	step := func(name string, fn func(t *testing.T)) { runStep(t, name, fn) }
-	port := func() int { return freePort(t) }
+	port := func() int { return freeport.Port(t) }
 	pA, pB, pLate := port(), port(), port()
 	var fpA string
 	step("NATS up: each host's container through both gateways, one certificate", func(t *testing.T) {

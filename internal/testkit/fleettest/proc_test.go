@@ -189,13 +189,3 @@ func runStep(t *testing.T, name string, fn func(t *testing.T)) {
 		t.FailNow()
 	}
 }
-
-// freePort is a free loopback port, for a container's server.
-func freePort(t *testing.T) int {
-	t.Helper()
-	p, err := podmantest.FreePort()
-	if err != nil {
-		t.Fatal(err)
-	}
-	return p
-}

@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/apigate/gateway/internal/testkit/freeport"
 	"github.com/apigate/gateway/internal/testkit/natstest"
 	"github.com/apigate/gateway/internal/testkit/podmantest"
 )
@@ -31,7 +32,7 @@ func TestQuietStart(t *testing.T) {
 	podmantest.Require(t, pod, err)
 	cluster := natstest.StartCluster(t, 1)
 	h := newRefHost(t, "q", pod)
-	p := freePort(t)
+	p := freeport.Port(t)
 	if err := pod.Run("quiet", p, refLabels("quiet", p)); err != nil {
 		t.Fatal(err)
 	}

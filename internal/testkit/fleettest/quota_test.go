@@ -19,6 +19,7 @@ import (
 	"github.com/apigate/gateway/caddyquota/quotausage"
 	"github.com/apigate/gateway/internal/testkit/burst"
 	"github.com/apigate/gateway/internal/testkit/busyloop"
+	"github.com/apigate/gateway/internal/testkit/freeport"
 	"github.com/apigate/gateway/internal/testkit/natstest"
 	"github.com/apigate/gateway/internal/testkit/pathtest"
 	"github.com/apigate/gateway/internal/testkit/podmantest"
@@ -374,7 +375,7 @@ func startQuotaFleet(t *testing.T) (*natstest.Cluster, []*quotaGateway, string) 
 	t.Helper()
 	bin := gatewayBinary(t)
 	c := natstest.StartCluster(t, 3)
-	ports := natstest.FreePorts(t, 6)
+	ports := freeport.Ports(t, 6)
 	var gws []*quotaGateway
 	for i, name := range []string{"gw-a", "gw-b", "gw-c"} {
 		g := &quotaGateway{name: name, admin: ports[2*i], http: ports[2*i+1], home: t.TempDir()}
@@ -571,13 +572,17 @@ func TestQuotaFleetNATSRestart(t *testing.T) {
 		if f := o.Quota.Fleet; f.Available || f.Since == "" || f.OnUnavailable != "fail_closed" || f.Share < 0.3 || f.Share > 0.34 {
 			t.Errorf("%s: the dashboard's quota fleet %+v during the outage, want unavailable since a time, fail_closed, share 1/3", g.name, *f)
 		}
-		b, _ := os.ReadFile(g.proc.log)
-		if ev, err := os.ReadFile(filepath.Join(g.home, "quota-fleet.log")); err == nil {
-			b = append(b, ev...) // FLEET_EVIDENCE_DIR: the fleet's log is there
-		}
-		if !strings.Contains(string(b), `quota fleet counts unreachable`) || !strings.Contains(string(b), `"on_unavailable":"fail_closed"`) {
-			t.Errorf("%s: no log line of the outage with its mode", g.name)
-		}
+		// the gateway sets the gauge, then logs: poll
+		podmantest.Eventually(t, g.name+" logs the outage with its mode", 10*time.Second, func() string {
+			b, _ := os.ReadFile(g.proc.log)
+			if ev, err := os.ReadFile(filepath.Join(g.home, "quota-fleet.log")); err == nil {
+				b = append(b, ev...) // FLEET_EVIDENCE_DIR: the fleet's log is there
+			}
+			if !strings.Contains(string(b), `quota fleet counts unreachable`) || !strings.Contains(string(b), `"on_unavailable":"fail_closed"`) {
+				return "no log line of the outage with its mode"
+			}
+			return ""
+		})
 	}
 	beforeRestart := per()
 	c.RestartAll()

@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/apigate/gateway/internal/testkit/freeport"
 	"github.com/apigate/gateway/internal/testkit/natstest"
 	"github.com/apigate/gateway/internal/testkit/podmantest"
 )
@@ -22,13 +23,13 @@ func TestRestartedMemberServesLastGoodSet(t *testing.T) {
 	bin := gatewayBinary(t)
 	pods := twoPodmans(t, [2]string{"ra", "rb"})
 	nats := natstest.StartCluster(t, 3)
-	ports := natstest.FreePorts(t, 4)
+	ports := freeport.Ports(t, 4)
 	a := &fleetHost{name: "a", pod: pods[0], admin: ports[0], http: ports[1], config: discoConfig, home: t.TempDir()}
 	b := &fleetHost{name: "b", pod: pods[1], admin: ports[2], http: ports[3], config: discoConfig, home: t.TempDir()}
 	a.start(t, bin, nats.URL())
 	b.start(t, bin, nats.URL())
 
-	p := freePort(t)
+	p := freeport.Port(t)
 	want := podmantest.Expect(b.url("/far/x"), 200, "far /far/x")
 	runStep(t, "B routes A's container and keeps it in its state file", func(t *testing.T) {
 		if err := a.pod.Run("far", p, discoLabels("far", p, "/far")); err != nil {
@@ -64,7 +65,7 @@ func TestRestartedMemberServesLastGoodSet(t *testing.T) {
 
 	runStep(t, "NATS back: B follows the bucket again", func(t *testing.T) {
 		nats.RestartAll()
-		late := freePort(t)
+		late := freeport.Port(t)
 		if err := a.pod.Run("late", late, discoLabels("late", late, "/late")); err != nil {
 			t.Fatal(err)
 		}

@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/apigate/gateway/internal/testkit/freeport"
 	"github.com/apigate/gateway/internal/testkit/natstest"
 	"github.com/apigate/gateway/internal/testkit/podmantest"
 )
@@ -175,7 +176,7 @@ func TestFleetRollingRestart(t *testing.T) {
 	a, b := newRefHost(t, "a", pods[0]), newRefHost(t, "b", pods[1])
 	a.start(t, bin, cluster.URL())
 	b.start(t, bin, cluster.URL())
-	pA, pB := freePort(t), freePort(t)
+	pA, pB := freeport.Port(t), freeport.Port(t)
 	if err := a.pod.Run("roll-a", pA, refLabels("roll-a", pA)); err != nil {
 		t.Fatal(err)
 	}

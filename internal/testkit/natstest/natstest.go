@@ -10,12 +10,12 @@ package natstest
 
 import (
 	"fmt"
-	"net"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/apigate/gateway/internal/testkit/freeport"
 	"github.com/nats-io/nats-server/v2/server"
 )
 
@@ -46,7 +46,7 @@ func StartCluster(t testing.TB, n int) *Cluster {
 	if n < 1 {
 		t.Fatalf("natstest: StartCluster(%d): need at least one server", n)
 	}
-	ports := FreePorts(t, 2*n)
+	ports := freeport.Ports(t, 2*n)
 	c := &Cluster{t: t, opts: make([]server.Options, n), servers: make([]*server.Server, n)}
 	var routes []string
 	for i := 0; i < n; i++ {
@@ -167,25 +167,4 @@ func seq(n int) []int {
 		s[i] = i
 	}
 	return s
-}
-
-// FreePorts reserves n loopback ports and releases them for the caller to
-// listen on (servers that must know each other's ports up front, and
-// restarts on the same port, cannot use port 0).
-func FreePorts(t testing.TB, n int) []int {
-	t.Helper()
-	ls := make([]net.Listener, 0, n)
-	ports := make([]int, 0, n)
-	for i := 0; i < n; i++ {
-		l, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			t.Fatal(err)
-		}
-		ls = append(ls, l)
-		ports = append(ports, l.Addr().(*net.TCPAddr).Port)
-	}
-	for _, l := range ls {
-		l.Close()
-	}
-	return ports
 }

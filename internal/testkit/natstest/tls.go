@@ -15,6 +15,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/apigate/gateway/internal/testkit/freeport"
 	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
@@ -60,7 +61,7 @@ func StartTLS(t testing.TB) *TLSServer {
 	pool.AddCert(ca)
 	o := server.Options{
 		Host:      "127.0.0.1",
-		Port:      FreePorts(t, 1)[0],
+		Port:      freeport.Ports(t, 1)[0],
 		JetStream: true,
 		StoreDir:  t.TempDir(),
 		NoSigs:    true,

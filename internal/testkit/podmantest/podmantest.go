@@ -341,16 +341,6 @@ func (p *Podman) Close() {
 	_ = os.RemoveAll(p.Dir)
 }
 
-// FreePort returns a free loopback TCP port outside the Caddy test ranges.
-func FreePort() (int, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return 0, err
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port, nil
-}
-
 var client = &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{DisableKeepAlives: true}}
 
 // Get fetches url on a fresh connection; it returns the status and body.

@@ -1,5 +1,6 @@
 // Command testsummary reads `go test -json` from standard input, prints the
-// output of failed and skipped tests, the slowest top-level tests (so a
+// output of failed and skipped tests (of a long output, the beginning, the
+// lines that say why the test failed and the end: testoutput), the slowest top-level tests (so a
 // developer sees where the suite's time goes), and a closing line
 // "N passed, N failed, N skipped". It exits 1 when a test or package failed,
 // or when a test skipped without being listed in the allow-list file given as
@@ -17,6 +18,8 @@ import (
 	"sort"
 	"strings"
 	"time"
+
+	"github.com/apigate/gateway/internal/testkit/testoutput"
 )
 
 type event struct {
@@ -77,7 +80,7 @@ func slowest(ts []timing, n int) []timing {
 }
 
 func summarize(in io.Reader, out io.Writer, allowed []*regexp.Regexp) int {
-	outputs := map[string]*strings.Builder{}
+	outputs := map[string]*testoutput.Output{}
 	// Top-level tests only: a subtest's time is already inside its
 	// parent's. Not in its Elapsed, though, when the subtests are parallel
 	// (go test reports the parent's own run, which ends before theirs):
@@ -112,12 +115,10 @@ func summarize(in io.Reader, out io.Writer, allowed []*regexp.Regexp) int {
 		case "output":
 			b := outputs[key]
 			if b == nil {
-				b = new(strings.Builder)
+				b = new(testoutput.Output)
 				outputs[key] = b
 			}
-			if b.Len() < 256<<10 {
-				b.WriteString(ev.Output)
-			}
+			b.Add(ev.Output)
 		case "pass":
 			if ev.Test != "" {
 				passed++
