@@ -28,7 +28,7 @@ type rawResult struct {
 
 type rawResponse struct {
 	Status int
-	Header string // sorted fields but Date
+	Header string // sorted fields, Date's values counted
 	Body   string
 }
 
@@ -173,13 +173,15 @@ func readRaw(res *http.Response) rawResponse {
 	}
 	keys := make([]string, 0, len(res.Header))
 	for k := range res.Header {
-		if k != "Date" {
-			keys = append(keys, k)
-		}
+		keys = append(keys, k)
 	}
 	sort.Strings(keys)
 	var h strings.Builder
 	for _, k := range keys {
+		if k == "Date" { // (its value is the time: how many there are)
+			fmt.Fprintf(&h, "Date=<%d> ", len(res.Header[k]))
+			continue
+		}
 		fmt.Fprintf(&h, "%s=%q ", k, res.Header[k])
 	}
 	if res.ContentLength >= 0 && res.Header.Get("Content-Length") == "" && len(body) > 0 {

@@ -3,9 +3,11 @@ package fastpath
 import (
 	"bufio"
 	"fmt"
+	"net"
 	"net/http"
 	"os"
 	"path/filepath"
+	"reflect"
 	"strings"
 	"testing"
 
@@ -100,6 +102,52 @@ func TestHijack(t *testing.T) {
 		n, _ := res.Body.Read(body)
 		if res.StatusCode != 200 || string(body[:n]) != "after the request\n" {
 			t.Errorf("port %d: %d %q, want the hijacker's answer with the bytes after the request", port, res.StatusCode, body[:n])
+		}
+	}
+}
+
+// TestFramingFields: the fields the writer decides a head's framing on
+// (Date, Content-Type, Content-Encoding, Transfer-Encoding, Content-Length,
+// Connection), as an upstream sends them, reach the client as on Caddy's
+// path: one Date (the upstream's), no sniffed type beside an encoding,
+// chunked kept, a close honoured (the upstream's, a handler's), HTTP/1.0
+// keep-alive answered.
+func TestFramingFields(t *testing.T) {
+	replies := map[string]string{
+		"/date":    "HTTP/1.1 200 OK\r\nDate: Mon, 01 Jan 2024 00:00:00 GMT\r\nContent-Length: 2\r\n\r\nok",
+		"/ce":      "HTTP/1.1 200 OK\r\nContent-Encoding: x-raw\r\nContent-Length: 14\r\n\r\n<html>hi</html",
+		"/type":    "HTTP/1.1 200 OK\r\nContent-Type: text/x-own\r\nContent-Length: 14\r\n\r\n<html>hi</html",
+		"/chunked": "HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n2\r\nok\r\n0\r\n\r\n",
+		"/close":   "HTTP/1.1 200 OK\r\nConnection: close\r\nContent-Length: 2\r\n\r\nok",
+		"/hclose":  "HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok",
+		"/204":     "HTTP/1.1 204 No Content\r\nDate: Mon, 01 Jan 2024 00:00:00 GMT\r\nContent-Type: text/plain\r\n\r\n",
+	}
+	up := difftest.NewUpstream(t, func(c net.Conn, req *http.Request, body []byte, n int) bool {
+		if r, ok := replies[req.URL.Path]; ok {
+			return difftest.Reply(c, r)
+		}
+		return difftest.Reply(c, "HTTP/1.1 404 Not Found\r\nContent-Length: 0\r\n\r\n")
+	})
+	loadTwin(t, "", fmt.Sprintf(`	header /hclose Connection close
+	reverse_proxy %s {
+		transport h1
+	}`, up.Addr()))
+	get := func(path string) string { return "GET " + path + " HTTP/1.1\r\nHost: example.com\r\n\r\n" }
+	for _, raw := range []string{
+		get("/date") + get("/ce") + get("/type") + get("/chunked") + get("/204") + get("/close"),
+		"GET /date HTTP/1.0\r\nHost: example.com\r\nConnection: keep-alive\r\n\r\n" + get("/date"),
+		get("/hclose") + get("/date"), // (a handler's Connection: close)
+	} {
+		plain := rawExchange(t, plainPort, raw)
+		if len(plain.Responses) == 0 || !strings.Contains(plain.Responses[0].Header, "Date=<1>") {
+			t.Fatalf("Caddy's path answered%v", plain)
+		}
+		for _, run := range diffRuns[1:] {
+			var fast rawResult
+			run.do(func() { fast = rawExchange(t, run.port, raw) })
+			if !reflect.DeepEqual(plain, fast) {
+				t.Errorf("results differ\nCaddy's path:%v\n%s:%v", plain, run.name, fast)
+			}
 		}
 	}
 }
