@@ -3,6 +3,7 @@ package fastpath
 import (
 	"bufio"
 	"fmt"
+	"io"
 	"net"
 	"net/http"
 	"os"
@@ -10,6 +11,7 @@ import (
 	"reflect"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/caddyserver/caddy/v2"
 	"github.com/caddyserver/caddy/v2/caddyconfig/httpcaddyfile"
@@ -148,6 +150,58 @@ func TestFramingFields(t *testing.T) {
 			if !reflect.DeepEqual(plain, fast) {
 				t.Errorf("results differ\nCaddy's path:%v\n%s:%v", plain, run.name, fast)
 			}
+		}
+	}
+}
+
+// TestStreamedResponses: a response the upstream marks as a stream
+// (Content-Type text/event-stream, or the Incremental field) reaches the
+// client write by write, as reverse_proxy flushes it: the upstream sends
+// its second event only after the client has read the first, on Caddy's
+// path and both fast runs.
+func TestStreamedResponses(t *testing.T) {
+	release := make(chan struct{}, 1)
+	up := difftest.NewUpstream(t, func(c net.Conn, req *http.Request, body []byte, n int) bool {
+		head := map[string]string{
+			"/sse":         "Content-Type: text/event-stream; charset=utf-8\r\n",
+			"/incremental": "Incremental: ?1\r\nContent-Type: text/plain\r\n",
+		}[req.URL.Path]
+		if !difftest.Reply(c, "HTTP/1.1 200 OK\r\n"+head+"Content-Length: 21\r\n\r\ndata: first event\n\n") {
+			return false
+		}
+		select {
+		case <-release:
+		case <-time.After(10 * time.Second):
+		}
+		return difftest.Reply(c, "\n\n")
+	})
+	loadTwin(t, "", fmt.Sprintf(`	reverse_proxy %s {
+		transport h1
+	}`, up.Addr()))
+	for _, path := range []string{"/sse", "/incremental"} {
+		for _, run := range diffRuns {
+			run.do(func() {
+				c, err := net.Dial("tcp", fmt.Sprintf("127.0.0.1:%d", run.port))
+				if err != nil {
+					t.Fatal(err)
+				}
+				defer c.Close()
+				fmt.Fprintf(c, "GET %s HTTP/1.1\r\nHost: example.com\r\n\r\n", path)
+				c.SetReadDeadline(time.Now().Add(5 * time.Second))
+				br := bufio.NewReader(c)
+				res, err := http.ReadResponse(br, nil)
+				if err != nil {
+					t.Fatalf("%s %s: %v", run.name, path, err)
+				}
+				first := make([]byte, len("data: first event\n\n"))
+				if _, err := io.ReadFull(res.Body, first); err != nil {
+					t.Fatalf("%s %s: the first event did not come before the upstream's second write: %v", run.name, path, err)
+				}
+				release <- struct{}{}
+				if rest, err := io.ReadAll(res.Body); err != nil || string(rest) != "\n\n" {
+					t.Fatalf("%s %s: the rest %q, %v", run.name, path, rest, err)
+				}
+			})
 		}
 	}
 }
