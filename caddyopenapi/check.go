@@ -30,12 +30,24 @@ var errBodyTooLarge = errors.New("request body too large to validate")
 
 // checkParams checks op's parameters against the request.
 func (op *Operation) checkParams(r *http.Request, vals *pathValues, out []Violation) []Violation {
-	if len(op.params) == 0 {
-		return out
+	for i, p := range op.params {
+		if p.scalar == nil || !p.checkScalar(r, vals) {
+			return op.decodeParams(r, vals, i, out)
+		}
 	}
+	return out
+}
+
+// decodeParams checks op's parameters from the i-th on, each decoded
+// onto a scanner's tape and checked there, but those checkScalar
+// accepts.
+func (op *Operation) decodeParams(r *http.Request, vals *pathValues, i int, out []Violation) []Violation {
 	s := getScanner()
 	defer putScanner(s)
-	for _, p := range op.params {
+	for k, p := range op.params[i:] {
+		if k > 0 && p.scalar != nil && p.checkScalar(r, vals) {
+			continue
+		}
 		s.reset(nil)
 		var (
 			found bool
