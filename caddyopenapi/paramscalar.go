@@ -2,7 +2,6 @@ package caddyopenapi
 
 import (
 	"net/http"
-	"strings"
 	"unicode/utf8"
 	"unsafe"
 )
@@ -99,20 +98,41 @@ func plainInteger(v string) bool {
 // first's), or -1 when a key or the value is escaped (% or +) and only
 // decoding tells.
 func queryValue(raw, name string) (v string, n int) {
-	for raw != "" {
-		var pair string
-		pair, raw, _ = strings.Cut(raw, "&")
-		if pair == "" || strings.IndexByte(pair, ';') >= 0 {
-			continue
+	// one pass over the bytes: most queries are a few short pairs,
+	// where a search per separator costs more than the bytes
+	for i := 0; i < len(raw); i++ {
+		start, eq := i, -1
+		semicolon, escKey, escVal := false, false, false
+		for ; i < len(raw) && raw[i] != '&'; i++ {
+			switch raw[i] {
+			case '=':
+				if eq < 0 {
+					eq = i
+				}
+			case ';':
+				semicolon = true
+			case '%', '+':
+				if eq < 0 {
+					escKey = true
+				} else {
+					escVal = true
+				}
+			}
 		}
-		k, val, _ := strings.Cut(pair, "=")
-		if strings.IndexByte(k, '%') >= 0 || strings.IndexByte(k, '+') >= 0 {
+		if i == start || semicolon {
+			continue // as queryPairs: left out
+		}
+		if escKey {
 			return "", -1
+		}
+		k, val := raw[start:i], ""
+		if eq >= 0 {
+			k, val = raw[start:eq], raw[eq+1:i]
 		}
 		if k != name {
 			continue
 		}
-		if strings.IndexByte(val, '%') >= 0 || strings.IndexByte(val, '+') >= 0 {
+		if escVal {
 			return "", -1
 		}
 		if n == 0 {

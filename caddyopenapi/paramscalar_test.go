@@ -141,3 +141,36 @@ func TestCheckScalar(t *testing.T) {
 		})
 	}
 }
+
+// TestQueryValue: queryValue finds a name's first value and count as
+// queryPairs (and so decodeQuery and Request.URL.Query) does, or says it
+// cannot tell (-1) where decoding would.
+func TestQueryValue(t *testing.T) {
+	for _, raw := range []string{"", "&", "&&a=1&&", "a", "a=", "a=1", "a=1&a=2", "b=1&a=2&a=3", "a=1;b=2", "a=1&x;=2&a=3",
+		"a;=1&a=2", "a%3D=1", "a+b=1&a=2", "b=%zz&a=1", "a=%zz", "a=x+y", "=1", "a=1=2", "a=&a=x", "aa=1&a=2", "A=1", "a%=1"} {
+		for _, name := range []string{"a", "b", "a b", ""} {
+			var sc scanner
+			var first string
+			count := 0
+			sc.queryPairs(raw, func(k, v string) bool {
+				if k == name {
+					if count == 0 {
+						first = v
+					}
+					count++
+				}
+				return true
+			})
+			v, n := queryValue(raw, name)
+			if n < 0 {
+				if !strings.ContainsAny(raw, "%+") {
+					t.Errorf("queryValue(%q, %q) cannot tell, with nothing escaped", raw, name)
+				}
+				continue
+			}
+			if n != count || v != first {
+				t.Errorf("queryValue(%q, %q) = %q, %d; queryPairs finds %q, %d", raw, name, v, n, first, count)
+			}
+		}
+	}
+}
