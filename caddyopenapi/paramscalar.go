@@ -93,6 +93,9 @@ func plainInteger(v string) bool {
 	return true
 }
 
+// queryMarks are the bytes queryValue looks at in a pair.
+var queryMarks = setOf("=;%+")
+
 // queryValue finds the value of name in a raw query, as queryPairs and
 // decodeQuery find it: n is how many pairs name it (the value is the
 // first's), or -1 when a key or the value is escaped (% or +) and only
@@ -104,6 +107,9 @@ func queryValue(raw, name string) (v string, n int) {
 		start, eq := i, -1
 		semicolon, escKey, escVal := false, false, false
 		for ; i < len(raw) && raw[i] != '&'; i++ {
+			if !queryMarks.has(raw[i]) {
+				continue
+			}
 			switch raw[i] {
 			case '=':
 				if eq < 0 {
