@@ -49,23 +49,26 @@ func (op *Operation) decodeParams(r *http.Request, vals *pathValues, i int, out 
 			continue
 		}
 		s.reset(nil)
-		var (
-			found bool
-			viol  *Violation
-		)
-		switch p.in {
-		case inPath:
-			viol, found = p.decodePath(s, vals.get(p.pathIdx)), true
-		case inQuery:
-			found, viol = p.decodeQuery(s, r.URL.RawQuery)
-		case inHeader:
-			found, viol = p.decodeHeader(s, r.Header)
-		case inCookie:
-			found, viol = p.decodeCookie(s, r.Header)
-		}
+		found, viol := p.decode(s, r, vals)
 		out = p.check(s, found, viol, out)
 	}
 	return out
+}
+
+// decode writes p's value on the request onto s's tape; found is false
+// when the request does not carry it.
+func (p *param) decode(s *scanner, r *http.Request, vals *pathValues) (found bool, viol *Violation) {
+	switch p.in {
+	case inPath:
+		return true, p.decodePath(s, vals.get(p.pathIdx))
+	case inQuery:
+		return p.decodeQuery(s, r.URL.RawQuery)
+	case inHeader:
+		return p.decodeHeader(s, r.Header)
+	case inCookie:
+		return p.decodeCookie(s, r.Header)
+	}
+	return false, nil
 }
 
 // hasBody reports whether a request carries a body.

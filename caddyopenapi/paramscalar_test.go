@@ -68,18 +68,7 @@ func TestCheckScalar(t *testing.T) {
 	decoded := func(p *param, r *http.Request) bool {
 		sc := getScanner()
 		defer putScanner(sc)
-		var (
-			found bool
-			viol  *Violation
-		)
-		switch p.in {
-		case inPath:
-			viol, found = p.decodePath(sc, pv.get(p.pathIdx)), true
-		case inQuery:
-			found, viol = p.decodeQuery(sc, r.URL.RawQuery)
-		case inHeader:
-			found, viol = p.decodeHeader(sc, r.Header)
-		}
+		found, viol := p.decode(sc, r, &pv)
 		return len(p.check(sc, found, viol, nil)) == 0
 	}
 	for _, p := range op.params {
