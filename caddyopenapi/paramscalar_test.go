@@ -46,31 +46,8 @@ var scalarValues = []string{"0", "1", "-1", "5", "1.0", "1.5", "1e2", "100", "10
 // header, so that a change that sends them to the tape fails here
 // rather than only costing time.
 func TestCheckScalar(t *testing.T) {
-	var b strings.Builder
-	b.WriteString("openapi: 3.1.0\ninfo: {title: t, version: '1'}\npaths:\n  /s/{id}:\n    get:\n      parameters:\n")
-	b.WriteString("        - {name: id, in: path, required: true, schema: {type: integer, minimum: 1}}\n")
-	b.WriteString("        - {name: q, in: query, required: true, schema: {type: string, maxLength: 16, pattern: '^[a-z,]+$'}}\n")
-	b.WriteString("        - {name: n, in: query, schema: {type: number, maximum: 10}}\n")
-	for i, sch := range scalarSchemas {
-		fmt.Fprintf(&b, "        - {name: X-P%d, in: header, schema: %s}\n", i, sch)
-	}
-	b.WriteString("      responses: {'200': {description: ok}}\ncomponents:\n  schemas:\n    Small: {type: integer, maximum: 3}\n")
-	s, err := Load(writeDoc(t, "api.yaml", map[string]string{"api.yaml": b.String()}), "", "")
-	if err != nil {
-		t.Fatal(err)
-	}
-	var pv pathValues
-	_, op := s.match(http.MethodGet, "/s/7", &pv)
-	if op == nil {
-		t.Fatal("no operation")
-	}
-	// decoded is the verdict of the decoding and the tape on p
-	decoded := func(p *param, r *http.Request) bool {
-		sc := getScanner()
-		defer putScanner(sc)
-		found, viol := p.decode(sc, r, &pv)
-		return len(p.check(sc, found, viol, nil)) == 0
-	}
+	s, op := scalarSpec(t)
+	pv := pathValues{n: 1, vals: [8]string{"7"}}
 	for _, p := range op.params {
 		if p.scalar == nil {
 			t.Fatalf("%s: no scalar check", p.loc)
@@ -81,7 +58,7 @@ func TestCheckScalar(t *testing.T) {
 		for _, v := range scalarValues {
 			r := httptest.NewRequest(http.MethodGet, "/s/7?q=a", nil)
 			r.Header[p.name] = []string{v}
-			if p.checkScalar(r, &pv) && !decoded(p, r) {
+			if p.checkScalar(r, &pv) && !decoded(p, r, &pv) {
 				t.Errorf("%s %q: the scalar check accepts what the tape refuses", p.loc, v)
 			}
 		}
@@ -162,4 +139,67 @@ func TestQueryValue(t *testing.T) {
 			}
 		}
 	}
+}
+
+// scalarSpec is TestCheckScalar's document: GET /s/{id} with a path, two
+// query and a header parameter for each of scalarSchemas.
+func scalarSpec(t testing.TB) (*Spec, *Operation) {
+	t.Helper()
+	var b strings.Builder
+	b.WriteString("openapi: 3.1.0\ninfo: {title: t, version: '1'}\npaths:\n  /s/{id}:\n    get:\n      parameters:\n")
+	b.WriteString("        - {name: id, in: path, required: true, schema: {type: integer, minimum: 1}}\n")
+	b.WriteString("        - {name: q, in: query, required: true, schema: {type: string, maxLength: 16, pattern: '^[a-z,]+$'}}\n")
+	b.WriteString("        - {name: n, in: query, schema: {type: number, maximum: 10}}\n")
+	for i, sch := range scalarSchemas {
+		fmt.Fprintf(&b, "        - {name: X-P%d, in: header, schema: %s}\n", i, sch)
+	}
+	b.WriteString("      responses: {'200': {description: ok}}\ncomponents:\n  schemas:\n    Small: {type: integer, maximum: 3}\n")
+	s, err := Load(writeDoc(t, "api.yaml", map[string]string{"api.yaml": b.String()}), "", "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var pv pathValues
+	_, op := s.match(http.MethodGet, "/s/7", &pv)
+	if op == nil {
+		t.Fatal("no operation")
+	}
+	return s, op
+}
+
+// decoded is the verdict of the decoding and the tape on p.
+func decoded(p *param, r *http.Request, pv *pathValues) bool {
+	sc := getScanner()
+	defer putScanner(sc)
+	found, viol := p.decode(sc, r, pv)
+	return len(p.check(sc, found, viol, nil)) == 0
+}
+
+// FuzzCheckScalar fails when the scalar check accepts a value that the
+// decoding and the tape refuse: the value in a header parameter of each
+// of scalarSchemas, and written into the query (escapes and all) for the
+// query parameters.
+func FuzzCheckScalar(f *testing.F) {
+	for _, v := range scalarValues {
+		f.Add(v)
+	}
+	f.Add("a%2Cb&q=c")
+	f.Add("1&n=2;&n=3")
+	_, op := scalarSpec(f)
+	pv := pathValues{n: 1, vals: [8]string{"7"}}
+	f.Fuzz(func(t *testing.T, v string) {
+		for _, p := range op.params {
+			r := httptest.NewRequest(http.MethodGet, "/s/7", nil)
+			switch p.in {
+			case inHeader:
+				r.Header[p.name] = []string{v}
+			case inQuery:
+				r.URL.RawQuery = p.name + "=" + v
+			case inPath:
+				pv.vals[0] = v
+			}
+			if p.checkScalar(r, &pv) && !decoded(p, r, &pv) {
+				t.Fatalf("%s %q: the scalar check accepts what the tape refuses", p.loc, v)
+			}
+		}
+	})
 }
