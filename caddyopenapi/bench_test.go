@@ -2,6 +2,7 @@ package caddyopenapi
 
 import (
 	"bytes"
+	"context"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -9,6 +10,9 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/caddyserver/caddy/v2"
+	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
 )
 
 // The bench document (testdata/bench/api.yaml) has an operation whose body
@@ -270,5 +274,32 @@ func BenchmarkBenchDocumentBody(b *testing.B) {
 		if v, vs := m.checkBytes(body, "body", nil); v != verdictPass {
 			b.Fatalf("verdict %d %v", v, vs)
 		}
+	}
+}
+
+// BenchmarkParamServeHTTP is the whole handler (ServeHTTP: the
+// document's current version, the operation's match, its counters and
+// the parameter checks) on the bench's GET with a path and a query
+// parameter (gw-fast-openapi-query), passed to a handler that does
+// nothing: the handler's share of that row's request.
+func BenchmarkParamServeHTTP(b *testing.B) {
+	ctx, cancel := caddy.NewContext(caddy.Context{Context: context.Background()})
+	defer cancel()
+	h := &OpenAPI{Spec: "../bench/configs/openapi.yaml", Undeclared: UndeclaredReject}
+	if err := h.Provision(ctx); err != nil {
+		b.Fatal(err)
+	}
+	defer h.Cleanup()
+	r := httptest.NewRequest(http.MethodGet, "/items/1?fields=name,price", nil)
+	w := httptest.NewRecorder()
+	next := caddyhttp.HandlerFunc(func(http.ResponseWriter, *http.Request) error { return nil })
+	b.ReportAllocs()
+	for b.Loop() {
+		if err := h.ServeHTTP(w, r, next); err != nil {
+			b.Fatal(err)
+		}
+	}
+	if w.Code != http.StatusOK || h.summary.other.requests.Load() != 0 {
+		b.Fatalf("refused or undeclared: %d", w.Code)
 	}
 }

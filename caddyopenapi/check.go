@@ -30,30 +30,45 @@ var errBodyTooLarge = errors.New("request body too large to validate")
 
 // checkParams checks op's parameters against the request.
 func (op *Operation) checkParams(r *http.Request, vals *pathValues, out []Violation) []Violation {
-	if len(op.params) == 0 {
-		return out
+	for i, p := range op.params {
+		if p.scalar == nil || !p.checkScalar(r, vals) {
+			return op.decodeParams(r, vals, i, out)
+		}
 	}
+	return out
+}
+
+// decodeParams checks op's parameters from the i-th on, each decoded
+// onto a scanner's tape and checked there, but those checkScalar
+// accepts.
+func (op *Operation) decodeParams(r *http.Request, vals *pathValues, i int, out []Violation) []Violation {
 	s := getScanner()
 	defer putScanner(s)
-	for _, p := range op.params {
-		s.reset(nil)
-		var (
-			found bool
-			viol  *Violation
-		)
-		switch p.in {
-		case inPath:
-			viol, found = p.decodePath(s, vals.get(p.pathIdx)), true
-		case inQuery:
-			found, viol = p.decodeQuery(s, r.URL.RawQuery)
-		case inHeader:
-			found, viol = p.decodeHeader(s, r.Header)
-		case inCookie:
-			found, viol = p.decodeCookie(s, r.Header)
+	for k, p := range op.params[i:] {
+		if k > 0 && p.scalar != nil && p.checkScalar(r, vals) {
+			continue
 		}
+		s.reset(nil)
+		found, viol := p.decode(s, r, vals)
 		out = p.check(s, found, viol, out)
 	}
 	return out
+}
+
+// decode writes p's value on the request onto s's tape; found is false
+// when the request does not carry it.
+func (p *param) decode(s *scanner, r *http.Request, vals *pathValues) (found bool, viol *Violation) {
+	switch p.in {
+	case inPath:
+		return true, p.decodePath(s, vals.get(p.pathIdx))
+	case inQuery:
+		return p.decodeQuery(s, r.URL.RawQuery)
+	case inHeader:
+		return p.decodeHeader(s, r.Header)
+	case inCookie:
+		return p.decodeCookie(s, r.Header)
+	}
+	return false, nil
 }
 
 // hasBody reports whether a request carries a body.

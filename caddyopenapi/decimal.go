@@ -207,13 +207,21 @@ func cmpMag(a, b decimal) int {
 		}
 		return 1
 	}
-	// as many digits before the point: align the mantissas (at most 19
-	// digits each, so the longer one's length fits)
+	// as many digits before the point: align the mantissas. A mantissa
+	// has up to 20 digits, so the shorter one scaled up can pass what a
+	// uint64 holds (2 against 18446744073709551615): it is then the
+	// larger, as the other is a uint64.
 	ma, mb := a.mant, b.mant
 	if da < db {
-		ma, _ = mulPow10(ma, db-da)
+		var ok bool
+		if ma, ok = mulPow10(ma, db-da); !ok {
+			return 1
+		}
 	} else if db < da {
-		mb, _ = mulPow10(mb, da-db)
+		var ok bool
+		if mb, ok = mulPow10(mb, da-db); !ok {
+			return -1
+		}
 	}
 	switch {
 	case ma < mb:

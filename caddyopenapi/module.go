@@ -24,6 +24,7 @@ import (
 
 	"github.com/apigate/gateway/identity"
 	"github.com/apigate/gateway/internal/deny"
+	"github.com/apigate/gateway/internal/fieldedits"
 	"github.com/apigate/gateway/internal/filewatch"
 )
 
@@ -439,8 +440,16 @@ func (h *OpenAPI) refuse(w http.ResponseWriter, r *http.Request, st *opStats, v 
 	return deny.RespondProblem(w, r, problem(v, vs), reason)
 }
 
+// RequestFieldEdits reports that ServeHTTP changes no request header field
+// (fieldedits.Declarer): it reads parameters, Content-Type and cookies,
+// puts a body it read back as the same bytes, and writes response fields
+// only (TestRequestFieldEdits), so the fast path keeps its plain lane
+// behind it.
+func (h *OpenAPI) RequestFieldEdits() []string { return nil }
+
 // Interface guards
 var (
+	_ fieldedits.Declarer         = (*OpenAPI)(nil)
 	_ caddy.Provisioner           = (*OpenAPI)(nil)
 	_ caddy.Validator             = (*OpenAPI)(nil)
 	_ caddy.CleanerUpper          = (*OpenAPI)(nil)

@@ -30,27 +30,16 @@ func TestOnePass(t *testing.T) {
 			"even": {"type": "integer", "multipleOf": 2, "exclusiveMinimum": 0, "exclusiveMaximum": 100},
 			"neg": {"type": "number", "minimum": -5},
 			"amount": {"type": "number", "minimum": -1.5, "exclusiveMaximum": 10.25, "multipleOf": 0.25},
-			"ref": {"$ref": "#/$defs/code"}
+			"ref": {"$ref": "#/$defs/code"},
+			"huge": {"minimum": 9223372036854775808},
+			"wrapmin": {"minimum": 1844674407370955162},
+			"hugeneg": {"maximum": -9223372036854775808},
+			"wrapexmax": {"exclusiveMaximum": -1844674407370955162},
+			"wrapmul": {"multipleOf": 1844674407370955162}
 		},
 		"$defs": {"code": {"type": "string", "minLength": 2}}
 	}`
-	c := jsonschema.NewCompiler()
-	c.AssertFormat()
-	doc, err := jsonschema.UnmarshalJSON(strings.NewReader(schema))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := c.AddResource("mem:///s.json", doc); err != nil {
-		t.Fatal(err)
-	}
-	sch, err := c.Compile("mem:///s.json")
-	if err != nil {
-		t.Fatal(err)
-	}
-	checks, reason := compileChecks(sch)
-	if checks == nil || !onePass(checks) {
-		t.Fatalf("the schema is not covered by the one-pass check (%s)", reason)
-	}
+	checks := onePassChecks(t, schema)
 	const id = `"id":"3f6c2a9e-8b1d-4c7a-9e2f-5d4b3a2c1e0f"`
 	for _, tc := range []struct {
 		name, text string
@@ -106,6 +95,16 @@ func TestOnePass(t *testing.T) {
 		{"two values", `{` + id + `,"n":1} {}`, false},
 		{"cut short", `{` + id + `,"n":1`, false},
 		{"not an object", `[]`, false},
+		// bounds past an int64 of units: 10 * 2^63 and 10 * 1844674407370955162
+		// wrap (to 0 and 4), which made them small bounds
+		{"huge minimum", `{` + id + `,"n":1,"huge":0}`, false},
+		{"huge minimum met", `{` + id + `,"n":1,"huge":9223372036854775808}`, true},
+		{"minimum that wraps", `{` + id + `,"n":1,"wrapmin":5}`, false},
+		{"huge negative maximum", `{` + id + `,"n":1,"hugeneg":0}`, false},
+		{"huge negative maximum met", `{` + id + `,"n":1,"hugeneg":-9223372036854775809}`, true},
+		{"exclusive maximum that wraps", `{` + id + `,"n":1,"wrapexmax":-1}`, false},
+		{"multipleOf that wraps", `{` + id + `,"n":1,"wrapmul":8}`, false},
+		{"multipleOf that wraps met", `{` + id + `,"n":1,"wrapmul":3689348814741910324}`, true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			var s scanner
@@ -114,4 +113,60 @@ func TestOnePass(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestOnePassDraft4 holds the one-pass check to draft 4's boolean
+// exclusiveMinimum and exclusiveMaximum (OpenAPI 3.0) on bounds past an
+// int64 of units.
+func TestOnePassDraft4(t *testing.T) {
+	checks := onePassChecks(t, `{
+		"$schema": "http://json-schema.org/draft-04/schema#",
+		"type": "object",
+		"properties": {
+			"lo": {"minimum": 9223372036854775808, "exclusiveMinimum": true},
+			"hi": {"maximum": -1844674407370955162, "exclusiveMaximum": true},
+			"small": {"minimum": 1, "exclusiveMinimum": true}
+		}
+	}`)
+	for _, tc := range []struct {
+		name, text string
+		want       bool
+	}{
+		{"exclusive minimum met", `{"lo":9223372036854775809,"hi":-1844674407370955163,"small":2}`, true},
+		{"huge exclusive minimum", `{"lo":0}`, false},
+		{"huge exclusive minimum at the bound", `{"lo":9223372036854775808}`, false},
+		{"exclusive maximum that wraps", `{"hi":-1}`, false},
+		{"exclusive maximum that wraps, at the bound", `{"hi":-1844674407370955162}`, false},
+		{"small exclusive minimum", `{"small":1}`, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var s scanner
+			if got := s.accepts(checks, []byte(tc.text)); got != tc.want {
+				t.Errorf("accepts(%s) = %v, want %v", tc.text, got, tc.want)
+			}
+		})
+	}
+}
+
+// onePassChecks compiles schema, which the one-pass check must cover.
+func onePassChecks(t *testing.T, schema string) *schemaCheck {
+	t.Helper()
+	c := jsonschema.NewCompiler()
+	c.AssertFormat()
+	doc, err := jsonschema.UnmarshalJSON(strings.NewReader(schema))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := c.AddResource("mem:///s.json", doc); err != nil {
+		t.Fatal(err)
+	}
+	sch, err := c.Compile("mem:///s.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	checks, reason := compileChecks(sch)
+	if checks == nil || !onePass(checks) {
+		t.Fatalf("the schema is not covered by the one-pass check (%s)", reason)
+	}
+	return checks
 }

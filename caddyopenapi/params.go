@@ -18,6 +18,7 @@ type param struct {
 	pathIdx  int                // path parameters: position among the template's
 	schema   *jsonschema.Schema // nil: only presence is checked
 	checks   *schemaCheck       // schema compiled for the tape; nil: the library's alone
+	scalar   *schemaCheck       // checks, when checkScalar may decide the value (paramscalar.go)
 	fallback string             // why checks is nil when schema is not
 	shape    *shape             // how text becomes a JSON value
 	json     bool               // content: application/json (the value is JSON text)
@@ -118,6 +119,7 @@ func (c *compiler) compileParam(n node) (*param, error) {
 	defer func() {
 		if p.schema != nil {
 			p.checks, p.fallback = compileChecks(p.schema)
+			p.scalar = scalarCheck(p)
 		}
 	}()
 	if sn, ok := n.child("schema"); ok {
@@ -289,22 +291,28 @@ func (s *scanner) text(v string) (uint32, uint32) {
 // else the text.
 func (s *scanner) scalar(v string, sh *shape) {
 	idx := uint32(len(s.tape))
-	kind := kString
-	switch {
-	case sh.is(tInteger|tNumber) && isJSONNumber(v):
-		kind = kNumber
-	case sh.is(tBoolean) && v == "true":
-		kind = kTrue
-	case sh.is(tBoolean) && v == "false":
-		kind = kFalse
-	case sh.is(tNull) && v == "" && !sh.is(tString):
-		kind = kNull
-	}
+	kind := scalarKind(v, sh)
 	t := token{kind: kind, next: idx + 1, dec: true}
 	if kind == kString || kind == kNumber {
 		t.start, t.end = s.text(v)
 	}
 	s.tape = append(s.tape, t)
+}
+
+// scalarKind is the kind of JSON value parameter text v stands for
+// (scalar writes it).
+func scalarKind(v string, sh *shape) tokKind {
+	switch {
+	case sh.is(tInteger|tNumber) && isJSONNumber(v):
+		return kNumber
+	case sh.is(tBoolean) && v == "true":
+		return kTrue
+	case sh.is(tBoolean) && v == "false":
+		return kFalse
+	case sh.is(tNull) && v == "" && !sh.is(tString):
+		return kNull
+	}
+	return kString
 }
 
 // begin starts an array or an object; end closes it.

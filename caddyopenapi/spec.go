@@ -34,10 +34,14 @@ type Spec struct {
 	// do not cover: the JSON Schema library validates them, at its cost.
 	LibraryChecks []LibraryCheck
 
-	bases     []string             // path parts of the servers' URLs ("/v1"); none when "/"
-	literal   map[string]*pathItem // paths without templates
-	templated []*pathItem          // the others, most specific first
-	schemes   map[string]*scheme
+	bases   []string             // path parts of the servers' URLs ("/v1"); none when "/"
+	literal map[string]*pathItem // paths without templates
+	// literalLens has bit n set when a literal path is n bytes long (n
+	// < 64; bit 63 for the longer ones): most requests to a templated
+	// path skip the literal map's lookup
+	literalLens uint64
+	templated   []*pathItem // the others, most specific first
+	schemes     map[string]*scheme
 }
 
 // Operation is one method of one path of the document.
@@ -71,8 +75,8 @@ func (o *Operation) Key() string { return o.Method + " " + o.Path }
 type pathItem struct {
 	template string
 	segs     []segment
-	ops      map[string]*Operation // by method
-	allow    string                // "GET, POST": the Allow field of a 405
+	ops      [8]*Operation // by methodIndex
+	allow    string        // "GET, POST": the Allow field of a 405
 }
 
 // segment is one segment of a path template: a literal, or a parameter
@@ -414,7 +418,7 @@ func (s *Spec) compilePath(c *compiler, pn node, template string, rootSecurity [
 	if _, err := pn.object("a path item"); err != nil {
 		return err
 	}
-	item := &pathItem{template: template, ops: map[string]*Operation{}}
+	item := &pathItem{template: template}
 	templated, err := item.parse()
 	if err != nil {
 		return pn.errorf("%v", err)
@@ -436,7 +440,7 @@ func (s *Spec) compilePath(c *compiler, pn node, template string, rootSecurity [
 		if err := item.checkPathParams(on, op); err != nil {
 			return err
 		}
-		item.ops[op.Method] = op
+		item.ops[methodIndex(op.Method)] = op
 		allow = append(allow, op.Method)
 		s.Operations = append(s.Operations, op)
 		s.noteLibraryChecks(op)
@@ -446,6 +450,7 @@ func (s *Spec) compilePath(c *compiler, pn node, template string, rootSecurity [
 		s.templated = append(s.templated, item)
 	} else {
 		s.literal[template] = item
+		s.literalLens |= lenBit(template)
 	}
 	return nil
 }
@@ -679,8 +684,10 @@ func (s *Spec) match(method, path string, vals *pathValues) (item *pathItem, op 
 }
 
 func (s *Spec) matchPath(method, path string, vals *pathValues) (*pathItem, *Operation) {
-	if item, ok := s.literal[path]; ok {
-		return item, item.op(method)
+	if s.literalLens&lenBit(path) != 0 {
+		if item, ok := s.literal[path]; ok {
+			return item, item.op(method)
+		}
 	}
 	if len(path) == 0 || path[0] != '/' {
 		return nil, nil
@@ -698,14 +705,42 @@ func (s *Spec) matchPath(method, path string, vals *pathValues) (*pathItem, *Ope
 }
 
 func (p *pathItem) op(method string) *Operation {
-	if op, ok := p.ops[method]; ok {
+	i := methodIndex(method)
+	if i < 0 {
+		return nil
+	}
+	if op := p.ops[i]; op != nil || method != http.MethodHead {
 		return op
 	}
-	if method == http.MethodHead { // HEAD is GET without the body
-		return p.ops[http.MethodGet]
-	}
-	return nil
+	return p.ops[0] // HEAD is GET without the body
 }
+
+// methodIndex is the position of an HTTP method in methods (GET 0), or
+// -1 for a method a Path Item cannot declare.
+func methodIndex(method string) int {
+	switch method {
+	case http.MethodGet:
+		return 0
+	case http.MethodPut:
+		return 1
+	case http.MethodPost:
+		return 2
+	case http.MethodDelete:
+		return 3
+	case http.MethodOptions:
+		return 4
+	case http.MethodHead:
+		return 5
+	case http.MethodPatch:
+		return 6
+	case http.MethodTrace:
+		return 7
+	}
+	return -1
+}
+
+// lenBit is the bit of literalLens for a path of len(p) bytes.
+func lenBit(p string) uint64 { return 1 << min(len(p), 63) }
 
 // pathValues are the raw values of a request's path parameters.
 type pathValues struct {
@@ -734,7 +769,8 @@ func (pv *pathValues) get(i int) string {
 
 func (p *pathItem) matchSegs(rest string, vals *pathValues) bool {
 	vals.reset()
-	for i, seg := range p.segs {
+	for i := range p.segs {
+		seg := &p.segs[i] // not copied: four strings
 		var part string
 		if i == len(p.segs)-1 {
 			part = rest

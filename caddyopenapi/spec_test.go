@@ -218,3 +218,60 @@ func TestRefCycles(t *testing.T) {
 		})
 	}
 }
+
+// TestMatch: a request finds its operation by path and method: a literal
+// path before a template of as many segments, HEAD as GET where the path
+// has no HEAD, a method the path does not declare (or no Path Item can)
+// its Path Item alone (a 405), and a literal path past 63 bytes.
+func TestMatch(t *testing.T) {
+	long := "/" + strings.Repeat("l", 70)
+	s, err := Load(writeDoc(t, "api.yaml", map[string]string{"api.yaml": `openapi: 3.1.0
+info: {title: t, version: '1'}
+paths:
+  /items/mine:
+    get: {operationId: mine, responses: {'200': {description: ok}}}
+  /items/{id}:
+    get: {operationId: item, parameters: [{name: id, in: path, required: true, schema: {type: string}}], responses: {'200': {description: ok}}}
+    head: {operationId: itemHead, parameters: [{name: id, in: path, required: true, schema: {type: string}}], responses: {'200': {description: ok}}}
+    trace: {operationId: itemTrace, parameters: [{name: id, in: path, required: true, schema: {type: string}}], responses: {'200': {description: ok}}}
+  /orders:
+    post: {operationId: order, responses: {'200': {description: ok}}}
+  ` + long + `:
+    delete: {operationId: long, responses: {'200': {description: ok}}}
+`}), "", "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		method, path, item, op string
+	}{
+		{"GET", "/items/mine", "/items/mine", "mine"},
+		{"HEAD", "/items/mine", "/items/mine", "mine"},
+		{"GET", "/items/minf", "/items/{id}", "item"},
+		{"HEAD", "/items/7", "/items/{id}", "itemHead"},
+		{"TRACE", "/items/7", "/items/{id}", "itemTrace"},
+		{"PUT", "/items/7", "/items/{id}", ""},
+		{"FOO", "/items/7", "/items/{id}", ""},
+		{"get", "/items/7", "/items/{id}", ""},
+		{"POST", "/orders", "/orders", "order"},
+		{"GET", "/orders", "/orders", ""},
+		{"DELETE", long, long, "long"},
+		{"DELETE", long + "x", "", ""},
+		{"GET", "/nowhere", "", ""},
+	} {
+		t.Run(tc.method+" "+tc.path, func(t *testing.T) {
+			var pv pathValues
+			item, op := s.match(tc.method, tc.path, &pv)
+			gotItem, gotOp := "", ""
+			if item != nil {
+				gotItem = item.template
+			}
+			if op != nil {
+				gotOp = op.ID
+			}
+			if gotItem != tc.item || gotOp != tc.op {
+				t.Errorf("matched %q %q, want %q %q", gotItem, gotOp, tc.item, tc.op)
+			}
+		})
+	}
+}

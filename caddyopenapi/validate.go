@@ -151,11 +151,10 @@ func scaledInt(d decimal, scale int) (int64, bool) {
 	if !d.fits || e < 0 || e > 17 {
 		return 0, false
 	}
-	m := d.mant
-	for range e {
-		m *= 10
-	}
-	if m >= 1e17 {
+	// checked: 10 * 2^63 wraps to 0 in a uint64, which made a minimum of
+	// 9223372036854775808 a minimum of 0 at scale 1
+	m, ok := mulPow10(d.mant, e)
+	if !ok || m >= 1e17 {
 		return 0, false
 	}
 	if d.neg {

@@ -362,3 +362,51 @@ func (g *gen) value(depth int) string {
 	b.WriteByte('}')
 	return b.String()
 }
+
+// TestNumberBoundEdges compares the checks, the one-pass check and the
+// library on every number keyword (draft 4's boolean exclusive bounds
+// and 2020-12's numeric ones) with bounds and values where a uint64 or
+// an int64 of units runs out: near 10^17 units, 2^63, 2^64 and 2^64/10
+// (whose tenfold wraps to 4), negative ones, 20-digit ones and ones
+// written with an exponent. Where the int64 cannot decide, the decimal
+// or the big.Rat must.
+func TestNumberBoundEdges(t *testing.T) {
+	edges := []string{"0", "1", "-1", "5", "8", "0.5", "99999999999999999", "100000000000000000",
+		"9223372036854775807", "9223372036854775808", "-9223372036854775808", "-9223372036854775809",
+		"1844674407370955162", "-1844674407370955162", "18446744073709551615", "18446744073709551616",
+		"-18446744073709551615", "2e19", "-2e19", "1e17", "1.5e17", "12345678901234567890123", "1e30", "0.0000001"}
+	type keyword struct {
+		name  string
+		draft string
+		make  func(bound string) string
+	}
+	const d4, d2020 = `"$schema":"http://json-schema.org/draft-04/schema#",`, `"$schema":"https://json-schema.org/draft/2020-12/schema",`
+	var keywords []keyword
+	for _, draft := range []string{d4, d2020} {
+		for _, kw := range []string{"minimum", "maximum", "multipleOf"} {
+			keywords = append(keywords, keyword{kw, draft, func(b string) string { return `{` + draft + `"` + kw + `":` + b + `}` }})
+		}
+	}
+	for _, kw := range []string{"exclusiveMinimum", "exclusiveMaximum"} {
+		keywords = append(keywords, keyword{kw + " true", d4, func(b string) string {
+			return `{` + d4 + `"` + strings.Replace(kw, "exclusiveM", "m", 1) + `":` + b + `,"` + kw + `":true}`
+		}})
+		keywords = append(keywords, keyword{kw, d2020, func(b string) string { return `{` + d2020 + `"` + kw + `":` + b + `}` }})
+	}
+	for _, kw := range keywords {
+		for _, b := range edges {
+			if kw.name == "multipleOf" && (b == "0" || strings.HasPrefix(b, "-")) {
+				continue // not a schema
+			}
+			doc, err := jsonschema.UnmarshalJSON(strings.NewReader(kw.make(b)))
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, v := range edges {
+				if !compareVerdicts(t, doc, v) {
+					t.Fatalf("%s: %s not compared", kw.make(b), v)
+				}
+			}
+		}
+	}
+}
