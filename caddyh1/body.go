@@ -115,7 +115,7 @@ func (b *body) readTrailers() error {
 		}
 	}
 	var h head
-	if err := parseHead(block, &h, nil); err != nil {
+	if err := parseHead(block, &h, nil, nil); err != nil {
 		return errors.Join(h1wire.ErrChunk, err)
 	}
 	for k, vv := range h.header {

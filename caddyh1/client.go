@@ -566,6 +566,7 @@ type conn struct {
 	aborted   atomic.Bool // the request's context ended: the conn is unusable
 	abortFn   func()
 	closeOnce sync.Once
+	hs        headScan // the response head being read (readHead)
 }
 
 func newConn(p *hostPool, nc net.Conn) *conn {
@@ -791,7 +792,7 @@ func (cn *conn) readResponse(req *http.Request, h *head, ru *Reuse) (*http.Respo
 		if err != nil {
 			return nil, err
 		}
-		err = parseHead(b, h, ru)
+		err = parseHead(b, h, ru, &cn.hs)
 		cn.rd.Discard(len(b))
 		if err != nil {
 			return nil, err
@@ -861,13 +862,12 @@ func (timeoutError) Temporary() bool { return true }
 // readHead returns the next whole response head in the read buffer (which
 // grows for it, up to max bytes); the caller discards it once parsed.
 func (cn *conn) readHead(max int, onTimeout func() error) ([]byte, error) {
-	from := 0
+	cn.hs.reset()
 	for {
 		buf := cn.rd.Buffered()
-		if end := findHeadEnd(buf, from); end >= 0 {
+		if end := cn.hs.scan(buf); end >= 0 {
 			return buf[:end], nil
 		}
-		from = len(buf)
 		err := cn.rd.Fill()
 		if err == io.ErrShortBuffer {
 			if !cn.rd.Grow(max) {

@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"bytes"
 	"errors"
+	"fmt"
 	"net/http"
 	"reflect"
 	"strings"
@@ -63,7 +64,7 @@ func TestParseHead(t *testing.T) {
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			var h head
-			if err := parseHead([]byte(tc.head), &h, nil); err != nil {
+			if err := parseBoth(t, []byte(tc.head), &h); err != nil {
 				t.Fatalf("parseHead: %v", err)
 			}
 			if h.status != tc.status || h.statusText != tc.text || h.contentLength != tc.length ||
@@ -128,7 +129,7 @@ func TestParseHeadRefuses(t *testing.T) {
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			var h head
-			err := parseHead([]byte(tc.head), &h, nil)
+			err := parseBoth(t, []byte(tc.head), &h)
 			if err == nil {
 				t.Fatalf("parsed; want an error containing %q", tc.want)
 			}
@@ -163,7 +164,7 @@ func TestParseHeadAllocations(t *testing.T) {
 		"Content-Type: application/json\r\nContent-Length: 72\r\nConnection: keep-alive\r\n\r\n")
 	var h head
 	allocs := testing.AllocsPerRun(100, func() {
-		if err := parseHead(b, &h, nil); err != nil {
+		if err := parseHead(b, &h, nil, nil); err != nil {
 			t.Fatal(err)
 		}
 	})
@@ -179,7 +180,7 @@ func BenchmarkParseHead(b *testing.B) {
 	b.ReportAllocs()
 	var h head
 	for b.Loop() {
-		if err := parseHead(raw, &h, nil); err != nil {
+		if err := parseHead(raw, &h, nil, nil); err != nil {
 			b.Fatal(err)
 		}
 	}
@@ -208,7 +209,7 @@ func FuzzParseHead(f *testing.F) {
 		}
 		b = b[:end]
 		var h head
-		if err := parseHead(b, &h, nil); err != nil {
+		if err := parseBoth(t, b, &h); err != nil {
 			return
 		}
 		if h.status < 100 || h.status > 599 {
@@ -246,4 +247,36 @@ func FuzzParseHead(f *testing.F) {
 			}
 		}
 	})
+}
+
+// parseBoth parses a whole head, b, as the transport does (a headScan
+// fed b in one piece and byte by byte, which must find the end findHeadEnd
+// finds, and parseHead reading its lines) and with parseHead's own check
+// and line search (no scan), and fails t where the two differ; it returns
+// the first's error, its head in h.
+func parseBoth(t testing.TB, b []byte, h *head) error {
+	t.Helper()
+	want := findHeadEnd(b, 0)
+	var hs headScan
+	if got := hs.scan(b); got != want {
+		t.Fatalf("headScan in one piece: end %d, findHeadEnd %d (%q)", got, want, b)
+	}
+	var split headScan
+	got := -1
+	for i := 0; i <= len(b) && got < 0; i++ {
+		got = split.scan(b[:i])
+	}
+	if got != want || !reflect.DeepEqual(split.ends, hs.ends) || split.fault != hs.fault {
+		t.Fatalf("headScan byte by byte: end %d ends %v fault %v, in one piece %d %v %v (%q)", got, split.ends, split.fault, want, hs.ends, hs.fault, b)
+	}
+	if want < 0 {
+		return parseHead(b, h, nil, nil) // (not a whole head: the tests' own error cases)
+	}
+	var plain head
+	errPlain := parseHead(b[:want], &plain, nil, nil)
+	err := parseHead(b[:want], h, nil, &hs)
+	if fmt.Sprint(err) != fmt.Sprint(errPlain) || err == nil && !reflect.DeepEqual(*h, plain) {
+		t.Fatalf("parseHead with the scan: %+v, %v; without: %+v, %v (%q)", *h, err, plain, errPlain, b)
+	}
+	return err
 }

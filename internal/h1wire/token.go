@@ -285,6 +285,11 @@ func CountLines(b []byte) (int, HeadFault, byte) {
 	return lines, HeadOK, 0
 }
 
+// SkipClean returns the index of the first control byte (below 0x20,
+// HTAB included, or DEL) of b at or after i, or len(b), eight bytes at a
+// time.
+func SkipClean(b []byte, i int) int { return skipClean(b, i) }
+
 // ValidFieldValue reports whether v may be a field value on the wire: no
 // control byte but HTAB (httpguts.ValidHeaderFieldValue's rule, eight
 // bytes at a time).
