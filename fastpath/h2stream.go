@@ -186,6 +186,9 @@ func (s *h2stream) readHeaders(f *h2block) error {
 				authority = hf.Value
 			}
 		}
+		if isReworked(name) {
+			h.reworked = true
+		}
 		fields = append(fields, field{name, hf.Value})
 	}
 	if len(cookies) > 0 {

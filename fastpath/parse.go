@@ -455,3 +455,19 @@ func hasField(fields []field, name string) bool {
 	}
 	return false
 }
+
+// isReworked reports whether reverse_proxy changes or removes a request
+// field of this (canonical) name on the way upstream, so that the plain
+// lane cannot send the client's fields as they came (reqHead.reworked):
+// the hop-by-hop fields, Via, X-Forwarded-* and Pragma (which, on
+// HTTP/1, adds a Cache-Control). It is field's list, for the fields of an
+// HTTP/2 stream's head.
+func isReworked(name string) bool {
+	switch name {
+	case "Connection", "Te", "Keep-Alive", "Proxy-Connection", "Proxy-Authenticate", "Proxy-Authorization", "Alt-Svc",
+		"Upgrade", "Transfer-Encoding", "Trailer",
+		"Via", "X-Forwarded-For", "X-Forwarded-Proto", "X-Forwarded-Host", "Pragma":
+		return true
+	}
+	return false
+}

@@ -3,6 +3,7 @@ package fastpath
 import (
 	"bufio"
 	"fmt"
+	"io"
 	"net"
 	"net/http"
 	"reflect"
@@ -205,5 +206,58 @@ func TestHeaderReaders(t *testing.T) {
 		!strings.Contains(first.Body, `X-Added=["role=admin"]`) || strings.Contains(first.Body, "X-Drop") ||
 		!strings.Contains(first.Body, `X-User=["user-of-admin"]`) {
 		t.Fatalf("the fast path's readers saw other values than meant: %v", first)
+	}
+}
+
+// TestFieldsOverH2: an HTTP/2 request whose fields reverse_proxy sends
+// unchanged takes the plain lane too (its head's fields written upstream,
+// no copy through a map), and the upstream gets the fields Caddy's path
+// sends: the same lines (in another order: Caddy's copy goes through a
+// map), cookies joined with "; ", and Via "2.0 Caddy"; a request with a
+// field reverse_proxy reworks (Via, X-Forwarded-*, Te, Pragma, a
+// hop-by-hop one) takes the map's copy, as on HTTP/1.1.
+func TestFieldsOverH2(t *testing.T) {
+	up := headUpstream(t)
+	loadTwinOpts(t, twinOpts{serverOpts: "\t\tprotocols h1 h2c"}, fmt.Sprintf(`	reverse_proxy %s {
+		transport h1
+	}`, up))
+	lanes := lanesCounted(t)
+	for i, hdr := range []http.Header{
+		{"Accept": {"a/b"}, "X-M": {"1"}, "Authorization": {"Bearer x"}, "X-Two": {"a", "b"},
+			"Cookie": {"a=1", "b=2"}, "User-Agent": {"h2-test"}, "X_dotted": {"dropped"}},
+		// fields reverse_proxy reworks: the map's copy, on the fast path too
+		{"Via": {"1.1 client"}, "X-Forwarded-For": {"1.2.3.4"}, "X-Forwarded-Host": {"h"}, "Te": {"trailers"},
+			"Pragma": {"no-cache"}, "Proxy-Authorization": {"Basic x"}, "X-Kept": {"k"}},
+	} {
+		got := map[string]string{}
+		for _, run := range diffRuns {
+			run.do(func() {
+				r, _ := http.NewRequest("GET", fmt.Sprintf("http://127.0.0.1:%d/a", run.port), nil)
+				r.Host, r.Header = "example.com", hdr.Clone()
+				res, err := h2cClient().Do(r)
+				if err != nil {
+					t.Fatalf("%s: %v", run.name, err)
+				}
+				body, _ := io.ReadAll(res.Body)
+				res.Body.Close()
+				if res.ProtoMajor != 2 || res.StatusCode != 200 {
+					t.Fatalf("%s: %s %d", run.name, res.Proto, res.StatusCode)
+				}
+				lines := strings.Split(strings.TrimSuffix(string(body), "\r\n"), "\r\n")
+				sort.Strings(lines)
+				got[run.name] = strings.Join(lines, "\n")
+			})
+		}
+		for _, run := range diffRuns[1:] {
+			if got[run.name] != got[diffRuns[0].name] {
+				t.Errorf("request %d: the upstream got\n%s\nfrom %s, and\n%s\nfrom Caddy's path", i, got[run.name], run.name, got[diffRuns[0].name])
+			}
+		}
+		if i == 0 && !strings.Contains(got["fast path"], "Via: 2.0 Caddy") {
+			t.Errorf("no Via 2.0 Caddy:\n%s", got["fast path"])
+		}
+	}
+	if plain, _ := lanes(); plain == 0 {
+		t.Fatalf("the HTTP/2 request did not take the plain lane")
 	}
 }

@@ -154,6 +154,7 @@ var (
 	via20        = []string{"2.0 Caddy"}
 	viaResponse1 = "1.1 Caddy"
 	viaResponse0 = "1.0 Caddy"
+	viaRequest2  = "2.0 Caddy" // (an HTTP/2 request's, upstream)
 )
 
 func (ps *proxyState) init(ex *exchange) {
@@ -296,7 +297,7 @@ func (ps *proxyState) prepare(r *http.Request, derived, plain bool) *http.Reques
 // ones reverse_proxy adds. It reports false for another head.
 func (ps *proxyState) preparePlain(r, out *http.Request) bool {
 	h := &ps.ex.st.head
-	if h.reworked || h.h2 || h.pragmaNoCache {
+	if h.reworked || h.pragmaNoCache {
 		return false
 	}
 	for _, name := range ps.ex.edits {
@@ -316,7 +317,9 @@ func (ps *proxyState) preparePlain(r, out *http.Request) bool {
 	unix := out.RemoteAddr == "@"
 	f := &ps.fwd
 	*f = forwarded{viaBody: viaResponse1}
-	if out.ProtoMinor == 0 {
+	if out.ProtoMajor == 2 {
+		f.viaBody = viaRequest2
+	} else if out.ProtoMinor == 0 {
 		f.viaBody = viaResponse0
 	}
 	if !(unix && !trusted || !unix && !c.ipOK) {
