@@ -348,13 +348,14 @@ func (h *reqHead) field(name, value string, fields []field, seen *seenFields) *b
 		if h.handoff == "" {
 			h.handoff = "request trailers"
 		}
-	case "Te", "Keep-Alive", "Proxy-Connection", "Proxy-Authenticate", "Proxy-Authorization", "Alt-Svc",
-		"Via", "X-Forwarded-For", "X-Forwarded-Proto", "X-Forwarded-Host":
-		h.reworked = true
 	case "Pragma":
 		h.reworked = true
 		if value == "no-cache" && !h.pragmaNoCache && !hasField(fields, "Pragma") {
 			h.pragmaNoCache = true
+		}
+	default:
+		if isReworked(name) {
+			h.reworked = true
 		}
 	}
 	return nil
@@ -460,8 +461,7 @@ func hasField(fields []field, name string) bool {
 // field of this (canonical) name on the way upstream, so that the plain
 // lane cannot send the client's fields as they came (reqHead.reworked):
 // the hop-by-hop fields, Via, X-Forwarded-* and Pragma (which, on
-// HTTP/1, adds a Cache-Control). It is field's list, for the fields of an
-// HTTP/2 stream's head.
+// HTTP/1, adds a Cache-Control), for both protocols' heads.
 func isReworked(name string) bool {
 	switch name {
 	case "Connection", "Te", "Keep-Alive", "Proxy-Connection", "Proxy-Authenticate", "Proxy-Authorization", "Alt-Svc",
