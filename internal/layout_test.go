@@ -1,12 +1,14 @@
-// Package internal holds the rule of docs/architecture.md's import graph
-// that concerns internal/ itself (it has no code of its own, only this
-// test): production helpers sit at the bottom of the graph.
+// Package internal holds the rules of docs/architecture.md's import graph
+// that concern internal/ itself (it has no code of its own, only this
+// test): production helpers sit at the bottom of the graph, and test kits
+// are imported by tests only.
 package internal
 
 import (
 	"go/parser"
 	"go/token"
 	"io/fs"
+	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -63,5 +65,61 @@ func TestInternalImportsNothingAbove(t *testing.T) {
 	}
 	if checked < 10 {
 		t.Fatalf("checked only %d files under internal/: is the test running from internal/?", checked)
+	}
+}
+
+// TestOnlyTestsImportTestKits: no non-test file outside internal/testkit/
+// imports a test kit (docs/architecture.md, "Who may import whom": test
+// kits start Caddy with the gateway's modules, so a module importing one
+// would import the modules above it, and ship test code in the binary).
+// The kits' own commands (fleetcaddy, testsummary, testop) live under
+// internal/testkit/ and may import each other.
+func TestOnlyTestsImportTestKits(t *testing.T) {
+	fset := token.NewFileSet()
+	checked := 0
+	root := ".."
+	err := filepath.WalkDir(root, func(path string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		rel, err := filepath.Rel(root, path)
+		if err != nil {
+			return err
+		}
+		rel = filepath.ToSlash(rel)
+		if d.IsDir() {
+			if rel == "internal/testkit" || d.Name() == "testdata" || (rel != "." && strings.HasPrefix(d.Name(), ".")) {
+				return filepath.SkipDir
+			}
+			if _, err := fs.Stat(os.DirFS(path), "go.mod"); err == nil && rel != "." {
+				return filepath.SkipDir // a module of its own (bench)
+			}
+			return nil
+		}
+		if !strings.HasSuffix(path, ".go") || strings.HasSuffix(path, "_test.go") {
+			return nil
+		}
+		f, err := parser.ParseFile(fset, path, nil, parser.ImportsOnly)
+		if err != nil {
+			return err
+		}
+		checked++
+		for _, imp := range f.Imports {
+			p, err := strconv.Unquote(imp.Path.Value)
+			if err != nil {
+				return err
+			}
+			if strings.HasPrefix(p, module+"internal/testkit/") {
+				t.Errorf("%s (line %d) imports %s: only tests import test kits (see docs/architecture.md)",
+					rel, fset.Position(imp.Pos()).Line, p)
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if checked < 100 {
+		t.Fatalf("checked only %d files of the module: is the test running from internal/?", checked)
 	}
 }
