@@ -24,45 +24,16 @@ const module = "github.com/apigate/gateway/"
 // a module that depends on helpers (docs/architecture.md, "Who may import
 // whom"). Test files may import upward: they are not part of the helper.
 func TestInternalImportsNothingAbove(t *testing.T) {
-	fset := token.NewFileSet()
-	checked := 0
-	err := filepath.WalkDir(".", func(path string, d fs.DirEntry, err error) error {
-		if err != nil {
-			return err
+	checked := eachImport(t, ".", func(file string, line int, p string) {
+		if !strings.HasPrefix(p, module) {
+			return
 		}
-		if d.IsDir() {
-			if path == "testkit" || (path != "." && strings.HasPrefix(d.Name(), ".")) || d.Name() == "testdata" {
-				return filepath.SkipDir
-			}
-			return nil
+		rel := strings.TrimPrefix(p, module)
+		if !strings.HasPrefix(rel, "internal/") || strings.HasPrefix(rel, "internal/testkit/") {
+			t.Errorf("internal/%s (line %d) imports %s: a helper under internal/ may import only other helpers under internal/ (see docs/architecture.md)",
+				file, line, p)
 		}
-		if !strings.HasSuffix(path, ".go") || strings.HasSuffix(path, "_test.go") {
-			return nil
-		}
-		f, err := parser.ParseFile(fset, path, nil, parser.ImportsOnly)
-		if err != nil {
-			return err
-		}
-		checked++
-		for _, imp := range f.Imports {
-			p, err := strconv.Unquote(imp.Path.Value)
-			if err != nil {
-				return err
-			}
-			if !strings.HasPrefix(p, module) {
-				continue
-			}
-			rel := strings.TrimPrefix(p, module)
-			if !strings.HasPrefix(rel, "internal/") || strings.HasPrefix(rel, "internal/testkit/") {
-				t.Errorf("internal/%s (line %d) imports %s: a helper under internal/ may import only other helpers under internal/ (see docs/architecture.md)",
-					filepath.ToSlash(path), fset.Position(imp.Pos()).Line, p)
-			}
-		}
-		return nil
 	})
-	if err != nil {
-		t.Fatal(err)
-	}
 	if checked < 10 {
 		t.Fatalf("checked only %d files under internal/: is the test running from internal/?", checked)
 	}
@@ -75,10 +46,31 @@ func TestInternalImportsNothingAbove(t *testing.T) {
 // The kits' own commands (fleetcaddy, testsummary, testop) live under
 // internal/testkit/ and may import each other.
 func TestOnlyTestsImportTestKits(t *testing.T) {
+	checked := eachImport(t, "..", func(file string, line int, p string) {
+		if strings.HasPrefix(p, module+"internal/testkit/") {
+			t.Errorf("%s (line %d) imports %s: only tests import test kits (see docs/architecture.md)",
+				file, line, p)
+		}
+	})
+	if checked < 100 {
+		t.Fatalf("checked only %d files of the module: is the test running from internal/?", checked)
+	}
+}
+
+// eachImport calls check with each import of each non-test Go file below
+// root (its path relative to root, the import's line and path), and
+// returns how many files it read. It skips internal/testkit/ (relative to
+// the module: the kits may import anything), testdata, hidden folders and
+// folders with a go.mod of their own (bench).
+func eachImport(t *testing.T, root string, check func(file string, line int, p string)) int {
+	t.Helper()
 	fset := token.NewFileSet()
 	checked := 0
-	root := ".."
-	err := filepath.WalkDir(root, func(path string, d fs.DirEntry, err error) error {
+	testkit, err := filepath.Abs("testkit")
+	if err != nil {
+		t.Fatal(err)
+	}
+	err = filepath.WalkDir(root, func(path string, d fs.DirEntry, err error) error {
 		if err != nil {
 			return err
 		}
@@ -86,13 +78,15 @@ func TestOnlyTestsImportTestKits(t *testing.T) {
 		if err != nil {
 			return err
 		}
-		rel = filepath.ToSlash(rel)
 		if d.IsDir() {
-			if rel == "internal/testkit" || d.Name() == "testdata" || (rel != "." && strings.HasPrefix(d.Name(), ".")) {
+			if abs, err := filepath.Abs(path); err == nil && abs == testkit {
 				return filepath.SkipDir
 			}
-			if _, err := fs.Stat(os.DirFS(path), "go.mod"); err == nil && rel != "." {
-				return filepath.SkipDir // a module of its own (bench)
+			if rel != "." && (strings.HasPrefix(d.Name(), ".") || d.Name() == "testdata") {
+				return filepath.SkipDir
+			}
+			if _, err := os.Stat(filepath.Join(path, "go.mod")); err == nil && rel != "." {
+				return filepath.SkipDir
 			}
 			return nil
 		}
@@ -109,17 +103,12 @@ func TestOnlyTestsImportTestKits(t *testing.T) {
 			if err != nil {
 				return err
 			}
-			if strings.HasPrefix(p, module+"internal/testkit/") {
-				t.Errorf("%s (line %d) imports %s: only tests import test kits (see docs/architecture.md)",
-					rel, fset.Position(imp.Pos()).Line, p)
-			}
+			check(filepath.ToSlash(rel), fset.Position(imp.Pos()).Line, p)
 		}
 		return nil
 	})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if checked < 100 {
-		t.Fatalf("checked only %d files of the module: is the test running from internal/?", checked)
-	}
+	return checked
 }
