@@ -349,10 +349,8 @@ func (c FleetConfig) withDefaults() (FleetConfig, error) {
 	if c.Bucket == "" {
 		c.Bucket = DefaultFleetBucket
 	}
-	for _, r := range c.Bucket {
-		if !(r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || r == '_' || r == '-') {
-			return c, fmt.Errorf("invalid fleet bucket %q: only letters, digits, _ and - (found %q)", c.Bucket, r)
-		}
+	if !natsconn.ValidBucket(c.Bucket) {
+		return c, fmt.Errorf("invalid fleet bucket %q: only letters, digits, _ and -", c.Bucket)
 	}
 	switch {
 	case c.TTL == 0:

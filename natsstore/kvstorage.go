@@ -148,33 +148,20 @@ func (s *KV) lockBucket(ctx context.Context) (jetstream.KeyValue, error) {
 	return kv, nil
 }
 
+// bind binds the bucket cfg.Bucket as it exists; with create, a missing
+// one is created (natsconn.BindKV: 1 replica where the servers cannot
+// place more), else a read finds errNoBucket.
 func (s *KV) bind(ctx context.Context, create bool, cfg jetstream.KeyValueConfig) (jetstream.KeyValue, error) {
+	if create {
+		return natsconn.BindKV(ctx, s.js, cfg, s.logger)
+	}
 	kv, err := s.js.KeyValue(ctx, cfg.Bucket)
-	if err == nil {
-		return kv, nil
-	}
-	if !errors.Is(err, jetstream.ErrBucketNotFound) {
-		return nil, fmt.Errorf("binding bucket %q: %w", cfg.Bucket, err)
-	}
-	if !create {
+	if errors.Is(err, jetstream.ErrBucketNotFound) {
 		return nil, errNoBucket
 	}
-	kv, err = s.js.CreateKeyValue(ctx, cfg)
-	if err != nil && cfg.Replicas > 1 && natsconn.TooFewServers(err) {
-		s.logger.Warn("too few NATS servers for the configured replicas; creating the bucket with 1. "+
-			"Once enough servers run, raise it with: nats stream edit KV_"+cfg.Bucket+" --replicas N",
-			zap.String("bucket", cfg.Bucket), zap.Int("replicas", cfg.Replicas), zap.Error(err))
-		cfg.Replicas = 1
-		kv, err = s.js.CreateKeyValue(ctx, cfg)
-	}
-	if errors.Is(err, jetstream.ErrBucketExists) || errors.Is(err, jetstream.ErrStreamNameAlreadyInUse) {
-		// another replica created it meanwhile
-		kv, err = s.js.KeyValue(ctx, cfg.Bucket)
-	}
 	if err != nil {
-		return nil, fmt.Errorf("creating bucket %q: %w", cfg.Bucket, err)
+		return nil, fmt.Errorf("binding bucket %q: %w", cfg.Bucket, err)
 	}
-	s.logger.Info("created key-value bucket", zap.String("bucket", cfg.Bucket), zap.Int("replicas", cfg.Replicas))
 	return kv, nil
 }
 

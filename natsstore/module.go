@@ -8,7 +8,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"path/filepath"
-	"regexp"
 	"time"
 
 	"github.com/caddyserver/caddy/v2"
@@ -76,8 +75,6 @@ func (Storage) CaddyModule() caddy.ModuleInfo {
 		New: func() caddy.Module { return new(Storage) },
 	}
 }
-
-var bucketName = regexp.MustCompile(`^[a-zA-Z0-9_-]+$`)
 
 // Provision expands placeholders, sets defaults and takes the shared local
 // copy and NATS connection (which keeps connecting in the background if
@@ -161,7 +158,7 @@ func (s *Storage) Provision(ctx caddy.Context) error {
 
 // Validate checks the configuration.
 func (s *Storage) Validate() error {
-	if !bucketName.MatchString(s.Bucket) {
+	if !natsconn.ValidBucket(s.Bucket) {
 		return fmt.Errorf("invalid bucket %q: only letters, digits, '-' and '_'", s.Bucket)
 	}
 	if s.Replicas < 1 || s.Replicas > 5 {

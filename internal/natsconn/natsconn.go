@@ -329,6 +329,20 @@ func SplitServers(lists ...string) []string {
 	return servers
 }
 
+// ValidBucket reports whether name is a key-value bucket name JetStream
+// takes: one or more ASCII letters, digits, '-' and '_'. Each module that
+// names a bucket (storage, the docker fleet, the quota fleet) checks its
+// setting with it in Validate and names the setting in its own error.
+func ValidBucket(name string) bool {
+	for i := 0; i < len(name); i++ {
+		c := name[i]
+		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '-' || c == '_') {
+			return false
+		}
+	}
+	return name != ""
+}
+
 // BindKV binds the key-value bucket cfg.Bucket as it exists (whatever its
 // settings), or creates it with cfg; where the servers cannot place
 // cfg.Replicas (TooFewServers) it is created with 1 replica and a

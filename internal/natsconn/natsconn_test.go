@@ -209,3 +209,25 @@ func TestOnReconnectAfterLateStart(t *testing.T) {
 	case <-time.After(300 * time.Millisecond):
 	}
 }
+
+func TestValidBucket(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		want bool
+	}{
+		{"gateway_quota", true},
+		{"KV-2", true},
+		{"", false},
+		{"a.b", false},
+		{"a b", false},
+		{"a/b", false},
+		{"a*", false},
+		{"caf\u00e9", false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if got := ValidBucket(tc.name); got != tc.want {
+				t.Fatalf("ValidBucket(%q) = %v, want %v", tc.name, got, tc.want)
+			}
+		})
+	}
+}

@@ -10,11 +10,9 @@ import (
 
 	_ "github.com/mholt/caddy-ratelimit"
 
+	// every module of the gateway, as xcaddy's build has them: the root
+	// package's list is the one list, so this binary cannot lack one
 	_ "github.com/apigate/gateway"
-	_ "github.com/apigate/gateway/caddyaudit"
-	_ "github.com/apigate/gateway/caddyjwt"
-	_ "github.com/apigate/gateway/caddypermcache"
-	_ "github.com/apigate/gateway/natsstore"
 )
 
 func main() { caddycmd.Main() }
