@@ -280,3 +280,36 @@ func parseBoth(t testing.TB, b []byte, h *head) error {
 	}
 	return err
 }
+
+// TestParseHeadReuse: a head parsed with a Reuse whose previous head had
+// other names, the same names, names that are prefixes of these or these
+// in another case, gives what a parse of it alone gives (parseHead takes a
+// name from the previous head only where the line holds it, byte for
+// byte, before its colon).
+func TestParseHeadReuse(t *testing.T) {
+	heads := []string{
+		"HTTP/1.1 200 OK\r\nServer: nginx\r\nDate: Mon, 30 Nov 2026 18:00:00 GMT\r\nContent-Type: text/plain\r\nContent-Length: 2\r\nConnection: keep-alive\r\n\r\n",
+		"HTTP/1.1 200 OK\r\nServer: nginx\r\nDate: Mon, 30 Nov 2026 18:00:01 GMT\r\nContent-Type: text/plain\r\nContent-Length: 3\r\nConnection: keep-alive\r\n\r\n",
+		"HTTP/1.1 404 Not Found\r\nServer-Timing: x\r\nDate2: y\r\nContent-Type-Options: z\r\nContent-Length: 0\r\n\r\n",
+		"HTTP/1.1 200 OK\r\nserver: a\r\nDATE: b\r\ncontent-type: c\r\nContent-Length: 0\r\n\r\n",
+		"HTTP/1.1 200 OK\r\nServer: nginx\r\nServer: again\r\nContent-Length: 0\r\n\r\n",
+		"HTTP/1.1 200 OK\r\nServer:nginx\r\nDate:\r\nContent-Type : x\r\nContent-Length: 0\r\n\r\n",
+		"HTTP/1.1 200 OK\r\nX-A: 1\r\nX-B: 2\r\nX-C: 3\r\nX-D: 4\r\nX-E: 5\r\nX-F: 6\r\nX-G: 7\r\nX-H: 8\r\nX-I: 9\r\nX-J: 10\r\n" +
+			"X-K: 11\r\nX-L: 12\r\nX-M: 13\r\nX-N: 14\r\nX-O: 15\r\nX-P: 16\r\nX-Q: 17\r\nX-R: 18\r\nContent-Length: 0\r\n\r\n",
+	}
+	for i, a := range heads {
+		for j, b := range heads {
+			var ru Reuse
+			var h, alone head
+			errA := parseHead([]byte(a), &h, &ru, nil)
+			err := parseHead([]byte(b), &h, &ru, nil)
+			errAlone := parseHead([]byte(b), &alone, nil, nil)
+			if fmt.Sprint(err) != fmt.Sprint(errAlone) {
+				t.Fatalf("head %d after %d (%v): %v, alone %v", j, i, errA, err, errAlone)
+			}
+			if err == nil && !reflect.DeepEqual(h.header, alone.header) {
+				t.Errorf("head %d after %d: %v, alone %v", j, i, h.header, alone.header)
+			}
+		}
+	}
+}
