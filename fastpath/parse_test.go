@@ -3,7 +3,10 @@ package fastpath
 import (
 	"bufio"
 	"bytes"
+	"fmt"
 	"net/http"
+	"reflect"
+	"slices"
 	"strings"
 	"testing"
 )
@@ -25,8 +28,19 @@ func FuzzParseRequest(f *testing.F) {
 			return
 		}
 		b := data[:end]
+		// parsed after another head in the same state, as on a kept-alive
+		// connection: its names are candidates for this head's (fieldLine's
+		// prev), which must change nothing
 		var h reqHead
+		if warm := parseRequest([]byte(warmHead), &h); warm != nil {
+			t.Fatal(warm)
+		}
 		bad = parseRequest(b, &h)
+		var alone reqHead
+		if badAlone := parseRequest(b, &alone); fmt.Sprint(bad) != fmt.Sprint(badAlone) ||
+			bad == nil && !sameHead(h, alone) {
+			t.Fatalf("after another head: %+v, %v; alone: %+v, %v\n%q", h, bad, alone, badAlone, b)
+		}
 		if bad != nil && bad.reason == "malformed HTTP version" {
 			// refused, not handed to Caddy's server: net/http refuses it too
 			if _, err := http.ReadRequest(bufio.NewReader(bytes.NewReader(data))); err == nil {
@@ -122,4 +136,17 @@ func FuzzFindHeadEnd(f *testing.F) {
 			t.Fatalf("findHeadEnd(%q, %d) = %d %v, byte by byte %d %v", b, from, end, bad, wend, wbad)
 		}
 	})
+}
+
+// warmHead is the head FuzzParseRequest parses before each input, in the
+// same state.
+const warmHead = "POST /w HTTP/1.1\r\nHost: a\r\nUser-Agent: u\r\nAccept: */*\r\nContent-Length: 0\r\nX-A: 1\r\nConnection: keep-alive\r\nCookie: c=1\r\nX-Forwarded-For: 1.2.3.4\r\n\r\n"
+
+// sameHead compares two parsed heads (an empty field list and none alike).
+func sameHead(a, b reqHead) bool {
+	if !slices.Equal(a.fields, b.fields) {
+		return false
+	}
+	a.fields, b.fields = nil, nil
+	return reflect.DeepEqual(a, b)
 }
