@@ -29,6 +29,10 @@ import (
 //     once each has read the counts an ack window after c's last write
 //     (they already lease without c's reads): neither waits for c when
 //     they are back.
+//   - "fleet outage at the kill of a passive gateway": c held nothing as
+//     it last wrote (the leases never waited for its reads), and a's and
+//     b's connections drop together at once: neither waits for c when
+//     they are back.
 func TestFleetHoldAfterKill(t *testing.T) {
 	for _, tc := range []struct {
 		name string
@@ -37,9 +41,13 @@ func TestFleetHoldAfterKill(t *testing.T) {
 		// afterAck: the outage begins once each survivor has read the
 		// counts an ack window after c's last write
 		afterAck bool
+		// cPassive: c's last write is a passive one (it held nothing);
+		// else c holds a lease as it last writes
+		cPassive bool
 	}{
 		{name: "outage at the kill"},
 		{name: "fleet outage an ack window after the kill", cutB: true, afterAck: true},
+		{name: "fleet outage at the kill of a passive gateway", cutB: true, cPassive: true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			busyloop.Start(t)
@@ -48,8 +56,9 @@ func TestFleetHoldAfterKill(t *testing.T) {
 			p := mustPlan(t, "free", "1000/day")
 			o := fleetOpts{loc: farFromMidnight(t), failClosed: true}
 			// c's sync interval of a second: an operation of c within a
-			// second of its last request is not an idle one, so that c
-			// last writes holding a lease whatever the scheduler does
+			// second of its last request is not an idle one, so which
+			// of a passive write or a lease c last wrote does not
+			// depend on the scheduler
 			oc := o
 			oc.sync = time.Second
 			gws := []*gateway{
@@ -61,23 +70,32 @@ func TestFleetHoldAfterKill(t *testing.T) {
 				g.ready(t)
 			}
 			total, _ := admitAndWrite(t, gws, p, "dana", 300)
-			// c serves dana until it has written since: its last write is
-			// not a passive one, so the others' leases wait for its reads
-			since := time.Now().UnixMilli()
-			waitFor(t, "c's write while serving dana", 10*time.Second, func() string {
-				if d, _ := gws[2].store.AcquireAt(p, "dana", time.Now(), false); d.Admitted {
-					total++
-				}
-				if st := lastStamp(t, gws[0], p, "dana", "c"); st.Passive || st.Seen < since {
-					return fmt.Sprintf("c's stamp %+v", st)
-				}
-				return ""
-			})
+			if tc.cPassive {
+				waitFor(t, "c's passive write (its tokens given back)", 10*time.Second, func() string {
+					if st := lastStamp(t, gws[0], p, "dana", "c"); !st.Passive || !st.Leasing {
+						return fmt.Sprintf("c's stamp %+v", st)
+					}
+					return ""
+				})
+			} else {
+				// c serves dana until it has written since: its last write holds
+				// a lease, a gateway whose reads the others' leases wait for
+				since := time.Now().UnixMilli()
+				waitFor(t, "c's write while serving dana", 10*time.Second, func() string {
+					if d, _ := gws[2].store.AcquireAt(p, "dana", time.Now(), false); d.Admitted {
+						total++
+					}
+					if st := lastStamp(t, gws[0], p, "dana", "c"); st.Passive || st.Seen < since {
+						return fmt.Sprintf("c's stamp %+v", st)
+					}
+					return ""
+				})
+			}
 			gws[2].stop()
 			// c's last write, read once c is stopped
 			cLast := lastStamp(t, gws[0], p, "dana", "c")
-			if cLast.Passive {
-				t.Fatalf("c's last write is a passive one (stamp %+v), want one while serving", cLast)
+			if cLast.Passive != tc.cPassive {
+				t.Fatalf("c's last write passive: %v, want %v (stamp %+v)", cLast.Passive, tc.cPassive, cLast)
 			}
 			survivors := gws[:2]
 			if tc.afterAck {
@@ -119,6 +137,18 @@ func TestFleetHoldAfterKill(t *testing.T) {
 				}
 				return ""
 			})
+			if tc.cPassive {
+				// the case: c's last write within an ack window of the
+				// survivors' last reads, so only its being passive lets
+				// them lease past it
+				for i := range cut {
+					g := survivors[i]
+					read := g.fleet.readBeforeDown.Load() / int64(time.Millisecond)
+					if age := read - cLast.Seen; age >= g.fleet.ackWindow().Milliseconds() {
+						t.Fatalf("%s last read %d ms after c's last write before its outage, an ack window or more", g.name, age)
+					}
+				}
+			}
 			for _, g := range cut {
 				g.set(true)
 			}
