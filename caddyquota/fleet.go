@@ -629,6 +629,16 @@ const pendingFor = time.Minute
 //     minute, with the quota left: 8 of 50 TestQuotaFleetKill runs under
 //     load. A link that never read before its outage waits, as before,
 //     for every gateway that wrote in the minute before it.)
+//   - and did not last write passive while leasing (it held nothing,
+//     and took leases): the leases did not wait for its reads either
+//     (mayLease), so it was leased past as above; and such a read is no
+//     ground for a share (learned, readFresh), so alone it admits nothing
+//     with fail_closed. (A gateway killed passive within an ack window of
+//     the survivors' own outage kept both holding for the minute, each
+//     waiting for it and so neither leasing: a fresh-clone CI run of
+//     TestFleetHoldAfterKill. A passive write while holding after an
+//     outage still counts: that gateway's share stays fixed on its read
+//     before, see fixShare.)
 //
 // and not once another gateway has written taking leases since this one
 // is back: NATS answers the fleet and that one leases past the silent
@@ -650,7 +660,7 @@ func (f *Fleet) othersPending(others iter.Seq[*nodeStamp], now time.Time) bool {
 		if o.Seen >= upMs && o.Leasing {
 			return false
 		}
-		if o.Seen < upMs && ref-o.Seen < silentFor {
+		if o.Seen < upMs && !(o.Passive && o.Leasing) && ref-o.Seen < silentFor {
 			pending = true
 		}
 	}
