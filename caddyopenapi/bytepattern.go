@@ -41,11 +41,11 @@ func (p *bytePattern) String() string { return p.src.String() }
 
 // MatchString reports whether s matches, as regexp would.
 func (p *bytePattern) MatchString(s string) bool {
-	st := p.start
+	st, next := p.start, p.next
 	for i := 0; i < len(s); i++ {
 		// dead and matched lead to themselves: a text that leaves
 		// the pattern early reads on to its end without a branch
-		st = p.next[st][s[i]]
+		st = next[st][s[i]]
 	}
 	return p.atEnd[st]
 }
