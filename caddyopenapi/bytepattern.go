@@ -35,6 +35,10 @@ type bytePattern struct {
 	next  [][256]uint8      // next[state][byte]: the state after reading byte
 	atEnd []bool            // atEnd[state]: the pattern matches when the text ends here
 	start uint8
+	// asciiOnly: every text the pattern matches is ASCII, the pattern
+	// reading all of it (no byte past ASCII leads anywhere but dead,
+	// and no state is matched before the text's end)
+	asciiOnly bool
 }
 
 func (p *bytePattern) String() string { return p.src.String() }
@@ -96,7 +100,23 @@ func newBytePattern(re jsonschema.Regexp) *bytePattern {
 			b.p.next[t.id][c] = n
 		}
 	}
+	b.p.asciiOnly = b.p.readsAll()
 	return b.p
+}
+
+// readsAll reports whether a text the pattern matches is ASCII.
+func (p *bytePattern) readsAll() bool {
+	if p.start == byteMatched {
+		return false
+	}
+	for st := byteMatched + 1; st < len(p.next); st++ {
+		for c, n := range p.next[st] {
+			if n == byteMatched || c >= utf8.RuneSelf && n != byteDead {
+				return false
+			}
+		}
+	}
+	return true
 }
 
 // asciiProg reports whether every instruction of prog reads an ASCII

@@ -1,8 +1,10 @@
 package caddyopenapi
 
 import (
+	"fmt"
 	"regexp"
 	"testing"
+	"unicode/utf8"
 )
 
 // bytePatternCases are patterns for the differential checks: ones the
@@ -24,7 +26,8 @@ var bytePatternTexts = []string{
 }
 
 // TestBytePatterns: the table compiles the ASCII patterns with ^ and $
-// only, leaves the others, and matches every text as regexp does.
+// only, leaves the others, and matches every text as regexp does; a
+// pattern it says takes ASCII only matches no other text.
 func TestBytePatterns(t *testing.T) {
 	for p, want := range map[string]bool{
 		"^[a-z_]+(,[a-z_]+)*$": true, "^ORD-[0-9]{6,10}$": true, "^\\+[0-9]{7,15}$": true, "a|b": true,
@@ -42,11 +45,37 @@ func TestBytePatterns(t *testing.T) {
 			continue
 		}
 		for _, s := range bytePatternTexts {
-			if got, want := bp.MatchString(s), re.MatchString(s); got != want {
-				t.Errorf("%q on %q: %v, regexp %v", p, s, got, want)
+			if msg := bytePatternDiffers(bp, re, s); msg != "" {
+				t.Error(msg)
 			}
 		}
 	}
+	for p, want := range map[string]bool{
+		"^[a-z_]+(,[a-z_]+)*$": true, "^ORD-[0-9]{6,10}$": true, "^$": true, "\\Aab\\z": true,
+		"^a": false, "b$": false, "a|b": false, "x*": false, "^(a|b)": false,
+	} {
+		if got := newBytePattern(regexp.MustCompile(p)).asciiOnly; got != want {
+			t.Errorf("%s: ASCII only %v, want %v", p, got, want)
+		}
+	}
+}
+
+// bytePatternDiffers says how the table and regexp disagree on s, or
+// where the table says the pattern takes ASCII only and regexp matches
+// other text; else "".
+func bytePatternDiffers(bp *bytePattern, re *regexp.Regexp, s string) string {
+	got, want := bp.MatchString(s), re.MatchString(s)
+	if got != want {
+		return fmt.Sprintf("%q on %q: %v, regexp %v", re, s, got, want)
+	}
+	if want && bp.asciiOnly {
+		for i := 0; i < len(s); i++ {
+			if s[i] >= utf8.RuneSelf {
+				return fmt.Sprintf("%q matches %q, though it takes ASCII only", re, s)
+			}
+		}
+	}
+	return ""
 }
 
 // TestFastPatternBench: the bench document's patterns are tables.
@@ -74,8 +103,8 @@ func FuzzBytePattern(f *testing.F) {
 		if bp == nil {
 			return
 		}
-		if got, want := bp.MatchString(s), re.MatchString(s); got != want {
-			t.Fatalf("%q on %q: %v, regexp %v", pattern, s, got, want)
+		if msg := bytePatternDiffers(bp, re, s); msg != "" {
+			t.Fatal(msg)
 		}
 	})
 }

@@ -77,8 +77,9 @@ func acceptsScalar(c *schemaCheck, v string, sh *shape) bool {
 	case kNumber:
 		return c.passNumber(unsafe.Slice(unsafe.StringData(v), len(v)), plainInteger(v))
 	case kString:
-		// the one-pass check reads strings that are UTF-8 (a body's)
-		return utf8.ValidString(v) && c.passString(v)
+		// the one-pass check reads strings that are UTF-8 (a body's);
+		// a pattern that takes ASCII only refuses any other text
+		return (c.asciiOnly || utf8.ValidString(v)) && c.passString(v)
 	default:
 		return c.passLiteral(k)
 	}
