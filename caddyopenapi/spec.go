@@ -795,10 +795,13 @@ func (p *pathItem) matchSegs(rest string, vals *pathValues) bool {
 			j := strings.IndexByte(rest, '/')
 			part, rest = rest[:j], rest[j+1:]
 		}
-		if len(part) < len(seg.prefix)+len(seg.suffix) || !strings.HasPrefix(part, seg.prefix) || !strings.HasSuffix(part, seg.suffix) {
-			return false
+		v := part
+		if seg.prefix != "" || seg.suffix != "" { // most segments are the parameter alone
+			if len(part) < len(seg.prefix)+len(seg.suffix) || !strings.HasPrefix(part, seg.prefix) || !strings.HasSuffix(part, seg.suffix) {
+				return false
+			}
+			v = part[len(seg.prefix) : len(part)-len(seg.suffix)]
 		}
-		v := part[len(seg.prefix) : len(part)-len(seg.suffix)]
 		if v == "" {
 			return false
 		}
