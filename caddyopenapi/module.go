@@ -281,7 +281,7 @@ func (h *OpenAPI) Cleanup() error {
 
 // ServeHTTP checks the request, passes it on, and checks the response.
 func (h *OpenAPI) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyhttp.Handler) error {
-	spec := h.spec.Current(time.Now())
+	spec := h.spec.Latest()
 	var vals pathValues
 	item, op := spec.match(r.Method, r.URL.Path, &vals)
 	if op == nil {

@@ -1,6 +1,8 @@
 package caddyopenapi
 
 import (
+	"encoding/binary"
+	"math/bits"
 	"net/http"
 	"unicode/utf8"
 	"unsafe"
@@ -75,8 +77,9 @@ func acceptsScalar(c *schemaCheck, v string, sh *shape) bool {
 	case kNumber:
 		return c.passNumber(unsafe.Slice(unsafe.StringData(v), len(v)), plainInteger(v))
 	case kString:
-		// the one-pass check reads strings that are UTF-8 (a body's)
-		return utf8.ValidString(v) && c.passString(v)
+		// the one-pass check reads strings that are UTF-8 (a body's);
+		// a pattern that takes ASCII only refuses any other text
+		return (c.asciiOnly || utf8.ValidString(v)) && c.passString(v)
 	default:
 		return c.passLiteral(k)
 	}
@@ -93,8 +96,9 @@ func plainInteger(v string) bool {
 	return true
 }
 
-// queryMarks are the bytes queryValue looks at in a pair.
-var queryMarks = setOf("=;%+")
+// queryMarks are the bytes queryValue looks at: the pair's end and
+// what changes how a pair reads.
+var queryMarks = setOf("&=;%+")
 
 // queryValue finds the value of name in a raw query, as queryPairs and
 // decodeQuery find it: n is how many pairs name it (the value is the
@@ -106,9 +110,9 @@ func queryValue(raw, name string) (v string, n int) {
 	for i := 0; i < len(raw); i++ {
 		start, eq := i, -1
 		semicolon, escKey, escVal := false, false, false
-		for ; i < len(raw) && raw[i] != '&'; i++ {
-			if !queryMarks.has(raw[i]) {
-				continue
+		for ; ; i++ {
+			if i = nextQueryMark(raw, i); i == len(raw) || raw[i] == '&' {
+				break
 			}
 			switch raw[i] {
 			case '=':
@@ -147,4 +151,31 @@ func queryValue(raw, name string) (v string, n int) {
 		n++
 	}
 	return v, n
+}
+
+// nextQueryMark returns the position of the first of queryMarks in
+// raw[i:], or len(raw). It tests eight bytes at a time: a query's
+// pairs are mostly ordinary bytes, and a byte at a time cost some 8
+// instructions each.
+func nextQueryMark(raw string, i int) int {
+	for ; i+8 <= len(raw); i += 8 {
+		w := binary.LittleEndian.Uint64(unsafe.Slice(unsafe.StringData(raw[i:]), 8))
+		if m := zeroBytes(w^bytesOf('&')) | zeroBytes(w^bytesOf('=')) | zeroBytes(w^bytesOf(';')) |
+			zeroBytes(w^bytesOf('%')) | zeroBytes(w^bytesOf('+')); m != 0 {
+			return i + bits.TrailingZeros64(m)/8
+		}
+	}
+	for ; i < len(raw) && !queryMarks.has(raw[i]); i++ {
+	}
+	return i
+}
+
+// bytesOf is c in each byte of a word.
+func bytesOf(c byte) uint64 { return 0x0101010101010101 * uint64(c) }
+
+// zeroBytes has the high bit of each byte of w that is zero set, up to
+// the first such byte; a byte above it may be marked as well (the
+// subtraction's borrow), so only the lowest mark is exact.
+func zeroBytes(w uint64) uint64 {
+	return (w - 0x0101010101010101) &^ w & 0x8080808080808080
 }

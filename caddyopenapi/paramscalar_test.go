@@ -112,33 +112,63 @@ func TestCheckScalar(t *testing.T) {
 // queryPairs (and so decodeQuery and Request.URL.Query) does, or says it
 // cannot tell (-1) where decoding would.
 func TestQueryValue(t *testing.T) {
-	for _, raw := range []string{"", "&", "&&a=1&&", "a", "a=", "a=1", "a=1&a=2", "b=1&a=2&a=3", "a=1;b=2", "a=1&x;=2&a=3",
-		"a;=1&a=2", "a%3D=1", "a+b=1&a=2", "b=%zz&a=1", "a=%zz", "a=x+y", "=1", "a=1=2", "a=&a=x", "aa=1&a=2", "A=1", "a%=1"} {
+	raws := []string{"", "&", "&&a=1&&", "a", "a=", "a=1", "a=1&a=2", "b=1&a=2&a=3", "a=1;b=2", "a=1&x;=2&a=3",
+		"a;=1&a=2", "a%3D=1", "a+b=1&a=2", "b=%zz&a=1", "a=%zz", "a=x+y", "=1", "a=1=2", "a=&a=x", "aa=1&a=2", "A=1", "a%=1",
+		"fields=name,price", "fields=name,price&a=1", "a=name,price&a=2", "b=0123456789abcdef&a=01234567"}
+	// each mark at each place in a word and past it (queries read
+	// eight bytes at a time)
+	for _, mark := range "&=;%+" {
+		for i := 0; i < 20; i++ {
+			raws = append(raws, "a="+strings.Repeat("x", i)+string(mark)+"y&b=1", "b="+strings.Repeat("x", i)+string(mark)+"&a=z")
+		}
+	}
+	for _, raw := range raws {
 		for _, name := range []string{"a", "b", "a b", ""} {
-			var sc scanner
-			var first string
-			count := 0
-			sc.queryPairs(raw, func(k, v string) bool {
-				if k == name {
-					if count == 0 {
-						first = v
-					}
-					count++
-				}
-				return true
-			})
-			v, n := queryValue(raw, name)
-			if n < 0 {
-				if !strings.ContainsAny(raw, "%+") {
-					t.Errorf("queryValue(%q, %q) cannot tell, with nothing escaped", raw, name)
-				}
-				continue
-			}
-			if n != count || v != first {
-				t.Errorf("queryValue(%q, %q) = %q, %d; queryPairs finds %q, %d", raw, name, v, n, first, count)
+			if msg := queryValueDiffers(raw, name); msg != "" {
+				t.Error(msg)
 			}
 		}
 	}
+}
+
+// queryValueDiffers says how queryValue and queryPairs disagree on name
+// in raw, or "".
+func queryValueDiffers(raw, name string) string {
+	var sc scanner
+	var first string
+	count := 0
+	sc.queryPairs(raw, func(k, v string) bool {
+		if k == name {
+			if count == 0 {
+				first = v
+			}
+			count++
+		}
+		return true
+	})
+	v, n := queryValue(raw, name)
+	if n < 0 {
+		if !strings.ContainsAny(raw, "%+") {
+			return fmt.Sprintf("queryValue(%q, %q) cannot tell, with nothing escaped", raw, name)
+		}
+		return ""
+	}
+	if n != count || v != first {
+		return fmt.Sprintf("queryValue(%q, %q) = %q, %d; queryPairs finds %q, %d", raw, name, v, n, first, count)
+	}
+	return ""
+}
+
+// FuzzQueryValue compares queryValue with queryPairs on any query.
+func FuzzQueryValue(f *testing.F) {
+	f.Add("fields=name,price", "fields")
+	f.Add("b=0123456789abcdef&a=01234567;", "a")
+	f.Add("a=x+y&a=1", "a")
+	f.Fuzz(func(t *testing.T, raw, name string) {
+		if msg := queryValueDiffers(raw, name); msg != "" {
+			t.Fatal(msg)
+		}
+	})
 }
 
 // scalarSpec is TestCheckScalar's document: GET /s/{id} with a path, two

@@ -17,7 +17,8 @@ import (
 // (runes, invalid UTF-8 as U+FFFD), where a greedy match is the match:
 // each class or group that repeats a variable number of times shares no
 // character with what may follow it, so the next character alone says
-// whether it goes on. Other patterns stay regexp's.
+// whether it goes on. A pattern of ASCII characters only is a bytePattern
+// first (bytepattern.go); other patterns stay regexp's.
 
 // classPattern is a pattern of character classes and groups of them,
 // each repeated min to max times (max math.MaxInt: no bound), from the
@@ -53,21 +54,33 @@ func (p *classPart) has(r rune) bool {
 	return false
 }
 
-// fastPattern returns a classPattern for re when it is one, else re.
+// fastPattern returns a bytePattern for re when it is one, else a
+// classPattern when it is one, else re.
 func fastPattern(re jsonschema.Regexp) jsonschema.Regexp {
 	if re == nil {
 		return nil
 	}
+	if bp := newBytePattern(re); bp != nil {
+		return bp
+	}
+	if cp := newClassPattern(re); cp != nil {
+		return cp
+	}
+	return re
+}
+
+// newClassPattern returns re as a classPattern, or nil when it is not one.
+func newClassPattern(re jsonschema.Regexp) *classPattern {
 	tree, err := syntax.Parse(re.String(), syntax.Perl)
 	if err != nil {
-		return re
+		return nil
 	}
 	subs := []*syntax.Regexp{tree}
 	if tree.Op == syntax.OpConcat {
 		subs = tree.Sub
 	}
 	if len(subs) == 0 || subs[0].Op != syntax.OpBeginText {
-		return re
+		return nil
 	}
 	p := &classPattern{src: re}
 	subs = subs[1:]
@@ -77,11 +90,11 @@ func fastPattern(re jsonschema.Regexp) jsonschema.Regexp {
 	}
 	for _, sub := range subs {
 		if !p.add(sub) {
-			return re
+			return nil
 		}
 	}
 	if !greedy(p.parts, nil) {
-		return re
+		return nil
 	}
 	return p
 }

@@ -767,27 +767,41 @@ func (pv *pathValues) get(i int) string {
 	return pv.more[i-len(pv.vals)]
 }
 
+// matchSegs matches rest, a path without its first '/' of as many
+// segments as p's, and puts the values of p's parameters in vals.
 func (p *pathItem) matchSegs(rest string, vals *pathValues) bool {
 	vals.reset()
+	last := len(p.segs) - 1
 	for i := range p.segs {
 		seg := &p.segs[i] // not copied: four strings
-		var part string
-		if i == len(p.segs)-1 {
-			part = rest
-		} else {
+		if seg.param == "" {
+			// a literal's length says where its segment ends: no
+			// search for the '/'
+			n := len(seg.lit)
+			if i == last {
+				if rest != seg.lit {
+					return false
+				}
+				continue
+			}
+			if n >= len(rest) || rest[n] != '/' || rest[:n] != seg.lit {
+				return false
+			}
+			rest = rest[n+1:]
+			continue
+		}
+		part := rest
+		if i < last {
 			j := strings.IndexByte(rest, '/')
 			part, rest = rest[:j], rest[j+1:]
 		}
-		if seg.param == "" {
-			if part != seg.lit {
+		v := part
+		if seg.prefix != "" || seg.suffix != "" { // most segments are the parameter alone
+			if len(part) < len(seg.prefix)+len(seg.suffix) || !strings.HasPrefix(part, seg.prefix) || !strings.HasSuffix(part, seg.suffix) {
 				return false
 			}
-			continue
+			v = part[len(seg.prefix) : len(part)-len(seg.suffix)]
 		}
-		if len(part) < len(seg.prefix)+len(seg.suffix) || !strings.HasPrefix(part, seg.prefix) || !strings.HasSuffix(part, seg.suffix) {
-			return false
-		}
-		v := part[len(seg.prefix) : len(part)-len(seg.suffix)]
 		if v == "" {
 			return false
 		}

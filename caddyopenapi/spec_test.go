@@ -275,3 +275,58 @@ paths:
 		})
 	}
 }
+
+// TestMatchSegs: a template's segments match a path of as many segments
+// as splitting the path at each '/' and comparing segment by segment
+// does (literals equal, a parameter's prefix and suffix around a value
+// of at least a byte), with the same values.
+func TestMatchSegs(t *testing.T) {
+	templates := []string{"/items/{id}", "/items/{id}/parts", "/a/{x}/b/{y}", "/{x}/lit", "/files/{name}.json",
+		"/v1/{a}/{b}", "/lit/more", "/x/", "/{x}/", "/pre-{id}-suf/z"}
+	paths := []string{"/items/42", "/items/", "/itemsX/42", "/item/42", "/items/42/parts", "/items/42/partsX",
+		"/items//parts", "/a/1/b/2", "/a/1/c/2", "/a//b/2", "/aa/1/b/2", "/q/lit", "/q/li", "/q/litt", "//lit",
+		"/files/a.json", "/files/.json", "/files/a.jso", "/v1/a/b", "/v1//b", "/lit/more", "/lit/mor", "/lit/moree",
+		"/x/", "/x/y", "/y/", "/pre-1-suf/z", "/pre--suf/z", "/pre-1-su/z", "/items/42/parts/"}
+	for _, tmpl := range templates {
+		p := &pathItem{template: tmpl}
+		if _, err := p.parse(); err != nil {
+			t.Fatal(err)
+		}
+		for _, path := range paths {
+			if strings.Count(path, "/") != len(p.segs) {
+				continue // matchPath's filter
+			}
+			var pv pathValues
+			got := p.matchSegs(path[1:], &pv)
+			want, wantVals := splitMatch(p, path)
+			var gotVals []string
+			for i := 0; got && i < pv.n; i++ {
+				gotVals = append(gotVals, pv.get(i))
+			}
+			if got != want || strings.Join(gotVals, "|") != strings.Join(wantVals, "|") {
+				t.Errorf("%s on %s: %v %q, want %v %q", tmpl, path, got, gotVals, want, wantVals)
+			}
+		}
+	}
+}
+
+// splitMatch is matchSegs by splitting the path.
+func splitMatch(p *pathItem, path string) (bool, []string) {
+	parts := strings.Split(path[1:], "/")
+	var vals []string
+	for i, seg := range p.segs {
+		part := parts[i]
+		if seg.param == "" {
+			if part != seg.lit {
+				return false, nil
+			}
+			continue
+		}
+		if !strings.HasPrefix(part, seg.prefix) || !strings.HasSuffix(part, seg.suffix) ||
+			len(part) <= len(seg.prefix)+len(seg.suffix) {
+			return false, nil
+		}
+		vals = append(vals, part[len(seg.prefix):len(part)-len(seg.suffix)])
+	}
+	return true, vals
+}

@@ -78,6 +78,8 @@ type schemaCheck struct {
 	minLen  int
 	maxLen  int
 	pattern jsonschema.Regexp
+	// asciiOnly: a string the pattern matches is ASCII (so UTF-8)
+	asciiOnly bool
 
 	// numbers
 	numbers                     bool
@@ -399,6 +401,9 @@ func (cc *checkCompiler) compile(s *jsonschema.Schema) *schemaCheck {
 		c.maxLen = *s.MaxLength
 	}
 	c.pattern = fastPattern(s.Pattern)
+	if bp, ok := c.pattern.(*bytePattern); ok {
+		c.asciiOnly = bp.asciiOnly
+	}
 	c.strings = c.minLen >= 0 || c.maxLen >= 0 || c.pattern != nil
 
 	// numbers

@@ -26,7 +26,10 @@ type Value[T any] struct {
 	OnReload func(T)
 
 	cur       atomic.Pointer[T]
-	lastCheck atomic.Int64 // unix nanoseconds
+	base      time.Time    // Open's time: the clock's zero
+	lastCheck atomic.Int64 // nanoseconds since base
+	due       atomic.Bool  // an interval has passed since the last check (Latest)
+	timer     *time.Timer  // sets due an interval after the last check
 	mu        sync.Mutex   // one check at a time
 	stamps    []stamp      // the files of the current value (or of the failed reload)
 	failed    bool         // the files as stamped did not load
@@ -42,14 +45,17 @@ type stamp struct {
 // (it fails a config load). load returns the value and the files it was
 // read from.
 func Open[T any](load func() (T, []string, error), interval time.Duration, now time.Time) (*Value[T], error) {
-	w := &Value[T]{load: load, interval: interval}
+	w := &Value[T]{load: load, interval: interval, base: now}
 	v, files, err := load()
 	if err != nil {
 		return nil, err
 	}
 	w.cur.Store(&v)
 	w.stamps = restamp(nil, files)
-	w.lastCheck.Store(now.UnixNano())
+	// a timer, not a clock read per call: Latest costs a load. Armed
+	// again only by Latest's check, it does not outlive the value by
+	// more than an interval.
+	w.timer = time.AfterFunc(interval, func() { w.due.Store(true) })
 	return w, nil
 }
 
@@ -88,16 +94,34 @@ func stampFiles(files []string) []stamp {
 // Current returns the value, reading the files again first when they are
 // due for a check and one of them changed.
 func (w *Value[T]) Current(now time.Time) T {
-	last := w.lastCheck.Load()
-	if now.UnixNano()-last >= int64(w.interval) && w.mu.TryLock() {
-		w.check(now)
+	return w.at(int64(now.Sub(w.base)))
+}
+
+// Latest is Current now, for a caller that reads the value on every
+// request: it reads no clock until a timer says an interval has passed
+// since the last check (time.Now is some 80 instructions; this is a
+// load).
+func (w *Value[T]) Latest() T {
+	if w.due.Load() && w.mu.TryLock() {
+		w.due.Store(false)
+		w.check(int64(time.Since(w.base)))
+		w.timer.Reset(w.interval)
 		w.mu.Unlock()
 	}
 	return *w.cur.Load()
 }
 
-func (w *Value[T]) check(now time.Time) {
-	w.lastCheck.Store(now.UnixNano())
+// at returns the value at t nanoseconds since base.
+func (w *Value[T]) at(t int64) T {
+	if t-w.lastCheck.Load() >= int64(w.interval) && w.mu.TryLock() {
+		w.check(t)
+		w.mu.Unlock()
+	}
+	return *w.cur.Load()
+}
+
+func (w *Value[T]) check(t int64) {
+	w.lastCheck.Store(t)
 	changed := false
 	for _, s := range w.stamps {
 		fi, err := os.Stat(s.path)

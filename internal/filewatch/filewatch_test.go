@@ -92,3 +92,54 @@ func TestReload(t *testing.T) {
 		t.Errorf("%d reloads, want 4", reloads)
 	}
 }
+
+// TestLatest: Latest reads the files again once an interval has passed
+// since the last check (each time), and not before.
+func TestLatest(t *testing.T) {
+	for _, tc := range []struct {
+		name     string
+		interval time.Duration
+		want     string
+	}{
+		{"after the interval", time.Millisecond, "bb"},
+		{"before the interval", time.Hour, "a"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			f := filepath.Join(t.TempDir(), "f")
+			if err := os.WriteFile(f, []byte("a"), 0o644); err != nil {
+				t.Fatal(err)
+			}
+			load := func() (string, []string, error) {
+				b, err := os.ReadFile(f)
+				return string(b), []string{f}, err
+			}
+			w, err := Open(load, tc.interval, time.Now())
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := os.WriteFile(f, []byte("bb"), 0o644); err != nil {
+				t.Fatal(err)
+			}
+			poll := func(want string) {
+				t.Helper()
+				got := w.Latest()
+				for deadline := time.Now().Add(5 * time.Second); got != want && time.Now().Before(deadline); {
+					time.Sleep(time.Millisecond)
+					got = w.Latest()
+				}
+				if got != want {
+					t.Errorf("Latest: %q, want %q", got, want)
+				}
+			}
+			poll(tc.want)
+			if tc.want == "a" {
+				return
+			}
+			// the check arms the next one
+			if err := os.WriteFile(f, []byte("ccc"), 0o644); err != nil {
+				t.Fatal(err)
+			}
+			poll("ccc")
+		})
+	}
+}
