@@ -61,20 +61,10 @@ func (f *FleetConfig) validate() error {
 	if f.SyncInterval < 0 || f.LeaseWait < 0 {
 		return errors.New("fleet: durations must be positive")
 	}
-	if f.Bucket != "" && !validBucket(f.Bucket) {
+	if f.Bucket != "" && !natsconn.ValidBucket(f.Bucket) {
 		return fmt.Errorf("fleet: invalid bucket %q: letters, digits, '-' and '_'", f.Bucket)
 	}
 	return nil
-}
-
-func validBucket(b string) bool {
-	for i := 0; i < len(b); i++ {
-		c := b[i]
-		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '-' || c == '_') {
-			return false
-		}
-	}
-	return b != ""
 }
 
 // natsOptions are the fleet's connection options: its own servers, else
