@@ -407,6 +407,9 @@ func (p *adminProxy) runSuite(t *testing.T, wrap bool) map[string]string {
 var timingSensitive = map[string]string{
 	"TestReverseProxyRequestBodyTimeout": "read timeouts of 300ms and a body trickled every 25ms, " +
 		"all inside a 3s deadline; seen failing on the baseline and with the wrapper under load",
+	"TestRespondWithJSON": "its first request is HTTPS to localhost a few ms after the config load, and Caddy's " +
+		"tls app issues that certificate in the background (ManageAsync): a handshake that comes first gets " +
+		"\"tls: internal error\" on either path; seen with the wrapper in a fresh-clone run beside a busy loop",
 }
 
 // againAlone runs once more, alone, each timingSensitive test that passed
