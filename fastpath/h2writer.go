@@ -92,6 +92,10 @@ func (w *h2Writer) heldHeader() *http.Header {
 	}
 	return &w.handlerHeader
 }
+
+// gotHeader: HPACK encoding checks each field anyway (headerHolder).
+func (w *h2Writer) gotHeader(bool) {}
+
 func (w *h2Writer) logged() (status int, size int64) { return w.logStatus, w.size }
 
 func (w *h2Writer) Header() http.Header {

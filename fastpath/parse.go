@@ -478,10 +478,8 @@ func hasField(fields []field, name string) bool {
 // HTTP/1, adds a Cache-Control), for both protocols' heads.
 func isReworked(name string) bool {
 	switch name {
-	case "Connection", "Te", "Keep-Alive", "Proxy-Connection", "Proxy-Authenticate", "Proxy-Authorization", "Alt-Svc",
-		"Upgrade", "Transfer-Encoding", "Trailer",
-		"Via", "X-Forwarded-For", "X-Forwarded-Proto", "X-Forwarded-Host", "Pragma":
+	case "Via", "X-Forwarded-For", "X-Forwarded-Proto", "X-Forwarded-Host", "Pragma":
 		return true
 	}
-	return false
+	return isHopHeader(name)
 }

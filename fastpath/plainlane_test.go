@@ -105,22 +105,29 @@ func TestFieldsInClientOrder(t *testing.T) {
 // header before the proxy (here Caddy's header directive, as quota's
 // RateLimit fields) come out with the upstream's as reverse_proxy's copy
 // gives them (the handler's values first, then the upstream's; the
-// upstream's hop-by-hop fields gone; Via first among the upstream's),
-// on Caddy's path and the fast path alike: the fast path takes the
-// upstream's map and adds the handler's fields to it (takeHeader).
+// upstream's hop-by-hop fields gone, with or without a Connection field
+// (/b); Via first among the upstream's), on Caddy's path and the fast
+// path alike: the fast path takes the upstream's map and adds the
+// handler's fields to it (takeHeader).
 func TestHandlerFieldsWithUpstreams(t *testing.T) {
 	up := difftest.NewUpstream(t, func(c net.Conn, req *http.Request, body []byte, n int) bool {
+		if req.URL.Path == "/b" {
+			return difftest.Reply(c, "HTTP/1.1 200 OK\r\nX-Both: up\r\nVia: 1.1 up\r\nX-Up: 1\r\nKeep-Alive: timeout=5\r\nContent-Length: 2\r\n\r\nok")
+		}
 		return difftest.Reply(c, "HTTP/1.1 200 OK\r\nX-Both: up\r\nVia: 1.1 up\r\nX-Up: 1\r\nKeep-Alive: timeout=5\r\nConnection: X-Gone\r\nX-Gone: 1\r\nContent-Length: 2\r\n\r\nok")
 	})
 	loadTwin(t, "", fmt.Sprintf(`	header X-Both handler
 	header +X-Handler h1
 	header +X-Handler h2
 	header Via "1.0 handler"
+	header X-Q {query.v}
 	reverse_proxy %s {
 		transport h1
 	}`, up.Addr()))
-	raw := "GET /a HTTP/1.1\r\n" + h + "\r\n"
-	for round := range 2 { // (the second on a connection whose maps were swapped once)
+	for round := range 4 { // (/a, /b, then each on a connection whose maps were swapped once)
+		// (a handler's value with CR LF: written with spaces for them,
+		// not as a field line of its own)
+		raw := "GET /" + string(rune('a'+round%2)) + "?v=q%0D%0AX-Injected:%201 HTTP/1.1\r\n" + h + "\r\n"
 		plain := rawExchange(t, plainPort, raw+raw)
 		var fast rawResult
 		for _, run := range diffRuns[1:] {
@@ -133,6 +140,9 @@ func TestHandlerFieldsWithUpstreams(t *testing.T) {
 			if len(fast.Responses) != 2 || !strings.Contains(fast.Responses[1].Header, want) {
 				t.Fatalf("round %d: no %s in%v", round, want, fast)
 			}
+		}
+		if h := fast.Responses[1].Header; !strings.Contains(h, `X-Q=["q  X-Injected: 1"]`) || strings.Contains(h, "X-Injected=") {
+			t.Fatalf("round %d: the handler's X-Q field was not written as net/http writes it:%v", round, fast)
 		}
 		if h := fast.Responses[1].Header; strings.Contains(h, "Keep-Alive") || strings.Contains(h, "X-Gone") {
 			t.Fatalf("round %d: a hop-by-hop field went to the client:%v", round, fast)

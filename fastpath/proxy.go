@@ -943,9 +943,11 @@ func (ps *proxyState) takeHeader(rw http.ResponseWriter, rwHeader http.Header, r
 	}
 	up, ph := res.Header, &ps.ph
 	ph.nhop = 0
-	for _, k := range names {
-		if isHopHeader(k) && !ph.holdHop(up, k) {
-			return false
+	if in&upHop != 0 { // (upNamesOf walked the names: most heads have none)
+		for _, k := range names {
+			if isHopHeader(k) && !ph.holdHop(up, k) {
+				return false
+			}
 		}
 	}
 	if in&upConnection != 0 && !ph.holdListed(up) { // the fields the Connection field names go too
@@ -967,7 +969,11 @@ func (ps *proxyState) takeHeader(rw http.ResponseWriter, rwHeader http.Header, r
 		up["Via"] = []string{via}
 	}
 	ph.viaOwn = true
+	checked := true // (the transport checked the upstream's fields: caddyh1's parseHead)
 	for k, vv := range rwHeader {
+		if checked && !fieldWritable(k, vv) {
+			checked = false
+		}
 		if old, ok := up[k]; ok {
 			up[k] = append(vv[:len(vv):len(vv)], old...)
 		} else {
@@ -975,6 +981,7 @@ func (ps *proxyState) takeHeader(rw http.ResponseWriter, rwHeader http.Header, r
 		}
 	}
 	*held = ps.reuse.TakeHeader(res, *held)
+	w.gotHeader(checked)
 	tookHeader()
 	return true
 }
@@ -985,6 +992,9 @@ type headerHolder interface {
 	// heldHeader is the writer's map, or nil when it is no longer the
 	// writer's to give (after WriteHeader, or with a snapshot taken)
 	heldHeader() *http.Header
+	// gotHeader says that takeHeader gave the writer a map; checked:
+	// each of its fields is fieldWritable
+	gotHeader(checked bool)
 }
 
 func (w *respWriter) heldHeader() *http.Header {
@@ -993,6 +1003,8 @@ func (w *respWriter) heldHeader() *http.Header {
 	}
 	return &w.handlerHeader
 }
+
+func (w *respWriter) gotHeader(checked bool) { w.fieldsChecked = checked }
 
 // keepHead keeps the upstream's head as it came for the placeholders
 // before finalize's copy path changes it: the fields its Connection field
@@ -1052,6 +1064,7 @@ const (
 	upConnection
 	upVia
 	upContentType
+	upHop         // a hop-by-hop field (isHopHeader), for takeHeader
 	upAll upNames = 1<<iota - 1
 )
 
@@ -1072,7 +1085,14 @@ func (ps *proxyState) upNamesOf(res *http.Response) upNames {
 			in |= upVia
 		case "Content-Type":
 			in |= upContentType
+		default:
+			if isHopHeader(k) {
+				in |= upHop
+			}
 		}
+	}
+	if in&upConnection != 0 {
+		in |= upHop
 	}
 	return in
 }

@@ -43,6 +43,10 @@ type respWriter struct {
 	// nothing in the header before the head is written, so the head is
 	// written from the handler's header and WriteHeader copies nothing
 	headerStable bool
+	// fieldsChecked: the header map is one takeHeader gave, whose fields
+	// are written as they stand (fieldWritable holds for each): the
+	// head's writing checks no name or value again
+	fieldsChecked bool
 
 	status        int
 	wroteHeader   bool  // WriteHeader (a final one) was called
@@ -118,6 +122,9 @@ func (w *respWriter) Header() http.Header {
 		w.takeSnapshot()
 	}
 	w.calledHeader = true
+	if !w.wroteHeader {
+		w.fieldsChecked = false // (the caller may change the map)
+	}
 	return w.handlerHeader
 }
 
@@ -479,7 +486,7 @@ func (w *respWriter) commit(p []byte) {
 
 	bw := w.c.bw
 	writeStatusLine(bw, w.h.minor == 1, w.status)
-	w.writeFields(bw, hd.exclude)
+	w.writeFields(bw, hd.exclude, w.fieldsChecked)
 	w.extra.write(bw)
 	bw.WriteString("\r\n")
 }
@@ -769,7 +776,7 @@ func (w *respWriter) writeTrailers(bw *bufio.Writer) {
 // name, as http.Header.WriteSubset does.
 func (w *respWriter) writeHeaderSubset(bw *bufio.Writer, h http.Header, exclude map[string]bool, useKeys bool) {
 	w.collectFields(h)
-	w.writeFields(bw, exclude)
+	w.writeFields(bw, exclude, false)
 }
 
 // collectFields takes h's names with their values in one pass over the map
@@ -785,8 +792,10 @@ func (w *respWriter) collectFields(h http.Header) {
 }
 
 // writeFields writes the collected fields but the excluded ones, sorted by
-// name, and forgets them.
-func (w *respWriter) writeFields(bw *bufio.Writer, exclude map[string]bool) {
+// name, and forgets them. Unless checked (each field is known to satisfy
+// fieldWritable), a field with an invalid name is left out and a value's
+// CR and LF become spaces and its ends are trimmed, as net/http does.
+func (w *respWriter) writeFields(bw *bufio.Writer, exclude map[string]bool, checked bool) {
 	fields := w.fields
 	if len(fields) > 16 {
 		slices.SortFunc(fields, func(a, b namedValues) int { return strings.Compare(a.name, b.name) })
@@ -800,7 +809,16 @@ func (w *respWriter) writeFields(bw *bufio.Writer, exclude map[string]bool) {
 	var out h1wire.Fields
 	out.Start(bw)
 	for _, f := range fields {
-		if exclude != nil && exclude[f.name] || !h1wire.ValidToken(f.name) {
+		if exclude != nil && exclude[f.name] {
+			continue
+		}
+		if checked {
+			for _, v := range f.values {
+				out.Add(f.name, v)
+			}
+			continue
+		}
+		if !h1wire.ValidToken(f.name) {
 			continue
 		}
 		for _, v := range f.values {
@@ -815,6 +833,21 @@ func (w *respWriter) writeFields(bw *bufio.Writer, exclude map[string]bool) {
 	out.Done()
 	clear(fields)
 	w.fields = fields[:0]
+}
+
+// fieldWritable reports whether writeFields writes the field as it stands:
+// a valid name, and values without CR or LF and without space at their
+// ends (textproto.TrimString's).
+func fieldWritable(name string, values []string) bool {
+	if !h1wire.ValidToken(name) {
+		return false
+	}
+	for _, v := range values {
+		if strings.IndexByte(v, '\r') >= 0 || strings.IndexByte(v, '\n') >= 0 || textproto.TrimString(v) != v {
+			return false
+		}
+	}
+	return true
 }
 
 // nameLess is a < b for field names, deciding on the first byte where
