@@ -116,10 +116,13 @@ func TestHijack(t *testing.T) {
 // keep-alive answered.
 func TestFramingFields(t *testing.T) {
 	replies := map[string]string{
-		"/date":    "HTTP/1.1 200 OK\r\nDate: Mon, 01 Jan 2024 00:00:00 GMT\r\nContent-Length: 2\r\n\r\nok",
-		"/ce":      "HTTP/1.1 200 OK\r\nContent-Encoding: x-raw\r\nContent-Length: 14\r\n\r\n<html>hi</html",
-		"/type":    "HTTP/1.1 200 OK\r\nContent-Type: text/x-own\r\nContent-Length: 14\r\n\r\n<html>hi</html",
-		"/chunked": "HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n2\r\nok\r\n0\r\n\r\n",
+		"/date": "HTTP/1.1 200 OK\r\nDate: Mon, 01 Jan 2024 00:00:00 GMT\r\nContent-Length: 2\r\n\r\nok",
+		"/ce":   "HTTP/1.1 200 OK\r\nContent-Encoding: x-raw\r\nContent-Length: 14\r\n\r\n<html>hi</html",
+		"/type": "HTTP/1.1 200 OK\r\nContent-Type: text/x-own\r\nContent-Length: 14\r\n\r\n<html>hi</html",
+		// (with its type: a body of unknown length without one is sniffed
+		// or not as Caddy's own copyResponse races its first write
+		// against the head's flush from a timer, on either path)
+		"/chunked": "HTTP/1.1 200 OK\r\nContent-Type: text/x-own\r\nTransfer-Encoding: chunked\r\n\r\n2\r\nok\r\n0\r\n\r\n",
 		"/close":   "HTTP/1.1 200 OK\r\nConnection: close\r\nContent-Length: 2\r\n\r\nok",
 		"/hclose":  "HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok",
 		"/204":     "HTTP/1.1 204 No Content\r\nDate: Mon, 01 Jan 2024 00:00:00 GMT\r\nContent-Type: text/plain\r\n\r\n",
