@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"net/http/httptrace"
 	"net/textproto"
+	"os"
 	"sort"
 	"strings"
 	"sync"
@@ -196,6 +197,9 @@ func DoURL(client *http.Client, base string, rq Request) ClientResult {
 	req = req.WithContext(httptrace.WithClientTrace(context.Background(), trace))
 	resp, err := client.Do(req)
 	if err != nil {
+		// (the paths' error texts differ; the cause goes to the test
+		// binary's output, shown when a comparison fails)
+		fmt.Fprintf(os.Stderr, "difftest: %s %s%s failed: %v\n", rq.Method, base, rq.Path, err)
 		res.Err = "request failed"
 		return res
 	}
