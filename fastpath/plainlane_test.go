@@ -106,11 +106,15 @@ func TestFieldsInClientOrder(t *testing.T) {
 // RateLimit fields) come out with the upstream's as reverse_proxy's copy
 // gives them (the handler's values first, then the upstream's; the
 // upstream's hop-by-hop fields gone, with or without a Connection field
-// (/b); Via first among the upstream's), on Caddy's path and the fast
+// (/b), and those a Connection field names beside keep-alive (/c); Via
+// first among the upstream's), on Caddy's path and the fast
 // path alike: the fast path takes the upstream's map and adds the
 // handler's fields to it (takeHeader).
 func TestHandlerFieldsWithUpstreams(t *testing.T) {
 	up := difftest.NewUpstream(t, func(c net.Conn, req *http.Request, body []byte, n int) bool {
+		if req.URL.Path == "/c" {
+			return difftest.Reply(c, "HTTP/1.1 200 OK\r\nX-Both: up\r\nVia: 1.1 up\r\nX-Up: 1\r\nKeep-Alive: timeout=5\r\nConnection: keep-alive, X-Gone\r\nX-Gone: 1\r\nContent-Length: 2\r\n\r\nok")
+		}
 		if req.URL.Path == "/b" {
 			return difftest.Reply(c, "HTTP/1.1 200 OK\r\nX-Both: up\r\nVia: 1.1 up\r\nX-Up: 1\r\nKeep-Alive: timeout=5\r\nContent-Length: 2\r\n\r\nok")
 		}
@@ -124,10 +128,10 @@ func TestHandlerFieldsWithUpstreams(t *testing.T) {
 	reverse_proxy %s {
 		transport h1
 	}`, up.Addr()))
-	for round := range 4 { // (/a, /b, then each on a connection whose maps were swapped once)
+	for round := range 6 { // (/a, /b, /c, then each on a connection whose maps were swapped once)
 		// (a handler's value with CR LF: written with spaces for them,
 		// not as a field line of its own)
-		raw := "GET /" + string(rune('a'+round%2)) + "?v=q%0D%0AX-Injected:%201 HTTP/1.1\r\n" + h + "\r\n"
+		raw := "GET /" + string(rune('a'+round%3)) + "?v=q%0D%0AX-Injected:%201 HTTP/1.1\r\n" + h + "\r\n"
 		plain := rawExchange(t, plainPort, raw+raw)
 		var fast rawResult
 		for _, run := range diffRuns[1:] {

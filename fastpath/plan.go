@@ -9,6 +9,7 @@ import (
 	"io"
 	"net/http"
 	"net/url"
+	"slices"
 	"strings"
 	"time"
 	"unsafe"
@@ -535,6 +536,10 @@ func (h *reqHead) fillHeader(hdr http.Header, vals []string, dropDotted bool) []
 		vals = make([]string, 0, len(h.fields)+8)
 	}
 	hasCC := false
+	// the names put in so far, for the first few: a name not among them
+	// goes in without a lookup first (caddyh1's parseHead does the same)
+	var seen [16]string
+	nseen := 0
 	for i := range h.fields {
 		f := &h.fields[i]
 		switch f.name {
@@ -548,7 +553,12 @@ func (h *reqHead) fillHeader(hdr http.Header, vals []string, dropDotted bool) []
 		if dropDotted && (strings.IndexByte(f.name, '_') >= 0 || strings.IndexByte(f.name, '.') >= 0) {
 			continue
 		}
-		if old, ok := hdr[f.name]; ok {
+		if nseen <= len(seen) && !slices.Contains(seen[:min(nseen, len(seen))], f.name) {
+			if nseen < len(seen) {
+				seen[nseen] = f.name
+			}
+			nseen++ // (past len(seen): more names than seen holds, look each up)
+		} else if old, ok := hdr[f.name]; ok {
 			hdr[f.name] = append(old, f.value)
 			continue
 		}

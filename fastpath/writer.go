@@ -595,21 +595,21 @@ func (h *respHead) excludeField(key string) {
 // head and declares the trailers the response announces; it says whether
 // there are any.
 func (w *respWriter) trailerFields(hd *respHead) (trailers bool) {
-	snap := w.snapshot
-	switch {
-	case w.snapTaken:
-	case w.headerStable && w.calledHeader: // the snapshot net/http would take
-		snap = w.handlerHeader
-	default:
+	// the fields of the snapshot net/http takes (w.snapshot, or the
+	// handler's header when it is stable): commit collected them from it
+	if !w.snapTaken && !(w.headerStable && w.calledHeader) {
 		return false
 	}
-	for _, f := range w.fields { // (collected from snap: hd.header is snap here)
+	var declared []string // (its Trailer field, found in the walk: no lookup)
+	for _, f := range w.fields {
 		if strings.HasPrefix(f.name, http.TrailerPrefix) {
 			hd.excludeField(f.name)
 			trailers = true
+		} else if f.name == "Trailer" {
+			declared = f.values
 		}
 	}
-	for _, v := range snap["Trailer"] {
+	for _, v := range declared {
 		trailers = true
 		foreachHeaderElement(v, w.declareTrailer)
 	}
