@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/binary"
 	"math/bits"
+	"unicode/utf8"
 )
 
 // The one-pass check reads a JSON body and checks it against its
@@ -282,13 +283,17 @@ func (e *enumCheck) hasScalar(k tokKind, d decimal) bool {
 // passObject checks the object at i. A declared member's bit in seen
 // finds it twice; an undeclared member's name has its fingerprint in
 // other, and a name whose fingerprint is there already sends the body
-// to the tape, which compares the names.
+// to the tape, which compares the names. The member expected next is
+// the property declared after the last one found (propList's order):
+// when the member's bytes are that name and its closing quote, the name
+// is neither scanned nor looked up.
 func (s *scanner) passObject(c *schemaCheck, i, depth int) (int, bool) {
 	src := s.src
 	var (
 		seen, have uint64
 		other      [16]uint64
 		count      int
+		next       int // the index in c.propList of the member expected
 	)
 	i = skip(src, i+1)
 	if i < len(src) && src[i] == '}' {
@@ -298,31 +303,42 @@ func (s *scanner) passObject(c *schemaCheck, i, depth int) (int, bool) {
 		if i >= len(src) || src[i] != '"' {
 			return i, false
 		}
-		j, name, ok := s.passString(i)
-		if !ok {
-			return j, false
-		}
 		count++
 		var sub *schemaCheck // nil: any value
-		declared, evaluated := false, false
-		if c != nil && c.propTab != nil {
-			if k := c.propTab.find(unsafeString(name)); k >= 0 {
-				bit := uint64(1) << k
-				if seen&bit != 0 {
-					return j, false // a duplicate
-				}
-				seen |= bit
-				p := c.propList[k]
-				have |= p.bit
-				sub, declared, evaluated = p.schema, true, p.schema != nil
+		var ok bool
+		evaluated := false
+		k, j := -1, 0
+		if c != nil && next < len(c.propList) {
+			if q := c.propList[next].quoted; q != "" && len(src)-i > len(q) && string(src[i+1:i+1+len(q)]) == q {
+				k, j = next, i+1+len(q)
 			}
 		}
-		if !declared {
-			fp := fingerprint(name)
-			if other[fp>>6]&(1<<(fp&63)) != 0 {
+		if k < 0 {
+			var name []byte
+			if j, name, ok = s.passString(i); !ok {
 				return j, false
 			}
-			other[fp>>6] |= 1 << (fp & 63)
+			if c != nil && c.propTab != nil {
+				k = c.propTab.find(unsafeString(name))
+			}
+			if k < 0 {
+				fp := fingerprint(name)
+				if other[fp>>6]&(1<<(fp&63)) != 0 {
+					return j, false
+				}
+				other[fp>>6] |= 1 << (fp & 63)
+			}
+		}
+		if k >= 0 {
+			bit := uint64(1) << k
+			if seen&bit != 0 {
+				return j, false // a duplicate
+			}
+			seen |= bit
+			p := c.propList[k]
+			have |= p.bit
+			sub, evaluated = p.schema, p.schema != nil
+			next = k + 1
 		}
 		if !evaluated && c != nil {
 			switch c.addl {
@@ -437,4 +453,15 @@ func (s *scanner) passArray(c *schemaCheck, i, depth int) (int, bool) {
 // passItems: the array's size.
 func (c *schemaCheck) passItems(count int) bool {
 	return (c.minItems < 0 || count >= c.minItems) && (c.maxItems < 0 || count <= c.maxItems)
+}
+
+// plainName reports whether a body writes name as its bytes, with no
+// escape: valid UTF-8 without '"', '\\' or a control character.
+func plainName(name string) bool {
+	for i := 0; i < len(name); i++ {
+		if c := name[i]; c < 0x20 || c == '"' || c == '\\' {
+			return false
+		}
+	}
+	return utf8.ValidString(name)
 }

@@ -1,6 +1,7 @@
 package caddyopenapi
 
 import (
+	"slices"
 	"strings"
 	"testing"
 
@@ -105,6 +106,15 @@ func TestOnePass(t *testing.T) {
 		{"exclusive maximum that wraps", `{` + id + `,"n":1,"wrapexmax":-1}`, false},
 		{"multipleOf that wraps", `{` + id + `,"n":1,"wrapmul":8}`, false},
 		{"multipleOf that wraps met", `{` + id + `,"n":1,"wrapmul":3689348814741910324}`, true},
+		// the member expected next is the property after the last one
+		// found (here in sorted order: id, kind, level, meta, n, neg)
+		{"members in order", `{` + id + `,"kind":"a","level":1,"meta":{},"n":1,"neg":0}`, true},
+		{"expected member twice", `{"kind":"a",` + id + `,"kind":"b","n":1}`, false},
+		{"expected name's prefix", `{` + id + `,"meta":{},"n":1,"ne":0}`, false},
+		{"expected name longer", `{` + id + `,"meta":{},"nx":1,"n":1}`, false},
+		{"expected name escaped", `{` + id + `,"kind":"a","\u006cevel":1,"n":1}`, true},
+		{"expected name cut short", `{` + id + `,"kind":"a","lev`, false},
+		{"expected name, no quote", `{` + id + `,"kind":"a","level`, false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			var s scanner
@@ -164,9 +174,55 @@ func onePassChecks(t *testing.T, schema string) *schemaCheck {
 	if err != nil {
 		t.Fatal(err)
 	}
-	checks, reason := compileChecks(sch)
+	checks, reason := compileChecks(sch, nil)
 	if checks == nil || !onePass(checks) {
 		t.Fatalf("the schema is not covered by the one-pass check (%s)", reason)
 	}
 	return checks
+}
+
+// TestOnePassNeedsEscape: a property whose name a body must escape is
+// never expected as its raw bytes, which would take text that is not
+// JSON.
+func TestOnePassNeedsEscape(t *testing.T) {
+	checks := onePassChecks(t, `{"properties": {"a\"b": {}, "c\\d": {}, "e\u0001": {}}}`)
+	for _, tc := range []struct {
+		name, text string
+		want       bool
+	}{
+		{"escaped", `{"a\"b":1,"c\\d":2,"e\u0001":3}`, true},
+		{"quote raw", `{"a"b":1}`, false},
+		{"backslash raw", `{"c\d":2}`, false},
+		{"control character raw", "{\"e\x01\":3}", false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var s scanner
+			if got := s.accepts(checks, []byte(tc.text)); got != tc.want {
+				t.Errorf("accepts(%s) = %v, want %v", tc.text, got, tc.want)
+			}
+		})
+	}
+}
+
+// TestDeclaredOrder: a document's properties are listed (propList, the
+// order the one-pass check expects a body's members in) as the document
+// declares them, not sorted.
+func TestDeclaredOrder(t *testing.T) {
+	s, err := Load("../bench/configs/openapi.yaml", "", "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var pv pathValues
+	_, op := s.match("POST", "/orders", &pv)
+	c := op.body.media[0].checks
+	for c.via != nil {
+		c = c.via
+	}
+	var got []string
+	for _, p := range c.propList[:4] {
+		got = append(got, strings.TrimSuffix(p.quoted, `"`))
+	}
+	if want := []string{"id", "created", "delivery_date", "reference"}; !slices.Equal(got, want) {
+		t.Errorf("first properties %q, want %q", got, want)
+	}
 }
