@@ -181,6 +181,36 @@ func onePassChecks(t *testing.T, schema string) *schemaCheck {
 	return checks
 }
 
+// TestOnePassExpected: the member expected next is compared as two words
+// (a name of at most 15 bytes, 16 or more bytes before the text's end),
+// else as a string; either way it must be the whole name.
+func TestOnePassExpected(t *testing.T) {
+	checks := onePassChecks(t, `{"additionalProperties": false, "properties": {
+		"a": {}, "abcdefghij": {}, "abcdefghijklmnopq": {}, "b": {"type": "string"}}}`)
+	pad := `"b":"` + strings.Repeat("x", 20) + `"}`
+	for _, tc := range []struct {
+		name, text string
+		want       bool
+	}{
+		{"in order", `{"a":1,"abcdefghij":2,"abcdefghijklmnopq":3,` + pad, true},
+		{"second word differs", `{"a":1,"abcdefghXY":2,` + pad, false},
+		{"first word differs", `{"a":1,"Xbcdefghij":2,` + pad, false},
+		{"name longer", `{"a":1,"abcdefghijk":2,` + pad, false},
+		{"long name differs", `{"a":1,"abcdefghij":2,"abcdefghijklmnopX":3,` + pad, false},
+		{"long name cut short", `{"a":1,"abcdefghij":2,"abcdefghijklmno`, false},
+		{"near the end", `{"a":1,"abcdefghij":2,"abcdefghijklmnopq":3,"b":""}`, true},
+		{"near the end, differs", `{"a":1,"abcdefghij":2,"abcdefghijklmnopq":3,"bX":""}`, false},
+		{"expected twice", `{"abcdefghij":1,"a":2,"abcdefghij":3,` + pad, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var s scanner
+			if got := s.accepts(checks, []byte(tc.text)); got != tc.want {
+				t.Errorf("accepts(%s) = %v, want %v", tc.text, got, tc.want)
+			}
+		})
+	}
+}
+
 // TestOnePassNeedsEscape: a property whose name a body must escape is
 // never expected as its raw bytes, which would take text that is not
 // JSON.

@@ -173,6 +173,10 @@ type propCheck struct {
 	// character); "" when the name needs one. The one-pass check
 	// compares a member's bytes with it.
 	quoted string
+	// words: quoted's first 16 bytes as two little-endian words (zero
+	// past its end), and masks that keep as many bytes of a body's
+	// words; set when quoted has at most 16 bytes
+	words, masks [2]uint64
 }
 
 type patternCheck struct {
@@ -359,6 +363,12 @@ func (cc *checkCompiler) compile(s *jsonschema.Schema) *schemaCheck {
 				p := c.props[n]
 				if plainName(n) {
 					p.quoted = n + `"`
+					if len(p.quoted) <= 16 {
+						for b := range len(p.quoted) {
+							p.words[b/8] |= uint64(p.quoted[b]) << (b % 8 * 8)
+							p.masks[b/8] |= 0xff << (b % 8 * 8)
+						}
+					}
 				}
 				c.propList = append(c.propList, p)
 			}
