@@ -130,6 +130,12 @@ func (s *scanner) passValue(c *schemaCheck, i, depth int) (int, bool) {
 		}
 		return s.passArray(c, i, depth)
 	case ch == '-' || ch >= '0' && ch <= '9':
+		if c != nil && c.unitsFirst() {
+			// read as units and checked in the same pass
+			if j, v, point, ok := unitsAt(src, i, c.scale); ok && (!point || c.types == 0 || c.types&tNumber != 0) {
+				return j, c.unitsIn(v)
+			}
+		}
 		j, integer, ok := s.number(i)
 		if !ok {
 			return j, false
@@ -186,13 +192,11 @@ func (c *schemaCheck) passString(v string) bool {
 }
 
 func (c *schemaCheck) passNumber(b []byte, integer bool) bool {
-	if c.numbers && c.ints && c.cnst == nil && c.enum == nil && (c.fmt == nil || c.fmt.int == 0) &&
-		(integer || c.types == 0 || c.types&tNumber != 0) {
+	if c.unitsFirst() && (integer || c.types == 0 || c.types&tNumber != 0) {
 		// a number of at most scale decimals (type integer and type
 		// number both take an integer) against bounds in the same units
-		if v, ok := unitsOf(b, c.scale); ok {
-			return (c.types == 0 || c.types&(tNumber|tInteger) != 0) &&
-				v >= c.lo && v <= c.hi && (c.mulInt == 0 || v%c.mulInt == 0)
+		if j, v, _, ok := unitsAt(b, 0, c.scale); ok && j == len(b) {
+			return c.unitsIn(v)
 		}
 	}
 	if c.types != 0 && c.types&tNumber == 0 &&
@@ -212,47 +216,69 @@ func (c *schemaCheck) passNumber(b []byte, integer bool) bool {
 	return d.fits && (c.cnst == nil || c.cnst.hasScalar(kNumber, d)) && (c.enum == nil || c.enum.hasScalar(kNumber, d))
 }
 
-// unitsOf reads the text of a JSON number as units of 10^-scale: false
-// for an exponent, more decimals than scale (but zeros), or 10^17
-// units or more.
-func unitsOf(b []byte, scale int) (int64, bool) {
-	i := 0
-	if b[0] == '-' {
+// unitsFirst: c's checks of a number are bounds and multipleOf that
+// an int64 of units decides (unitsIn), nothing else.
+func (c *schemaCheck) unitsFirst() bool {
+	return c.numbers && c.ints && c.cnst == nil && c.enum == nil && (c.fmt == nil || c.fmt.int == 0)
+}
+
+// unitsIn checks a number of units against c's type, bounds and
+// multipleOf (unitsFirst).
+func (c *schemaCheck) unitsIn(v int64) bool {
+	return (c.types == 0 || c.types&(tNumber|tInteger) != 0) &&
+		v >= c.lo && v <= c.hi && (c.mulInt == 0 || v%c.mulInt == 0)
+}
+
+// unitsAt reads the JSON number at i as units of 10^-scale: where it
+// ends and whether it has a fraction. False when the text at i is not
+// a JSON number or has an exponent, more decimals than scale (but
+// zeros), or 10^17 units or more.
+func unitsAt(b []byte, i, scale int) (j int, v int64, point, ok bool) {
+	neg := i < len(b) && b[i] == '-'
+	if neg {
 		i++
 	}
-	var v int64
-	digits, decimals, point := 0, 0, false
-	for ; i < len(b); i++ {
-		d := b[i]
-		switch {
-		case d == '.':
-			point = true
-			continue
-		case d < '0' || d > '9':
-			return 0, false // an exponent
-		case point && decimals == scale:
-			if d != '0' {
-				return 0, false
-			}
-			continue
-		}
-		if point {
-			decimals++
-		}
-		if v = v*10 + int64(d-'0'); v != 0 {
+	start, digits := i, 0
+	for ; i < len(b) && b[i]-'0' <= 9; i++ {
+		if v = v*10 + int64(b[i]-'0'); v != 0 {
 			digits++
 		}
 	}
-	if digits+scale-decimals >= 17 {
-		return 0, false
+	if n := i - start; n == 0 || n > 1 && b[start] == '0' {
+		return i, 0, false, false
+	}
+	decimals := 0
+	if i < len(b) && b[i] == '.' {
+		point = true
+		i++
+		k := i
+		for ; i < len(b) && b[i]-'0' <= 9; i++ {
+			d := b[i] - '0'
+			if decimals == scale {
+				if d != 0 {
+					return i, 0, point, false
+				}
+				continue
+			}
+			decimals++
+			if v = v*10 + int64(d); v != 0 {
+				digits++
+			}
+		}
+		if i == k {
+			return i, 0, point, false
+		}
+	}
+	if i < len(b) && (b[i] == 'e' || b[i] == 'E') || digits+scale-decimals >= 17 {
+		return i, 0, point, false
 	}
 	for ; decimals < scale; decimals++ {
 		v *= 10
 	}
-	if b[0] == '-' {
+	if neg {
 		v = -v
 	}
-	return v, true
+	return i, v, point, true
 }
 
 func (c *schemaCheck) passLiteral(k tokKind) bool {

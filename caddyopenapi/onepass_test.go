@@ -256,3 +256,41 @@ func TestDeclaredOrder(t *testing.T) {
 		t.Errorf("first properties %q, want %q", got, want)
 	}
 }
+
+// TestUnitsAt: a JSON number read as units of 10^-scale, with where it
+// ends; false for what is not a JSON number and what the units cannot
+// hold (the one-pass check then reads the number as before).
+func TestUnitsAt(t *testing.T) {
+	for _, tc := range []struct {
+		text  string
+		scale int
+		end   int
+		v     int64
+		point bool
+		ok    bool
+	}{
+		{"0", 0, 1, 0, false, true},
+		{"-0", 0, 2, 0, false, true},
+		{"12,", 0, 2, 12, false, true},
+		{"-7}", 2, 2, -700, false, true},
+		{"1234.56", 2, 7, 123456, true, true},
+		{"0.01]", 2, 4, 1, true, true},
+		{"1.50", 1, 4, 15, true, true},
+		{"99999999999999999", 0, 17, 0, false, false}, // 10^17 units or more
+		{"9999999999999999", 0, 16, 9999999999999999, false, true},
+		{"9999999999999999", 1, 16, 0, false, false},
+		{"1.5", 0, 3, 0, true, false},
+		{"01", 0, 2, 0, false, false},
+		{"-", 0, 1, 0, false, false},
+		{"-a", 0, 1, 0, false, false},
+		{"1.", 2, 2, 0, true, false},
+		{"1.x", 2, 2, 0, true, false},
+		{"1e2", 0, 1, 0, false, false},
+		{"1.0E2", 1, 3, 0, true, false},
+	} {
+		j, v, point, ok := unitsAt([]byte(tc.text), 0, tc.scale)
+		if ok != tc.ok || ok && (j != tc.end || v != tc.v || point != tc.point) {
+			t.Errorf("unitsAt(%q, %d) = %d, %d, %v, %v; want %d, %d, %v, %v", tc.text, tc.scale, j, v, point, ok, tc.end, tc.v, tc.point, tc.ok)
+		}
+	}
+}
