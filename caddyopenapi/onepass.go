@@ -311,9 +311,9 @@ func (e *enumCheck) hasScalar(k tokKind, d decimal) bool {
 // other, and a name whose fingerprint is there already sends the body
 // to the tape, which compares the names. The member expected next is
 // the property declared after the last one found (propList's order):
-// when the member's bytes are that name and its closing quote (two
-// words compared, for a name of at most 15 bytes), the name is neither
-// scanned nor looked up.
+// when the member's bytes are that name and its closing quote (one
+// word compared for a name of at most 7 bytes, two for at most 15), the
+// name is neither scanned nor looked up.
 func (s *scanner) passObject(c *schemaCheck, i, depth int) (int, bool) {
 	src := s.src
 	var (
@@ -341,7 +341,7 @@ func (s *scanner) passObject(c *schemaCheck, i, depth int) (int, bool) {
 			case q == "":
 			case len(q) <= 16 && len(src)-i > 16:
 				if binary.LittleEndian.Uint64(src[i+1:])&p.masks[0] == p.words[0] &&
-					binary.LittleEndian.Uint64(src[i+9:])&p.masks[1] == p.words[1] {
+					(len(q) <= 8 || binary.LittleEndian.Uint64(src[i+9:])&p.masks[1] == p.words[1]) {
 					k, j = next, i+1+len(q)
 				}
 			case len(src)-i > len(q) && string(src[i+1:i+1+len(q)]) == q:

@@ -181,12 +181,13 @@ func onePassChecks(t *testing.T, schema string) *schemaCheck {
 	return checks
 }
 
-// TestOnePassExpected: the member expected next is compared as two words
-// (a name of at most 15 bytes, 16 or more bytes before the text's end),
-// else as a string; either way it must be the whole name.
+// TestOnePassExpected: the member expected next is compared as one word
+// (a name of at most 7 bytes) or two (at most 15), when 16 or more bytes
+// follow its quote, else as a string; either way it must be the whole
+// name and its closing quote.
 func TestOnePassExpected(t *testing.T) {
 	checks := onePassChecks(t, `{"additionalProperties": false, "properties": {
-		"a": {}, "abcdefghij": {}, "abcdefghijklmnopq": {}, "b": {"type": "string"}}}`)
+		"a": {}, "abcdefgh": {}, "abcdefghij": {}, "abcdefghijklmnopq": {}, "b": {"type": "string"}}}`)
 	pad := `"b":"` + strings.Repeat("x", 20) + `"}`
 	for _, tc := range []struct {
 		name, text string
@@ -194,6 +195,8 @@ func TestOnePassExpected(t *testing.T) {
 	}{
 		{"in order", `{"a":1,"abcdefghij":2,"abcdefghijklmnopq":3,` + pad, true},
 		{"second word differs", `{"a":1,"abcdefghXY":2,` + pad, false},
+		{"quote in the second word", `{"a":1,"abcdefgh":2,` + pad, true},
+		{"no quote in the second word", `{"a":1,"abcdefghZ:2,` + pad, false},
 		{"first word differs", `{"a":1,"Xbcdefghij":2,` + pad, false},
 		{"name longer", `{"a":1,"abcdefghijk":2,` + pad, false},
 		{"long name differs", `{"a":1,"abcdefghij":2,"abcdefghijklmnopX":3,` + pad, false},
