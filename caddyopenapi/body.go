@@ -104,7 +104,7 @@ func (c *compiler) compileContent(n node) (content, error) {
 				return content{}, err
 			}
 			m.shape = c.shapeOf(sn, 0)
-			m.checks, m.fallback = compileChecks(m.schema)
+			m.checks, m.fallback = compileChecks(m.schema, c.declaredOrder)
 			m.onePass = m.kind == mediaJSON && onePass(m.checks)
 			if m.disc, err = c.discriminatorOf(sn); err != nil {
 				return content{}, err

@@ -406,23 +406,34 @@ func isHostname(s string) bool {
 // isIPv4: four decimals 0-255 without leading zeros (a sign the library
 // lets through: strconv.Atoi reads it).
 func isIPv4(s string) bool {
-	groups, start := 0, 0
+	groups, start, n, odd := 0, 0, 0, false
 	for i := 0; i <= len(s); i++ {
 		if i < len(s) && s[i] != '.' {
+			// a group's digits read as they come
+			if d := s[i] - '0'; d <= 9 && n < 1000 {
+				n = n*10 + int(d)
+			} else {
+				odd = true
+			}
 			continue
 		}
 		if groups++; groups > 4 {
 			return false
 		}
 		group := s[start:i]
-		if len(group) > 1 && group[0] == '0' {
+		if len(group) == 0 || len(group) > 1 && group[0] == '0' {
 			return false
 		}
-		n, ok := atoi(group)
-		if !ok || n < 0 || n > 255 {
+		if odd {
+			// a sign (strconv.Atoi's, as the library reads a group), or
+			// more digits than n keeps
+			if m, ok := atoi(group); !ok || m < 0 || m > 255 {
+				return false
+			}
+		} else if n > 255 {
 			return false
 		}
-		start = i + 1
+		start, n, odd = i+1, 0, false
 	}
 	return groups == 4
 }

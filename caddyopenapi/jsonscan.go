@@ -389,7 +389,7 @@ func (s *scanner) readString(i int) (j, start, end int, dec, ok bool) {
 		// backslash, a control character or a byte of a multi-byte
 		// character
 		for j+8 <= len(src) {
-			if m := specialBytes(binary.LittleEndian.Uint64(src[j:])); m != 0 {
+			if m := specialBytes(binary.LittleEndian.Uint64(src[j : j+8])); m != 0 {
 				j += bits.TrailingZeros64(m) >> 3
 				break
 			}

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/binary"
 	"math/bits"
+	"unicode/utf8"
 )
 
 // The one-pass check reads a JSON body and checks it against its
@@ -129,6 +130,12 @@ func (s *scanner) passValue(c *schemaCheck, i, depth int) (int, bool) {
 		}
 		return s.passArray(c, i, depth)
 	case ch == '-' || ch >= '0' && ch <= '9':
+		if c != nil && c.unitsFirst() {
+			// read as units and checked in the same pass
+			if j, v, point, ok := unitsAt(src, i, c.scale); ok && (!point || c.types == 0 || c.types&tNumber != 0) {
+				return j, c.unitsIn(v)
+			}
+		}
 		j, integer, ok := s.number(i)
 		if !ok {
 			return j, false
@@ -146,11 +153,14 @@ func (s *scanner) passValue(c *schemaCheck, i, depth int) (int, bool) {
 
 // passString reads the string at i: where it ends and its content. A
 // string of plain ASCII (no escape) that ends eight bytes or more before
-// the text does is read here; readString reads the others.
+// the text does is read here; readString reads the others. A word is
+// loaded from src[k:k+8], not src[k:]: the compiler then knows its
+// length, and the loop's k+8 <= len(src) its bounds (about 8
+// instructions a word fewer).
 func (s *scanner) passString(i int) (int, []byte, bool) {
 	src := s.src
 	for k := i + 1; k+8 <= len(src); k += 8 {
-		if m := specialBytes(binary.LittleEndian.Uint64(src[k:])); m != 0 {
+		if m := specialBytes(binary.LittleEndian.Uint64(src[k : k+8])); m != 0 {
 			if k += bits.TrailingZeros64(m) >> 3; src[k] == '"' {
 				return k + 1, src[i+1 : k], true
 			}
@@ -185,13 +195,11 @@ func (c *schemaCheck) passString(v string) bool {
 }
 
 func (c *schemaCheck) passNumber(b []byte, integer bool) bool {
-	if c.numbers && c.ints && c.cnst == nil && c.enum == nil && (c.fmt == nil || c.fmt.int == 0) &&
-		(integer || c.types == 0 || c.types&tNumber != 0) {
+	if c.unitsFirst() && (integer || c.types == 0 || c.types&tNumber != 0) {
 		// a number of at most scale decimals (type integer and type
 		// number both take an integer) against bounds in the same units
-		if v, ok := unitsOf(b, c.scale); ok {
-			return (c.types == 0 || c.types&(tNumber|tInteger) != 0) &&
-				v >= c.lo && v <= c.hi && (c.mulInt == 0 || v%c.mulInt == 0)
+		if j, v, _, ok := unitsAt(b, 0, c.scale); ok && j == len(b) {
+			return c.unitsIn(v)
 		}
 	}
 	if c.types != 0 && c.types&tNumber == 0 &&
@@ -211,47 +219,69 @@ func (c *schemaCheck) passNumber(b []byte, integer bool) bool {
 	return d.fits && (c.cnst == nil || c.cnst.hasScalar(kNumber, d)) && (c.enum == nil || c.enum.hasScalar(kNumber, d))
 }
 
-// unitsOf reads the text of a JSON number as units of 10^-scale: false
-// for an exponent, more decimals than scale (but zeros), or 10^17
-// units or more.
-func unitsOf(b []byte, scale int) (int64, bool) {
-	i := 0
-	if b[0] == '-' {
+// unitsFirst: c's checks of a number are bounds and multipleOf that
+// an int64 of units decides (unitsIn), nothing else.
+func (c *schemaCheck) unitsFirst() bool {
+	return c.numbers && c.ints && c.cnst == nil && c.enum == nil && (c.fmt == nil || c.fmt.int == 0)
+}
+
+// unitsIn checks a number of units against c's type, bounds and
+// multipleOf (unitsFirst).
+func (c *schemaCheck) unitsIn(v int64) bool {
+	return (c.types == 0 || c.types&(tNumber|tInteger) != 0) &&
+		v >= c.lo && v <= c.hi && (c.mulInt == 0 || v%c.mulInt == 0)
+}
+
+// unitsAt reads the JSON number at i as units of 10^-scale: where it
+// ends and whether it has a fraction. False when the text at i is not
+// a JSON number or has an exponent, more decimals than scale (but
+// zeros), or 10^17 units or more.
+func unitsAt(b []byte, i, scale int) (j int, v int64, point, ok bool) {
+	neg := i < len(b) && b[i] == '-'
+	if neg {
 		i++
 	}
-	var v int64
-	digits, decimals, point := 0, 0, false
-	for ; i < len(b); i++ {
-		d := b[i]
-		switch {
-		case d == '.':
-			point = true
-			continue
-		case d < '0' || d > '9':
-			return 0, false // an exponent
-		case point && decimals == scale:
-			if d != '0' {
-				return 0, false
-			}
-			continue
-		}
-		if point {
-			decimals++
-		}
-		if v = v*10 + int64(d-'0'); v != 0 {
+	start, digits := i, 0
+	for ; i < len(b) && b[i]-'0' <= 9; i++ {
+		if v = v*10 + int64(b[i]-'0'); v != 0 {
 			digits++
 		}
 	}
-	if digits+scale-decimals >= 17 {
-		return 0, false
+	if n := i - start; n == 0 || n > 1 && b[start] == '0' {
+		return i, 0, false, false
+	}
+	decimals := 0
+	if i < len(b) && b[i] == '.' {
+		point = true
+		i++
+		k := i
+		for ; i < len(b) && b[i]-'0' <= 9; i++ {
+			d := b[i] - '0'
+			if decimals == scale {
+				if d != 0 {
+					return i, 0, point, false
+				}
+				continue
+			}
+			decimals++
+			if v = v*10 + int64(d); v != 0 {
+				digits++
+			}
+		}
+		if i == k {
+			return i, 0, point, false
+		}
+	}
+	if i < len(b) && (b[i] == 'e' || b[i] == 'E') || digits+scale-decimals >= 17 {
+		return i, 0, point, false
 	}
 	for ; decimals < scale; decimals++ {
 		v *= 10
 	}
-	if b[0] == '-' {
+	if neg {
 		v = -v
 	}
-	return v, true
+	return i, v, point, true
 }
 
 func (c *schemaCheck) passLiteral(k tokKind) bool {
@@ -282,13 +312,18 @@ func (e *enumCheck) hasScalar(k tokKind, d decimal) bool {
 // passObject checks the object at i. A declared member's bit in seen
 // finds it twice; an undeclared member's name has its fingerprint in
 // other, and a name whose fingerprint is there already sends the body
-// to the tape, which compares the names.
+// to the tape, which compares the names. The member expected next is
+// the property declared after the last one found (propList's order):
+// when the member's bytes are that name and its closing quote (one
+// word compared for a name of at most 7 bytes, two for at most 15), the
+// name is neither scanned nor looked up.
 func (s *scanner) passObject(c *schemaCheck, i, depth int) (int, bool) {
 	src := s.src
 	var (
 		seen, have uint64
 		other      [16]uint64
 		count      int
+		next       int // the index in c.propList of the member expected
 	)
 	i = skip(src, i+1)
 	if i < len(src) && src[i] == '}' {
@@ -298,31 +333,50 @@ func (s *scanner) passObject(c *schemaCheck, i, depth int) (int, bool) {
 		if i >= len(src) || src[i] != '"' {
 			return i, false
 		}
-		j, name, ok := s.passString(i)
-		if !ok {
-			return j, false
-		}
 		count++
 		var sub *schemaCheck // nil: any value
-		declared, evaluated := false, false
-		if c != nil && c.propTab != nil {
-			if k := c.propTab.find(unsafeString(name)); k >= 0 {
-				bit := uint64(1) << k
-				if seen&bit != 0 {
-					return j, false // a duplicate
+		var ok bool
+		evaluated := false
+		k, j := -1, 0
+		if c != nil && next < len(c.propList) {
+			p := c.propList[next]
+			switch q := p.quoted; {
+			case q == "":
+			case len(q) <= 16 && len(src)-i > 16:
+				if binary.LittleEndian.Uint64(src[i+1:i+9])&p.masks[0] == p.words[0] &&
+					(len(q) <= 8 || binary.LittleEndian.Uint64(src[i+9:i+17])&p.masks[1] == p.words[1]) {
+					k, j = next, i+1+len(q)
 				}
-				seen |= bit
-				p := c.propList[k]
-				have |= p.bit
-				sub, declared, evaluated = p.schema, true, p.schema != nil
+			case len(src)-i > len(q) && string(src[i+1:i+1+len(q)]) == q:
+				k, j = next, i+1+len(q)
 			}
 		}
-		if !declared {
-			fp := fingerprint(name)
-			if other[fp>>6]&(1<<(fp&63)) != 0 {
+		if k < 0 {
+			var name []byte
+			if j, name, ok = s.passString(i); !ok {
 				return j, false
 			}
-			other[fp>>6] |= 1 << (fp & 63)
+			if c != nil && c.propTab != nil {
+				k = c.propTab.find(unsafeString(name))
+			}
+			if k < 0 {
+				fp := fingerprint(name)
+				if other[fp>>6]&(1<<(fp&63)) != 0 {
+					return j, false
+				}
+				other[fp>>6] |= 1 << (fp & 63)
+			}
+		}
+		if k >= 0 {
+			bit := uint64(1) << k
+			if seen&bit != 0 {
+				return j, false // a duplicate
+			}
+			seen |= bit
+			p := c.propList[k]
+			have |= p.bit
+			sub, evaluated = p.schema, p.schema != nil
+			next = k + 1
 		}
 		if !evaluated && c != nil {
 			switch c.addl {
@@ -437,4 +491,15 @@ func (s *scanner) passArray(c *schemaCheck, i, depth int) (int, bool) {
 // passItems: the array's size.
 func (c *schemaCheck) passItems(count int) bool {
 	return (c.minItems < 0 || count >= c.minItems) && (c.maxItems < 0 || count <= c.maxItems)
+}
+
+// plainName reports whether a body writes name as its bytes, with no
+// escape: valid UTF-8 without '"', '\\' or a control character.
+func plainName(name string) bool {
+	for i := 0; i < len(name); i++ {
+		if c := name[i]; c < 0x20 || c == '"' || c == '\\' {
+			return false
+		}
+	}
+	return utf8.ValidString(name)
 }

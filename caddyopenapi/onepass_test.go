@@ -1,6 +1,7 @@
 package caddyopenapi
 
 import (
+	"slices"
 	"strings"
 	"testing"
 
@@ -105,6 +106,15 @@ func TestOnePass(t *testing.T) {
 		{"exclusive maximum that wraps", `{` + id + `,"n":1,"wrapexmax":-1}`, false},
 		{"multipleOf that wraps", `{` + id + `,"n":1,"wrapmul":8}`, false},
 		{"multipleOf that wraps met", `{` + id + `,"n":1,"wrapmul":3689348814741910324}`, true},
+		// the member expected next is the property after the last one
+		// found (here in sorted order: id, kind, level, meta, n, neg)
+		{"members in order", `{` + id + `,"kind":"a","level":1,"meta":{},"n":1,"neg":0}`, true},
+		{"expected member twice", `{"kind":"a",` + id + `,"kind":"b","n":1}`, false},
+		{"expected name's prefix", `{` + id + `,"meta":{},"n":1,"ne":0}`, false},
+		{"expected name longer", `{` + id + `,"meta":{},"nx":1,"n":1}`, false},
+		{"expected name escaped", `{` + id + `,"kind":"a","\u006cevel":1,"n":1}`, true},
+		{"expected name cut short", `{` + id + `,"kind":"a","lev`, false},
+		{"expected name, no quote", `{` + id + `,"kind":"a","level`, false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			var s scanner
@@ -164,9 +174,126 @@ func onePassChecks(t *testing.T, schema string) *schemaCheck {
 	if err != nil {
 		t.Fatal(err)
 	}
-	checks, reason := compileChecks(sch)
+	checks, reason := compileChecks(sch, nil)
 	if checks == nil || !onePass(checks) {
 		t.Fatalf("the schema is not covered by the one-pass check (%s)", reason)
 	}
 	return checks
+}
+
+// TestOnePassExpected: the member expected next is compared as one word
+// (a name of at most 7 bytes) or two (at most 15), when 16 or more bytes
+// follow its quote, else as a string; either way it must be the whole
+// name and its closing quote.
+func TestOnePassExpected(t *testing.T) {
+	checks := onePassChecks(t, `{"additionalProperties": false, "properties": {
+		"a": {}, "abcdefgh": {}, "abcdefghij": {}, "abcdefghijklmnopq": {}, "b": {"type": "string"}}}`)
+	pad := `"b":"` + strings.Repeat("x", 20) + `"}`
+	for _, tc := range []struct {
+		name, text string
+		want       bool
+	}{
+		{"in order", `{"a":1,"abcdefghij":2,"abcdefghijklmnopq":3,` + pad, true},
+		{"second word differs", `{"a":1,"abcdefghXY":2,` + pad, false},
+		{"quote in the second word", `{"a":1,"abcdefgh":2,` + pad, true},
+		{"no quote in the second word", `{"a":1,"abcdefghZ:2,` + pad, false},
+		{"first word differs", `{"a":1,"Xbcdefghij":2,` + pad, false},
+		{"name longer", `{"a":1,"abcdefghijk":2,` + pad, false},
+		{"long name differs", `{"a":1,"abcdefghij":2,"abcdefghijklmnopX":3,` + pad, false},
+		{"long name cut short", `{"a":1,"abcdefghij":2,"abcdefghijklmno`, false},
+		{"near the end", `{"a":1,"abcdefghij":2,"abcdefghijklmnopq":3,"b":""}`, true},
+		{"near the end, differs", `{"a":1,"abcdefghij":2,"abcdefghijklmnopq":3,"bX":""}`, false},
+		{"expected twice", `{"abcdefghij":1,"a":2,"abcdefghij":3,` + pad, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var s scanner
+			if got := s.accepts(checks, []byte(tc.text)); got != tc.want {
+				t.Errorf("accepts(%s) = %v, want %v", tc.text, got, tc.want)
+			}
+		})
+	}
+}
+
+// TestOnePassNeedsEscape: a property whose name a body must escape is
+// never expected as its raw bytes, which would take text that is not
+// JSON.
+func TestOnePassNeedsEscape(t *testing.T) {
+	checks := onePassChecks(t, `{"properties": {"a\"b": {}, "c\\d": {}, "e\u0001": {}}}`)
+	for _, tc := range []struct {
+		name, text string
+		want       bool
+	}{
+		{"escaped", `{"a\"b":1,"c\\d":2,"e\u0001":3}`, true},
+		{"quote raw", `{"a"b":1}`, false},
+		{"backslash raw", `{"c\d":2}`, false},
+		{"control character raw", "{\"e\x01\":3}", false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var s scanner
+			if got := s.accepts(checks, []byte(tc.text)); got != tc.want {
+				t.Errorf("accepts(%s) = %v, want %v", tc.text, got, tc.want)
+			}
+		})
+	}
+}
+
+// TestDeclaredOrder: a document's properties are listed (propList, the
+// order the one-pass check expects a body's members in) as the document
+// declares them, not sorted.
+func TestDeclaredOrder(t *testing.T) {
+	s, err := Load("../bench/configs/openapi.yaml", "", "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var pv pathValues
+	_, op := s.match("POST", "/orders", &pv)
+	c := op.body.media[0].checks
+	for c.via != nil {
+		c = c.via
+	}
+	var got []string
+	for _, p := range c.propList[:4] {
+		got = append(got, strings.TrimSuffix(p.quoted, `"`))
+	}
+	if want := []string{"id", "created", "delivery_date", "reference"}; !slices.Equal(got, want) {
+		t.Errorf("first properties %q, want %q", got, want)
+	}
+}
+
+// TestUnitsAt: a JSON number read as units of 10^-scale, with where it
+// ends; false for what is not a JSON number and what the units cannot
+// hold (the one-pass check then reads the number as before).
+func TestUnitsAt(t *testing.T) {
+	for _, tc := range []struct {
+		text  string
+		scale int
+		end   int
+		v     int64
+		point bool
+		ok    bool
+	}{
+		{"0", 0, 1, 0, false, true},
+		{"-0", 0, 2, 0, false, true},
+		{"12,", 0, 2, 12, false, true},
+		{"-7}", 2, 2, -700, false, true},
+		{"1234.56", 2, 7, 123456, true, true},
+		{"0.01]", 2, 4, 1, true, true},
+		{"1.50", 1, 4, 15, true, true},
+		{"99999999999999999", 0, 17, 0, false, false}, // 10^17 units or more
+		{"9999999999999999", 0, 16, 9999999999999999, false, true},
+		{"9999999999999999", 1, 16, 0, false, false},
+		{"1.5", 0, 3, 0, true, false},
+		{"01", 0, 2, 0, false, false},
+		{"-", 0, 1, 0, false, false},
+		{"-a", 0, 1, 0, false, false},
+		{"1.", 2, 2, 0, true, false},
+		{"1.x", 2, 2, 0, true, false},
+		{"1e2", 0, 1, 0, false, false},
+		{"1.0E2", 1, 3, 0, true, false},
+	} {
+		j, v, point, ok := unitsAt([]byte(tc.text), 0, tc.scale)
+		if ok != tc.ok || ok && (j != tc.end || v != tc.v || point != tc.point) {
+			t.Errorf("unitsAt(%q, %d) = %d, %d, %v, %v; want %d, %d, %v, %v", tc.text, tc.scale, j, v, point, ok, tc.end, tc.v, tc.point, tc.ok)
+		}
+	}
 }

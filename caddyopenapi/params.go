@@ -118,7 +118,7 @@ func (c *compiler) compileParam(n node) (*param, error) {
 	}
 	defer func() {
 		if p.schema != nil {
-			p.checks, p.fallback = compileChecks(p.schema)
+			p.checks, p.fallback = compileChecks(p.schema, c.declaredOrder)
 			p.scalar = scalarCheck(p)
 		}
 	}()

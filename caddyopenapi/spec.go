@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"maps"
+	"math"
 	"net/http"
 	"net/url"
 	"slices"
@@ -824,4 +825,23 @@ func (p *pathItem) pathIndex(name string) int {
 		i++
 	}
 	return -1
+}
+
+// declaredOrder orders a schema's property names (sorted) by the line
+// each is declared at in its file, so that the one-pass check expects a
+// body's members in the order the document lists them; names on one
+// line (a document of JSON on one line), and names only required, keep
+// their sorted order after those with a line.
+func (c *compiler) declaredOrder(s *jsonschema.Schema, names []string) {
+	src, ptr, ok := c.place(s.Location)
+	if !ok {
+		return
+	}
+	line := func(name string) int {
+		if l, ok := src.lines[ptr+"/properties/"+escapePointer(name)]; ok {
+			return l
+		}
+		return math.MaxInt
+	}
+	sort.SliceStable(names, func(i, j int) bool { return line(names[i]) < line(names[j]) })
 }

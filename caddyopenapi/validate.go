@@ -168,6 +168,15 @@ func scaledInt(d decimal, scale int) (int64, bool) {
 type propCheck struct {
 	schema *schemaCheck // nil: only required
 	bit    uint64       // its bit in reqMask (0: not required)
+	// quoted: the name and its closing quote as a body writes the name
+	// without an escape (valid UTF-8, no '"', '\\' or control
+	// character); "" when the name needs one. The one-pass check
+	// compares a member's bytes with it.
+	quoted string
+	// words: quoted's first 16 bytes as two little-endian words (zero
+	// past its end), and masks that keep as many bytes of a body's
+	// words; set when quoted has at most 16 bytes
+	words, masks [2]uint64
 }
 
 type patternCheck struct {
@@ -210,8 +219,11 @@ type scalarValue struct {
 // compileChecks compiles a library schema; reason says why it cannot be
 // (the schema is then validated by the library), where names the
 // schema's location.
-func compileChecks(root *jsonschema.Schema) (c *schemaCheck, reason string) {
-	cc := &checkCompiler{memo: map[*jsonschema.Schema]*schemaCheck{}}
+// declared, when not nil, orders a schema's property names as the
+// document declares them (propList's order, which the one-pass check
+// expects a body's members in); nil leaves them sorted.
+func compileChecks(root *jsonschema.Schema, declared func(*jsonschema.Schema, []string)) (c *schemaCheck, reason string) {
+	cc := &checkCompiler{memo: map[*jsonschema.Schema]*schemaCheck{}, declared: declared}
 	if r := inPlaceLoop(root); r != "" {
 		return nil, r
 	}
@@ -223,8 +235,9 @@ func compileChecks(root *jsonschema.Schema) (c *schemaCheck, reason string) {
 }
 
 type checkCompiler struct {
-	memo   map[*jsonschema.Schema]*schemaCheck
-	reason string
+	memo     map[*jsonschema.Schema]*schemaCheck
+	reason   string
+	declared func(*jsonschema.Schema, []string)
 }
 
 func (cc *checkCompiler) unsupported(s *jsonschema.Schema, kw string) {
@@ -342,9 +355,22 @@ func (cc *checkCompiler) compile(s *jsonschema.Schema) *schemaCheck {
 	}
 	if c.props != nil {
 		names := slices.Sorted(maps.Keys(c.props))
+		if cc.declared != nil {
+			cc.declared(s, names)
+		}
 		if c.propTab = newNameTable(names); c.propTab != nil {
 			for _, n := range names {
-				c.propList = append(c.propList, c.props[n])
+				p := c.props[n]
+				if plainName(n) {
+					p.quoted = n + `"`
+					if len(p.quoted) <= 16 {
+						for b := range len(p.quoted) {
+							p.words[b/8] |= uint64(p.quoted[b]) << (b % 8 * 8)
+							p.masks[b/8] |= 0xff << (b % 8 * 8)
+						}
+					}
+				}
+				c.propList = append(c.propList, p)
 			}
 		}
 	}

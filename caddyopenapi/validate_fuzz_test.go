@@ -100,7 +100,7 @@ func compareVerdicts(t *testing.T, schema any, value string) bool {
 	if err != nil {
 		return false // an invalid schema (a bad pattern): nothing to compare
 	}
-	checks, _ := compileChecks(sch)
+	checks, _ := compileChecks(sch, nil)
 	if checks == nil {
 		return false
 	}

@@ -175,9 +175,11 @@ var formatCases = map[string]map[string]bool{
 	"date-time": {"2024-01-01T00:00:00Z": true, "2024-01-01t00:00:00z": true, "2024-01-01 00:00:00Z": false, "2024-02-30T00:00:00Z": false},
 	"email":     {"a@b.co": true, `"q r"@x.org`: true, "a..b@c.com": false, "a@[1.2.3.4]": true, "a@[IPv6:::1]": true, "a@[": false, "é@x.org": false, "@x.org": true},
 	"hostname":  {"example.com": true, "example.com.": true, "-bad.com": false, "a..b": false, strings.Repeat("a", 64) + ".com": false},
-	"ipv4":      {"1.2.3.4": true, "01.2.3.4": false, "256.1.1.1": false, "1.2.3": false, "+1.2.3.4": true},
-	"ipv6":      {"::1": true, "fe80::1%eth0": false, "1.2.3.4": false, "2001:db8::8a2e:370:7334": true},
-	"duration":  {"P1D": true, "PT": false, "P1W": true, "PT1H2M": true, "P1Y2M3DT4H5M6S": true, "P1M2Y": false, "P": false},
+	"ipv4": {"1.2.3.4": true, "01.2.3.4": false, "256.1.1.1": false, "1.2.3": false, "+1.2.3.4": true,
+		"255.255.255.255": true, "0.0.0.0": true, "1.2.3.256": false, "1.2.3.1000": false, "1.2.3.99999": false, "1.2.3.04": false,
+		"-0.1.2.3": true, "1.-1.2.3": false, "1.+0255.2.3": true, "1.+256.2.3": false, "1..2.3": false, "1.2.3.": false, "1.2.3.4.5": false, "1.2.3.4a": false, "1.2.+.4": false},
+	"ipv6":     {"::1": true, "fe80::1%eth0": false, "1.2.3.4": false, "2001:db8::8a2e:370:7334": true},
+	"duration": {"P1D": true, "PT": false, "P1W": true, "PT1H2M": true, "P1Y2M3DT4H5M6S": true, "P1M2Y": false, "P": false},
 }
 
 // TestFormats: the formats checked on the bytes answer the pinned cases
