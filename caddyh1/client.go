@@ -255,6 +255,9 @@ type Reuse struct {
 	// their order, when there were at most maxNames (nnames; -1: more)
 	names  [maxNames]string
 	nnames int
+	// values are the names' values as res.Header has them (the same
+	// slices), nil for a name the transport took out (Transfer-Encoding)
+	values [maxNames][]string
 
 	// Now, when set, is the caller's reading of the clock for this
 	// request (the fast path reads it once per request): the round trip
@@ -295,6 +298,18 @@ func (ru *Reuse) Names(res *http.Response) (names []string, ok bool) {
 		return nil, false
 	}
 	return ru.names[:ru.nnames], true
+}
+
+// NameValues is Names with each name's values as res.Header holds them
+// (values[i] is res.Header[names[i]], nil when the name is not in the
+// map), so that a caller can visit the fields without iterating the map.
+// They describe the map as the transport filled it: a caller that
+// changes the map keeps its own account.
+func (ru *Reuse) NameValues(res *http.Response) (names []string, values [][]string, ok bool) {
+	if ru == nil || res != &ru.res || ru.nnames < 0 {
+		return nil, nil, false
+	}
+	return ru.names[:ru.nnames], ru.values[:ru.nnames], true
 }
 
 // TakeHeader gives the caller res's header map (ru's: res must be ru's

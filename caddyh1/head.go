@@ -277,16 +277,23 @@ func parseHead(b []byte, h *head, ru *Reuse, hs *headScan) error {
 		}
 		dup := false
 		if nseen < len(seen) {
-			for _, k := range seen[:nseen] {
+			for at, k := range seen[:nseen] {
 				if k == key {
 					dup = true
+					if ru != nil { // (the map's slice, kept beside the name: no lookup)
+						ru.values[at] = append(ru.values[at], value)
+						h.header[key] = ru.values[at]
+					} else {
+						h.header[key] = append(h.header[key], value)
+					}
 					break
 				}
 			}
-			if !dup {
-				seen[nseen] = key
-				nseen++
+			if dup {
+				continue
 			}
+			seen[nseen] = key
+			nseen++
 		} else {
 			_, dup = h.header[key]
 			if !dup {
@@ -299,6 +306,9 @@ func parseHead(b []byte, h *head, ru *Reuse, hs *headScan) error {
 		}
 		vals[0] = value
 		h.header[key] = vals[:1:1]
+		if ru != nil && nseen <= len(seen) {
+			ru.values[nseen-1] = vals[:1:1]
+		}
 		vals = vals[1:]
 	}
 
@@ -321,6 +331,13 @@ func parseHead(b []byte, h *head, ru *Reuse, hs *headScan) error {
 		h.chunked = true
 		h.contentLength = -1
 		delete(h.header, "Transfer-Encoding") // as net/http: the framing is the transport's
+		if ru != nil && ru.nnames >= 0 {
+			for i, k := range ru.names[:ru.nnames] {
+				if k == "Transfer-Encoding" {
+					ru.values[i] = nil
+				}
+			}
+		}
 	}
 	return nil
 }

@@ -296,6 +296,7 @@ func TestParseHeadReuse(t *testing.T) {
 		"HTTP/1.1 200 OK\r\nServer:nginx\r\nDate:\r\nContent-Type : x\r\nContent-Length: 0\r\n\r\n",
 		"HTTP/1.1 200 OK\r\nX-A: 1\r\nX-B: 2\r\nX-C: 3\r\nX-D: 4\r\nX-E: 5\r\nX-F: 6\r\nX-G: 7\r\nX-H: 8\r\nX-I: 9\r\nX-J: 10\r\n" +
 			"X-K: 11\r\nX-L: 12\r\nX-M: 13\r\nX-N: 14\r\nX-O: 15\r\nX-P: 16\r\nX-Q: 17\r\nX-R: 18\r\nContent-Length: 0\r\n\r\n",
+		"HTTP/1.1 200 OK\r\nSet-Cookie: a\r\nTransfer-Encoding: chunked\r\nSet-Cookie: b\r\nServer: nginx\r\nSet-Cookie: c\r\n\r\n",
 	}
 	for i, a := range heads {
 		for j, b := range heads {
@@ -309,6 +310,20 @@ func TestParseHeadReuse(t *testing.T) {
 			}
 			if err == nil && !reflect.DeepEqual(h.header, alone.header) {
 				t.Errorf("head %d after %d: %v, alone %v", j, i, h.header, alone.header)
+			}
+			// NameValues lists the map: each name's values as the map
+			// has them (nil when not in it), every key of the map named
+			ru.res.Header = h.header
+			if names, values, ok := ru.NameValues(&ru.res); err == nil && ok {
+				listed := http.Header{}
+				for n, k := range names {
+					if values[n] != nil {
+						listed[k] = values[n]
+					}
+				}
+				if !reflect.DeepEqual(listed, h.header) {
+					t.Errorf("head %d after %d: NameValues %v, the map %v", j, i, listed, h.header)
+				}
 			}
 		}
 	}

@@ -94,7 +94,7 @@ func (w *h2Writer) heldHeader() *http.Header {
 }
 
 // gotHeader: HPACK encoding checks each field anyway (headerHolder).
-func (w *h2Writer) gotHeader(bool) {}
+func (w *h2Writer) gotHeader(bool, []namedValues) {}
 
 func (w *h2Writer) logged() (status int, size int64) { return w.logStatus, w.size }
 

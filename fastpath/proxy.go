@@ -128,6 +128,7 @@ type proxyState struct {
 	// reuse holds the h1 transport's response (with its header map and
 	// body reader) for the request in hand: none made per request
 	reuse caddyh1.Reuse
+	taken []namedValues // scratch: the taken map's fields (takeHeader)
 	// plainHead is the head whose fields WriteFields writes upstream
 	// (the plain lane, prepare), with the fields addForwarded would add
 	plainHead *reqHead
@@ -939,7 +940,7 @@ func (ps *proxyState) takeHeader(rw http.ResponseWriter, rwHeader http.Header, r
 	if held == nil {
 		return false
 	}
-	names, ok := ps.reuse.Names(res)
+	names, values, ok := ps.reuse.NameValues(res)
 	if !ok {
 		return false
 	}
@@ -964,28 +965,61 @@ func (ps *proxyState) takeHeader(rw http.ResponseWriter, rwHeader http.Header, r
 		v, ok = up["Via"]
 	}
 	if ok {
-		up["Via"] = append([]string{via}, v...)
+		v = append([]string{via}, v...)
 	} else if via == viaResponse1 {
-		up["Via"] = via11
+		v = via11
 	} else {
-		up["Via"] = []string{via}
+		v = []string{via}
 	}
+	up["Via"] = v
 	ph.viaOwn = true
+	// the map's fields as a list for the writer, which then does not
+	// iterate the map (collectFields): the transport's list less the
+	// fields taken out, Via as just set, and the handler's fields below
+	fields := ps.taken[:0]
+	for i, k := range names {
+		if values[i] != nil && k != "Via" && !ph.held(k) {
+			fields = append(fields, namedValues{k, values[i]})
+		}
+	}
+	fields = append(fields, namedValues{"Via", v})
 	checked := true // (the transport checked the upstream's fields: caddyh1's parseHead)
 	for k, vv := range rwHeader {
 		if checked && !fieldWritable(k, vv) {
 			checked = false
 		}
 		if old, ok := up[k]; ok {
-			up[k] = append(vv[:len(vv):len(vv)], old...)
-		} else {
-			up[k] = vv
+			vv = append(vv[:len(vv):len(vv)], old...)
 		}
+		up[k] = vv
+		fields = setField(fields, k, vv)
 	}
+	ps.taken = fields
 	*held = ps.reuse.TakeHeader(res, *held)
-	w.gotHeader(checked)
+	w.gotHeader(checked, fields)
 	tookHeader()
 	return true
+}
+
+// setField sets the values of the field named k in fields, or adds it.
+func setField(fields []namedValues, k string, vv []string) []namedValues {
+	for i := range fields {
+		if fields[i].name == k {
+			fields[i].values = vv
+			return fields
+		}
+	}
+	return append(fields, namedValues{k, vv})
+}
+
+// held reports whether holdHop took the field k out.
+func (ph *phState) held(k string) bool {
+	for _, h := range ph.hop[:ph.nhop] {
+		if h.name == k {
+			return true
+		}
+	}
+	return false
 }
 
 // headerHolder is a response writer whose header map takeHeader may
@@ -995,8 +1029,9 @@ type headerHolder interface {
 	// writer's to give (after WriteHeader, or with a snapshot taken)
 	heldHeader() *http.Header
 	// gotHeader says that takeHeader gave the writer a map; checked:
-	// each of its fields is fieldWritable
-	gotHeader(checked bool)
+	// each of its fields is fieldWritable; fields: the map's fields as a
+	// list, valid until the request ends
+	gotHeader(checked bool, fields []namedValues)
 }
 
 func (w *respWriter) heldHeader() *http.Header {
@@ -1006,7 +1041,9 @@ func (w *respWriter) heldHeader() *http.Header {
 	return &w.handlerHeader
 }
 
-func (w *respWriter) gotHeader(checked bool) { w.fieldsChecked = checked }
+func (w *respWriter) gotHeader(checked bool, fields []namedValues) {
+	w.fieldsChecked, w.takenFields = checked, fields
+}
 
 // keepHead keeps the upstream's head as it came for the placeholders
 // before finalize's copy path changes it: the fields its Connection field

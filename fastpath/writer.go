@@ -47,6 +47,9 @@ type respWriter struct {
 	// are written as they stand (fieldWritable holds for each): the
 	// head's writing checks no name or value again
 	fieldsChecked bool
+	// takenFields: the map takeHeader gave, as a list of its fields
+	// (nil: collectFields walks the map); dropped when the map may change
+	takenFields []namedValues
 
 	status        int
 	wroteHeader   bool  // WriteHeader (a final one) was called
@@ -123,7 +126,7 @@ func (w *respWriter) Header() http.Header {
 	}
 	w.calledHeader = true
 	if !w.wroteHeader {
-		w.fieldsChecked = false // (the caller may change the map)
+		w.fieldsChecked, w.takenFields = false, nil // (the caller may change the map)
 	}
 	return w.handlerHeader
 }
@@ -182,6 +185,7 @@ func (w *respWriter) WriteHeader(code int) {
 		} else {
 			w.c.l.debug("invalid Content-Length from handler", cl)
 			delete(w.handlerHeader, "Content-Length")
+			w.takenFields = nil
 			if w.snapTaken {
 				delete(w.snapshot, "Content-Length")
 			}
@@ -472,7 +476,11 @@ func (w *respWriter) commit(p []byte) {
 	}
 	w.extra = extraHeader{}
 
-	w.collectFields(hd.header) // (the one pass over the head's map, and hd.known)
+	if w.takenFields != nil { // (the map's fields, listed as it was taken)
+		w.useFields(w.takenFields)
+	} else {
+		w.collectFields(hd.header) // (the one pass over the head's map, and hd.known)
+	}
 	trailers := w.trailerFields(&hd)
 	te := hd.known.get(knownTE)
 	if w.handlerDone && !trailers && te == "" && bodyAllowedForStatus(w.status) &&
@@ -789,6 +797,16 @@ func (w *respWriter) collectFields(h http.Header) {
 		w.known.note(k, vv)
 	}
 	w.fields = fields
+}
+
+// useFields is collectFields from a list of the map's fields, which
+// becomes the writer's (takeHeader's scratch, rebuilt per response).
+func (w *respWriter) useFields(list []namedValues) {
+	w.fields = list
+	w.known = knownFields{}
+	for _, f := range list {
+		w.known.note(f.name, f.values)
+	}
 }
 
 // writeFields writes the collected fields but the excluded ones, sorted by
