@@ -988,11 +988,22 @@ func (ps *proxyState) takeHeader(rw http.ResponseWriter, rwHeader http.Header, r
 		if checked && !fieldWritable(k, vv) {
 			checked = false
 		}
-		if old, ok := up[k]; ok {
+		// the upstream's field of the same name, found in the list
+		// rather than looked up in the map (a handler's fields, such
+		// as quota's RateLimit, are mostly new names)
+		var old []string
+		if k == "Via" {
+			old = v
+		} else if i := slices.Index(names, k); i >= 0 && !ph.held(k) {
+			old = values[i]
+		}
+		if old != nil {
 			vv = append(vv[:len(vv):len(vv)], old...)
+			fields = setField(fields, k, vv)
+		} else {
+			fields = append(fields, namedValues{k, vv})
 		}
 		up[k] = vv
-		fields = setField(fields, k, vv)
 	}
 	ps.taken = fields
 	*held = ps.reuse.TakeHeader(res, *held)

@@ -854,14 +854,16 @@ func (w *respWriter) writeFields(bw *bufio.Writer, exclude map[string]bool, chec
 }
 
 // fieldWritable reports whether writeFields writes the field as it stands:
-// a valid name, and values without CR or LF and without space at their
-// ends (textproto.TrimString's).
+// a valid name, and values without a control byte but HTAB (so without
+// CR or LF) and without space or HTAB at their ends (what
+// textproto.TrimString would take off). It may say false for a field that
+// is (another control byte): that field is then checked as it is written.
 func fieldWritable(name string, values []string) bool {
 	if !h1wire.ValidToken(name) {
 		return false
 	}
 	for _, v := range values {
-		if strings.IndexByte(v, '\r') >= 0 || strings.IndexByte(v, '\n') >= 0 || textproto.TrimString(v) != v {
+		if !h1wire.ValidFieldValue(v) || len(h1wire.TrimOWS(v)) != len(v) {
 			return false
 		}
 	}

@@ -2,6 +2,7 @@ package fastpath
 
 import (
 	"bufio"
+	"bytes"
 	"fmt"
 	"io"
 	"net"
@@ -205,6 +206,45 @@ func TestStreamedResponses(t *testing.T) {
 					t.Fatalf("%s %s: the rest %q, %v", run.name, path, rest, err)
 				}
 			})
+		}
+	}
+}
+
+// TestFieldWritable: a field fieldWritable passes is one the checking
+// write (writeFields unchecked, net/http's rules) would write unchanged,
+// so a taken head's fields may skip the checks; those it refuses are
+// checked as they are written.
+func TestFieldWritable(t *testing.T) {
+	for _, tc := range []struct {
+		name, value string
+		want        bool
+	}{
+		{"X-A", "a b", true},
+		{"X-A", "", true},
+		{"X-A", "a\tb", true},
+		{"X-A", `"free";r=99;t=30`, true},
+		{"X-A", " a", false},
+		{"X-A", "a ", false},
+		{"X-A", "a\t", false},
+		{"X-A", "a\r\nX-B: 1", false},
+		{"X-A", "a\nb", false},
+		{"X-A", "a\x01b", false}, // (written as it stands, but checked)
+		{"X A", "a", false},
+		{"", "a", false},
+	} {
+		if got := fieldWritable(tc.name, []string{tc.value}); got != tc.want {
+			t.Errorf("fieldWritable(%q, %q) = %v, want %v", tc.name, tc.value, got, tc.want)
+		}
+		if !tc.want {
+			continue
+		}
+		var out bytes.Buffer
+		bw := bufio.NewWriter(&out)
+		w := &respWriter{fields: []namedValues{{tc.name, []string{tc.value}}}}
+		w.writeFields(bw, nil, false)
+		bw.Flush()
+		if want := tc.name + ": " + tc.value + "\r\n"; out.String() != want {
+			t.Errorf("%q %q: the checking write gives %q, not the field as it stands", tc.name, tc.value, out.String())
 		}
 	}
 }
