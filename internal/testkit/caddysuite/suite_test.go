@@ -28,6 +28,7 @@ import (
 
 	_ "github.com/apigate/gateway" // every module of the gateway binary
 	"github.com/apigate/gateway/fastpath"
+	"github.com/apigate/gateway/internal/testkit/caddytester"
 	"github.com/apigate/gateway/internal/testkit/freeport"
 	"github.com/apigate/gateway/internal/testkit/testoutput"
 )
@@ -291,6 +292,17 @@ func (p *adminProxy) load(w http.ResponseWriter, r *http.Request) {
 		p.last = in
 		if p.wrap {
 			p.recordLoad(in)
+		}
+		// answer once the previous config's servers stopped listening on
+		// the new one's ports: until then the kernel spreads connections
+		// over both (a wrapper run answered TestUriOpsBlock from the
+		// previous test's server, beside a busy loop)
+		if ports, err := caddytester.ServerPorts(out); err != nil {
+			rb = []byte(err.Error())
+			res.StatusCode = http.StatusInternalServerError
+		} else if err := caddytester.WaitListeners(ports, 30*time.Second); err != nil {
+			rb = []byte(err.Error())
+			res.StatusCode = http.StatusInternalServerError
 		}
 	} else {
 		p.loadErrs++

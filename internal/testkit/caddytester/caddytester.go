@@ -103,7 +103,7 @@ func listenPorts(js []byte, adminPort int) (map[int]int, error) {
 		return nil, fmt.Errorf("reading the config: %v", err)
 	}
 	want := fmt.Sprintf("localhost:%d", adminPort)
-	if cfg.Admin == nil || (!cfg.Admin.Disabled && cfg.Admin.Listen != want) {
+	if adminPort >= 0 && (cfg.Admin == nil || (!cfg.Admin.Disabled && cfg.Admin.Listen != want)) {
 		return nil, fmt.Errorf("the config's admin API is not on %s (admin: %+v)", want, cfg.Admin)
 	}
 	addrs := []string{}
@@ -131,23 +131,38 @@ func listenPorts(js []byte, adminPort int) (map[int]int, error) {
 // /proc/net/tcp and tcp6): the previous config's sockets are closed.
 func waitListeners(t testing.TB, ports map[int]int) {
 	t.Helper()
-	deadline := time.Now().Add(30 * time.Second)
+	if err := WaitListeners(ports, 30*time.Second); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// ServerPorts returns, for each TCP port a config's HTTP servers listen
+// on (as its JSON names them), how many sockets they listen with there.
+func ServerPorts(js []byte) (map[int]int, error) { return listenPorts(js, -1) }
+
+// WaitListeners polls until each port has exactly the given number of
+// listening TCP sockets in this network namespace (0: none), for at most
+// timeout: after a config load, the previous config's sockets on the same
+// ports are closed (the kernel spreads new connections over every socket
+// of a SO_REUSEPORT port, the old server's too).
+func WaitListeners(ports map[int]int, timeout time.Duration) error {
+	deadline := time.Now().Add(timeout)
 	for {
 		have, err := listening()
 		if err != nil {
-			t.Fatalf("reading the listening sockets: %v", err)
+			return fmt.Errorf("reading the listening sockets: %v", err)
 		}
 		settled := true
 		for p, n := range ports {
 			if have[p] != n {
 				settled = false
 				if time.Now().After(deadline) {
-					t.Fatalf("port %d has %d listening sockets 30 s after the load, want %d (the previous config's servers still listen)", p, have[p], n)
+					return fmt.Errorf("port %d has %d listening sockets %v after the load, want %d (the previous config's servers still listen)", p, have[p], timeout, n)
 				}
 			}
 		}
 		if settled {
-			return
+			return nil
 		}
 		time.Sleep(5 * time.Millisecond)
 	}
