@@ -1112,13 +1112,8 @@ func (ph *phState) holdListedOf(up http.Header, names []string) bool {
 // placeholders; false (and nothing kept) when more than maxHopTaken.
 func (ph *phState) holdHop(up http.Header, k string) bool {
 	vv, present := up[k]
-	if !present {
+	if !present || ph.held(k) {
 		return true
-	}
-	for _, h := range ph.hop[:ph.nhop] {
-		if h.name == k {
-			return true
-		}
 	}
 	if ph.nhop == maxHopTaken {
 		ph.nhop = 0
