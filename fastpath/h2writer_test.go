@@ -137,6 +137,31 @@ func TestH2WriterHeaderSnapshot(t *testing.T) {
 				{"x-t": "t"},
 			},
 		},
+		{
+			name: "taken: the list of the map's fields is what is sent",
+			handler: func(w *h2Writer) {
+				// (as takeHeader gives a map and its list; the map's
+				// X-Map is not in the list, which stands for it)
+				*w.heldHeader() = http.Header{"X-Map": {"m"}}
+				w.gotHeader(true, []namedValues{{"X-Up", []string{"1"}}, {"Content-Length", []string{"2"}}, {"Connection", []string{"keep-alive"}}})
+				w.stableHeader()
+				w.WriteHeader(200)
+				w.Write([]byte("ok"))
+			},
+			want: []map[string]string{{":status": "200", "x-up": "1", "content-type": "text/plain; charset=utf-8", "content-length": "2"}},
+		},
+		{
+			name: "taken, then changed through Header: the map is sent",
+			handler: func(w *h2Writer) {
+				*w.heldHeader() = http.Header{"X-Up": {"1"}}
+				w.gotHeader(true, []namedValues{{"X-Up", []string{"1"}}})
+				w.Header().Set("X-Late", "2")
+				w.stableHeader()
+				w.WriteHeader(200)
+				w.Write([]byte("ok"))
+			},
+			want: []map[string]string{{":status": "200", "x-up": "1", "x-late": "2", "content-type": "text/plain; charset=utf-8", "content-length": "2"}},
+		},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			s, nc := newWriterTestStream()
