@@ -819,7 +819,9 @@ func (p *proxyStep) finalize(ex *exchange, rw http.ResponseWriter, req *http.Req
 	}
 
 	rwHeader := rw.Header()
-	delete(rwHeader, "Server")
+	// (reverse_proxy deletes the client's Server field, Caddy's own: the
+	// copy below does, and takeHeader leaves it out of the map it gives,
+	// which costs no map delete, ~330 instructions a request, callgrind)
 	via := viaResponse1
 	if res.ProtoMajor != 1 || res.ProtoMinor != 1 {
 		via = strconv.Itoa(res.ProtoMajor) + "." + strconv.Itoa(res.ProtoMinor) + " Caddy"
@@ -832,6 +834,7 @@ func (p *proxyStep) finalize(ex *exchange, rw http.ResponseWriter, req *http.Req
 			ex.px.ph.keepHead(res.Header, false)
 			removeConnectionHeaders(res.Header)
 		}
+		delete(rwHeader, "Server")
 		p.copyHeader(rwHeader, res, req, via)
 	}
 	announced := len(res.Trailer)
@@ -984,7 +987,16 @@ func (ps *proxyState) takeHeader(rw http.ResponseWriter, rwHeader http.Header, r
 	}
 	fields = append(fields, namedValues{"Via", v})
 	checked := true // (the transport checked the upstream's fields: caddyh1's parseHead)
+	// the handler's fields but Server (Caddy's, which reverse_proxy
+	// deletes: finalize); a map of Server alone is not walked (a walk
+	// starts at a random slot: ~300 instructions, callgrind)
+	if n := len(rwHeader); n == 0 || n == 1 && rwHeader["Server"] != nil {
+		rwHeader = nil
+	}
 	for k, vv := range rwHeader {
+		if k == "Server" {
+			continue
+		}
 		if checked && !fieldWritable(k, vv) {
 			checked = false
 		}
