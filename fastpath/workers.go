@@ -1,7 +1,6 @@
 package fastpath
 
 import (
-	"slices"
 	"sync"
 	"time"
 )
@@ -10,70 +9,103 @@ import (
 
 // workerPool runs HTTP/2 streams' requests on reused goroutines (the idea
 // of fasthttp's workerpool): a stream's request takes an idle worker, or
-// starts one when none is idle; a worker idle for workerIdle (to twice
-// that) exits. The number running is bounded per connection
+// starts one when none is idle; a worker idle for the pool's idleAfter
+// (to twice that) exits. The number running is bounded per connection
 // (h2MaxStreams handlers).
+//
+// A worker waits on its channel alone: the pool's cleaner, one timer for
+// all workers, tells an idle one to exit by sending it nil. (A select on
+// the channel and a timer of its own cost ~600 instructions a request,
+// callgrind, bench/callgrind/h2, selectgo and its locks.)
 type workerPool struct {
+	idleAfter time.Duration
+
 	mu   sync.Mutex
-	idle []*worker
+	idle []*worker // the longest idle first (workers go idle at the end)
+	// tick counts the cleaner's runs; a worker idle since tick-2 or
+	// before has been idle for idleAfter at least
+	tick    uint64
+	running int  // workers started and not told to exit
+	armed   bool // the cleaner's timer is set
 }
 
+// poolJob is what a worker runs: an HTTP/2 stream (serveStream), or a
+// test's job.
+type poolJob interface{ serveStream() }
+
 type worker struct {
-	ch chan *h2stream
-	// used says the worker served a stream since its idle timer was
-	// set: the timer is not reset per stream (a timer reset was about
-	// 350 instructions a request, callgrind), it is looked at when it
-	// fires
-	used bool
+	ch        chan poolJob // nil: exit
+	idleSince uint64       // the pool's tick when it went idle
 }
 
 const workerIdle = 10 * time.Second
 
-var h2Workers = &workerPool{}
+var h2Workers = &workerPool{idleAfter: workerIdle}
 
-func (p *workerPool) run(s *h2stream) {
+func (p *workerPool) run(s poolJob) {
 	p.mu.Lock()
 	var w *worker
+	start := false
 	if n := len(p.idle); n > 0 {
 		w = p.idle[n-1]
 		p.idle[n-1] = nil
 		p.idle = p.idle[:n-1]
+	} else {
+		w, start = &worker{ch: make(chan poolJob, 1)}, true
+		p.running++
+		if !p.armed {
+			p.armed = true
+			time.AfterFunc(p.idleAfter, p.clean)
+		}
 	}
 	p.mu.Unlock()
-	if w == nil {
-		w = &worker{ch: make(chan *h2stream, 1)}
+	if start {
 		go w.loop(p)
 	}
 	w.ch <- s
 }
 
 func (w *worker) loop(p *workerPool) {
-	t := time.NewTimer(workerIdle)
-	defer t.Stop()
-	for {
-		select {
-		case s := <-w.ch:
-			s.serveStream()
-			w.used = true
-			p.mu.Lock()
-			p.idle = append(p.idle, w)
-			p.mu.Unlock()
-		case <-t.C:
-			if w.used { // not idle for all of workerIdle: look again after another
-				w.used = false
-				t.Reset(workerIdle)
-				continue
-			}
-			p.mu.Lock()
-			i := slices.Index(p.idle, w)
-			if i >= 0 {
-				p.idle = slices.Delete(p.idle, i, i+1)
-			}
-			p.mu.Unlock()
-			if i >= 0 {
-				return
-			}
-			t.Reset(workerIdle) // (taken: a stream is on its way)
+	for s := range w.ch {
+		if s == nil {
+			return
 		}
+		s.serveStream()
+		p.mu.Lock()
+		w.idleSince = p.tick
+		p.idle = append(p.idle, w)
+		p.mu.Unlock()
 	}
+}
+
+// clean tells the workers idle since two ticks ago or earlier to exit,
+// and sets its timer again while workers run.
+func (p *workerPool) clean() {
+	p.mu.Lock()
+	p.tick++
+	n := 0
+	for n < len(p.idle) && p.idle[n].idleSince+2 <= p.tick {
+		n++
+	}
+	gone := make([]*worker, n)
+	copy(gone, p.idle[:n])
+	rest := copy(p.idle, p.idle[n:])
+	clear(p.idle[rest:])
+	p.idle = p.idle[:rest]
+	p.running -= n
+	p.armed = p.running > 0
+	if p.armed {
+		time.AfterFunc(p.idleAfter, p.clean)
+	}
+	p.mu.Unlock()
+	for _, w := range gone {
+		w.ch <- nil // (idle: its channel is empty, and no one else sends to it now)
+	}
+}
+
+// counts is how many workers run and how many of them are idle.
+func (p *workerPool) counts() (running, idle int) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.running, len(p.idle)
 }
