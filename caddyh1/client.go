@@ -627,9 +627,21 @@ func (cn *conn) nothingReceived() bool { return cn.rd.Got == 0 }
 // head).
 const ctxPoll = 250 * time.Millisecond
 
+// canCancel reports whether ctx can be canceled (its Done is not nil),
+// asking a context that says so itself first (CanCancel): a context whose
+// Done makes its channel on first use, as the fast path's does, is then
+// not made to make one for the question (an allocation a request on
+// HTTP/2, where each stream's context is new; callgrind).
+func canCancel(ctx context.Context) bool {
+	if c, ok := ctx.(interface{ CanCancel() bool }); ok {
+		return c.CanCancel()
+	}
+	return ctx.Done() != nil
+}
+
 // watch starts watching the request's context, once per exchange.
 func (cn *conn) watch() {
-	if cn.stopWatch == nil && cn.ctx.Done() != nil {
+	if cn.stopWatch == nil && canCancel(cn.ctx) {
 		cn.stopWatch = context.AfterFunc(cn.ctx, cn.abortFn)
 	}
 }
@@ -760,7 +772,7 @@ func (cn *conn) roundTrip(req *http.Request, wr *writtenRequest, ru *Reuse) (*ht
 func (cn *conn) readResponse(req *http.Request, h *head, ru *Reuse) (*http.Response, error) {
 	opts := &cn.pool.c.opts
 	var headerDeadline, deadline time.Time
-	polls := cn.stopWatch == nil && cn.ctx.Done() != nil
+	polls := cn.stopWatch == nil && canCancel(cn.ctx)
 	switch t := opts.ResponseHeaderTimeout; {
 	case t > 0:
 		now := cn.clock()

@@ -669,3 +669,34 @@ func BenchmarkRoundTrip(b *testing.B) {
 		res.Body.Close()
 	}
 }
+
+// doneCounter is a context that counts its Done calls and may say
+// whether it can be canceled itself (CanCancel).
+type doneCounter struct {
+	context.Context
+	dones int
+}
+
+func (c *doneCounter) Done() <-chan struct{} { c.dones++; return c.Context.Done() }
+
+type selfReporting struct{ doneCounter }
+
+func (c *selfReporting) CanCancel() bool { return true }
+
+// TestCanCancel: a context that says whether it can be canceled is
+// asked, not made to make its Done channel; any other is judged by Done.
+func TestCanCancel(t *testing.T) {
+	self := &selfReporting{doneCounter{Context: context.Background()}}
+	if !canCancel(self) || self.dones != 0 {
+		t.Fatalf("CanCancel context: canCancel %v after %d Done calls, want true after none", canCancel(self), self.dones)
+	}
+	plain := &doneCounter{Context: context.Background()}
+	if canCancel(plain) || plain.dones != 1 {
+		t.Fatalf("background: canCancel %v after %d Done calls, want false after one", canCancel(plain), plain.dones)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	if !canCancel(ctx) {
+		t.Fatal("a cancelable context: canCancel false")
+	}
+}

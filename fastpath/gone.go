@@ -69,6 +69,12 @@ func (g *goneState) channel() <-chan struct{} {
 
 func (x *exCtx) Done() <-chan struct{} { return x.ex.gone.channel() }
 
+// CanCancel says that Done is not nil without making its channel (the h1
+// transport asks, caddyh1's canCancel, on every exchange).
+func (x *exCtx) CanCancel() bool { return true }
+
+var _ interface{ CanCancel() bool } = (*outCtx)(nil) // (the upstream request's context)
+
 func (x *exCtx) Err() error {
 	ex := x.ex
 	if ex.gone.isCanceled() {
