@@ -227,6 +227,9 @@ func (c *conn) setWriteDeadline() {
 	if ok {
 		c.writeDL = d
 		c.nc.SetWriteDeadline(d)
+		if countWriteDeadlines.Load() {
+			writeDeadlineMoves.Add(1)
+		}
 	}
 }
 

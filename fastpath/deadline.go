@@ -3,7 +3,17 @@ package fastpath
 import (
 	"errors"
 	"net"
+	"sync/atomic"
 	"time"
+)
+
+// writeDeadlineMoves counts the write deadlines set on HTTP/1.1
+// connections (setWriteDeadline) while countWriteDeadlines is set: for
+// the test that a connection's deadline is not moved on every request
+// (TestWriteDeadlineKept; a shared counter costs every move a write).
+var (
+	countWriteDeadlines atomic.Bool
+	writeDeadlineMoves  atomic.Int64
 )
 
 // isTimeout reports whether err is a deadline passing.

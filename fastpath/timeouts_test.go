@@ -9,6 +9,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/apigate/gateway/internal/testkit/difftest"
 )
 
 // TestServerLimits: the server's timeouts and head limit apply on the fast
@@ -157,5 +159,88 @@ func TestSlowHeadHoldsNoState(t *testing.T) {
 		if b, _ := io.ReadAll(res.Body); string(b) != fmt.Sprintf("ok %d", i) {
 			t.Fatalf("connection %d: body %q", i, b)
 		}
+	}
+}
+
+// TestWriteDeadlineKept: a keep-alive connection's write deadline
+// (write_idle_timeout, one minute by default, set 1.5 times ahead) is set
+// once for a run of requests, not again after each wait for the next
+// request, although the wait gives the request state back (each move
+// is a runtime timer's reset: ~650 instructions a request, callgrind).
+func TestWriteDeadlineKept(t *testing.T) {
+	loadTwin(t, "", `	respond "ok"`)
+	c := dial(t, fastPort)
+	br := bufio.NewReader(c)
+	countWriteDeadlines.Store(true)
+	defer countWriteDeadlines.Store(false)
+	before := writeDeadlineMoves.Load()
+	const requests = 20
+	for i := range requests {
+		fmt.Fprintf(c, "GET / HTTP/1.1\r\nHost: a\r\n\r\n")
+		c.SetReadDeadline(time.Now().Add(10 * time.Second))
+		res, err := http.ReadResponse(br, nil)
+		if err != nil || res.StatusCode != 200 {
+			t.Fatalf("request %d: %v %v", i, res, err)
+		}
+		io.ReadAll(res.Body)
+	}
+	if moves := writeDeadlineMoves.Load() - before; moves > 2 {
+		t.Fatalf("%d requests on one connection moved its write deadline %d times, want once (twice at most)", requests, moves)
+	}
+}
+
+// TestWriteIdleAfterWaits: write_idle cuts a client that stops reading
+// its answer on a connection that served and waited between requests
+// before, when the connection's write deadline was set once and kept
+// across the waits (TestWriteDeadlineKept): the deadline the engine
+// notes is the socket's.
+func TestWriteIdleAfterWaits(t *testing.T) {
+	const bodySize = 64 << 20
+	cut := make(chan struct{}, 1)
+	up := difftest.NewUpstream(t, func(c net.Conn, req *http.Request, body []byte, n int) bool {
+		if req.URL.Path != "/big" {
+			return difftest.Reply(c, "HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok")
+		}
+		if !difftest.Reply(c, fmt.Sprintf("HTTP/1.1 200 OK\r\nContent-Length: %d\r\n\r\n", bodySize)) {
+			return false
+		}
+		chunk := make([]byte, 64<<10)
+		for sent := 0; sent < bodySize; sent += len(chunk) {
+			if _, err := c.Write(chunk); err != nil {
+				cut <- struct{}{} // the gateway gave the exchange up
+				return false
+			}
+		}
+		return false
+	})
+	loadTwinOpts(t, twinOpts{serverOpts: `		timeouts {
+			write_idle 300ms
+		}`}, fmt.Sprintf(`	reverse_proxy %s {
+		transport h1
+	}`, up.Addr()))
+	c := dial(t, fastPort)
+	br := bufio.NewReader(c)
+	for i := range 3 {
+		fmt.Fprintf(c, "GET /small HTTP/1.1\r\nHost: a\r\n\r\n")
+		c.SetReadDeadline(time.Now().Add(10 * time.Second))
+		res, err := http.ReadResponse(br, nil)
+		if err != nil || res.StatusCode != 200 {
+			t.Fatalf("request %d: %v %v", i, res, err)
+		}
+		io.ReadAll(res.Body)
+	}
+	fmt.Fprintf(c, "GET /big HTTP/1.1\r\nHost: a\r\n\r\n")
+	// not read: the gateway's writes stall, and it must give the
+	// exchange up after write_idle (300 ms, its deadline set at most
+	// 450 ms ahead), which closes the upstream connection under the
+	// upstream's writes
+	select {
+	case <-cut:
+	case <-time.After(20 * time.Second):
+		t.Fatal("20 s after the client stopped reading, the gateway still read the upstream's answer: write_idle did not cut the stalled answer")
+	}
+	c.SetReadDeadline(time.Now().Add(20 * time.Second))
+	if got, _ := io.Copy(io.Discard, br); got >= bodySize {
+		t.Fatalf("the whole answer arrived (%d bytes): write_idle did not cut the client that stopped reading", got)
 	}
 }
