@@ -175,15 +175,7 @@ func TestWriteDeadlineKept(t *testing.T) {
 	defer countWriteDeadlines.Store(false)
 	before := writeDeadlineMoves.Load()
 	const requests = 20
-	for i := range requests {
-		fmt.Fprintf(c, "GET / HTTP/1.1\r\nHost: a\r\n\r\n")
-		c.SetReadDeadline(time.Now().Add(10 * time.Second))
-		res, err := http.ReadResponse(br, nil)
-		if err != nil || res.StatusCode != 200 {
-			t.Fatalf("request %d: %v %v", i, res, err)
-		}
-		io.ReadAll(res.Body)
-	}
+	getOK(t, c, br, "/", requests)
 	if moves := writeDeadlineMoves.Load() - before; moves > 2 {
 		t.Fatalf("%d requests on one connection moved its write deadline %d times, want once (twice at most)", requests, moves)
 	}
@@ -220,15 +212,7 @@ func TestWriteIdleAfterWaits(t *testing.T) {
 	}`, up.Addr()))
 	c := dial(t, fastPort)
 	br := bufio.NewReader(c)
-	for i := range 3 {
-		fmt.Fprintf(c, "GET /small HTTP/1.1\r\nHost: a\r\n\r\n")
-		c.SetReadDeadline(time.Now().Add(10 * time.Second))
-		res, err := http.ReadResponse(br, nil)
-		if err != nil || res.StatusCode != 200 {
-			t.Fatalf("request %d: %v %v", i, res, err)
-		}
-		io.ReadAll(res.Body)
-	}
+	getOK(t, c, br, "/small", 3)
 	fmt.Fprintf(c, "GET /big HTTP/1.1\r\nHost: a\r\n\r\n")
 	// not read: the gateway's writes stall, and it must give the
 	// exchange up after write_idle (300 ms, its deadline set at most
@@ -242,5 +226,20 @@ func TestWriteIdleAfterWaits(t *testing.T) {
 	c.SetReadDeadline(time.Now().Add(20 * time.Second))
 	if got, _ := io.Copy(io.Discard, br); got >= bodySize {
 		t.Fatalf("the whole answer arrived (%d bytes): write_idle did not cut the client that stopped reading", got)
+	}
+}
+
+// getOK sends n GETs of path on c, one after the other, each read whole
+// (br reads c) and answered 200.
+func getOK(t *testing.T, c net.Conn, br *bufio.Reader, path string, n int) {
+	t.Helper()
+	for i := range n {
+		fmt.Fprintf(c, "GET %s HTTP/1.1\r\nHost: a\r\n\r\n", path)
+		c.SetReadDeadline(time.Now().Add(10 * time.Second))
+		res, err := http.ReadResponse(br, nil)
+		if err != nil || res.StatusCode != 200 {
+			t.Fatalf("request %d of %s: %v %v", i, path, res, err)
+		}
+		io.ReadAll(res.Body)
 	}
 }
