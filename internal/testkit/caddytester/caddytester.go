@@ -66,7 +66,10 @@ func load(t *testing.T, adminPort int, config, adapter string) *caddytest.Tester
 		}
 		js = out
 	}
-	ports, err := listenPorts(js, adminPort)
+	if err := checkAdmin(js, adminPort); err != nil {
+		t.Fatal(err)
+	}
+	ports, err := ServerPorts(js)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -81,16 +84,30 @@ func load(t *testing.T, adminPort int, config, adapter string) *caddytest.Tester
 	})
 }
 
-// listenPorts returns, for each TCP port the config's HTTP servers listen
-// on, how many sockets they listen with there. It refuses a config whose
-// admin API is not on localhost:adminPort: the default (2019) would be
-// shared by the test binaries that run at once.
-func listenPorts(js []byte, adminPort int) (map[int]int, error) {
+// checkAdmin refuses a config whose admin API is not on
+// localhost:adminPort: the default (2019) would be shared by the test
+// binaries that run at once.
+func checkAdmin(js []byte, adminPort int) error {
 	var cfg struct {
 		Admin *struct {
 			Disabled bool   `json:"disabled"`
 			Listen   string `json:"listen"`
 		} `json:"admin"`
+	}
+	if err := json.Unmarshal(js, &cfg); err != nil {
+		return fmt.Errorf("reading the config: %v", err)
+	}
+	want := fmt.Sprintf("localhost:%d", adminPort)
+	if cfg.Admin == nil || (!cfg.Admin.Disabled && cfg.Admin.Listen != want) {
+		return fmt.Errorf("the config's admin API is not on %s (admin: %+v)", want, cfg.Admin)
+	}
+	return nil
+}
+
+// ServerPorts returns, for each TCP port a config's HTTP servers listen
+// on (as its JSON names them), how many sockets they listen with there.
+func ServerPorts(js []byte) (map[int]int, error) {
+	var cfg struct {
 		Apps struct {
 			HTTP struct {
 				Servers map[string]struct {
@@ -101,10 +118,6 @@ func listenPorts(js []byte, adminPort int) (map[int]int, error) {
 	}
 	if err := json.Unmarshal(js, &cfg); err != nil {
 		return nil, fmt.Errorf("reading the config: %v", err)
-	}
-	want := fmt.Sprintf("localhost:%d", adminPort)
-	if adminPort >= 0 && (cfg.Admin == nil || (!cfg.Admin.Disabled && cfg.Admin.Listen != want)) {
-		return nil, fmt.Errorf("the config's admin API is not on %s (admin: %+v)", want, cfg.Admin)
 	}
 	addrs := []string{}
 	for _, s := range cfg.Apps.HTTP.Servers {
@@ -125,20 +138,6 @@ func listenPorts(js []byte, adminPort int) (map[int]int, error) {
 	}
 	return ports, nil
 }
-
-// waitListeners polls until each port has exactly the given number of
-// listening TCP sockets in this network namespace (the kernel's view, in
-// /proc/net/tcp and tcp6): the previous config's sockets are closed.
-func waitListeners(t testing.TB, ports map[int]int) {
-	t.Helper()
-	if err := WaitListeners(ports, 30*time.Second); err != nil {
-		t.Fatal(err)
-	}
-}
-
-// ServerPorts returns, for each TCP port a config's HTTP servers listen
-// on (as its JSON names them), how many sockets they listen with there.
-func ServerPorts(js []byte) (map[int]int, error) { return listenPorts(js, -1) }
 
 // WaitListeners polls until each port has exactly the given number of
 // listening TCP sockets in this network namespace (0: none), for at most
@@ -238,6 +237,8 @@ func settle(t testing.TB, ports map[int]int) {
 	for p, n := range ports {
 		want[p] = n
 	}
-	waitListeners(t, want)
+	if err := WaitListeners(want, 30*time.Second); err != nil {
+		t.Fatal(err)
+	}
 	lastPorts.ports = ports
 }
