@@ -258,6 +258,16 @@ type Reuse struct {
 	// values are the names' values as res.Header has them (the same
 	// slices), nil for a name the transport took out (Transfer-Encoding)
 	values [maxNames][]string
+	// pending: res.Header was left empty (LazyHeader) and holds none of
+	// the listed fields yet (FillHeader)
+	pending bool
+
+	// LazyHeader, when set, leaves res.Header empty for a head of at most
+	// maxNames distinct names: the caller reads its fields from
+	// NameValues, and calls FillHeader before it reads res.Header (the
+	// fast path builds no map for a response whose fields it writes from
+	// the list). A head with more names fills the map as it is parsed.
+	LazyHeader bool
 
 	// Now, when set, is the caller's reading of the clock for this
 	// request (the fast path reads it once per request): the round trip
@@ -273,14 +283,18 @@ type Reuse struct {
 	// them). It writes valid fields only (names that are tokens, values
 	// without CR, LF or NUL), and none of Host, Content-Length,
 	// Transfer-Encoding, Trailer or Connection, which the transport
-	// writes itself; req.Header still decides the framing and the
-	// replay rules (Connection, Idempotency-Key).
+	// writes itself; its Field answers, in place of req.Header, what
+	// decides the framing and the replay rules (Connection,
+	// Idempotency-Key).
 	Fields FieldWriter
 }
 
 // FieldWriter writes a request's header fields (Reuse.Fields).
 type FieldWriter interface {
 	WriteFields(bw *bufio.Writer)
+	// Field is the first value of the request's field name (canonical)
+	// and whether it has one, as req.Header would answer.
+	Field(name string) (string, bool)
 }
 
 // maxNames is how many distinct field names of a response head Reuse
@@ -312,12 +326,51 @@ func (ru *Reuse) NameValues(res *http.Response) (names []string, values [][]stri
 	return ru.names[:ru.nnames], ru.values[:ru.nnames], true
 }
 
+// FillHeader fills res.Header (ru's response's) with the fields of its
+// head, when LazyHeader left it empty; it does nothing otherwise. It
+// reports whether it filled it.
+func (ru *Reuse) FillHeader(res *http.Response) bool {
+	if ru == nil || res != &ru.res || !ru.pending {
+		return false
+	}
+	ru.fill(res.Header)
+	return true
+}
+
+// fill puts the listed fields of the head last parsed in hdr, its map,
+// which LazyHeader left empty.
+func (ru *Reuse) fill(hdr http.Header) {
+	ru.pending = false
+	for i, k := range ru.names[:ru.nnames] {
+		if vv := ru.values[i]; vv != nil {
+			hdr[k] = vv
+		}
+	}
+}
+
+// fillHead fills h's map, when parseHead left it empty (an informational
+// head, for the trace).
+func (ru *Reuse) fillHead(h *head) {
+	if ru != nil && ru.pending {
+		ru.fill(h.header)
+	}
+}
+
+// HeaderPending reports whether res.Header (ru's response's) is still
+// empty of its head's fields (LazyHeader; FillHeader fills it).
+func (ru *Reuse) HeaderPending(res *http.Response) bool {
+	return ru != nil && res == &ru.res && ru.pending
+}
+
 // TakeHeader gives the caller res's header map (ru's: res must be ru's
 // response), which is the caller's from now on; ru takes h in exchange
 // and fills it with the next response's fields. res.Header stays the
 // taken map. Its values stay valid until the next response is read into
 // ru.
 func (ru *Reuse) TakeHeader(res *http.Response, h http.Header) http.Header {
+	// (a map taken empty, LazyHeader, is the caller's to fill: FillHeader
+	// no longer touches it)
+	ru.pending = false
 	taken := ru.hdr
 	ru.hdr = h
 	return taken
@@ -339,7 +392,11 @@ func (c *Client) RoundTripReuse(req *http.Request, network, addr string, ru *Reu
 	}
 	ctx := req.Context()
 	var wr writtenRequest
-	if err := wr.check(req); err != nil {
+	var fw FieldWriter
+	if ru != nil {
+		fw = ru.Fields
+	}
+	if err := wr.check(req, fw); err != nil {
 		return nil, err
 	}
 	if c.opts.MaxIdleConnsPerHost < 0 && !wr.close {
@@ -834,6 +891,7 @@ func (cn *conn) readResponse(req *http.Request, h *head, ru *Reuse) (*http.Respo
 			return nil, errors.New("too many 1xx informational responses from upstream")
 		}
 		if trace := httptrace.ContextClientTrace(req.Context()); trace != nil && trace.Got1xxResponse != nil {
+			ru.fillHead(h)
 			if err := trace.Got1xxResponse(h.status, textproto.MIMEHeader(h.header)); err != nil {
 				return nil, err
 			}

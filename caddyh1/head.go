@@ -208,10 +208,14 @@ func parseHead(b []byte, h *head, ru *Reuse, hs *headScan) error {
 	// instructions, callgrind)
 	var local [maxNames]string
 	seen := local[:]
+	lazy := false // the map is left empty: the fields are in ru's list alone
 	if ru != nil {
 		seen = ru.names[:]
 		ru.nnames = -1 // (until the head is parsed whole)
+		ru.pending = false
+		lazy = ru.LazyHeader
 	}
+	connSeen := false
 	nseen := 0
 	pos := eol + 2
 	for n := 1; pos < len(s); n++ {
@@ -263,6 +267,7 @@ func parseHead(b []byte, h *head, ru *Reuse, hs *headScan) error {
 			}
 			teSeen, teValue = true, value
 		case "Connection":
+			connSeen = true
 			if h1wire.HasToken(value, "close") {
 				h.close = true
 			}
@@ -282,7 +287,9 @@ func parseHead(b []byte, h *head, ru *Reuse, hs *headScan) error {
 					dup = true
 					if ru != nil { // (the map's slice, kept beside the name: no lookup)
 						ru.values[at] = append(ru.values[at], value)
-						h.header[key] = ru.values[at]
+						if !lazy {
+							h.header[key] = ru.values[at]
+						}
 					} else {
 						h.header[key] = append(h.header[key], value)
 					}
@@ -295,6 +302,12 @@ func parseHead(b []byte, h *head, ru *Reuse, hs *headScan) error {
 			seen[nseen] = key
 			nseen++
 		} else {
+			if lazy { // more names than the list holds: the map, from here on
+				for i, k := range seen[:nseen] {
+					h.header[k] = ru.values[i]
+				}
+				lazy = false
+			}
 			_, dup = h.header[key]
 			if !dup {
 				nseen = len(seen) + 1 // more names than seen holds
@@ -305,7 +318,9 @@ func parseHead(b []byte, h *head, ru *Reuse, hs *headScan) error {
 			continue
 		}
 		vals[0] = value
-		h.header[key] = vals[:1:1]
+		if !lazy {
+			h.header[key] = vals[:1:1]
+		}
 		if ru != nil && nseen <= len(seen) {
 			ru.values[nseen-1] = vals[:1:1]
 		}
@@ -314,8 +329,9 @@ func parseHead(b []byte, h *head, ru *Reuse, hs *headScan) error {
 
 	if ru != nil && nseen <= len(seen) {
 		ru.nnames = nseen
+		ru.pending = lazy
 	}
-	if h.minor == 0 && h.header["Connection"] == nil {
+	if h.minor == 0 && !connSeen {
 		h.close = true // HTTP/1.0 without keep-alive
 	}
 	if teSeen {

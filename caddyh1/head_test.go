@@ -285,8 +285,16 @@ func parseBoth(t testing.TB, b []byte, h *head) error {
 // other names, the same names, names that are prefixes of these or these
 // in another case, gives what a parse of it alone gives (parseHead takes a
 // name from the previous head only where the line holds it, byte for
-// byte, before its colon).
+// byte, before its colon). With LazyHeader, the map stays empty for a head
+// of at most maxNames names until FillHeader, which makes it the same; a
+// head with more names fills it as it is parsed.
 func TestParseHeadReuse(t *testing.T) {
+	for _, lazy := range []bool{false, true} {
+		t.Run(fmt.Sprint("lazy=", lazy), func(t *testing.T) { testParseHeadReuse(t, lazy) })
+	}
+}
+
+func testParseHeadReuse(t *testing.T, lazy bool) {
 	heads := []string{
 		"HTTP/1.1 200 OK\r\nServer: nginx\r\nDate: Mon, 30 Nov 2026 18:00:00 GMT\r\nContent-Type: text/plain\r\nContent-Length: 2\r\nConnection: keep-alive\r\n\r\n",
 		"HTTP/1.1 200 OK\r\nServer: nginx\r\nDate: Mon, 30 Nov 2026 18:00:01 GMT\r\nContent-Type: text/plain\r\nContent-Length: 3\r\nConnection: keep-alive\r\n\r\n",
@@ -297,10 +305,12 @@ func TestParseHeadReuse(t *testing.T) {
 		"HTTP/1.1 200 OK\r\nX-A: 1\r\nX-B: 2\r\nX-C: 3\r\nX-D: 4\r\nX-E: 5\r\nX-F: 6\r\nX-G: 7\r\nX-H: 8\r\nX-I: 9\r\nX-J: 10\r\n" +
 			"X-K: 11\r\nX-L: 12\r\nX-M: 13\r\nX-N: 14\r\nX-O: 15\r\nX-P: 16\r\nX-Q: 17\r\nX-R: 18\r\nContent-Length: 0\r\n\r\n",
 		"HTTP/1.1 200 OK\r\nSet-Cookie: a\r\nTransfer-Encoding: chunked\r\nSet-Cookie: b\r\nServer: nginx\r\nSet-Cookie: c\r\n\r\n",
+		"HTTP/1.0 200 OK\r\nServer: nginx\r\nContent-Length: 0\r\n\r\n",
+		"HTTP/1.0 200 OK\r\nServer: nginx\r\nConnection: keep-alive\r\nContent-Length: 0\r\n\r\n",
 	}
 	for i, a := range heads {
 		for j, b := range heads {
-			var ru Reuse
+			ru := Reuse{LazyHeader: lazy}
 			var h, alone head
 			errA := parseHead([]byte(a), &h, &ru, nil)
 			err := parseHead([]byte(b), &h, &ru, nil)
@@ -308,12 +318,24 @@ func TestParseHeadReuse(t *testing.T) {
 			if fmt.Sprint(err) != fmt.Sprint(errAlone) {
 				t.Fatalf("head %d after %d (%v): %v, alone %v", j, i, errA, err, errAlone)
 			}
+			ru.res.Header = h.header
+			if lazy && err == nil {
+				few := ru.nnames >= 0
+				if ru.HeaderPending(&ru.res) != few || few && len(h.header) != 0 {
+					t.Errorf("head %d after %d: pending %v with the map %v, want the map empty for a head of at most %d names", j, i, ru.HeaderPending(&ru.res), h.header, maxNames)
+				}
+				if ru.FillHeader(&ru.res) != few || ru.HeaderPending(&ru.res) {
+					t.Errorf("head %d after %d: FillHeader filled %v, pending after %v", j, i, !few, ru.HeaderPending(&ru.res))
+				}
+			}
+			if err == nil && h.close != alone.close {
+				t.Errorf("head %d after %d: close %v, alone %v", j, i, h.close, alone.close)
+			}
 			if err == nil && !reflect.DeepEqual(h.header, alone.header) {
 				t.Errorf("head %d after %d: %v, alone %v", j, i, h.header, alone.header)
 			}
 			// NameValues lists the map: each name's values as the map
 			// has them (nil when not in it), every key of the map named
-			ru.res.Header = h.header
 			if names, values, ok := ru.NameValues(&ru.res); err == nil && ok {
 				listed := http.Header{}
 				for n, k := range names {

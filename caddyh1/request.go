@@ -30,7 +30,7 @@ type writtenRequest struct {
 
 // check validates req and decides its framing. Invalid field names or values
 // (CR, LF, NUL or other control bytes) are refused, never sent.
-func (wr *writtenRequest) check(req *http.Request) error {
+func (wr *writtenRequest) check(req *http.Request, fw FieldWriter) error {
 	*wr = writtenRequest{method: req.Method}
 	if wr.method == "" {
 		wr.method = http.MethodGet
@@ -67,7 +67,7 @@ func (wr *writtenRequest) check(req *http.Request) error {
 	default:
 		wr.chunked = true
 	}
-	hasClose := h1wire.HasToken(headerValue(req.Header, "Connection"), "close")
+	hasClose := h1wire.HasToken(fieldValue(req.Header, fw, "Connection"), "close")
 	wr.close = req.Close || hasClose
 	wr.sendClose = req.Close && !hasClose
 	if !wr.hasBody {
@@ -75,7 +75,7 @@ func (wr *writtenRequest) check(req *http.Request) error {
 		case http.MethodGet, http.MethodHead, http.MethodOptions, http.MethodTrace:
 			wr.replayable = true
 		default:
-			wr.replayable = req.Header["Idempotency-Key"] != nil || req.Header["X-Idempotency-Key"] != nil
+			wr.replayable = hasField(req.Header, fw, "Idempotency-Key") || hasField(req.Header, fw, "X-Idempotency-Key")
 		}
 	}
 	return nil
@@ -110,6 +110,26 @@ func checkFields(h http.Header, what string) error {
 		}
 	}
 	return nil
+}
+
+// fieldValue is the request's first value of k: fw's when the request's
+// fields are fw's (Reuse.Fields), else h's.
+func fieldValue(h http.Header, fw FieldWriter, k string) string {
+	if fw != nil {
+		v, _ := fw.Field(k)
+		return v
+	}
+	return headerValue(h, k)
+}
+
+// hasField reports whether the request has a field k (fw's fields when
+// set, as fieldValue), as a non-nil h[k] does.
+func hasField(h http.Header, fw FieldWriter, k string) bool {
+	if fw != nil {
+		_, ok := fw.Field(k)
+		return ok
+	}
+	return h[k] != nil
 }
 
 func headerValue(h http.Header, k string) string {

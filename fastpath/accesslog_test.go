@@ -20,7 +20,8 @@ import (
 
 // accessLogConfig has three sites on both servers (plain, on Caddy's path,
 // and fast): a.example with a JSON access log and the log directives,
-// b.example with a log of its own name, c.example with none (so skipped).
+// b.example with a log of its own name (and a proxied path, whose records
+// read no upstream placeholder), c.example with none (so skipped).
 // Errors are logged through the per-host loggers too (error logs of a
 // server with access logs follow the host's logger names).
 func accessLogConfig(logA, logB, up string) string { return accessLogConfigOpts(logA, logB, up, "") }
@@ -92,7 +93,14 @@ http://b.example:%[2]d, http://b.example:%[3]d {
 		output file %[5]s
 		format json
 	}
-	respond "b {uri}" 201
+	handle /up/* {
+		reverse_proxy %[6]s {
+			transport h1
+		}
+	}
+	handle {
+		respond "b {uri}" 201
+	}
 }
 http://c.example:%[2]d, http://c.example:%[3]d {
 	respond "c" 200
@@ -150,6 +158,10 @@ func testAccessLog(t *testing.T, serverOpts string, client func() *http.Client) 
 		{Method: "GET", Path: "/renamed/x", Header: a(nil)},
 		{Method: "GET", Path: "/quiet/x", Header: a(nil)},
 		{Method: "DELETE", Path: "/b/path?x=%20y", Header: http.Header{"Host": {"b.example"}}},
+		// a proxied answer whose record reads no upstream placeholder:
+		// the response fields the record lists are the writer's map,
+		// which the transport left empty (filled when the log reads it)
+		{Method: "GET", Path: "/up/hop", Header: http.Header{"Host": {"b.example"}}},
 		{Method: "GET", Path: "/c", Header: http.Header{"Host": {"c.example"}}},
 	}
 	before := servedCount(t, "fast")

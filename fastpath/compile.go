@@ -2,6 +2,7 @@ package fastpath
 
 import (
 	"fmt"
+	"net/http"
 	"net/textproto"
 	"slices"
 	"strings"
@@ -114,6 +115,104 @@ func readOnlyMatchers(sets caddyhttp.MatcherSets) bool {
 	return true
 }
 
+// fieldFreeMatchers reports whether every matcher of sets is one of
+// Caddy's that never read the request's header map itself (a placeholder
+// in their values reads it through the replacer, which fills it:
+// exchange.fieldPlaceholder), so that the map need not be filled before
+// they run.
+func fieldFreeMatchers(sets caddyhttp.MatcherSets) bool {
+	for _, set := range sets {
+		for _, m := range set {
+			switch m := m.(type) {
+			case *caddyhttp.MatchNot:
+				if !fieldFreeMatchers(m.MatcherSets) {
+					return false
+				}
+				continue
+			case caddy.Module:
+				switch m.CaddyModule().ID {
+				case "http.matchers.host", "http.matchers.path", "http.matchers.path_regexp",
+					"http.matchers.method", "http.matchers.query",
+					"http.matchers.remote_ip", "http.matchers.client_ip", "http.matchers.tls",
+					"http.matchers.vars", "http.matchers.vars_regexp":
+					continue
+				}
+			}
+			// (header, header_regexp, expression, file, protocol (grpc
+			// reads Content-Type), another module's)
+			return false
+		}
+	}
+	return true
+}
+
+// fieldSets is sets with each matcher that may read the request's header
+// map (not fieldFreeMatchers') wrapped in fillFirst, so that the map is
+// filled only when such a matcher is reached, and each set's matchers in
+// an order that reaches them last: first those that read neither the map
+// nor a placeholder (host, path, method, ...), then vars and vars_regexp
+// (whose placeholders may read it, fieldPlaceholder), then the wrapped
+// ones. A set's answer is the AND of its matchers; Caddy runs them in the
+// order of a map's iteration (MatcherSets.FromInterface), which it does
+// not promise, so this is one of Caddy's orders, and a request a route's
+// path refuses does not fill the map for the route's header or vars
+// matcher. sets itself when every matcher is of the first kind.
+func fieldSets(sets caddyhttp.MatcherSets) caddyhttp.MatcherSets {
+	all0 := true
+	for _, set := range sets {
+		for _, m := range set {
+			all0 = all0 && matcherRank(m) == 0
+		}
+	}
+	if all0 {
+		return sets
+	}
+	out := make(caddyhttp.MatcherSets, len(sets))
+	for i, set := range sets {
+		out[i] = make(caddyhttp.MatcherSet, 0, len(set))
+		for rank := 0; rank < 3; rank++ {
+			for _, m := range set {
+				if matcherRank(m) != rank {
+					continue
+				}
+				if rank == 2 {
+					m = fillFirst{caddyhttp.MatcherSet{m}}
+				}
+				out[i] = append(out[i], m)
+			}
+		}
+	}
+	return out
+}
+
+// matcherRank is where fieldSets puts m in its set: 0, it reads neither
+// the header map nor a placeholder; 1, vars and vars_regexp; 2, it may
+// read the map.
+func matcherRank(m any) int {
+	if !fieldFreeMatchers(caddyhttp.MatcherSets{{m}}) {
+		return 2
+	}
+	if mod, ok := m.(caddy.Module); ok {
+		switch mod.CaddyModule().ID {
+		case "http.matchers.vars", "http.matchers.vars_regexp":
+			return 1
+		}
+	}
+	return 0
+}
+
+// fillFirst is a matcher that may read the request's header map, run as
+// Caddy's MatcherSet runs it (m holds it alone) after the map is filled
+// (exchange.header, found through the request's context).
+type fillFirst struct{ m caddyhttp.MatcherSet }
+
+func (f fillFirst) MatchWithError(r *http.Request) (bool, error) {
+	if ex, ok := r.Context().Value(exchangeKey{}).(*exchange); ok {
+		ex.header()
+	}
+	return f.m.MatchWithError(r)
+}
+
 type compiler struct {
 	ctx    caddy.Context
 	logger *zap.Logger
@@ -126,7 +225,7 @@ func (c *compiler) routes(list caddyhttp.RouteList) ([]*route, string) {
 	out := make([]*route, 0, len(list))
 	for i := range list {
 		r := &list[i]
-		rt := &route{group: r.Group, sets: r.MatcherSets, terminal: r.Terminal}
+		rt := &route{group: r.Group, sets: fieldSets(r.MatcherSets), terminal: r.Terminal}
 		if !readOnlyMatchers(r.MatcherSets) {
 			c.foreignMatcher = true
 		}
@@ -254,6 +353,7 @@ func (c *compiler) proxy(h *reverseproxy.Handler) (step, string) {
 	}
 	_, headerPolicy := h.LoadBalancing.SelectionPolicy.(*reverseproxy.HeaderHashSelection)
 	p.plain = t != nil && p.reqOps == nil && !headerPolicy && len(h.LoadBalancing.RetryMatch) == 0
+	p.fieldFree = p.plain && p.dynamic == nil && fieldFreePolicy(h.LoadBalancing.SelectionPolicy)
 	if tph, ok := h.Transport.(reverseproxy.RequestHeaderOpsTransport); ok {
 		if ops := tph.RequestHeaderOps(); ops != nil {
 			if err := ops.Provision(c.ctx); err != nil {
@@ -263,7 +363,26 @@ func (c *compiler) proxy(h *reverseproxy.Handler) (step, string) {
 			p.plain = false
 		}
 	}
+	p.fieldFree = p.fieldFree && p.transOps == nil
 	return p, ""
+}
+
+// fieldFreePolicy reports whether sel is one of Caddy's selection policies
+// that read none of the request's header fields (header and cookie do).
+func fieldFreePolicy(sel reverseproxy.Selector) bool {
+	switch sel.(type) { // (as Caddy provisions them: values or pointers)
+	case reverseproxy.RandomSelection, *reverseproxy.RandomSelection,
+		reverseproxy.RandomChoiceSelection, *reverseproxy.RandomChoiceSelection,
+		reverseproxy.LeastConnSelection, *reverseproxy.LeastConnSelection,
+		*reverseproxy.RoundRobinSelection, *reverseproxy.WeightedRoundRobinSelection,
+		reverseproxy.FirstSelection, *reverseproxy.FirstSelection,
+		reverseproxy.IPHashSelection, *reverseproxy.IPHashSelection,
+		reverseproxy.ClientIPHashSelection, *reverseproxy.ClientIPHashSelection,
+		reverseproxy.URIHashSelection, *reverseproxy.URIHashSelection,
+		*reverseproxy.QueryHashSelection:
+		return true
+	}
+	return false
 }
 
 // caddyProxy is reverse_proxy's own handler as a step, with why the plan's

@@ -130,8 +130,8 @@ func TestDifferential(t *testing.T) {
 	}
 	// the comparison with the map mode means something only if the
 	// other fast run took the lanes
-	if plain, take := lanes(); plain == 0 || take == 0 {
-		t.Fatalf("the fast path took the plain lane %d times and the upstream's header %d times: the map mode compared nothing", plain, take)
+	if plain, take, lazy := lanes(); plain == 0 || take == 0 || lazy == 0 {
+		t.Fatalf("the fast path took the plain lane %d times, the upstream's header %d times and the lazy map %d times: the map mode compared nothing", plain, take, lazy)
 	}
 }
 
@@ -194,11 +194,13 @@ func (r diffRun) do(fn func()) {
 
 // lanesCounted counts, for the rest of the test, the requests that take
 // each lane, and returns a function that reads the counts since the call.
-func lanesCounted(t *testing.T) func() (plain, take int64) {
+func lanesCounted(t *testing.T) func() (plain, take, lazy int64) {
 	countLanes.Store(true)
 	t.Cleanup(func() { countLanes.Store(false) })
-	p0, t0 := lanesTaken.plain.Load(), lanesTaken.take.Load()
-	return func() (int64, int64) { return lanesTaken.plain.Load() - p0, lanesTaken.take.Load() - t0 }
+	p0, t0, l0 := lanesTaken.plain.Load(), lanesTaken.take.Load(), lanesTaken.lazy.Load()
+	return func() (int64, int64, int64) {
+		return lanesTaken.plain.Load() - p0, lanesTaken.take.Load() - t0, lanesTaken.lazy.Load() - l0
+	}
 }
 
 func servedCount(t *testing.T, server string) float64 {

@@ -57,6 +57,8 @@ type h2Writer struct {
 	// takenFields: the map takeHeader gave, as a list of its fields
 	// (nil: collect walks the map); dropped when the map may change
 	takenFields []namedValues
+	// mapEmpty: takeHeader gave the map empty (respWriter's)
+	mapEmpty bool
 }
 
 // h2Pair is a header field's key and values, as encodeHeaders sorts them.
@@ -86,7 +88,10 @@ func (w *h2Writer) reset() {
 
 func (w *h2Writer) start(h *reqHead) { w.h = h }
 
-func (w *h2Writer) handlerHdr() http.Header { return w.handlerHeader }
+func (w *h2Writer) handlerHdr() http.Header {
+	w.fillMap()
+	return w.handlerHeader
+}
 
 // heldHeader is the stream's header map for takeHeader (headerHolder).
 func (w *h2Writer) heldHeader() *http.Header {
@@ -98,11 +103,24 @@ func (w *h2Writer) heldHeader() *http.Header {
 
 // gotHeader keeps the list of the map's fields for collectList (HPACK
 // encoding checks each field anyway: checked does not matter here).
-func (w *h2Writer) gotHeader(_ bool, fields []namedValues) { w.takenFields = fields }
+func (w *h2Writer) gotHeader(_ bool, fields []namedValues, empty bool) {
+	w.takenFields, w.mapEmpty = fields, empty
+	if empty && trailerNamed(fields) {
+		w.fillMap() // (the trailer code reads the map)
+	}
+}
+
+func (w *h2Writer) fillMap() {
+	if w.mapEmpty {
+		w.mapEmpty = false
+		fillFields(w.handlerHeader, w.takenFields)
+	}
+}
 
 func (w *h2Writer) logged() (status int, size int64) { return w.logStatus, w.size }
 
 func (w *h2Writer) Header() http.Header {
+	w.fillMap()
 	if w.wroteHeader && !w.sentHeader && !w.snapTaken {
 		// first called between WriteHeader and the HEADERS: what is
 		// sent is the header as it is now
@@ -122,6 +140,7 @@ func (w *h2Writer) stableHeader() { w.headerStable = true }
 // takeSnapshot copies the header (shallow, as respWriter's: no
 // allocation once the stream's map has grown).
 func (w *h2Writer) takeSnapshot() {
+	w.fillMap()
 	if w.snapStore == nil {
 		w.snapStore = make(http.Header, len(w.handlerHeader))
 	}
@@ -138,6 +157,7 @@ func (w *h2Writer) WriteHeader(code int) {
 	}
 	w.logStatus = code
 	if code >= 100 && code <= 199 {
+		w.fillMap()
 		h := w.handlerHeader
 		_, cl := h["Content-Length"]
 		_, te := h["Transfer-Encoding"]

@@ -143,7 +143,7 @@ func TestH2WriterHeaderSnapshot(t *testing.T) {
 				// (as takeHeader gives a map and its list; the map's
 				// X-Map is not in the list, which stands for it)
 				*w.heldHeader() = http.Header{"X-Map": {"m"}}
-				w.gotHeader(true, []namedValues{{"X-Up", []string{"1"}}, {"Content-Length", []string{"2"}}, {"Connection", []string{"keep-alive"}}})
+				w.gotHeader(true, []namedValues{{"X-Up", []string{"1"}}, {"Content-Length", []string{"2"}}, {"Connection", []string{"keep-alive"}}}, false)
 				w.stableHeader()
 				w.WriteHeader(200)
 				w.Write([]byte("ok"))
@@ -154,7 +154,33 @@ func TestH2WriterHeaderSnapshot(t *testing.T) {
 			name: "taken, then changed through Header: the map is sent",
 			handler: func(w *h2Writer) {
 				*w.heldHeader() = http.Header{"X-Up": {"1"}}
-				w.gotHeader(true, []namedValues{{"X-Up", []string{"1"}}})
+				w.gotHeader(true, []namedValues{{"X-Up", []string{"1"}}}, false)
+				w.Header().Set("X-Late", "2")
+				w.stableHeader()
+				w.WriteHeader(200)
+				w.Write([]byte("ok"))
+			},
+			want: []map[string]string{{":status": "200", "x-up": "1", "x-late": "2", "content-type": "text/plain; charset=utf-8", "content-length": "2"}},
+		},
+		{
+			name: "taken empty: sent from the list, the map filled when read after",
+			handler: func(w *h2Writer) {
+				// (the transport's LazyHeader: the map comes empty)
+				*w.heldHeader() = http.Header{}
+				w.gotHeader(true, []namedValues{{"X-Up", []string{"1"}}, {"Content-Length", []string{"2"}}}, true)
+				w.stableHeader()
+				w.WriteHeader(200)
+				w.Write([]byte("ok"))
+				w.handlerHdr() // (as the access log reads it)
+			},
+			want:  []map[string]string{{":status": "200", "x-up": "1", "content-type": "text/plain; charset=utf-8", "content-length": "2"}},
+			after: map[string]string{"X-Up": "1", "Content-Length": "2"},
+		},
+		{
+			name: "taken empty, then changed through Header: filled first",
+			handler: func(w *h2Writer) {
+				*w.heldHeader() = http.Header{}
+				w.gotHeader(true, []namedValues{{"X-Up", []string{"1"}}}, true)
 				w.Header().Set("X-Late", "2")
 				w.stableHeader()
 				w.WriteHeader(200)

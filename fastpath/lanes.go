@@ -7,12 +7,15 @@ import (
 
 // The fast path's lanes are where it skips a header map that Caddy's path
 // builds: the plain lane writes a request's fields upstream from the
-// parsed head (proxyState.prepare), and takeHeader makes the upstream's
-// response map the client's instead of copying it field by field. Each
-// lane is taken only when nothing that runs could see the difference; a
-// case missed there would show as a difference between a lane and the
-// maps, never as a skipped check (the duties read the request's header
-// map, which the lanes never bypass).
+// parsed head (proxyState.prepare), takeHeader makes the upstream's
+// response map the client's instead of copying it field by field, and the
+// lazy map leaves the request's header map empty until something asks
+// for it (exchange.header: a handler module, a matcher or selection
+// policy that may read fields, a placeholder of a field, the error
+// routes). Each lane is taken only when nothing that runs could see the
+// difference; a case missed there would show as a difference between a
+// lane and the maps, never as a skipped check (the duties read the
+// request's header map, which is filled before any of them runs).
 //
 // The map mode is a test-only switch that turns every lane off, so that
 // the differential suites can run the same requests through the maps and
@@ -27,7 +30,7 @@ var mapsOnly atomic.Bool
 // so that a test can show that its requests took the lanes it compares.
 var (
 	countLanes atomic.Bool
-	lanesTaken struct{ plain, take atomic.Int64 }
+	lanesTaken struct{ plain, take, lazy atomic.Int64 }
 )
 
 func init() {
@@ -50,8 +53,10 @@ func SetMapsOnly(on bool) (was bool) { return mapsOnly.Swap(on) }
 // a contended write).
 func CountLanes() (taken func() int64, stop func()) {
 	countLanes.Store(true)
-	p0, t0 := lanesTaken.plain.Load(), lanesTaken.take.Load()
-	return func() int64 { return lanesTaken.plain.Load() - p0 + lanesTaken.take.Load() - t0 },
+	p0, t0, l0 := lanesTaken.plain.Load(), lanesTaken.take.Load(), lanesTaken.lazy.Load()
+	return func() int64 {
+			return lanesTaken.plain.Load() - p0 + lanesTaken.take.Load() - t0 + lanesTaken.lazy.Load() - l0
+		},
 		func() { countLanes.Store(false) }
 }
 
@@ -71,6 +76,18 @@ func plainLane(eligible bool) bool { return eligible && !mapsOnly.Load() }
 func tookPlain() {
 	if countLanes.Load() {
 		lanesTaken.plain.Add(1)
+	}
+}
+
+// lazyHeader reports whether a request's header map may wait until
+// something asks for it (exchange.header); the map mode fills it as each
+// request begins.
+func lazyHeader() bool { return !mapsOnly.Load() }
+
+// tookLazy counts a request served without its header map.
+func tookLazy() {
+	if countLanes.Load() {
+		lanesTaken.lazy.Add(1)
 	}
 }
 

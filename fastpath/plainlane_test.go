@@ -223,6 +223,174 @@ func TestHeaderReaders(t *testing.T) {
 	}
 }
 
+// TestHeaderOnDemand: on a route that runs nothing but the plan's own
+// steps, the request's header map is filled only when something asks for
+// it (exchange.header), and each reader that runs before any handler
+// module sees the client's fields, as on Caddy's path and in the map mode:
+// a matcher that reads the map itself (header) and one that reads it
+// through a placeholder (vars), a selection policy that reads a field
+// (header; and cookie: the upstream its cookie names), a header_down value
+// with a request field's placeholder, the error routes, and the upstream
+// transport's replay rule (a bodyless POST with an Idempotency-Key is sent
+// again when a pooled connection drops it; one without is not). A bare
+// route serves its requests without the map, and so does a request that
+// a route's path matcher refuses before its header or vars matcher would
+// run (fieldSets).
+func TestHeaderOnDemand(t *testing.T) {
+	echo := func(name string) *difftest.Upstream {
+		return difftest.NewUpstream(t, func(c net.Conn, req *http.Request, body []byte, n int) bool {
+			b := name + " " + req.Header.Get("X-Role") + " " + req.Header.Get("X-Keep")
+			return difftest.Reply(c, fmt.Sprintf("HTTP/1.1 200 OK\r\nContent-Length: %d\r\n\r\n%s", len(b), b))
+		})
+	}
+	up1, up2 := echo("up1"), echo("up2")
+	// drops every request but the first on a connection without an answer
+	flaky := difftest.NewUpstream(t, func(c net.Conn, req *http.Request, body []byte, n int) bool {
+		if n > 0 {
+			return false
+		}
+		return difftest.Reply(c, "HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok")
+	})
+	loadTwinOpts(t, twinOpts{serverOpts: "\t\tprotocols h1 h2c"}, fmt.Sprintf(`	route {
+		@role {
+			path /match/*
+			header X-Role admin
+		}
+		handle @role {
+			reverse_proxy %[1]s {
+				transport h1
+			}
+		}
+		handle /match/* {
+			respond "not admin" 403
+		}
+		@vars {
+			path /vars/*
+			vars {http.request.header.X-Role} admin
+		}
+		handle @vars {
+			reverse_proxy %[1]s {
+				transport h1
+			}
+		}
+		handle /vars/* {
+			respond "vars: not admin" 403
+		}
+		handle /policy/* {
+			reverse_proxy %[1]s %[2]s {
+				lb_policy header X-Pick {
+					fallback first
+				}
+				transport h1
+			}
+		}
+		handle /cookie/* {
+			reverse_proxy %[1]s %[2]s {
+				lb_policy cookie lb
+				transport h1
+			}
+		}
+		handle /ph/* {
+			reverse_proxy %[1]s {
+				header_down X-Role-Seen "{http.request.header.X-Role}"
+				transport h1
+			}
+		}
+		handle /err/* {
+			reverse_proxy 127.0.0.1:9 {
+				transport h1
+			}
+		}
+		handle /idem/* {
+			reverse_proxy %[3]s {
+				transport h1
+			}
+		}
+		handle {
+			reverse_proxy %[1]s {
+				transport h1
+			}
+		}
+	}
+	handle_errors {
+		respond "{http.request.header.X-Role} {err.status_code}"
+	}`, up1.Addr(), up2.Addr(), flaky.Addr()))
+	role := func(r, keep string) http.Header { return http.Header{"X-Role": {r}, "X-Keep": {keep}} }
+	seq := []difftest.Request{
+		{Method: "GET", Path: "/bare", Header: role("admin", "k")},
+		{Method: "GET", Path: "/match/a", Header: role("admin", "k")},
+		{Method: "GET", Path: "/match/b", Header: role("user", "k")},
+		{Method: "GET", Path: "/vars/a", Header: role("admin", "k")},
+		{Method: "GET", Path: "/vars/b", Header: role("user", "k")},
+		{Method: "GET", Path: "/ph/a", Header: role("admin", "k")},
+		{Method: "GET", Path: "/err/a", Header: role("admin", "k")},
+		{Method: "POST", Path: "/idem/first"},
+		{Method: "POST", Path: "/idem/keyed", Header: http.Header{"Idempotency-Key": {"k1"}}},
+		{Method: "POST", Path: "/idem/unkeyed"},
+	}
+	for _, p := range []string{"a", "b", "c", "d", "e", "f", "g", "h"} {
+		seq = append(seq, difftest.Request{Method: "GET", Path: "/policy/" + p, Header: http.Header{"X-Pick": {p}}})
+	}
+	lanes := lanesCounted(t)
+	for _, proto := range []struct {
+		name   string
+		client func() *http.Client
+	}{{"HTTP/1.1", nil}, {"h2c", h2cClient}} {
+		t.Run(proto.name, func(t *testing.T) {
+			_, _, lazy0 := lanes()
+			compareSeqWith(t, seq, proto.client)
+			// what the readers saw is what this test means them to see
+			client := &http.Client{Timeout: 10 * time.Second}
+			if proto.client != nil {
+				client = proto.client()
+			}
+			want := map[string]struct {
+				status int
+				body   string
+			}{
+				"/bare": {200, "up1 admin k"}, "/match/a": {200, "up1 admin k"}, "/match/b": {403, "not admin"},
+				"/vars/a": {200, "up1 admin k"}, "/vars/b": {403, "vars: not admin"}, "/err/a": {502, "admin 502"},
+				"/idem/first": {200, "ok"}, "/idem/keyed": {200, "ok"}, "/idem/unkeyed": {502, " 502"},
+			}
+			ups := map[string]bool{}
+			for _, rq := range seq {
+				got := difftest.Do(client, fastPort, rq)
+				if w, ok := want[rq.Path]; ok && (got.Status != w.status || got.Body != w.body) {
+					t.Errorf("%s %s: %d %q, want %d %q", rq.Method, rq.Path, got.Status, got.Body, w.status, w.body)
+				}
+				if rq.Path == "/ph/a" && got.Header.Get("X-Role-Seen") != "admin" {
+					t.Errorf("/ph/a: header_down saw X-Role %q", got.Header.Get("X-Role-Seen"))
+				}
+				if strings.HasPrefix(rq.Path, "/policy/") {
+					ups[strings.Fields(got.Body)[0]] = true
+				}
+			}
+			if !ups["up1"] || !ups["up2"] {
+				t.Errorf("lb_policy header chose %v for eight X-Pick values, not both upstreams", ups)
+			}
+			// lb_policy cookie (random, not compared with Caddy's path):
+			// the cookie its first answer sets keeps the upstream
+			first := difftest.Do(client, fastPort, difftest.Request{Method: "GET", Path: "/cookie/0"})
+			cookie := strings.SplitN(first.Header.Get("Set-Cookie"), ";", 2)[0]
+			if first.Status != 200 || !strings.HasPrefix(cookie, "lb=") {
+				t.Fatalf("lb_policy cookie: %d, Set-Cookie %q", first.Status, first.Header.Get("Set-Cookie"))
+			}
+			for i := 1; i <= 8; i++ {
+				got := difftest.Do(client, fastPort, difftest.Request{Method: "GET", Path: fmt.Sprintf("/cookie/%d", i), Header: http.Header{"Cookie": {cookie}}})
+				if strings.Fields(got.Body)[0] != strings.Fields(first.Body)[0] {
+					t.Fatalf("lb_policy cookie: request %d with %s went to %q, the first to %q", i, cookie, got.Body, first.Body)
+				}
+			}
+			// /bare, /idem/first and /idem/keyed are served without the
+			// map (an error fills it for the error routes), in the
+			// comparison's fast run and in the one above
+			if _, _, lazy := lanes(); lazy-lazy0 != 2*3 {
+				t.Errorf("%d requests were served without the header map, want 6 (/bare, /idem/first and /idem/keyed, twice)", lazy-lazy0)
+			}
+		})
+	}
+}
+
 // TestFieldsOverH2: an HTTP/2 request whose fields reverse_proxy sends
 // unchanged takes the plain lane too (its head's fields written upstream,
 // no copy through a map), and the upstream gets the fields Caddy's path
@@ -271,7 +439,7 @@ func TestFieldsOverH2(t *testing.T) {
 			t.Errorf("no Via 2.0 Caddy:\n%s", got["fast path"])
 		}
 	}
-	if plain, _ := lanes(); plain == 0 {
+	if plain, _, _ := lanes(); plain == 0 {
 		t.Fatalf("the HTTP/2 request did not take the plain lane")
 	}
 }

@@ -54,8 +54,10 @@ type plan struct {
 
 // route is one compiled route.
 type route struct {
-	group    string
-	sets     caddyhttp.MatcherSets // the provisioned matchers
+	group string
+	// sets are the provisioned matchers, each that may read the
+	// request's header map wrapped to fill it first (fieldSets)
+	sets     caddyhttp.MatcherSets
 	steps    []step
 	terminal bool
 
@@ -153,6 +155,7 @@ func (ex *exchange) runRoutes(w http.ResponseWriter, routes []*route, from int, 
 			after = ex.newCont(contRoutes, nil, routes, i+1, next)
 		}
 		if rt.metrics != nil {
+			ex.header() // (Caddy's metrics read the fields for the request's size)
 			ex.resume = ex.newCont(contSteps, rt.steps, nil, 0, after)
 			return metricsRouteServeHTTP(rt.metrics, w, ex.req)
 		}
@@ -219,6 +222,7 @@ type delegated struct {
 func (d *delegated) module() caddyhttp.MiddlewareHandler { return d.h }
 
 func (d *delegated) serve(ex *exchange, w http.ResponseWriter, next *cont) error {
+	ex.header()
 	ex.delegatedRan = true
 	if !d.declared {
 		ex.fieldsChanged = true
@@ -245,10 +249,12 @@ type exchange struct {
 	tmpl   http.Request // carries ctx; copied into shadow
 	shadow http.Request
 	url    url.URL
-	hdr    http.Header
+	hdr    http.Header // the shadow's header map: filled on demand (header)
 	vals   []string
-	vars   map[string]any
-	repl   *caddy.Replacer // the request's, made on first use
+	// hdrFilled: hdr holds this request's fields (header ran)
+	hdrFilled bool
+	vars      map[string]any
+	repl      *caddy.Replacer // the request's, made on first use
 	// replKeep is the replacer reset for each request; replBase the number
 	// of its providers before a request adds any
 	replKeep *caddy.Replacer
@@ -324,6 +330,7 @@ func (ex *exchange) clear() {
 	ex.req, ex.err, ex.resume, ex.plan, ex.extra = nil, nil, nil, nil, nil
 	ex.shadow = ex.tmpl
 	clear(ex.hdr)
+	ex.hdrFilled = false
 	clear(ex.vals[:cap(ex.vals)])
 	ex.resetVars()
 	ex.repl = nil
@@ -393,6 +400,7 @@ func (ex *exchange) replacer() *caddy.Replacer {
 	if ex.repl == nil {
 		if ex.replKeep == nil {
 			r := caddy.NewReplacer()
+			r.Map(ex.fieldPlaceholder) // (before Caddy's, which reads the map)
 			addHTTPVarsToReplacer(r, &ex.shadow, ex.writer())
 			r.Map(ex.rpPlaceholders)
 			ex.replKeep, ex.replBase = r, replacerProviders(r)
@@ -405,6 +413,17 @@ func (ex *exchange) replacer() *caddy.Replacer {
 		ex.repl = ex.replKeep
 	}
 	return ex.repl
+}
+
+// fieldPlaceholder is a replacer provider that answers nothing: it fills
+// the request's header map (header) when a placeholder that reads it is
+// asked for ({http.request.header.*}, {http.request.cookie.*}), before
+// Caddy's provider, after it in the replacer, reads the map.
+func (ex *exchange) fieldPlaceholder(key string) (any, bool) {
+	if !ex.hdrFilled && (strings.HasPrefix(key, "http.request.header.") || strings.HasPrefix(key, "http.request.cookie.")) {
+		ex.header()
+	}
+	return nil, false
 }
 
 // exCtx is the context of the shadow request: a root context that answers,
@@ -477,7 +496,10 @@ func (ex *exchange) begin(now time.Time) {
 	if h.rawQuery == "" && strings.IndexByte(h.target, '?') >= 0 {
 		ex.url.ForceQuery = true
 	}
-	ex.vals = h.fillHeader(ex.hdr, ex.vals, true)
+	if ex.hdrFilled || len(ex.hdr) > 0 {
+		clear(ex.hdr)
+	}
+	ex.hdrFilled = false
 	hdr := ex.hdr
 
 	r := &ex.shadow
@@ -495,10 +517,15 @@ func (ex *exchange) begin(now time.Time) {
 	o := &ex.orig
 	o.method, o.remoteAddr, o.requestURI, o.url = r.Method, r.RemoteAddr, r.RequestURI, ex.url
 
+	if !lazyHeader() {
+		ex.header()
+	}
+
 	ex.resetVars()
 	if ex.plan.trusted {
 		// trusted_proxies: Caddy's own decision (prepareRequest's), from
 		// the request's headers, per request
+		ex.header()
 		trusted, ip := determineTrustedProxy(r, ex.plan.srv)
 		ex.vars[caddyhttp.TrustedProxyVarKey] = trusted
 		if ip == c.clientIP {
@@ -525,6 +552,25 @@ func (ex *exchange) begin(now time.Time) {
 		r.Body = http.NoBody
 	}
 	ex.req = r
+}
+
+// header returns the request's header map, filled from the head the
+// first time a request asks: the map is built for a request only when
+// something other than the plan's own steps may read it (lanes.go, "the
+// lazy map"). Every way into code that reads it calls header first: a
+// matcher that may read fields (fillFirst, compile.go's fieldSets), a
+// metrics-instrumented route,
+// a handler module (delegated.serve), a placeholder of the request's
+// fields (fieldPlaceholder), trusted_proxies (begin), and the proxy step
+// unless its plain lane runs with a selection policy that reads no field
+// (proxyStep.serve, prepare). The error routes are routes like the others;
+// the access and error logs log the request from the head (loggedRequest).
+func (ex *exchange) header() http.Header {
+	if !ex.hdrFilled {
+		ex.hdrFilled = true
+		ex.vals = ex.st.head.fillHeader(ex.hdr, ex.vals, true)
+	}
+	return ex.hdr
 }
 
 // fillHeader fills hdr (cleared) with the head's fields as net/http's
@@ -573,6 +619,30 @@ func (h *reqHead) fillHeader(hdr http.Header, vals []string, dropDotted bool) []
 		hdr["Cache-Control"] = noCacheValue
 	}
 	return vals
+}
+
+// firstValue is the first value of the field name (canonical) that
+// fillHeader would put in the map, and whether it would put one, without
+// the map.
+func (h *reqHead) firstValue(name string, dropDotted bool) (string, bool) {
+	switch name {
+	case "Host", "Transfer-Encoding":
+		if !h.h2 {
+			return "", false
+		}
+	}
+	if dropDotted && (strings.IndexByte(name, '_') >= 0 || strings.IndexByte(name, '.') >= 0) {
+		return "", false
+	}
+	for i := range h.fields {
+		if f := &h.fields[i]; f.name == name {
+			return f.value, true
+		}
+	}
+	if name == "Cache-Control" && h.pragmaNoCache {
+		return noCacheValue[0], true
+	}
+	return "", false
 }
 
 // respOut is the response writer of the request an exchange serves: the
@@ -665,6 +735,9 @@ func (ex *exchange) serve(now time.Time) result {
 	}
 	if idleR != nil {
 		idleR.HandlerDone()
+	}
+	if !ex.hdrFilled {
+		tookLazy()
 	}
 	ex.st.c.l.stats.served.Add(1)
 	if m := ex.st.c.l.metrics; m != nil {

@@ -57,8 +57,12 @@ type proxyStep struct {
 	// header_up, no transport header operations, a selection policy and
 	// retry matchers that read no field the proxy adds), prepare's plain
 	// lane
-	plain  bool
-	logger *zap.Logger
+	plain bool
+	// fieldFree: on the plain lane, nothing of the step reads the
+	// request's header map (a selection policy that reads no field, no
+	// dynamic upstreams), so the map need not be filled (exchange.header)
+	fieldFree bool
+	logger    *zap.Logger
 
 	static map[*reverseproxy.Upstream]dialInfo
 	dials  sync.Map // dial address -> dialInfo, for dynamic upstreams
@@ -129,6 +133,10 @@ type proxyState struct {
 	// body reader) for the request in hand: none made per request
 	reuse caddyh1.Reuse
 	taken []namedValues // scratch: the taken map's fields (takeHeader)
+	// res is the upstream's response in hand, and emptyTo the writer
+	// takeHeader gave its map to empty (LazyHeader): fillUp fills it
+	res     *http.Response
+	emptyTo headerHolder
 	// plainHead is the head whose fields WriteFields writes upstream
 	// (the plain lane, prepare), with the fields addForwarded would add
 	plainHead *reqHead
@@ -172,6 +180,23 @@ func (ps *proxyState) end() {
 	ps.curW = nil
 	ps.out.Body = nil
 	ps.ph = phState{}
+	ps.res, ps.emptyTo = nil, nil
+}
+
+// fillUp fills the upstream's header map (ph.header, res.Header) when the
+// transport left it empty (caddyh1.Reuse.LazyHeader), for a reader of the
+// map: the transport fills it from its list before takeHeader takes it,
+// the writer from its list of fields after.
+func (ps *proxyState) fillUp() {
+	if ps.res == nil {
+		return
+	}
+	if ps.emptyTo != nil {
+		ps.emptyTo.fillMap()
+		ps.emptyTo = nil
+		return
+	}
+	ps.reuse.FillHeader(ps.res)
 }
 
 // got1xx forwards an informational response to the client, as
@@ -226,6 +251,7 @@ func (ps *proxyState) prepare(r *http.Request, derived, plain bool) *http.Reques
 		return out
 	}
 	ps.reuse.Fields = nil
+	ps.ex.header()
 	// the client's fields but the hop-by-hop ones, in one pass (the
 	// fields the Connection field names go after it, as reverse_proxy's
 	// removeConnectionHeaders then its hop-by-hop loop)
@@ -415,6 +441,20 @@ func (ps *proxyState) WriteFields(bw *bufio.Writer) {
 	out.Done()
 }
 
+// Field answers for the plain lane's request (caddyh1.FieldWriter) what
+// its header map would: the map's first value of name once the map is
+// filled (it then holds what a handler changed), else the head's.
+func (ps *proxyState) Field(name string) (string, bool) {
+	if ps.ex.hdrFilled {
+		v, ok := ps.ex.hdr[name]
+		if len(v) == 0 {
+			return "", ok
+		}
+		return v[0], true
+	}
+	return ps.plainHead.firstValue(name, true)
+}
+
 // the fields of the client's request prepare looks up (seen: present,
 // or may be)
 const (
@@ -501,7 +541,11 @@ func (p *proxyStep) serve(ex *exchange, w http.ResponseWriter, next *cont) error
 	// the plain lane: nothing but the plan's own steps, matchers that
 	// change no request and handlers that name the fields they change
 	// ran, so r's header is the head's but for those
-	out := ps.prepare(r, derived, plainLane(p.plain && !derived && !ex.fieldsChanged && ex.plan.pureMatchers))
+	plain := plainLane(p.plain && !derived && !ex.fieldsChanged && ex.plan.pureMatchers)
+	if !plain || !p.fieldFree {
+		ex.header()
+	}
+	out := ps.prepare(r, derived, plain)
 	reqHost, reqHeader := out.Host, out.Header
 	ps.curW = w
 	if out.Body != nil {
@@ -603,6 +647,7 @@ func (ps *proxyState) placeholder(key string) (any, bool) {
 			return ph.statusText, true
 		}
 		if f, ok := strings.CutPrefix(k, "header."); ok {
+			ps.fillUp()
 			if vv, ok := ph.upstreamField(f); ok {
 				return strings.Join(vv, ","), true
 			}
@@ -714,9 +759,12 @@ func (p *proxyStep) attempt(ex *exchange, out *http.Request, w http.ResponseWrit
 	// Caddy's path: so no step reads whether the client's request was
 	// incremental. The normalisation below changes nothing in a request
 	// that has no length and no body already: no lookup for it.)
-	if !(out.ContentLength == 0 && out.Body == nil) && !requestHasContent(out) && isIncremental(out.Header) {
-		out.ContentLength = 0
-		out.Body = nil
+	if !(out.ContentLength == 0 && out.Body == nil) && !requestHasContent(out) {
+		ex.header() // (the plain lane's out.Header is the request's map)
+		if isIncremental(out.Header) {
+			out.ContentLength = 0
+			out.Body = nil
+		}
 	}
 
 	rtStart := start // (the first attempt starts when the step does)
@@ -772,7 +820,11 @@ func (p *proxyStep) roundTrip(ex *exchange, rw http.ResponseWriter, req *http.Re
 
 	var res *http.Response
 	var err error
+	ex.px.res, ex.px.emptyTo = nil, nil
 	if p.transport != nil {
+		// the response's map is built when something reads it (fillUp),
+		// unless header_down edits it or the map mode asks for the maps
+		ex.px.reuse.LazyHeader = p.respOps == nil && mayTakeHeader()
 		res, err = p.transport.RoundTripReuse(req, di.network, di.address, &ex.px.reuse)
 	} else {
 		ctx := context.WithValue(ex.escape(req.Context()), dialInfoCtxKey, reverseproxy.DialInfo{
@@ -803,6 +855,7 @@ func (p *proxyStep) roundTrip(ex *exchange, rw http.ResponseWriter, req *http.Re
 	}
 	ph := &ex.px.ph
 	ph.gotHead, ph.latency, ph.status, ph.statusText, ph.header = true, duration, res.StatusCode, res.Status, res.Header
+	ex.px.res = res
 	return p.finalize(ex, rw, req, res, start)
 }
 
@@ -812,7 +865,11 @@ func (p *proxyStep) finalize(ex *exchange, rw http.ResponseWriter, req *http.Req
 	if p.respOps == nil { // (header_down may add any field)
 		names = ex.px.upNamesOf(res)
 	}
-	incremental := names&upIncremental != 0 && isIncremental(res.Header)
+	incremental := false
+	if names&upIncremental != 0 {
+		ex.px.fillUp()
+		incremental = isIncremental(res.Header)
+	}
 	if p.respOps != nil { // header_down sees the fields without the hop-by-hop ones
 		ex.px.ph.keepHead(res.Header, true)
 		stripHopByHop(res.Header)
@@ -830,6 +887,7 @@ func (p *proxyStep) finalize(ex *exchange, rw http.ResponseWriter, req *http.Req
 		}
 	}
 	if p.respOps != nil || len(res.Trailer) > 0 || !mayTakeHeader() || !ex.px.takeHeader(rw, rwHeader, res, via, names) {
+		ex.px.fillUp()
 		if p.respOps == nil { // (the copy skips the others: one pass fewer)
 			ex.px.ph.keepHead(res.Header, false)
 			removeConnectionHeaders(res.Header)
@@ -850,7 +908,7 @@ func (p *proxyStep) finalize(ex *exchange, rw http.ResponseWriter, req *http.Req
 	}
 	rw.WriteHeader(res.StatusCode)
 
-	err := p.copyResponse(rw, res.Body, p.flushInterval(req, res, incremental, names))
+	err := p.copyResponse(rw, res.Body, p.flushInterval(&ex.px, res, incremental, names))
 	errClose := res.Body.Close()
 	if errClose != nil {
 		if ce := p.logger.Check(zapcore.DebugLevel, "closed response body from upstream"); ce != nil {
@@ -948,24 +1006,32 @@ func (ps *proxyState) takeHeader(rw http.ResponseWriter, rwHeader http.Header, r
 		return false
 	}
 	up, ph := res.Header, &ps.ph
+	// empty: the transport left the map empty (LazyHeader): the fields
+	// are read from the list, and the map is the writer's to fill when
+	// something reads it; else the map is edited as the list is
+	empty := ps.reuse.HeaderPending(res)
 	ph.nhop = 0
 	if in&upHop != 0 { // (upNamesOf walked the names: most heads have none)
-		for _, k := range names {
-			if isHopHeader(k) && !ph.holdHop(up, k) {
+		for i, k := range names {
+			if isHopHeader(k) && !ph.holdHopValues(k, values[i]) {
 				return false
 			}
 		}
 	}
-	if in&upConnection != 0 && !ph.holdListedOf(up, names) { // the fields the Connection field names go too
+	if in&upConnection != 0 && !ph.holdListedOf(names, values) { // the fields the Connection field names go too
 		return false
 	}
-	for _, h := range ph.hop[:ph.nhop] {
-		delete(up, h.name)
+	if !empty {
+		for _, h := range ph.hop[:ph.nhop] {
+			delete(up, h.name)
+		}
 	}
 	var v []string
 	ok = false
-	if in&upVia != 0 {
-		v, ok = up["Via"]
+	if in&upVia != 0 && !ph.held("Via") {
+		if i := slices.Index(names, "Via"); i >= 0 && values[i] != nil {
+			v, ok = values[i], true
+		}
 	}
 	if ok {
 		v = append([]string{via}, v...)
@@ -974,7 +1040,9 @@ func (ps *proxyState) takeHeader(rw http.ResponseWriter, rwHeader http.Header, r
 	} else {
 		v = []string{via}
 	}
-	up["Via"] = v
+	if !empty {
+		up["Via"] = v
+	}
 	ph.viaOwn = true
 	// the map's fields as a list for the writer, which then does not
 	// iterate the map (collectFields): the transport's list less the
@@ -1015,11 +1083,16 @@ func (ps *proxyState) takeHeader(rw http.ResponseWriter, rwHeader http.Header, r
 		} else {
 			fields = append(fields, namedValues{k, vv})
 		}
-		up[k] = vv
+		if !empty {
+			up[k] = vv
+		}
 	}
 	ps.taken = fields
 	*held = ps.reuse.TakeHeader(res, *held)
-	w.gotHeader(checked, fields)
+	if empty {
+		ps.emptyTo = w
+	}
+	w.gotHeader(checked, fields, empty)
 	tookHeader()
 	return true
 }
@@ -1053,8 +1126,12 @@ type headerHolder interface {
 	heldHeader() *http.Header
 	// gotHeader says that takeHeader gave the writer a map; checked:
 	// each of its fields is fieldWritable; fields: the map's fields as a
-	// list, valid until the request ends
-	gotHeader(checked bool, fields []namedValues)
+	// list, valid until the request ends; empty: the map holds none of
+	// them yet (the transport's LazyHeader), and is filled from fields
+	// when something reads it (fillMap)
+	gotHeader(checked bool, fields []namedValues, empty bool)
+	// fillMap fills a map gotHeader said was empty
+	fillMap()
 }
 
 func (w *respWriter) heldHeader() *http.Header {
@@ -1064,8 +1141,52 @@ func (w *respWriter) heldHeader() *http.Header {
 	return &w.handlerHeader
 }
 
-func (w *respWriter) gotHeader(checked bool, fields []namedValues) {
+func (w *respWriter) gotHeader(checked bool, fields []namedValues, empty bool) {
 	w.fieldsChecked, w.takenFields = checked, fields
+	w.mapEmpty = empty
+	if empty && trailerNamed(fields) {
+		w.fillMap() // (the trailer code reads the map)
+	}
+}
+
+func (w *respWriter) fillMap() {
+	if w.mapEmpty {
+		w.mapEmpty = false
+		fillFields(w.handlerHeader, w.takenFields)
+	}
+}
+
+// fillFields puts fields in hdr (an empty map).
+func fillFields(hdr http.Header, fields []namedValues) {
+	for _, f := range fields {
+		hdr[f.name] = f.values
+	}
+}
+
+// trailerNamed reports whether fields have one that announces or is a
+// trailer ("Trailer", or a name with http.TrailerPrefix): the writers'
+// trailer code reads their maps, so a map with such a field is never left
+// empty (gotHeader).
+func trailerNamed(fields []namedValues) bool {
+	for _, f := range fields {
+		if f.name == "Trailer" || strings.HasPrefix(f.name, http.TrailerPrefix) {
+			return true
+		}
+	}
+	return false
+}
+
+// listFirst is the first value of the field k in fields ("": none).
+func listFirst(fields []namedValues, k string) string {
+	for _, f := range fields {
+		if f.name == k {
+			if len(f.values) > 0 {
+				return f.values[0]
+			}
+			return ""
+		}
+	}
+	return ""
 }
 
 // keepHead keeps the upstream's head as it came for the placeholders
@@ -1093,12 +1214,13 @@ func (ph *phState) holdListed(up http.Header) bool {
 }
 
 // holdListedOf is holdListed after the hop-by-hop walk held the Connection
-// field (holdHop), for a head whose names are names: the Connection
-// values are taken from what was held, and a listed field names does not
-// hold is not looked up (two map lookups fewer a response from an
-// upstream that says "Connection: keep-alive", ~300 instructions,
-// callgrind).
-func (ph *phState) holdListedOf(up http.Header, names []string) bool {
+// field (holdHop), for a head whose names and values are the
+// transport's list (NameValues, read instead of the map, which may be
+// empty: LazyHeader): the Connection values are taken from what was held,
+// and a listed field names does not hold is not looked up (two map lookups
+// fewer a response from an upstream that says "Connection: keep-alive",
+// ~300 instructions, callgrind).
+func (ph *phState) holdListedOf(names []string, values [][]string) bool {
 	var conn []string
 	for _, h := range ph.hop[:ph.nhop] {
 		if h.name == "Connection" {
@@ -1113,7 +1235,7 @@ func (ph *phState) holdListedOf(up http.Header, names []string) bool {
 		return true
 	}
 	for k := range listedFields(conn) {
-		if slices.Contains(names, k) && !ph.holdHop(up, k) {
+		if i := slices.Index(names, k); i >= 0 && !ph.holdHopValues(k, values[i]) {
 			return false
 		}
 	}
@@ -1123,8 +1245,13 @@ func (ph *phState) holdListedOf(up http.Header, names []string) bool {
 // holdHop keeps up's field k, when present and not kept yet, for the
 // placeholders; false (and nothing kept) when more than maxHopTaken.
 func (ph *phState) holdHop(up http.Header, k string) bool {
-	vv, present := up[k]
-	if !present || ph.held(k) {
+	return ph.holdHopValues(k, up[k])
+}
+
+// holdHopValues is holdHop for the field k whose values are vv (nil: not
+// in the head).
+func (ph *phState) holdHopValues(k string, vv []string) bool {
+	if vv == nil || ph.held(k) {
 		return true
 	}
 	if ph.nhop == maxHopTaken {
@@ -1183,11 +1310,11 @@ func (ps *proxyState) upNamesOf(res *http.Response) upNames {
 }
 
 // flushInterval is reverse_proxy's.
-func (p *proxyStep) flushInterval(req *http.Request, res *http.Response, incremental bool, in upNames) time.Duration {
-	if incremental || in&upIncremental != 0 && isIncremental(res.Header) {
+func (p *proxyStep) flushInterval(ps *proxyState, res *http.Response, incremental bool, in upNames) time.Duration {
+	if incremental {
 		return -1
 	}
-	if in&upContentType != 0 && isEventStream(headerGet(res.Header, "Content-Type")) {
+	if in&upContentType != 0 && isEventStream(ps.upFirst(res, "Content-Type")) {
 		return -1
 	}
 	if res.ContentLength == -1 {
@@ -1197,6 +1324,19 @@ func (p *proxyStep) flushInterval(req *http.Request, res *http.Response, increme
 }
 
 // isEventStream reports whether ct is text/event-stream's media type.
+// upFirst is the first value of the upstream's field k, as its head had
+// it: from the transport's list when it has one (the map may be empty,
+// LazyHeader, or be the writer's now), else from res.Header.
+func (ps *proxyState) upFirst(res *http.Response, k string) string {
+	if names, values, ok := ps.reuse.NameValues(res); ok {
+		if i := slices.Index(names, k); i >= 0 && len(values[i]) > 0 {
+			return values[i][0]
+		}
+		return ""
+	}
+	return headerGet(res.Header, k)
+}
+
 func isEventStream(ct string) bool {
 	if len(ct) < len("text/event-stream") || !strings.EqualFold(ct[:len("text/event-stream")], "text/event-stream") {
 		return false

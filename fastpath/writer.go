@@ -50,6 +50,10 @@ type respWriter struct {
 	// takenFields: the map takeHeader gave, as a list of its fields
 	// (nil: collectFields walks the map); dropped when the map may change
 	takenFields []namedValues
+	// mapEmpty: takeHeader gave the map empty (the transport's
+	// LazyHeader): takenFields are its fields, put in it when something
+	// reads it (fillMap)
+	mapEmpty bool
 
 	status        int
 	wroteHeader   bool  // WriteHeader (a final one) was called
@@ -114,11 +118,15 @@ func (w *respWriter) reset(c *conn, h *reqHead) {
 // and the head's writing (the proxy step's promise): no snapshot copy.
 func (w *respWriter) stableHeader() { w.headerStable = true }
 
-func (w *respWriter) handlerHdr() http.Header          { return w.handlerHeader }
+func (w *respWriter) handlerHdr() http.Header {
+	w.fillMap()
+	return w.handlerHeader
+}
 func (w *respWriter) logged() (status int, size int64) { return w.logStatus, w.size }
 
 // Header returns the response header map.
 func (w *respWriter) Header() http.Header {
+	w.fillMap()
 	if !w.snapTaken && w.wroteHeader && !w.committed {
 		// First called between the logical and the physical writing of
 		// the head: what is written is the header as it is now.
@@ -132,6 +140,7 @@ func (w *respWriter) Header() http.Header {
 }
 
 func (w *respWriter) takeSnapshot() {
+	w.fillMap()
 	if w.snapshot == nil {
 		w.snapshot = make(http.Header, len(w.handlerHeader))
 	}
@@ -168,6 +177,7 @@ func (w *respWriter) WriteHeader(code int) {
 	if code >= 100 && code <= 199 && code != http.StatusSwitchingProtocols {
 		bw := w.c.bw
 		writeStatusLine(bw, w.h.minor == 1, code)
+		w.fillMap()
 		w.writeHeaderSubset(bw, w.handlerHeader, excludedNoBody, false)
 		bw.WriteString("\r\n")
 		w.c.flush()
@@ -178,12 +188,19 @@ func (w *respWriter) WriteHeader(code int) {
 	if w.calledHeader && !w.snapTaken && !w.headerStable {
 		w.takeSnapshot()
 	}
-	if cl := headerGet(w.handlerHeader, "Content-Length"); cl != "" {
+	var cl string
+	if w.mapEmpty {
+		cl = listFirst(w.takenFields, "Content-Length")
+	} else {
+		cl = headerGet(w.handlerHeader, "Content-Length")
+	}
+	if cl != "" {
 		v, err := strconv.ParseInt(cl, 10, 64)
 		if err == nil && v >= 0 {
 			w.contentLength = v
 		} else {
 			w.c.l.debug("invalid Content-Length from handler", cl)
+			w.fillMap()
 			delete(w.handlerHeader, "Content-Length")
 			w.takenFields = nil
 			if w.snapTaken {
@@ -465,6 +482,9 @@ func (w *respWriter) commit(p []byte) {
 		return
 	}
 	w.committed = true
+	if w.status == http.StatusSwitchingProtocols {
+		w.fillMap() // (framing reads its Connection field)
+	}
 	keepAlives := !w.c.l.draining()
 	if w.excl == nil {
 		w.excl = make(map[string]bool)
@@ -758,6 +778,7 @@ func (w *respWriter) declareTrailer(k string) {
 
 // writeTrailers writes the trailer fields (net/http's finalTrailers).
 func (w *respWriter) writeTrailers(bw *bufio.Writer) {
+	w.fillMap()
 	var t http.Header
 	for k, vv := range w.handlerHeader {
 		if kk, ok := strings.CutPrefix(k, http.TrailerPrefix); ok {
