@@ -90,56 +90,52 @@ func compileServer(ctx caddy.Context, srv *caddyhttp.Server, app *caddyhttp.App,
 
 // readOnlyMatchers reports whether every matcher of sets is one of
 // Caddy's own, which read the request and never change its header.
-func readOnlyMatchers(sets caddyhttp.MatcherSets) bool {
-	for _, set := range sets {
-		for _, m := range set {
-			switch m := m.(type) {
-			case *caddyhttp.MatchNot:
-				if !readOnlyMatchers(m.MatcherSets) {
-					return false
-				}
-				continue
-			case caddy.Module:
-				switch m.CaddyModule().ID {
-				case "http.matchers.host", "http.matchers.path", "http.matchers.path_regexp",
-					"http.matchers.method", "http.matchers.query", "http.matchers.header",
-					"http.matchers.header_regexp", "http.matchers.protocol", "http.matchers.remote_ip",
-					"http.matchers.client_ip", "http.matchers.expression", "http.matchers.tls",
-					"http.matchers.vars", "http.matchers.vars_regexp", "http.matchers.file":
-					continue
-				}
-			}
-			return false
-		}
-	}
-	return true
-}
+func readOnlyMatchers(sets caddyhttp.MatcherSets) bool { return matchersAmong(sets, readOnlyIDs) }
 
 // fieldFreeMatchers reports whether every matcher of sets is one of
 // Caddy's that never read the request's header map itself (a placeholder
 // in their values reads it through the replacer, which fills it:
 // exchange.fieldPlaceholder), so that the map need not be filled before
-// they run.
-func fieldFreeMatchers(sets caddyhttp.MatcherSets) bool {
+// they run. Not among them: header, header_regexp, expression, file, and
+// protocol (its grpc reads Content-Type).
+func fieldFreeMatchers(sets caddyhttp.MatcherSets) bool { return matchersAmong(sets, fieldFreeIDs) }
+
+var (
+	readOnlyIDs = idSet("http.matchers.host", "http.matchers.path", "http.matchers.path_regexp",
+		"http.matchers.method", "http.matchers.query", "http.matchers.header",
+		"http.matchers.header_regexp", "http.matchers.protocol", "http.matchers.remote_ip",
+		"http.matchers.client_ip", "http.matchers.expression", "http.matchers.tls",
+		"http.matchers.vars", "http.matchers.vars_regexp", "http.matchers.file")
+	fieldFreeIDs = idSet("http.matchers.host", "http.matchers.path", "http.matchers.path_regexp",
+		"http.matchers.method", "http.matchers.query",
+		"http.matchers.remote_ip", "http.matchers.client_ip", "http.matchers.tls",
+		"http.matchers.vars", "http.matchers.vars_regexp")
+)
+
+func idSet(ids ...string) map[string]bool {
+	m := make(map[string]bool, len(ids))
+	for _, id := range ids {
+		m[id] = true
+	}
+	return m
+}
+
+// matchersAmong reports whether every matcher of sets (those a not matcher
+// holds too) is a module whose ID is in ids.
+func matchersAmong(sets caddyhttp.MatcherSets, ids map[string]bool) bool {
 	for _, set := range sets {
 		for _, m := range set {
 			switch m := m.(type) {
 			case *caddyhttp.MatchNot:
-				if !fieldFreeMatchers(m.MatcherSets) {
+				if !matchersAmong(m.MatcherSets, ids) {
 					return false
 				}
 				continue
 			case caddy.Module:
-				switch m.CaddyModule().ID {
-				case "http.matchers.host", "http.matchers.path", "http.matchers.path_regexp",
-					"http.matchers.method", "http.matchers.query",
-					"http.matchers.remote_ip", "http.matchers.client_ip", "http.matchers.tls",
-					"http.matchers.vars", "http.matchers.vars_regexp":
+				if ids[string(m.CaddyModule().ID)] {
 					continue
 				}
 			}
-			// (header, header_regexp, expression, file, protocol (grpc
-			// reads Content-Type), another module's)
 			return false
 		}
 	}

@@ -54,11 +54,9 @@ type h2Writer struct {
 	logStatus int
 	size      int64
 	pairs     []h2Pair // the fields being encoded (sorted by key)
-	// takenFields: the map takeHeader gave, as a list of its fields
-	// (nil: collect walks the map); dropped when the map may change
-	takenFields []namedValues
-	// mapEmpty: takeHeader gave the map empty (respWriter's)
-	mapEmpty bool
+	// the map takeHeader gave, as a list of its fields (nil: collect
+	// walks the map), and whether it came empty
+	takenMap
 }
 
 // h2Pair is a header field's key and values, as encodeHeaders sorts them.
@@ -104,18 +102,10 @@ func (w *h2Writer) heldHeader() *http.Header {
 // gotHeader keeps the list of the map's fields for collectList (HPACK
 // encoding checks each field anyway: checked does not matter here).
 func (w *h2Writer) gotHeader(_ bool, fields []namedValues, empty bool) {
-	w.takenFields, w.mapEmpty = fields, empty
-	if empty && trailerNamed(fields) {
-		w.fillMap() // (the trailer code reads the map)
-	}
+	w.got(w.handlerHeader, fields, empty)
 }
 
-func (w *h2Writer) fillMap() {
-	if w.mapEmpty {
-		w.mapEmpty = false
-		fillFields(w.handlerHeader, w.takenFields)
-	}
-}
+func (w *h2Writer) fillMap() { w.fill(w.handlerHeader) }
 
 func (w *h2Writer) logged() (status int, size int64) { return w.logStatus, w.size }
 

@@ -1142,17 +1142,39 @@ func (w *respWriter) heldHeader() *http.Header {
 }
 
 func (w *respWriter) gotHeader(checked bool, fields []namedValues, empty bool) {
-	w.fieldsChecked, w.takenFields = checked, fields
-	w.mapEmpty = empty
+	w.fieldsChecked = checked
+	w.got(w.handlerHeader, fields, empty)
+}
+
+func (w *respWriter) fillMap() { w.fill(w.handlerHeader) }
+
+// takenMap is a writer's record of the map takeHeader gave it (both
+// writers').
+type takenMap struct {
+	// takenFields: the map takeHeader gave, as a list of its fields
+	// (nil: the writer walks the map); dropped when the map may change
+	takenFields []namedValues
+	// mapEmpty: takeHeader gave the map empty (the transport's
+	// LazyHeader): takenFields are its fields, put in it when something
+	// reads it (fill)
+	mapEmpty bool
+}
+
+// got records the list of the map's fields, and whether the map, hdr,
+// came empty; a list with a trailer field fills it at once (the trailer
+// code reads the map).
+func (t *takenMap) got(hdr http.Header, fields []namedValues, empty bool) {
+	t.takenFields, t.mapEmpty = fields, empty
 	if empty && trailerNamed(fields) {
-		w.fillMap() // (the trailer code reads the map)
+		t.fill(hdr)
 	}
 }
 
-func (w *respWriter) fillMap() {
-	if w.mapEmpty {
-		w.mapEmpty = false
-		fillFields(w.handlerHeader, w.takenFields)
+// fill puts the listed fields in hdr when it came empty.
+func (t *takenMap) fill(hdr http.Header) {
+	if t.mapEmpty {
+		t.mapEmpty = false
+		fillFields(hdr, t.takenFields)
 	}
 }
 

@@ -47,13 +47,9 @@ type respWriter struct {
 	// are written as they stand (fieldWritable holds for each): the
 	// head's writing checks no name or value again
 	fieldsChecked bool
-	// takenFields: the map takeHeader gave, as a list of its fields
-	// (nil: collectFields walks the map); dropped when the map may change
-	takenFields []namedValues
-	// mapEmpty: takeHeader gave the map empty (the transport's
-	// LazyHeader): takenFields are its fields, put in it when something
-	// reads it (fillMap)
-	mapEmpty bool
+	// the map takeHeader gave, as a list of its fields (nil:
+	// collectFields walks the map), and whether it came empty
+	takenMap
 
 	status        int
 	wroteHeader   bool  // WriteHeader (a final one) was called
