@@ -66,7 +66,8 @@ func TestH2Spec(t *testing.T) {
 	bin := h2specBinary(t)
 	up := difftest.NewUpstream(t, func(c net.Conn, req *http.Request, body []byte, n int) bool {
 		time.Sleep(20 * time.Millisecond) // (an upstream's latency: h2spec's next frames arrive first)
-		return difftest.Reply(c, "HTTP/1.1 200 OK\r\nContent-Length: 84\r\n\r\nhello from an upstream behind the fast path's HTTP/2 engine, long enough for flow ctl")
+		const answer = "hello from an upstream behind the fast path's HTTP/2 engine, long enough for flow control"
+		return difftest.Reply(c, fmt.Sprintf("HTTP/1.1 200 OK\r\nContent-Length: %d\r\n\r\n%s", len(answer), answer))
 	})
 	for _, site := range []struct{ name, body string }{
 		{"respond", `	respond "hello from the fast path's HTTP/2 engine, long enough for the flow control cases" 200`},
