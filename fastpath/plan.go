@@ -592,16 +592,11 @@ func (h *reqHead) fillHeader(hdr http.Header, vals []string, dropDotted bool) []
 	nseen := 0
 	for i := range h.fields {
 		f := &h.fields[i]
-		switch f.name {
-		case "Host", "Transfer-Encoding":
-			if !h.h2 {
-				continue // net/http keeps them out of the header map
-			}
-		case "Cache-Control":
-			hasCC = true
-		}
-		if dropDotted && (strings.IndexByte(f.name, '_') >= 0 || strings.IndexByte(f.name, '.') >= 0) {
+		if !h.mapped(f.name, dropDotted) {
 			continue
+		}
+		if f.name == "Cache-Control" {
+			hasCC = true
 		}
 		if nseen <= len(seen) && !slices.Contains(seen[:min(nseen, len(seen))], f.name) {
 			if nseen < len(seen) {
@@ -621,17 +616,22 @@ func (h *reqHead) fillHeader(hdr http.Header, vals []string, dropDotted bool) []
 	return vals
 }
 
+// mapped reports whether fillHeader puts a head's field of this name in
+// the map: not Host or Transfer-Encoding on HTTP/1 (net/http keeps them
+// out), and with dropDotted none whose name holds "_" or "." (as Caddy's
+// server drops them).
+func (h *reqHead) mapped(name string, dropDotted bool) bool {
+	if (name == "Host" || name == "Transfer-Encoding") && !h.h2 {
+		return false
+	}
+	return !dropDotted || strings.IndexByte(name, '_') < 0 && strings.IndexByte(name, '.') < 0
+}
+
 // firstValue is the first value of the field name (canonical) that
 // fillHeader would put in the map, and whether it would put one, without
 // the map.
 func (h *reqHead) firstValue(name string, dropDotted bool) (string, bool) {
-	switch name {
-	case "Host", "Transfer-Encoding":
-		if !h.h2 {
-			return "", false
-		}
-	}
-	if dropDotted && (strings.IndexByte(name, '_') >= 0 || strings.IndexByte(name, '.') >= 0) {
+	if !h.mapped(name, dropDotted) {
 		return "", false
 	}
 	for i := range h.fields {

@@ -542,7 +542,7 @@ func (p *proxyStep) serve(ex *exchange, w http.ResponseWriter, next *cont) error
 	// change no request and handlers that name the fields they change
 	// ran, so r's header is the head's but for those
 	plain := plainLane(p.plain && !derived && !ex.fieldsChanged && ex.plan.pureMatchers)
-	if !plain || !p.fieldFree {
+	if !p.fieldFree { // (the selection policy reads fields; prepare fills the map off the plain lane)
 		ex.header()
 	}
 	out := ps.prepare(r, derived, plain)
